@@ -1,0 +1,98 @@
+//! Engine knobs, named as vLLM names them: the KV cache and the scheduler.
+
+use serde::{Deserialize, Serialize};
+
+/// Which waiting request runs first and which running request is preempted first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulingPolicy {
+    /// First come, first served; the newest running request is preempted first.
+    #[default]
+    Fcfs,
+    /// Lowest `(priority, arrival)` first; the largest one is preempted first.
+    Priority,
+}
+
+/// What to do with requests whose KV blocks were found invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InvalidBlockPolicy {
+    /// Truncate the computed tokens to the first bad block and recompute from there.
+    #[default]
+    Recompute,
+    /// Finish the affected requests with an error.
+    Fail,
+}
+
+/// Element type of the paged K/V pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheDtype {
+    /// f16 where the adapter has SHADER_F16, else f32.
+    #[default]
+    Auto,
+    /// Half precision.
+    F16,
+    /// Single precision.
+    F32,
+}
+
+/// The paged KV cache: how many blocks of how many tokens, and whether they are shared by prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheConfig {
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Blocks in the pool, the null block 0 included.
+    pub num_gpu_blocks: usize,
+    /// Share full blocks between requests with the same prefix.
+    pub enable_prefix_caching: bool,
+    /// Element type of the K/V pools.
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Bytes to give the K/V pools; when set, it decides `num_gpu_blocks` for a real model.
+    pub kv_cache_memory: Option<u64>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            num_gpu_blocks: 1024,
+            enable_prefix_caching: true,
+            kv_cache_dtype: KvCacheDtype::Auto,
+            kv_cache_memory: None,
+        }
+    }
+}
+
+/// The token-budget scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerConfig {
+    /// Tokens computed in one step, summed over all requests.
+    pub max_num_batched_tokens: usize,
+    /// Requests running at once.
+    pub max_num_seqs: usize,
+    /// Longest sequence (prompt + output) a request may reach.
+    pub max_model_len: usize,
+    /// Cut prefills that do not fit the remaining budget into chunks.
+    pub enable_chunked_prefill: bool,
+    /// Most prompt tokens one request may take in one step; 0 means no limit.
+    pub long_prefill_token_threshold: usize,
+    /// Admission and preemption order.
+    pub policy: SchedulingPolicy,
+    /// Reaction to KV blocks reported invalid.
+    pub invalid_block_policy: InvalidBlockPolicy,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_num_batched_tokens: 2048,
+            max_num_seqs: 256,
+            max_model_len: 8192,
+            enable_chunked_prefill: true,
+            long_prefill_token_threshold: 0,
+            policy: SchedulingPolicy::Fcfs,
+            invalid_block_policy: InvalidBlockPolicy::Recompute,
+        }
+    }
+}

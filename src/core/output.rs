@@ -1,0 +1,97 @@
+//! What the scheduler hands the executor each step, and what comes back.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::core::block_pool::BlockId;
+use crate::request::{FinishReason, RequestId, TokenId};
+use crate::sampling::SamplingParams;
+
+/// A request scheduled for the first time (or, after preemption, see `CachedRequestData`).
+#[derive(Debug, Clone)]
+pub struct NewRequestData {
+    /// The request.
+    pub req_id: RequestId,
+    /// Its whole prompt.
+    pub prompt_token_ids: Vec<TokenId>,
+    /// How it samples.
+    pub sampling_params: SamplingParams,
+    /// Its whole block table.
+    pub block_ids: Vec<BlockId>,
+    /// Tokens already in the cache (prefix hits); this step computes from here.
+    pub num_computed_tokens: usize,
+}
+
+/// A request that was scheduled before: running, or resumed after preemption.
+#[derive(Debug, Clone)]
+pub struct CachedRequestData {
+    /// The request.
+    pub req_id: RequestId,
+    /// True when it was preempted since the executor last saw it; `new_block_ids` is then
+    /// its whole block table, and its token history is still the executor's.
+    pub resumed_from_preemption: bool,
+    /// The token ids this step computes (as many as it has scheduled tokens).
+    pub new_token_ids: Vec<TokenId>,
+    /// Blocks appended to its table this step (the whole table when resumed).
+    pub new_block_ids: Vec<BlockId>,
+    /// Tokens already in the cache; this step computes from here.
+    pub num_computed_tokens: usize,
+}
+
+/// One step's plan.
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerOutput {
+    /// Requests the executor has not seen.
+    pub scheduled_new_reqs: Vec<NewRequestData>,
+    /// Requests the executor has seen.
+    pub scheduled_cached_reqs: Vec<CachedRequestData>,
+    /// Tokens scheduled per request.
+    pub num_scheduled_tokens: HashMap<RequestId, usize>,
+    /// Sum of `num_scheduled_tokens`.
+    pub total_num_scheduled_tokens: usize,
+    /// Requests preempted in this step.
+    pub preempted_req_ids: HashSet<RequestId>,
+    /// Requests that finished since the previous step; the executor drops their state.
+    pub finished_req_ids: HashSet<RequestId>,
+}
+
+impl SchedulerOutput {
+    /// True when nothing is to be computed.
+    pub fn is_empty(&self) -> bool {
+        self.total_num_scheduled_tokens == 0
+    }
+}
+
+/// Log-probabilities of one generated token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// Log-probability of the sampled token.
+    pub logprob: f32,
+    /// The most likely tokens and their log-probabilities, best first.
+    pub top: Vec<(TokenId, f32)>,
+}
+
+/// What the executor computed in one step.
+#[derive(Debug, Clone, Default)]
+pub struct ModelRunnerOutput {
+    /// Sampled tokens per request; requests in the middle of a prefill have none.
+    pub sampled_token_ids: HashMap<RequestId, Vec<TokenId>>,
+    /// Log-probabilities for requests that asked for them, one per sampled token.
+    pub logprobs: HashMap<RequestId, Vec<TokenLogprobs>>,
+}
+
+/// What one step produced for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineCoreOutput {
+    /// The request.
+    pub request_id: RequestId,
+    /// Tokens appended this step.
+    pub new_token_ids: Vec<TokenId>,
+    /// Log-probabilities of those tokens, when asked for.
+    pub new_logprobs: Vec<TokenLogprobs>,
+    /// Set when the request finished this step.
+    pub finish_reason: Option<FinishReason>,
+    /// The stop token that ended it, if any.
+    pub stop_token: Option<TokenId>,
+    /// Prompt tokens served by the prefix cache.
+    pub num_cached_tokens: usize,
+}

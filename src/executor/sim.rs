@@ -1,0 +1,1 @@
+//! A deterministic simulated model for tests, the visualizer and scale studies.

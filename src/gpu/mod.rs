@@ -1,0 +1,1 @@
+//! wgpu plumbing: device, buffers and typed kernel launches.

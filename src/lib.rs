@@ -1,0 +1,18 @@
+//! pagoda: a portable LLM inference engine.
+//!
+//! A vLLM-V1-style engine core (paged KV cache, automatic prefix caching, a unified
+//! token-budget scheduler with chunked prefill and RECOMPUTE preemption) on top of WGSL
+//! compute shaders run through wgpu (Vulkan, Metal, DX12).
+
+pub mod config;
+pub mod core;
+pub mod dtype;
+pub mod executor;
+pub mod gpu;
+pub mod model;
+pub mod request;
+pub mod sampling;
+
+pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+pub use request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
+pub use sampling::SamplingParams;

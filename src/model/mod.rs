@@ -1,0 +1,1 @@
+//! Llama-family model definitions and the file formats they come in.
