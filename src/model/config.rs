@@ -277,7 +277,7 @@ impl ModelConfig {
                 });
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(ConfigError::InvalidField {
                 field: "num_key_value_heads".into(),
                 reason: format!(
@@ -286,7 +286,7 @@ impl ModelConfig {
                 ),
             });
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(ConfigError::InvalidField {
                 field: "head_dim".into(),
                 reason: "RoPE needs an even head_dim".into(),
@@ -350,7 +350,7 @@ fn missing(field: &str) -> ConfigError {
 }
 
 fn divide(a: usize, b: usize, field: &str) -> Result<usize, ConfigError> {
-    if b == 0 || a % b != 0 {
+    if b == 0 || !a.is_multiple_of(b) {
         return Err(ConfigError::InvalidField {
             field: field.into(),
             reason: format!("{a} is not divisible by {b} heads"),
