@@ -168,12 +168,15 @@ fn tiny_forward_matches_the_cpu_reference_for_every_format() {
 }
 
 /// Drives a `WgpuExecutor` with hand-built scheduler outputs: every request admitted at
-/// once, prefills cut into chunks of `chunk` tokens, blocks handed out in order.
+/// once, prefills cut into chunks of `chunk` tokens, blocks handed out in order. With
+/// `preempt_after`, each request is preempted once when it has generated that many tokens:
+/// it sits out one step, then re-prefills prompt and output into fresh blocks.
 fn run_greedy(
     exec: &mut WgpuExecutor,
     prompts: &[Vec<u32>],
     max_tokens: usize,
     chunk: usize,
+    preempt_after: Option<usize>,
 ) -> Vec<Vec<u32>> {
     struct Req {
         tokens: Vec<u32>,
@@ -181,6 +184,8 @@ fn run_greedy(
         computed: usize,
         blocks: Vec<u32>,
         seen: bool,
+        resumed: bool,
+        preempted: bool,
         done: bool,
     }
     let mut reqs: Vec<Req> = prompts
@@ -191,6 +196,8 @@ fn run_greedy(
             computed: 0,
             blocks: vec![],
             seen: false,
+            resumed: false,
+            preempted: false,
             done: false,
         })
         .collect();
@@ -201,6 +208,15 @@ fn run_greedy(
             SchedulerOutput { finished_req_ids: std::mem::take(&mut finished), ..Default::default() };
         for (id, r) in reqs.iter_mut().enumerate().filter(|(_, r)| !r.done) {
             let id = id as u64;
+            let generated = r.tokens.len() - r.prompt_len;
+            if preempt_after == Some(generated) && !r.preempted && r.computed == r.tokens.len() - 1 {
+                r.preempted = true;
+                r.resumed = true;
+                r.computed = 0;
+                r.blocks.clear();
+                out.preempted_req_ids.insert(id);
+                continue;
+            }
             let n = (r.tokens.len() - r.computed).min(chunk);
             let need = (r.computed + n).div_ceil(BLOCK);
             let new_blocks: Vec<u32> =
@@ -211,11 +227,12 @@ fn run_greedy(
             if r.seen {
                 out.scheduled_cached_reqs.push(CachedRequestData {
                     req_id: id,
-                    resumed_from_preemption: false,
+                    resumed_from_preemption: r.resumed,
                     new_token_ids: r.tokens[r.computed..r.computed + n].to_vec(),
-                    new_block_ids: new_blocks,
+                    new_block_ids: if r.resumed { r.blocks.clone() } else { new_blocks },
                     num_computed_tokens: r.computed,
                 });
+                r.resumed = false;
             } else {
                 r.seen = true;
                 out.scheduled_new_reqs.push(NewRequestData {
@@ -230,7 +247,7 @@ fn run_greedy(
         let result = exec.execute(&out).unwrap();
         let sampled: HashMap<u64, Vec<u32>> = result.sampled_token_ids;
         for (id, r) in reqs.iter_mut().enumerate().filter(|(_, r)| !r.done) {
-            r.computed += out.num_scheduled_tokens[&(id as u64)];
+            r.computed += out.num_scheduled_tokens.get(&(id as u64)).copied().unwrap_or(0);
             if let Some(t) = sampled.get(&(id as u64)) {
                 assert_eq!(r.computed, r.tokens.len(), "sampled before the prefill ended");
                 r.tokens.extend(t);
@@ -272,12 +289,16 @@ fn greedy_tokens_do_not_depend_on_batching_or_chunking() {
         vec![100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113],
     ];
     let mut exec = tiny_executor(dir.path(), 64);
-    let together = run_greedy(&mut exec, &prompts, 6, 64);
-    let chunked = run_greedy(&mut exec, &prompts, 6, 3);
-    let alone: Vec<Vec<u32>> =
-        prompts.iter().map(|p| run_greedy(&mut exec, std::slice::from_ref(p), 6, 5).remove(0)).collect();
+    let together = run_greedy(&mut exec, &prompts, 6, 64, None);
+    let chunked = run_greedy(&mut exec, &prompts, 6, 3, None);
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| run_greedy(&mut exec, std::slice::from_ref(p), 6, 5, None).remove(0))
+        .collect();
     assert_eq!(together, alone);
     assert_eq!(chunked, alone);
+    assert_eq!(run_greedy(&mut exec, &prompts, 6, 64, Some(2)), alone, "preempted and re-prefilled at once");
+    assert_eq!(run_greedy(&mut exec, &prompts, 6, 4, Some(3)), alone, "preempted and re-prefilled in chunks");
     assert!(alone.iter().all(|t| t.len() == 6));
 }
 

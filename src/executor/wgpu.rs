@@ -19,6 +19,7 @@ use crate::sampling::SamplingParams;
 /// What the executor remembers about one request between steps.
 #[derive(Debug)]
 struct RequestState {
+    /// Prompt and output tokens, the ones it sampled included (as vLLM's runner keeps them).
     tokens: Vec<TokenId>,
     prompt_len: usize,
     block_ids: Vec<u32>,
@@ -279,6 +280,7 @@ impl ModelExecutor for WgpuExecutor {
             if let (Some(n), Some(raw)) = (state.params.logprobs, logits_row) {
                 result.logprobs.insert(s.req_id, vec![logprobs(raw, token, n)]);
             }
+            state.tokens.push(token);
             result.sampled_token_ids.insert(s.req_id, vec![token]);
         }
         Ok(result)
