@@ -7,6 +7,7 @@
 pub mod config;
 pub mod core;
 pub mod dtype;
+pub mod engine;
 pub mod executor;
 pub mod gpu;
 pub mod model;
@@ -16,3 +17,5 @@ pub mod sampling;
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 pub use request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
 pub use sampling::SamplingParams;
+pub use engine::{CompletionOutput, Engine, EngineBuilder, EngineConfig, EngineError, ExecutorKind, Prompt, RequestOutput};
+pub use model::ChatMessage;

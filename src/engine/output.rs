@@ -46,7 +46,6 @@ pub struct CompletionOutput {
     /// Generated text (stop string removed unless asked for).
     pub text: String,
     /// `stop`, `length`, `abort` or `error` once finished.
-    #[serde(serialize_with = "serialize_finish_reason")]
     pub finish_reason: Option<FinishReason>,
     /// Log-probabilities per generated token, when asked for.
     #[serde(skip)]
@@ -68,15 +67,5 @@ impl CompletionOutput {
         self.logprobs.extend_from_slice(&output.new_logprobs);
         self.finish_reason = output.finish_reason.or(self.finish_reason);
         self.num_cached_tokens = output.num_cached_tokens;
-    }
-}
-
-fn serialize_finish_reason<S: serde::Serializer>(
-    reason: &Option<FinishReason>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match reason {
-        Some(reason) => serializer.serialize_str(reason.as_str()),
-        None => serializer.serialize_none(),
     }
 }
