@@ -293,13 +293,8 @@ impl Engine {
             last_token: None,
         };
         let request_id = self.next_request_id;
-        let request = Request::new(
-            request_id,
-            prompt_token_ids,
-            params,
-            self.text.eos_token_id,
-            request_id as f64,
-        );
+        let request =
+            Request::new(request_id, prompt_token_ids, params, self.text.eos_token_id, request_id as f64);
         self.scheduler.add_request(request)?;
         self.next_request_id += 1;
         self.requests.insert(request_id, state);

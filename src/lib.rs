@@ -15,7 +15,9 @@ pub mod request;
 pub mod sampling;
 
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+pub use engine::{
+    CompletionOutput, Engine, EngineBuilder, EngineConfig, EngineError, ExecutorKind, Prompt, RequestOutput,
+};
+pub use model::ChatMessage;
 pub use request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
 pub use sampling::SamplingParams;
-pub use engine::{CompletionOutput, Engine, EngineBuilder, EngineConfig, EngineError, ExecutorKind, Prompt, RequestOutput};
-pub use model::ChatMessage;

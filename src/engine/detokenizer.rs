@@ -104,7 +104,9 @@ mod tests {
     fn invalid_bytes_become_replacement_characters_and_a_cut_tail_flushes() {
         let tokenizer = tiny_tokenizer();
         let mut detok = IncrementalDetokenizer::new(true);
-        let push = |detok: &mut IncrementalDetokenizer, byte| detok.push(&tokenizer, byte_token(&tokenizer, byte)).unwrap();
+        let push = |detok: &mut IncrementalDetokenizer, byte| {
+            detok.push(&tokenizer, byte_token(&tokenizer, byte)).unwrap()
+        };
         assert_eq!(push(&mut detok, 0xff), "\u{fffd}");
         assert_eq!(push(&mut detok, b'x'), "x");
         assert_eq!(push(&mut detok, 0xe2), "");
