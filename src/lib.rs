@@ -13,6 +13,8 @@ pub mod gpu;
 pub mod model;
 pub mod request;
 pub mod sampling;
+#[cfg(feature = "server")]
+pub mod server;
 
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 pub use engine::{

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 use pagoda::core::output::{ModelRunnerOutput, SchedulerOutput};
 use pagoda::executor::{ExecutorError, ModelExecutor};
@@ -28,21 +29,24 @@ struct Tracked {
     output: Vec<TokenId>,
 }
 
-/// Samples from `logits(history)` once a request's known tokens are all computed.
+/// Samples from `logits(prompt, output)` once a request's known tokens are all computed.
 pub struct LogitsExecutor {
     logits: LogitsFn,
     requests: HashMap<RequestId, Tracked>,
+    step_delay: Duration,
 }
 
 impl LogitsExecutor {
-    /// An executor over `logits`.
-    pub fn new(logits: LogitsFn) -> Self {
-        Self { logits, requests: HashMap::new() }
+    /// An executor over `logits`; each step sleeps `step_delay` (to leave time for a
+    /// client to act while requests run).
+    pub fn new(logits: LogitsFn, step_delay: Duration) -> Self {
+        Self { logits, requests: HashMap::new(), step_delay }
     }
 }
 
 impl ModelExecutor for LogitsExecutor {
     fn execute(&mut self, so: &SchedulerOutput) -> Result<ModelRunnerOutput, ExecutorError> {
+        std::thread::sleep(self.step_delay);
         for id in &so.finished_req_ids {
             self.requests.remove(id);
         }
@@ -141,7 +145,12 @@ pub fn byte_tokens(text: &str) -> Vec<TokenId> {
 
 /// An engine on the tiny model's tokenizer with `logits` as its model.
 pub fn engine(config: EngineConfig, logits: LogitsFn) -> Engine {
+    slow_engine(config, logits, Duration::ZERO)
+}
+
+/// An engine whose every step takes at least `step_delay`.
+pub fn slow_engine(config: EngineConfig, logits: LogitsFn, step_delay: Duration) -> Engine {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
-    Engine::with_executor(config, model, Box::new(LogitsExecutor::new(logits))).unwrap()
+    Engine::with_executor(config, model, Box::new(LogitsExecutor::new(logits, step_delay))).unwrap()
 }
