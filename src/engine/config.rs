@@ -18,7 +18,7 @@ pub enum ExecutorKind {
 }
 
 /// Everything an engine is built from: the model, the KV cache, the scheduler and the executor.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct EngineConfig {
     /// A GGUF file or an HF directory; `None` means the default model.
     pub model: Option<PathBuf>,
@@ -32,19 +32,6 @@ pub struct EngineConfig {
     pub seed: u64,
     /// Refuse new requests while this many are waiting; `None` never refuses.
     pub max_waiting_requests: Option<usize>,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            model: None,
-            cache: CacheConfig::default(),
-            scheduler: SchedulerConfig::default(),
-            executor: ExecutorKind::default(),
-            seed: 0,
-            max_waiting_requests: None,
-        }
-    }
 }
 
 /// Builds an [`EngineConfig`] knob by knob; `Engine::builder()` starts one.

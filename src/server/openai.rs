@@ -227,9 +227,12 @@ impl Usage {
     pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
         Self { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
     }
+}
 
-    /// Sums two usages.
-    pub fn add(self, other: Self) -> Self {
+impl std::ops::Add for Usage {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
         Self::new(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
     }
 }

@@ -113,8 +113,7 @@ mod tests {
 
     #[test]
     fn renders_vllm_compatible_series() {
-        let mut metrics = EngineMetrics::default();
-        metrics.prompt_tokens = 12;
+        let mut metrics = EngineMetrics { prompt_tokens: 12, ..EngineMetrics::default() };
         metrics.scheduler.num_preemptions = 3;
         metrics.scheduler.kv_cache_usage = 0.25;
         metrics.time_to_first_token.observe(0.003);

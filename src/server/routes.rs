@@ -53,7 +53,7 @@ pub async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> 
         .iter()
         .enumerate()
         .map(|(index, completion)| {
-            usage = usage.add(completion_usage(completion));
+            usage = usage + completion_usage(completion);
             CompletionChoice {
                 index,
                 text: completion.text.clone(),

@@ -71,7 +71,7 @@ pub(super) fn sse_response(
                     },
                     Phase::Usage => {
                         phase = Phase::Done;
-                        Some(streamer.usage(usage.iter().fold(Usage::default(), |sum, u| sum.add(*u))))
+                        Some(streamer.usage(usage.iter().fold(Usage::default(), |sum, &u| sum + u)))
                     }
                     Phase::Done => {
                         phase = Phase::Ended;
@@ -91,6 +91,12 @@ pub(super) fn sse_response(
 
 fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// True when an output has text, ends its request, or has tokens whose log-probabilities
+/// were asked for.
+fn carries_something(output: &RequestOutput, logprobs: bool) -> bool {
+    !output.new_text.is_empty() || output.finished() || (logprobs && !output.new_token_ids.is_empty())
 }
 
 /// Chunks of `/v1/completions`.
@@ -127,10 +133,7 @@ impl Streamer for CompletionStreamer {
     }
 
     fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String> {
-        if output.new_text.is_empty()
-            && !output.finished()
-            && !(self.logprobs && !output.new_token_ids.is_empty())
-        {
+        if !carries_something(output, self.logprobs) {
             return None;
         }
         if self.text_offsets.len() <= index {
@@ -194,10 +197,7 @@ impl Streamer for ChatStreamer {
     }
 
     fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String> {
-        if output.new_text.is_empty()
-            && !output.finished()
-            && !(self.logprobs && !output.new_token_ids.is_empty())
-        {
+        if !carries_something(output, self.logprobs) {
             return None;
         }
         let content = (!output.new_text.is_empty()).then(|| output.new_text.clone());
