@@ -157,6 +157,9 @@ impl KvCacheManager {
             self.events.emit(|| KvEvent::Allocate { request_id, block_ids: new_blocks.clone() });
         }
         let table = self.tables.entry(request_id).or_default();
+        if !computed.block_ids.is_empty() && table.block_ids.is_empty() {
+            table.num_cached_blocks = computed.block_ids.len();
+        }
         table.block_ids.extend_from_slice(&computed.block_ids);
         table.block_ids.extend_from_slice(&new_blocks);
         if self.enable_caching {
@@ -205,6 +208,22 @@ impl KvCacheManager {
     pub fn uncache_from(&mut self, request_id: RequestId, block_index: usize) {
         if let Some(table) = self.tables.get_mut(&request_id) {
             table.num_cached_blocks = table.num_cached_blocks.min(block_index);
+        }
+    }
+
+    /// Takes back the prefix-cache entries of a request's blocks past its first
+    /// `num_computed_tokens` tokens: they were cached when allocated for a step that will not
+    /// run for it (it was unscheduled), so their contents will never be computed.
+    pub fn discard_uncomputed(&mut self, request_id: RequestId, num_computed_tokens: usize) {
+        let first_uncomputed = num_computed_tokens / self.block_size;
+        let Some(table) = self.tables.get_mut(&request_id) else {
+            return;
+        };
+        let uncomputed: Vec<BlockId> =
+            table.block_ids[first_uncomputed.min(table.num_cached_blocks)..table.num_cached_blocks].to_vec();
+        table.num_cached_blocks = table.num_cached_blocks.min(first_uncomputed);
+        for block_id in uncomputed {
+            self.evict_block(block_id);
         }
     }
 
