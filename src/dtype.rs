@@ -56,7 +56,7 @@ impl DType {
 
     /// Bytes taken by `n` elements; `None` when `n` is not a whole number of blocks.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
-        (n % self.block_len() == 0).then(|| n / self.block_len() * self.block_bytes())
+        n.is_multiple_of(self.block_len()).then(|| n / self.block_len() * self.block_bytes())
     }
 
     /// The lower-case name (`q4_1`, `f16`, ...).

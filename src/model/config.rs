@@ -277,7 +277,7 @@ impl ModelConfig {
                 });
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(ConfigError::InvalidField {
                 field: "num_key_value_heads".into(),
                 reason: format!(
@@ -286,7 +286,7 @@ impl ModelConfig {
                 ),
             });
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(ConfigError::InvalidField {
                 field: "head_dim".into(),
                 reason: "RoPE needs an even head_dim".into(),
@@ -309,40 +309,6 @@ impl ModelConfig {
     pub fn kv_size(&self) -> usize {
         self.num_key_value_heads * self.head_dim
     }
-
-    /// RoPE inverse frequency of each rotated pair (`head_dim / 2` values), scaling applied.
-    pub fn rope_inv_freqs(&self) -> Vec<f32> {
-        let d = self.head_dim as f64;
-        (0..self.head_dim / 2)
-            .map(|i| {
-                let inv = f64::from(self.rope_theta).powf(-2.0 * i as f64 / d);
-                let scaled = match self.rope_scaling {
-                    None => inv,
-                    Some(RopeScaling::Linear { factor }) => inv / f64::from(factor),
-                    Some(RopeScaling::Llama3 {
-                        factor,
-                        low_freq_factor,
-                        high_freq_factor,
-                        original_max_position_embeddings,
-                    }) => {
-                        let (factor, low, high) =
-                            (f64::from(factor), f64::from(low_freq_factor), f64::from(high_freq_factor));
-                        let old = original_max_position_embeddings as f64;
-                        let wavelen = 2.0 * std::f64::consts::PI / inv;
-                        if wavelen < old / high {
-                            inv
-                        } else if wavelen > old / low {
-                            inv / factor
-                        } else {
-                            let smooth = (old / wavelen - low) / (high - low);
-                            (1.0 - smooth) * inv / factor + smooth * inv
-                        }
-                    }
-                };
-                scaled as f32
-            })
-            .collect()
-    }
 }
 
 fn missing(field: &str) -> ConfigError {
@@ -350,7 +316,7 @@ fn missing(field: &str) -> ConfigError {
 }
 
 fn divide(a: usize, b: usize, field: &str) -> Result<usize, ConfigError> {
-    if b == 0 || a % b != 0 {
+    if b == 0 || !a.is_multiple_of(b) {
         return Err(ConfigError::InvalidField {
             field: field.into(),
             reason: format!("{a} is not divisible by {b} heads"),
@@ -501,16 +467,18 @@ mod tests {
     }
 
     #[test]
-    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+    fn llama3_scaling_is_read() {
         let mut v = base();
         v["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 64});
-        v["rope_theta"] = json!(500000.0);
         let c = ModelConfig::from_hf_json(&v, None).unwrap();
-        let plain = ModelConfig { rope_scaling: None, ..c.clone() }.rope_inv_freqs();
-        let scaled = c.rope_inv_freqs();
-        assert_eq!(scaled[0], plain[0]);
-        assert_eq!(scaled[7], plain[7] / 8.0);
+        let expected = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64,
+        };
+        assert_eq!(c.rope_scaling, Some(expected));
     }
 
     #[test]

@@ -400,7 +400,7 @@ impl GgufFile {
                 || GgufError::BadTensorDims { name: name.clone(), dims: dims.clone(), dtype: dtype.name() };
             let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
             let count = count.ok_or_else(bad_dims)?;
-            if dims.first().is_some_and(|&d| d as usize % dtype.block_len() != 0) {
+            if dims.first().is_some_and(|&d| !(d as usize).is_multiple_of(dtype.block_len())) {
                 return Err(bad_dims());
             }
             let num_bytes = dtype.bytes_for(count).ok_or_else(bad_dims)?;

@@ -4,6 +4,7 @@ pub mod chat;
 pub mod config;
 pub mod files;
 pub mod gguf;
+pub mod llama;
 pub mod safetensors;
 pub mod tensor;
 pub mod testing;

@@ -183,7 +183,7 @@ impl Tokenizer {
             let Some(slot) = token_bytes.get_mut(id as usize) else { continue };
             *slot = match added.get(&id) {
                 Some(t) => t.content.as_bytes().to_vec(),
-                None if byte_level => piece.chars().flat_map(|c| byte_of(c)).collect(),
+                None if byte_level => piece.chars().flat_map(&byte_of).collect(),
                 None => piece_bytes(&piece),
             };
         }
