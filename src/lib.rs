@@ -12,6 +12,8 @@ pub mod gpu;
 pub mod model;
 pub mod request;
 pub mod sampling;
+#[cfg(feature = "viz")]
+pub mod viz;
 
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 pub use request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
