@@ -9,9 +9,11 @@ pub mod gpu;
 pub mod model;
 pub mod offscreen;
 pub mod palette;
+pub mod source;
 pub mod state;
 pub mod trace;
 pub mod ui;
+pub mod window;
 
 use std::path::{Path, PathBuf};
 
@@ -53,6 +55,9 @@ pub enum VizError {
         /// The parser's message.
         message: String,
     },
+    /// The window or its event loop failed.
+    #[error("window error: {0}")]
+    Window(String),
     /// A step record could not be encoded.
     #[error("cannot encode a trace record: {0}")]
     TraceEncode(String),

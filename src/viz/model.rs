@@ -162,6 +162,8 @@ pub enum VizEvent {
     Preempt {
         /// The victim.
         request: RequestId,
+        /// The request that needed blocks.
+        needed_by: RequestId,
         /// The blocks it released.
         blocks: Vec<BlockId>,
     },
@@ -171,6 +173,8 @@ pub enum VizEvent {
         request: RequestId,
         /// Its blocks re-hit in the prefix cache.
         hit_blocks: Vec<BlockId>,
+        /// Tokens those blocks gave back.
+        num_cached_tokens: usize,
     },
     /// A request finished.
     Finish {

@@ -145,7 +145,12 @@ mod tests {
     #[test]
     fn marks_expire_after_mark_steps() {
         let mut state = VizState::default();
-        state.apply(record(1, 0.1, 0, vec![VizEvent::Preempt { request: 3, blocks: vec![4, 5] }]));
+        state.apply(record(
+            1,
+            0.1,
+            0,
+            vec![VizEvent::Preempt { request: 3, needed_by: 1, blocks: vec![4, 5] }],
+        ));
         assert_eq!(state.mark(4), Some(BlockMark::Preempted));
         assert_eq!(state.mark(6), None);
         for step in 2..=MARK_STEPS {

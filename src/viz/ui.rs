@@ -570,12 +570,13 @@ pub fn describe_event(event: &VizEvent) -> (Color32, String) {
         VizEvent::Free { request, blocks: b } => {
             (palette::TEXT_DIM, format!("free     r{request} {}", blocks(b)))
         }
-        VizEvent::Preempt { request, blocks: b } => {
-            (palette::PREEMPT, format!("PREEMPT  r{request} released {}", blocks(b)))
+        VizEvent::Preempt { request, needed_by, blocks: b } => {
+            (palette::PREEMPT, format!("PREEMPT  r{request} for r{needed_by}, released {}", blocks(b)))
         }
-        VizEvent::Resume { request, hit_blocks } => {
-            (palette::HIT, format!("resume   r{request} re-hit {}", blocks(hit_blocks)))
-        }
+        VizEvent::Resume { request, hit_blocks, num_cached_tokens } => (
+            palette::HIT,
+            format!("resume   r{request} re-hit {} ({num_cached_tokens} tok)", blocks(hit_blocks)),
+        ),
         VizEvent::Finish { request } => (palette::request_color(*request), format!("finish   r{request}")),
         VizEvent::InvalidBlocks { blocks: b } => (palette::EVICT, format!("invalid  {}", blocks(b))),
     }
