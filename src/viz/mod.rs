@@ -4,6 +4,7 @@
 //! offscreen to a PNG; and recorded traces that replay exactly.
 
 pub mod control;
+pub mod driver;
 pub mod feed;
 pub mod gpu;
 pub mod model;
@@ -55,6 +56,9 @@ pub enum VizError {
         /// The parser's message.
         message: String,
     },
+    /// The engine (scheduler or executor) failed while being driven.
+    #[error("engine error: {0}")]
+    Engine(String),
     /// The window or its event loop failed.
     #[error("window error: {0}")]
     Window(String),
