@@ -157,6 +157,9 @@ impl KvCacheManager {
             self.events.emit(|| KvEvent::Allocate { request_id, block_ids: new_blocks.clone() });
         }
         let table = self.tables.entry(request_id).or_default();
+        if !computed.block_ids.is_empty() && table.block_ids.is_empty() {
+            table.num_cached_blocks = computed.block_ids.len();
+        }
         table.block_ids.extend_from_slice(&computed.block_ids);
         table.block_ids.extend_from_slice(&new_blocks);
         if self.enable_caching {

@@ -247,10 +247,10 @@ impl Scheduler {
         let mut outputs = std::mem::take(&mut self.pending_outputs);
         let mut stopped = Vec::new();
         let scheduled_ids = scheduler_output
-            .scheduled_new_reqs
+            .scheduled_cached_reqs
             .iter()
             .map(|data| data.req_id)
-            .chain(scheduler_output.scheduled_cached_reqs.iter().map(|data| data.req_id));
+            .chain(scheduler_output.scheduled_new_reqs.iter().map(|data| data.req_id));
         for request_id in scheduled_ids {
             let Some(sampled) = model_runner_output.sampled_token_ids.get(&request_id) else {
                 continue;
