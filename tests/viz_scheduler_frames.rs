@@ -38,7 +38,10 @@ impl ModelExecutor for ConstantExecutor {
             .chain(output.scheduled_cached_reqs.iter().map(|r| (r.req_id, r.num_computed_tokens)));
         for (id, start) in starts {
             let scheduled = output.num_scheduled_tokens[&id];
-            let known = self.known_tokens.get_mut(&id).ok_or_else(|| ExecutorError::InvalidBatch(format!("unknown {id}")))?;
+            let known = self
+                .known_tokens
+                .get_mut(&id)
+                .ok_or_else(|| ExecutorError::InvalidBatch(format!("unknown {id}")))?;
             if start + scheduled >= *known {
                 result.sampled_token_ids.insert(id, vec![7]);
                 *known += 1;
@@ -46,10 +49,6 @@ impl ModelExecutor for ConstantExecutor {
         }
         Ok(result)
     }
-}
-
-fn clock(_: &ConstantExecutor) -> f64 {
-    0.0
 }
 
 fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> Arrival {
@@ -60,9 +59,18 @@ fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> Arrival {
 
 fn driver(num_gpu_blocks: usize, arrivals: Vec<Arrival>) -> Driver<ConstantExecutor> {
     let cache = CacheConfig { block_size: 4, num_gpu_blocks, ..CacheConfig::default() };
-    let sched =
-        SchedulerConfig { max_num_batched_tokens: 64, max_num_seqs: 8, max_model_len: 64, ..SchedulerConfig::default() };
-    Driver::new(Scheduler::new(sched, cache).unwrap(), ConstantExecutor::default(), clock, arrivals)
+    let sched = SchedulerConfig {
+        max_num_batched_tokens: 64,
+        max_num_seqs: 8,
+        max_model_len: 64,
+        ..SchedulerConfig::default()
+    };
+    Driver::new(
+        Scheduler::new(sched, cache).unwrap(),
+        ConstantExecutor::default(),
+        Box::new(|_| 0.0),
+        arrivals,
+    )
 }
 
 fn render(records: &[StepRecord]) -> (RgbaImage, FrameLayout) {
@@ -74,7 +82,12 @@ fn render(records: &[StepRecord]) -> (RgbaImage, FrameLayout) {
     let (image, layout) = renderer.render(&state, None).unwrap();
     if let Ok(dir) = std::env::var("PAGODA_VIZ_SNAPSHOT_DIR") {
         let step = records.last().map_or(0, |r| r.step);
-        image.save_png(&std::path::Path::new(&dir).join(format!("frame_{}_step{step}.png", layout.block_rects.len()))).unwrap();
+        image
+            .save_png(
+                &std::path::Path::new(&dir)
+                    .join(format!("frame_{}_step{step}.png", layout.block_rects.len())),
+            )
+            .unwrap();
     }
     (image, layout)
 }
@@ -100,8 +113,9 @@ fn shared_prefix_and_cached_free_blocks_after_the_first_step() {
     let prefix: Vec<TokenId> = (10..18).collect();
     let mut longer = prefix.clone();
     longer.extend([50, 51]);
-    let mut d = driver(16, vec![request(1, prefix, 20), request(2, longer, 20), request(3, vec![90, 91, 92, 93], 1)]);
-    let records = run_to_step(&mut d, 1).unwrap();
+    let mut d =
+        driver(16, vec![request(1, prefix, 20), request(2, longer, 20), request(3, vec![90, 91, 92, 93], 1)]);
+    let records = run_to_step(&mut d, 1, false).unwrap();
     assert_eq!(records.len(), 1);
     let kv = records[0].kv.as_ref().unwrap();
     let state_of = |id: usize| (kv.blocks[id].state, kv.blocks[id].ref_cnt, kv.blocks[id].owners.clone());
@@ -111,7 +125,11 @@ fn shared_prefix_and_cached_free_blocks_after_the_first_step() {
     assert_eq!(state_of(3), (BlockState::Used, 1, vec![2]));
     assert_eq!(state_of(4), (BlockState::CachedFree, 0, vec![]));
     assert_eq!(state_of(5), (BlockState::Free, 0, vec![]));
-    assert!(records[0].events.contains(&VizEvent::CacheHit { request: 2, blocks: vec![1, 2], num_tokens: 8 }));
+    assert!(records[0].events.contains(&VizEvent::CacheHit {
+        request: 2,
+        blocks: vec![1, 2],
+        num_tokens: 8
+    }));
     assert!(records[0].events.contains(&VizEvent::Finish { request: 3 }));
 
     let (image, layout) = render(&records);
@@ -136,7 +154,7 @@ fn preemption_victims_blocks_lose_its_colour() {
     // Four usable blocks of four tokens; two six-token prompts fill them. Decoding position
     // 8 needs a third block each, so at step 4 request 1 preempts request 2 (the newest).
     let mut d = driver(5, vec![request(1, (100..106).collect(), 20), request(2, (200..206).collect(), 20)]);
-    let before = run_to_step(&mut d, 3).unwrap();
+    let before = run_to_step(&mut d, 3, false).unwrap();
     let kv = before.last().unwrap().kv.as_ref().unwrap();
     let victim_blocks: Vec<u32> = kv.request(2).unwrap().block_ids.clone();
     assert_eq!(victim_blocks.len(), 2);
@@ -145,7 +163,7 @@ fn preemption_victims_blocks_lose_its_colour() {
         assert_eq!(centre(&image, &layout, block), rgb(palette::request_color(2)));
     }
 
-    let after = run_to_step(&mut d, 4).unwrap();
+    let after = run_to_step(&mut d, 4, false).unwrap();
     let record = after.last().unwrap();
     assert_eq!(record.step, 4);
     let preempt = record.events.iter().find_map(|e| match e {
@@ -169,5 +187,8 @@ fn preemption_victims_blocks_lose_its_colour() {
         };
         assert_eq!(centre(&image, &layout, block), expected, "block {block}");
     }
-    assert!(victim_blocks.iter().any(|&b| kv.blocks[b as usize].owners == vec![1]), "request 1 took a victim block");
+    assert!(
+        victim_blocks.iter().any(|&b| kv.blocks[b as usize].owners == vec![1]),
+        "request 1 took a victim block"
+    );
 }

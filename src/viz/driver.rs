@@ -24,6 +24,9 @@ pub struct Arrival {
     pub request: Request,
 }
 
+/// Reads an executor's engine time in seconds.
+pub type EngineClock<E> = Box<dyn Fn(&E) -> f64 + Send>;
+
 /// Why a driven step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -39,7 +42,7 @@ pub enum DriverError {
 pub struct Driver<E: ModelExecutor> {
     scheduler: Scheduler,
     executor: E,
-    clock: fn(&E) -> f64,
+    clock: EngineClock<E>,
     pending: VecDeque<Arrival>,
     probe: SchedulerProbe,
     idle_s: f64,
@@ -47,8 +50,8 @@ pub struct Driver<E: ModelExecutor> {
 
 impl<E: ModelExecutor> Driver<E> {
     /// A driver; `clock` reads the executor's engine time in seconds (simulated time for the
-    /// sim executor). Arrivals are taken in time order.
-    pub fn new(scheduler: Scheduler, executor: E, clock: fn(&E) -> f64, mut arrivals: Vec<Arrival>) -> Self {
+    /// sim executor, wall time for a real one). Arrivals are taken in time order.
+    pub fn new(scheduler: Scheduler, executor: E, clock: EngineClock<E>, mut arrivals: Vec<Arrival>) -> Self {
         arrivals.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         let probe = SchedulerProbe::attach(&scheduler);
         Self { scheduler, executor, clock, pending: arrivals.into(), probe, idle_s: 0.0 }
@@ -108,7 +111,10 @@ pub struct LiveSinks<'a> {
 /// Runs `driver` to the end at the pace the controls set, sending every step to the window
 /// (with a KV view whenever the window asked for one) and to the recorder; ends the feed.
 /// Stops early, without error, when the window closes.
-pub fn drive_live<E: ModelExecutor>(driver: &mut Driver<E>, mut sinks: LiveSinks<'_>) -> Result<(), VizError> {
+pub fn drive_live<E: ModelExecutor>(
+    driver: &mut Driver<E>,
+    mut sinks: LiveSinks<'_>,
+) -> Result<(), VizError> {
     let mut next_due = Instant::now();
     loop {
         if sinks.control.is_stopped() {
@@ -139,15 +145,20 @@ pub fn drive_live<E: ModelExecutor>(driver: &mut Driver<E>, mut sinks: LiveSinks
 }
 
 /// Runs `driver` without pacing until step `step` (or the end, whichever is first) and
-/// returns every record, the last one with a KV view: the input of an offscreen snapshot.
-pub fn run_to_step<E: ModelExecutor>(driver: &mut Driver<E>, step: u64) -> Result<Vec<StepRecord>, VizError> {
+/// returns every record, the last one with a KV view (all of them when `kv_every_step`, as
+/// a trace needs): the input of an offscreen snapshot.
+pub fn run_to_step<E: ModelExecutor>(
+    driver: &mut Driver<E>,
+    step: u64,
+    kv_every_step: bool,
+) -> Result<Vec<StepRecord>, VizError> {
     let mut records = Vec::new();
     loop {
         let last = records.last().map_or(0, |r: &StepRecord| r.step);
         if last >= step || driver.is_done() {
             break;
         }
-        let with_kv = last + 1 >= step;
+        let with_kv = kv_every_step || last + 1 >= step;
         match driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? {
             Some(record) => records.push(record),
             None => break,

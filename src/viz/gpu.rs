@@ -13,10 +13,10 @@ pub struct GpuHandles {
     pub queue: wgpu::Queue,
 }
 
-/// An instance over the backends `WGPU_BACKEND` names, or all of them.
+/// An instance over the backends `WGPU_BACKEND` names, or Vulkan, Metal and DX12.
 pub fn new_instance(display: Option<Box<dyn wgpu::wgt::WgpuHasDisplayHandle>>) -> wgpu::Instance {
     let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
-    descriptor.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all());
+    descriptor.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
     descriptor.display = display;
     wgpu::Instance::new(descriptor)
 }

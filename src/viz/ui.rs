@@ -316,7 +316,7 @@ pub fn paint_shared_mark(painter: &egui::Painter, rect: Rect) {
 fn table_row(painter: &egui::Painter, rect: Rect, request: &RequestView, kv: &KvView) -> Vec<Rect> {
     let color = palette::request_color(request.id);
     let label_width = 56.0;
-    let stats_width = 250.0;
+    let stats_width = 300.0;
     painter.rect_filled(
         Rect::from_min_size(rect.left_top(), vec2(4.0, rect.height())),
         CornerRadius::ZERO,
@@ -366,7 +366,7 @@ fn table_row(painter: &egui::Painter, rect: Rect, request: &RequestView, kv: &Kv
     painter.text(
         pos2(rect.right() - stats_width + 8.0, rect.center().y),
         Align2::LEFT_CENTER,
-        format!("{} tok  {} blk  {} cached{preempted}", request.num_tokens, n, request.num_cached_tokens),
+        format!("{:>4} tok {:>3} blk {:>4} hit{preempted}", request.num_tokens, n, request.num_cached_tokens),
         FontId::monospace(11.0),
         if request.num_preemptions > 0 { palette::PREEMPT } else { palette::TEXT_DIM },
     );
