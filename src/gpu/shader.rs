@@ -85,6 +85,8 @@ pub enum KernelVariant {
     SiluMul,
     /// `a += b`.
     AddInPlace,
+    /// `a[r, :] += bias`.
+    AddBias,
     /// Rows of a matrix picked by an index list.
     GatherRows,
     /// Top-k (and argmax as k = 1) per row.
@@ -147,6 +149,7 @@ impl KernelVariant {
             Self::Rope => "rope".into(),
             Self::SiluMul => "silu_mul".into(),
             Self::AddInPlace => "add_in_place".into(),
+            Self::AddBias => "add_bias".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, path, rows_tile } => {
@@ -175,11 +178,12 @@ impl KernelVariant {
             }
             Self::RmsNorm => src.push_str(include_str!("../../shaders/rms_norm.wgsl")),
             Self::Rope => src.push_str(include_str!("../../shaders/rope.wgsl")),
-            Self::SiluMul | Self::AddInPlace | Self::GatherRows => {
+            Self::SiluMul | Self::AddInPlace | Self::AddBias | Self::GatherRows => {
                 src.push_str(include_str!("../../shaders/elementwise.wgsl"));
                 src.push_str(match self {
                     Self::SiluMul => include_str!("../../shaders/silu_mul.wgsl"),
                     Self::AddInPlace => include_str!("../../shaders/add_in_place.wgsl"),
+                    Self::AddBias => include_str!("../../shaders/add_bias.wgsl"),
                     _ => include_str!("../../shaders/gather_rows.wgsl"),
                 });
             }
@@ -207,6 +211,7 @@ impl KernelVariant {
                     }
                     LinearPath::KSplit => src.push_str(include_str!("../../shaders/linear_ksplit.wgsl")),
                 }
+                src = unroll_rows(&src, rows_tile);
             }
             Self::ReshapeAndCache { kv } => {
                 src.push_str(kv.snippet());
@@ -224,6 +229,29 @@ impl KernelVariant {
     }
 }
 
+/// Expands every line holding a `ROWS_*` marker into one copy of the rest of the line per row
+/// `0..rows`, with `RR` and the identifier suffix `_R` replaced by the row number.
+fn unroll_rows(src: &str, rows: u32) -> String {
+    let mut out = String::with_capacity(src.len() * 2);
+    for line in src.lines() {
+        let trimmed = line.trim_start();
+        match trimmed.strip_prefix("ROWS_").and_then(|rest| rest.split_once(' ')) {
+            Some((_, body)) => {
+                let indent = &line[..line.len() - trimmed.len()];
+                for r in 0..rows {
+                    let text = body.replace("RR", &r.to_string()).replace("_R", &format!("_{r}"));
+                    out.push_str(&format!("{indent}{text}\n"));
+                }
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// Head dimensions the attention kernel is specialised for ahead of time in the tests.
 pub const TESTED_HEAD_DIMS: [u32; 4] = [64, 80, 96, 128];
 /// Subgroup sizes the subgroup variants are built for (lavapipe 8, Intel 16, NVIDIA/Apple 32, AMD 64).
@@ -237,6 +265,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::Rope,
         KernelVariant::SiluMul,
         KernelVariant::AddInPlace,
+        KernelVariant::AddBias,
         KernelVariant::GatherRows,
         KernelVariant::TopK,
     ];
