@@ -211,6 +211,22 @@ impl KvCacheManager {
         }
     }
 
+    /// Takes back the prefix-cache entries of a request's blocks past its first
+    /// `num_computed_tokens` tokens: they were cached when allocated for a step that will not
+    /// run for it (it was unscheduled), so their contents will never be computed.
+    pub fn discard_uncomputed(&mut self, request_id: RequestId, num_computed_tokens: usize) {
+        let first_uncomputed = num_computed_tokens / self.block_size;
+        let Some(table) = self.tables.get_mut(&request_id) else {
+            return;
+        };
+        let uncomputed: Vec<BlockId> =
+            table.block_ids[first_uncomputed.min(table.num_cached_blocks)..table.num_cached_blocks].to_vec();
+        table.num_cached_blocks = table.num_cached_blocks.min(first_uncomputed);
+        for block_id in uncomputed {
+            self.evict_block(block_id);
+        }
+    }
+
     /// Removes a block's hash from the prefix cache so nobody hits it; a free block moves to
     /// the head of the free queue.
     pub fn evict_block(&mut self, block_id: BlockId) {

@@ -555,6 +555,8 @@ impl Scheduler {
                     if let Some(undone) = position.map(|p| scheduled.remove(p)) {
                         *budget += undone.num_tokens;
                     }
+                    let num_computed = self.requests[&victim].num_computed_tokens;
+                    self.kv.discard_uncomputed(victim, num_computed);
                     index -= 1;
                 }
                 self.preempt(victim, request_id);

@@ -1,6 +1,8 @@
 //! Executors turn a `SchedulerOutput` into sampled tokens.
 
 pub mod sim;
+pub mod wgpu;
+pub mod workload;
 
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 

@@ -138,6 +138,7 @@ impl SimExecutor {
     fn run_tokens(
         &mut self,
         request_id: RequestId,
+        resumed: bool,
         num_computed_tokens: usize,
         token_ids: &[TokenId],
         num_scheduled: usize,
@@ -151,10 +152,10 @@ impl SimExecutor {
                 token_ids.len()
             )));
         }
-        if num_computed_tokens > sequence.num_computed_tokens {
+        let known = if resumed { sequence.token_ids.len() } else { sequence.num_computed_tokens };
+        if num_computed_tokens > known {
             return Err(invalid(format!(
-                "computed tokens {num_computed_tokens} beyond the {} it computed",
-                sequence.num_computed_tokens
+                "computed tokens {num_computed_tokens} beyond the {known} it knows"
             )));
         }
         for (offset, &token) in token_ids.iter().enumerate() {
@@ -205,7 +206,7 @@ impl ModelExecutor for SimExecutor {
             let sequence =
                 SimSequence { token_ids: new.prompt_token_ids.clone(), num_computed_tokens: start };
             self.sequences.insert(new.req_id, sequence);
-            if let Some(token) = self.run_tokens(new.req_id, start, tokens, num_scheduled)? {
+            if let Some(token) = self.run_tokens(new.req_id, false, start, tokens, num_scheduled)? {
                 output.sampled_token_ids.insert(new.req_id, vec![token]);
             }
             num_kv_tokens_read += end;
@@ -213,9 +214,13 @@ impl ModelExecutor for SimExecutor {
         for cached in &scheduler_output.scheduled_cached_reqs {
             let num_scheduled = scheduled(cached.req_id)?;
             let start = cached.num_computed_tokens;
-            if let Some(token) =
-                self.run_tokens(cached.req_id, start, &cached.new_token_ids, num_scheduled)?
-            {
+            if let Some(token) = self.run_tokens(
+                cached.req_id,
+                cached.resumed_from_preemption,
+                start,
+                &cached.new_token_ids,
+                num_scheduled,
+            )? {
                 output.sampled_token_ids.insert(cached.req_id, vec![token]);
             }
             num_kv_tokens_read += start + num_scheduled;

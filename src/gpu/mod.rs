@@ -1,1 +1,101 @@
 //! wgpu plumbing: device, buffers and typed kernel launches.
+//!
+//! Open a [`GpuContext`], upload weights with [`GpuContext::upload_weight`] (raw GGUF or
+//! little-endian bytes; quantized weights stay quantized and big ones are split across
+//! buffers invisibly), allocate f32/u32 [`Tensor`]s for activations and step inputs, and
+//! the paged [`KvCache`]. Each engine step records all its kernels into one [`Step`] and
+//! submits once; small results (argmax ids, top-k, or full logits rows when needed) come back
+//! through [`Step::read`].
+//!
+//! Every kernel reduces in one fixed order per row, so a row's bits do not depend on the other
+//! rows of the batch, on how a prompt was chunked, or on whether its K/V were written by a
+//! prefill or a decode (DESIGN.md §4).
+//!
+//! One Llama layer on a flattened batch of `t` tokens (workspace tensors allocated once for the
+//! largest step and viewed with [`Tensor::rows`]):
+//!
+//! ```no_run
+//! # use pagoda::gpu::*;
+//! # fn layer(ctx: &GpuContext, l: usize, t: usize, x: &Tensor, h: &Tensor, q: &Tensor, k: &Tensor,
+//! #     v: &Tensor, att: &Tensor, o: &Tensor, gate: &Tensor, up: &Tensor, act: &Tensor,
+//! #     norm1: &Tensor, norm2: &Tensor, wq: &Weight, wk: &Weight, wv: &Weight, wo: &Weight,
+//! #     wg: &Weight, wu: &Weight, wd: &Weight, inv_freq: &Tensor, positions: &Tensor,
+//! #     slots: &Tensor, batch: &AttentionBatch, cache: &KvCache, heads: usize, kv_heads: usize)
+//! #     -> Result<(), GpuError> {
+//! let mut step = ctx.step();
+//! step.rms_norm(x, norm1, 1e-5, h)?;
+//! step.linear(h, wq, q)?;
+//! step.linear(h, wk, k)?;
+//! step.linear(h, wv, v)?;
+//! step.rope(q, positions, inv_freq, heads, RopeMode::Interleaved)?;
+//! step.rope(k, positions, inv_freq, kv_heads, RopeMode::Interleaved)?;
+//! step.reshape_and_cache(k, v, slots, cache, l)?;
+//! step.paged_attention(q, cache, l, batch, heads, att)?;
+//! step.linear(att, wo, o)?;
+//! step.add_in_place(x, o)?;
+//! step.rms_norm(x, norm2, 1e-5, h)?;
+//! step.linear(h, wg, gate)?;
+//! step.linear(h, wu, up)?;
+//! step.silu_mul(gate, up, act)?;
+//! step.linear(act, wd, o)?;
+//! step.add_in_place(x, o)?;
+//! // ... more layers, then gather_rows + rms_norm + linear(lm_head) + argmax/top_k, and:
+//! let ids = step.read(slots);
+//! let mut out = step.submit()?;
+//! let _ids: Vec<u32> = out.u32s(ids);
+//! # Ok(()) }
+//! ```
+
+mod caps;
+mod context;
+mod kernels;
+mod kv_cache;
+mod options;
+mod rope;
+pub mod shader;
+mod step;
+mod tensor;
+mod weights;
+
+pub use caps::Capabilities;
+pub use context::GpuContext;
+pub use kernels::{AttentionBatch, RopeMode};
+pub use kv_cache::{KvCache, KvCacheShape};
+pub use options::{BackendChoice, FeatureMask, GpuOptions, LinearStrategy};
+pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
+pub use shader::{KernelVariant, KvFormat, LinearPath};
+pub use step::{ReadbackId, Step, StepOutput};
+pub use tensor::{Elem, Tensor};
+pub use weights::Weight;
+
+/// Why a GPU operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No adapter, or none matching the requested one.
+    #[error("no GPU adapter: {0}")]
+    NoAdapter(String),
+    /// The adapter refused the device request.
+    #[error("device request failed: {0}")]
+    RequestDevice(String),
+    /// A bad backend, adapter or feature option.
+    #[error("bad GPU option: {0}")]
+    BadOption(String),
+    /// Tensor shapes or types that do not fit the kernel.
+    #[error("shape mismatch: {0}")]
+    Shape(String),
+    /// Something larger than the device limits allow.
+    #[error("too large: {0}")]
+    TooLarge(String),
+    /// A kernel variant the device cannot run.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A shader failed to compile or validate.
+    #[error("shader error: {0}")]
+    Shader(String),
+    /// Out of device memory.
+    #[error("out of device memory: {0}")]
+    OutOfMemory(String),
+    /// A validation error or lost device while running.
+    #[error("device error: {0}")]
+    Device(String),
+}

@@ -1,0 +1,94 @@
+// Paged attention over a varlen batch, one invocation per (query token, head). Query token t of
+// sequence b sits at position seq_lens[b] - (query_start_loc[b + 1] - t) and attends to keys
+// 0..=position through block_table[b]. Keys are walked one KV block at a time in ascending
+// order with an online softmax, so a query's result depends only on its own context.
+struct Params {
+    tokens: u32,
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    num_seqs: u32,
+    scale: f32,
+    pad: u32,
+}
+
+const HP: u32 = HD / 2u;
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> Q: array<f32>;
+@group(0) @binding(2) var<storage, read> K_CACHE: array<KvPair>;
+@group(0) @binding(3) var<storage, read> V_CACHE: array<KvPair>;
+@group(0) @binding(4) var<storage, read> BLOCK_TABLE: array<u32>;
+@group(0) @binding(5) var<storage, read> SEQ_LENS: array<u32>;
+@group(0) @binding(6) var<storage, read> QUERY_START: array<u32>;
+@group(0) @binding(7) var<storage, read_write> OUT: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 64u + lid;
+    if (i >= P.tokens * P.heads) {
+        return;
+    }
+    let tok = i / P.heads;
+    let head = i % P.heads;
+    var lo = 0u;
+    var hi = P.num_seqs;
+    while (hi - lo > 1u) {
+        let mid = (lo + hi) / 2u;
+        if (QUERY_START[mid] <= tok) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let seq = lo;
+    let ctx = SEQ_LENS[seq] - (QUERY_START[seq + 1u] - tok) + 1u;
+    let kvh = head / (P.heads / P.kv_heads);
+    let qo = i * HD;
+    var q: array<vec2<f32>, HP>;
+    var acc: array<vec2<f32>, HP>;
+    for (var d = 0u; d < HP; d++) {
+        q[d] = vec2<f32>(Q[qo + 2u * d], Q[qo + 2u * d + 1u]);
+    }
+    var m = -3.0e38;
+    var l = 0.0;
+    var s: array<f32, MAX_BS>;
+    let blocks = (ctx + P.block_size - 1u) / P.block_size;
+    for (var blk = 0u; blk < blocks; blk++) {
+        let phys = BLOCK_TABLE[seq * P.max_blocks + blk];
+        let n_in = min(P.block_size, ctx - blk * P.block_size);
+        var tile_max = -3.0e38;
+        for (var j = 0u; j < n_in; j++) {
+            let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
+            var dot = 0.0;
+            for (var d = 0u; d < HP; d++) {
+                let k = kv_in(K_CACHE[kb + d]);
+                dot = fma(q[d].x, k.x, dot);
+                dot = fma(q[d].y, k.y, dot);
+            }
+            s[j] = dot * P.scale;
+            tile_max = max(tile_max, s[j]);
+        }
+        let m_new = max(m, tile_max);
+        let corr = exp(m - m_new);
+        l = l * corr;
+        for (var d = 0u; d < HP; d++) {
+            acc[d] = acc[d] * corr;
+        }
+        for (var j = 0u; j < n_in; j++) {
+            let p = exp(s[j] - m_new);
+            l = l + p;
+            let vb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
+            for (var d = 0u; d < HP; d++) {
+                acc[d] = fma(vec2<f32>(p, p), kv_in(V_CACHE[vb + d]), acc[d]);
+            }
+        }
+        m = m_new;
+    }
+    for (var d = 0u; d < HP; d++) {
+        let o = acc[d] / l;
+        OUT[qo + 2u * d] = o.x;
+        OUT[qo + 2u * d + 1u] = o.y;
+    }
+}

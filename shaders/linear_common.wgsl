@@ -1,0 +1,36 @@
+// y[m, n0 + n] = sum_k x[m, k] * w[n, k] for one part of a row-split weight.
+// Every output is one fma chain over k in ascending order, whatever the path and row tile.
+struct Params {
+    m: u32,
+    n_part: u32,
+    k: u32,
+    ldy: u32,
+    n0: u32,
+    nx: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> X: array<f32>;
+@group(0) @binding(2) var<storage, read> W: array<u32>;
+@group(0) @binding(3) var<storage, read_write> Y: array<f32>;
+
+fn dot8(x: W8, w: W8, acc: f32) -> f32 {
+    var s = fma(x.a.x, w.a.x, acc);
+    s = fma(x.a.y, w.a.y, s);
+    s = fma(x.a.z, w.a.z, s);
+    s = fma(x.a.w, w.a.w, s);
+    s = fma(x.b.x, w.b.x, s);
+    s = fma(x.b.y, w.b.y, s);
+    s = fma(x.b.z, w.b.z, s);
+    return fma(x.b.w, w.b.w, s);
+}
+
+fn load_x8_direct(xr: u32) -> W8 {
+    return W8(vec4<f32>(X[xr], X[xr + 1u], X[xr + 2u], X[xr + 3u]), vec4<f32>(X[xr + 4u], X[xr + 5u], X[xr + 6u], X[xr + 7u]));
+}
+
+fn x_row(m0: u32, r: u32) -> u32 {
+    return min(m0 + r, P.m - 1u) * P.k;
+}

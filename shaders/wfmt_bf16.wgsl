@@ -1,0 +1,17 @@
+// Weight format bf16: two weights per word (low half first), rows padded to whole words.
+fn w_row_words(k: u32) -> u32 {
+    return (k + 1u) / 2u;
+}
+
+fn bf16_pair(w: u32) -> vec2<f32> {
+    return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u));
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    return bf16_pair(W[rb + k / 2u])[k % 2u];
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let o = rb + 4u * g;
+    return W8(vec4<f32>(bf16_pair(W[o]), bf16_pair(W[o + 1u])), vec4<f32>(bf16_pair(W[o + 2u]), bf16_pair(W[o + 3u])));
+}

@@ -1,0 +1,29 @@
+// Weight format Q4_0: GGUF blocks of 32 padded to 5 words: word 0 holds the f16 scale d in its
+// low half, words 1..4 the 16 bytes qs; weight j < 16 is the low nibble of qs[j], weight j >= 16
+// the high nibble of qs[j - 16]; w = d * (q - 8).
+fn w_row_words(k: u32) -> u32 {
+    return k / 32u * 5u;
+}
+
+fn q4_nibbles(w: u32, shift: u32) -> vec4<f32> {
+    let v = w >> shift;
+    return vec4<f32>(f32(v & 15u), f32((v >> 8u) & 15u), f32((v >> 16u) & 15u), f32((v >> 24u) & 15u));
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    let base = rb + k / 32u * 5u;
+    let j = k % 32u;
+    let jj = j % 16u;
+    let d = unpack2x16float(W[base]).x;
+    let q = (W[base + 1u + jj / 4u] >> (8u * (jj % 4u) + 4u * (j / 16u))) & 15u;
+    return d * (f32(q) - 8.0);
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let base = rb + g / 4u * 5u;
+    let q = g % 4u;
+    let o = base + 1u + 2u * (q % 2u);
+    let shift = 4u * (q / 2u);
+    let d = unpack2x16float(W[base]).x;
+    return W8(d * (q4_nibbles(W[o], shift) - 8.0), d * (q4_nibbles(W[o + 1u], shift) - 8.0));
+}

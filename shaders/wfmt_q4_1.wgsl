@@ -1,0 +1,28 @@
+// Weight format Q4_1: GGUF blocks of 32 in 5 words: word 0 holds the f16 scale d (low half) and
+// the f16 minimum m (high half), words 1..4 the 16 bytes qs; nibble order as Q4_0; w = d * q + m.
+fn w_row_words(k: u32) -> u32 {
+    return k / 32u * 5u;
+}
+
+fn q4_nibbles(w: u32, shift: u32) -> vec4<f32> {
+    let v = w >> shift;
+    return vec4<f32>(f32(v & 15u), f32((v >> 8u) & 15u), f32((v >> 16u) & 15u), f32((v >> 24u) & 15u));
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    let base = rb + k / 32u * 5u;
+    let j = k % 32u;
+    let jj = j % 16u;
+    let dm = unpack2x16float(W[base]);
+    let q = (W[base + 1u + jj / 4u] >> (8u * (jj % 4u) + 4u * (j / 16u))) & 15u;
+    return dm.x * f32(q) + dm.y;
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let base = rb + g / 4u * 5u;
+    let q = g % 4u;
+    let o = base + 1u + 2u * (q % 2u);
+    let shift = 4u * (q / 2u);
+    let dm = unpack2x16float(W[base]);
+    return W8(dm.x * q4_nibbles(W[o], shift) + dm.y, dm.x * q4_nibbles(W[o + 1u], shift) + dm.y);
+}

@@ -1,0 +1,136 @@
+//! The device-capability layer: which kernel variant each family uses on this adapter, and why.
+
+use super::options::{FeatureMask, LinearStrategy};
+use super::shader::{KvFormat, LinearPath};
+use crate::config::KvCacheDtype;
+
+/// What the opened device offers pagoda, after masking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Adapter name.
+    pub adapter_name: String,
+    /// Backend name (`Vulkan`, `Metal`, ...).
+    pub backend: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// CPU, integrated, discrete, virtual or other.
+    pub device_type: String,
+    /// True for CPU (software) adapters such as lavapipe.
+    pub is_cpu: bool,
+    /// SHADER_F16 enabled on the device.
+    pub shader_f16: bool,
+    /// SUBGROUP enabled on the device.
+    pub subgroup: bool,
+    /// Smallest and largest subgroup size the adapter reports.
+    pub subgroup_sizes: (u32, u32),
+    /// TIMESTAMP_QUERY enabled on the device.
+    pub timestamp_query: bool,
+    /// Features the adapter has but the options masked.
+    pub masked: FeatureMask,
+    /// True when the device runs with WebGPU's default limits instead of the adapter's.
+    pub webgpu_default_limits: bool,
+    /// The limits the device was created with.
+    pub limits: wgpu::Limits,
+    /// Linear strategy forced by the options, if any.
+    pub forced_linear: Option<LinearStrategy>,
+}
+
+impl Capabilities {
+    /// The reduction path of the linear kernels on this device: sequential on CPU adapters
+    /// (with subgroup broadcast when subgroups of a fixed size >= 8 exist), K-split elsewhere.
+    pub fn linear_path(&self) -> LinearPath {
+        let sequential = match self.forced_linear {
+            Some(LinearStrategy::Sequential) => true,
+            Some(LinearStrategy::KSplit) => false,
+            None => self.is_cpu,
+        };
+        if !sequential {
+            return LinearPath::KSplit;
+        }
+        let (min, max) = self.subgroup_sizes;
+        let subgroup = (self.subgroup && min == max && min >= 8).then_some(min);
+        LinearPath::Sequential { subgroup }
+    }
+
+    /// The pool format for a requested KV cache dtype: `Auto` is f16 with SHADER_F16 and f32
+    /// without; f16 uses `vec2<f16>` with SHADER_F16 and packed u32 words without.
+    pub fn kv_format(&self, requested: KvCacheDtype) -> KvFormat {
+        match (requested, self.shader_f16) {
+            (KvCacheDtype::F32, _) | (KvCacheDtype::Auto, false) => KvFormat::F32,
+            (KvCacheDtype::F16, false) => KvFormat::F16Packed,
+            (KvCacheDtype::F16 | KvCacheDtype::Auto, true) => KvFormat::F16Native,
+        }
+    }
+
+    /// Which variant each kernel family uses and why, one family a line (for `pagoda info`).
+    pub fn variant_summary(&self) -> String {
+        let linear = match self.linear_path() {
+            LinearPath::KSplit => format!(
+                "linear: k-split, {} invocations per output and a fixed tree ({})",
+                super::shader::LINEAR_WG,
+                if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" }
+            ),
+            LinearPath::Sequential { subgroup: Some(sg) } => {
+                format!(
+                    "linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes (CPU adapter, subgroups of fixed size {sg})"
+                )
+            }
+            LinearPath::Sequential { subgroup: None } => format!(
+                "linear: sequential K loop, plain loads ({})",
+                if self.masked.subgroup {
+                    "subgroups masked"
+                } else if !self.subgroup {
+                    "no subgroups"
+                } else {
+                    "subgroup size not fixed or below 8"
+                }
+            ),
+        };
+        let kv = match self.kv_format(KvCacheDtype::Auto) {
+            KvFormat::F16Native => "kv cache (auto): f16 as vec2<f16> (shader-f16 present)".to_string(),
+            _ => format!(
+                "kv cache (auto): f32 ({}); --kv-cache-dtype f16 packs f16 pairs in u32 words",
+                if self.masked.f16 { "shader-f16 masked" } else { "no shader-f16" }
+            ),
+        };
+        [
+            linear,
+            kv,
+            "attention: one invocation per (token, head), KV walked block by block with online softmax"
+                .into(),
+            "embedding/rms_norm/rope/silu_mul/add/gather/top_k: one variant each (no optional features)"
+                .into(),
+        ]
+        .join("\n")
+    }
+
+    /// Adapter, backend, features and the limits that matter, one item a line.
+    pub fn device_summary(&self) -> String {
+        let l = &self.limits;
+        let on = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "adapter: {} ({}, {})\ndriver: {}\nfeatures: shader-f16 {}, subgroup {} (sizes {}..{}), timestamp-query {}{}\n\
+             limits{}: binding {} MiB, buffer {} MiB, workgroup storage {} KiB, invocations {}, storage buffers/stage {}",
+            self.adapter_name,
+            self.backend,
+            self.device_type,
+            self.driver,
+            on(self.shader_f16),
+            on(self.subgroup),
+            self.subgroup_sizes.0,
+            self.subgroup_sizes.1,
+            on(self.timestamp_query),
+            match (self.masked.f16, self.masked.subgroup) {
+                (false, false) => String::new(),
+                (f, s) =>
+                    format!(" [masked:{}{}]", if f { " f16" } else { "" }, if s { " subgroup" } else { "" }),
+            },
+            if self.webgpu_default_limits { " (WebGPU defaults)" } else { "" },
+            l.max_storage_buffer_binding_size >> 20,
+            l.max_buffer_size >> 20,
+            l.max_compute_workgroup_storage_size >> 10,
+            l.max_compute_invocations_per_workgroup,
+            l.max_storage_buffers_per_shader_stage,
+        )
+    }
+}

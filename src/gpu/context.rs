@@ -1,0 +1,147 @@
+//! The device: instance, adapter and device creation, and the pipeline cache.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::GpuError;
+use super::caps::Capabilities;
+use super::options::{FeatureMask, GpuOptions};
+use super::shader::KernelVariant;
+
+/// An opened wgpu device with pagoda's capabilities and compiled pipelines.
+pub struct GpuContext {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    caps: Capabilities,
+    pipelines: Mutex<HashMap<KernelVariant, wgpu::ComputePipeline>>,
+}
+
+fn pick_adapter(adapters: Vec<wgpu::Adapter>, choice: &str) -> Result<wgpu::Adapter, GpuError> {
+    let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+    let found = match choice.trim().parse::<usize>() {
+        Ok(index) => adapters.into_iter().nth(index),
+        Err(_) => {
+            let needle = choice.to_ascii_lowercase();
+            adapters.into_iter().find(|a| a.get_info().name.to_ascii_lowercase().contains(&needle))
+        }
+    };
+    found.ok_or_else(|| {
+        GpuError::NoAdapter(format!("no adapter matches `{choice}`; found: {}", names.join(", ")))
+    })
+}
+
+impl GpuContext {
+    /// Opens a device as `options` (completed from the environment) say, with the adapter's own
+    /// limits (or WebGPU's defaults when asked) and the optional features it has, less the masked ones.
+    pub fn new(options: &GpuOptions) -> Result<Self, GpuError> {
+        let options = options.resolved()?;
+        let backends = options.backend.map_or(wgpu::Backends::all(), |b| b.backends());
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapter = match &options.adapter {
+            Some(choice) => pick_adapter(pollster::block_on(instance.enumerate_adapters(backends)), choice)?,
+            None => pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            }))
+            .map_err(|e| GpuError::NoAdapter(e.to_string()))?,
+        };
+        let info = adapter.get_info();
+        let available = adapter.features();
+        let mask = options.disable_features;
+        let mut features = wgpu::Features::empty();
+        let shader_f16 = available.contains(wgpu::Features::SHADER_F16) && !mask.f16;
+        let subgroup = available.contains(wgpu::Features::SUBGROUP) && !mask.subgroup;
+        let timestamp_query = available.contains(wgpu::Features::TIMESTAMP_QUERY);
+        if shader_f16 {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        if subgroup {
+            features |= wgpu::Features::SUBGROUP;
+        }
+        if timestamp_query {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
+        let limits = if options.webgpu_default_limits { wgpu::Limits::defaults() } else { adapter.limits() };
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("pagoda"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+        let caps = Capabilities {
+            adapter_name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+            device_type: format!("{:?}", info.device_type),
+            is_cpu: info.device_type == wgpu::DeviceType::Cpu,
+            shader_f16,
+            subgroup,
+            subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
+            timestamp_query,
+            masked: FeatureMask {
+                f16: mask.f16 && available.contains(wgpu::Features::SHADER_F16),
+                subgroup: mask.subgroup && available.contains(wgpu::Features::SUBGROUP),
+            },
+            webgpu_default_limits: options.webgpu_default_limits,
+            limits,
+            forced_linear: options.linear_strategy,
+        };
+        Ok(Self { device, queue, caps, pipelines: Mutex::new(HashMap::new()) })
+    }
+
+    /// What the device offers after masking, and the variant choices that follow from it.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// Largest byte size one storage binding may have on this device.
+    pub fn max_binding_bytes(&self) -> u64 {
+        self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size)
+    }
+
+    /// The compute pipeline of `variant`, compiled on first use and cached.
+    pub(crate) fn pipeline(&self, variant: KernelVariant) -> Result<wgpu::ComputePipeline, GpuError> {
+        let mut cache =
+            self.pipelines.lock().map_err(|_| GpuError::Device("pipeline cache poisoned".into()))?;
+        if let Some(p) = cache.get(&variant) {
+            return Ok(p.clone());
+        }
+        if variant.needs_f16() && !self.caps.shader_f16 {
+            return Err(GpuError::Unsupported(format!("{} needs shader-f16", variant.label())));
+        }
+        if variant.needs_subgroup() && !self.caps.subgroup {
+            return Err(GpuError::Unsupported(format!("{} needs subgroups", variant.label())));
+        }
+        let label = variant.label();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(&label),
+            source: wgpu::ShaderSource::Wgsl(variant.source().into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Shader(format!("{label}: {err}")));
+        }
+        cache.insert(variant, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// Waits until all submitted work is done.
+    pub fn wait_idle(&self) -> Result<(), GpuError> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| GpuError::Device(e.to_string()))
+    }
+}

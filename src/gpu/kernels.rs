@@ -1,0 +1,307 @@
+//! One typed function per kernel, recorded into a [`Step`]. Each checks its shapes and returns
+//! [`GpuError::Shape`] on a mismatch instead of dispatching.
+
+use super::GpuError;
+use super::kv_cache::KvCache;
+use super::shader::{KernelVariant, LINEAR_WG, LinearPath};
+use super::step::{Binding, Step};
+use super::tensor::{Elem, Tensor};
+use super::weights::Weight;
+
+/// Which pairs of a head RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Pairs (2i, 2i + 1): GGUF llama files (Q/K rows permuted for it).
+    Interleaved,
+    /// Pairs (i, i + head_dim / 2): HF safetensors (NeoX style).
+    HalfSplit,
+}
+
+/// The varlen batch layout paged attention reads, as u32 tensors.
+#[derive(Debug, Clone)]
+pub struct AttentionBatch {
+    /// `[B + 1]`: first query token of each sequence in the flattened batch, then the total.
+    pub query_start_loc: Tensor,
+    /// `[B]`: tokens of each sequence after this step (cached prefix + new tokens).
+    pub seq_lens: Tensor,
+    /// `[B, max_blocks]`: physical KV block of each logical block of each sequence.
+    pub block_table: Tensor,
+}
+
+/// Rows of x one invocation (or workgroup) computes at once for the prefill path.
+const PREFILL_ROWS_TILE: u32 = 4;
+/// Below this many rows the decode row tile (1) is used.
+const PREFILL_MIN_ROWS: usize = 4;
+
+fn words(values: &[u32]) -> [u32; 8] {
+    let mut out = [0u32; 8];
+    out[..values.len()].copy_from_slice(values);
+    out
+}
+
+fn u(n: usize) -> u32 {
+    n as u32
+}
+
+fn dims2(t: &Tensor, what: &str) -> Result<(usize, usize), GpuError> {
+    match *t.shape() {
+        [r, c] => Ok((r, c)),
+        _ => Err(GpuError::Shape(format!("{what}: expected 2 dimensions, got {:?}", t.shape()))),
+    }
+}
+
+impl Step<'_> {
+    /// `out[t, :] = table[ids[t], :]` for `ids: u32 [T]`, `out: f32 [T, D]`, a `[vocab, D]` table
+    /// of any weight type. Ids outside the table leave their row untouched.
+    pub fn embed(&mut self, ids: &Tensor, table: &Weight, out: &Tensor) -> Result<(), GpuError> {
+        let t = ids.len();
+        ids.expect("embed ids", Elem::U32, &[t])?;
+        out.expect("embed out", Elem::F32, &[t, table.cols()])?;
+        let variant = KernelVariant::Embed { dtype: table.dtype() };
+        for part in &table.parts {
+            let params = words(&[u(t), u(table.cols()), u(part.row0), u(part.rows)]);
+            let grid = self.grid_1d(t * table.cols(), 64);
+            let bindings = vec![Binding::tensor(ids), Binding::buffer(&part.buffer), Binding::tensor(out)];
+            self.dispatch(variant, params, bindings, grid)?;
+        }
+        Ok(())
+    }
+
+    /// `out = x / sqrt(mean(x²) + eps) * weight` per row; `x`, `out`: f32 `[R, D]`, `weight`: `[D]`.
+    pub fn rms_norm(&mut self, x: &Tensor, weight: &Tensor, eps: f32, out: &Tensor) -> Result<(), GpuError> {
+        let (rows, d) = dims2(x, "rms_norm x")?;
+        weight.expect("rms_norm weight", Elem::F32, &[d])?;
+        out.expect("rms_norm out", Elem::F32, &[rows, d])?;
+        let params = words(&[u(rows), u(d), eps.to_bits()]);
+        let grid = self.grid_groups(rows);
+        self.dispatch(
+            KernelVariant::RmsNorm,
+            params,
+            vec![Binding::tensor(x), Binding::tensor(weight), Binding::tensor(out)],
+            grid,
+        )
+    }
+
+    /// Rotates `x: f32 [T, heads * head_dim]` in place by `positions: u32 [T]` with
+    /// `inv_freq: f32 [head_dim / 2]` (see [`rope_inv_freq`](super::rope_inv_freq)).
+    pub fn rope(
+        &mut self,
+        x: &Tensor,
+        positions: &Tensor,
+        inv_freq: &Tensor,
+        heads: usize,
+        mode: RopeMode,
+    ) -> Result<(), GpuError> {
+        let (t, width) = dims2(x, "rope x")?;
+        if heads == 0 || !width.is_multiple_of(heads) || !(width / heads).is_multiple_of(2) {
+            return Err(GpuError::Shape(format!(
+                "rope: width {width} is not heads ({heads}) x an even head_dim"
+            )));
+        }
+        let hd = width / heads;
+        positions.expect("rope positions", Elem::U32, &[t])?;
+        inv_freq.expect("rope inv_freq", Elem::F32, &[hd / 2])?;
+        let params = words(&[u(t), u(heads), u(hd), u32::from(mode == RopeMode::HalfSplit)]);
+        let grid = self.grid_1d(t * width / 2, 64);
+        self.dispatch(
+            KernelVariant::Rope,
+            params,
+            vec![Binding::tensor(x), Binding::tensor(positions), Binding::tensor(inv_freq)],
+            grid,
+        )
+    }
+
+    /// `out = x · wᵀ` for `x: f32 [M, K]`, `w: [N, K]` of any weight type, `out: f32 [M, N]`.
+    /// Every output is one fma chain over k ascending, so a row's bits never depend on M.
+    pub fn linear(&mut self, x: &Tensor, w: &Weight, out: &Tensor) -> Result<(), GpuError> {
+        let (m, k) = dims2(x, "linear x")?;
+        if k != w.cols() {
+            return Err(GpuError::Shape(format!("linear: x has {k} columns, {} has {}", w.name(), w.cols())));
+        }
+        out.expect("linear out", Elem::F32, &[m, w.rows()])?;
+        if m == 0 {
+            return Ok(());
+        }
+        let path = self.ctx.capabilities().linear_path();
+        let rows_tile = if m >= PREFILL_MIN_ROWS { PREFILL_ROWS_TILE } else { 1 };
+        let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile };
+        let row_groups = m.div_ceil(rows_tile as usize);
+        let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
+        if row_groups > max_dim {
+            return Err(GpuError::TooLarge(format!("linear: {m} rows exceed the dispatch limit")));
+        }
+        for part in &w.parts {
+            let (grid, nx) = match path {
+                LinearPath::Sequential { .. } => {
+                    ([u(part.rows.div_ceil(LINEAR_WG as usize)), u(row_groups), 1], 0)
+                }
+                LinearPath::KSplit => {
+                    let nx = part.rows.min(max_dim);
+                    ([u(nx), u(row_groups), u(part.rows.div_ceil(nx))], nx)
+                }
+            };
+            let params = words(&[u(m), u(part.rows), u(k), u(w.rows()), u(part.row0), u(nx)]);
+            let bindings = vec![Binding::tensor(x), Binding::buffer(&part.buffer), Binding::tensor(out)];
+            self.dispatch(variant, params, bindings, grid)?;
+        }
+        Ok(())
+    }
+
+    /// `out = silu(gate) * up` elementwise; all three f32 of the same shape.
+    pub fn silu_mul(&mut self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<(), GpuError> {
+        up.expect("silu_mul up", Elem::F32, gate.shape())?;
+        out.expect("silu_mul out", Elem::F32, gate.shape())?;
+        let n = gate.len();
+        let grid = self.grid_1d(n, 64);
+        self.dispatch(
+            KernelVariant::SiluMul,
+            words(&[u(n), 1]),
+            vec![Binding::tensor(gate), Binding::tensor(up), Binding::tensor(out)],
+            grid,
+        )
+    }
+
+    /// `x += y` elementwise (the residual add); both f32 of the same shape.
+    pub fn add_in_place(&mut self, x: &Tensor, y: &Tensor) -> Result<(), GpuError> {
+        x.expect("add x", Elem::F32, y.shape())?;
+        let n = x.len();
+        let grid = self.grid_1d(n, 64);
+        self.dispatch(
+            KernelVariant::AddInPlace,
+            words(&[u(n), 1]),
+            vec![Binding::tensor(x), Binding::tensor(y)],
+            grid,
+        )
+    }
+
+    /// `out[r, :] = src[indices[r], :]` for `src: f32 [T, D]`, `indices: u32 [R]`, `out: [R, D]`
+    /// (e.g. the rows that need logits, before the LM head).
+    pub fn gather_rows(&mut self, src: &Tensor, indices: &Tensor, out: &Tensor) -> Result<(), GpuError> {
+        let (_, d) = dims2(src, "gather_rows src")?;
+        let r = indices.len();
+        indices.expect("gather_rows indices", Elem::U32, &[r])?;
+        out.expect("gather_rows out", Elem::F32, &[r, d])?;
+        let n = r * d;
+        let grid = self.grid_1d(n, 64);
+        let bindings = vec![Binding::tensor(src), Binding::tensor(indices), Binding::tensor(out)];
+        self.dispatch(KernelVariant::GatherRows, words(&[u(n), u(d)]), bindings, grid)
+    }
+
+    /// Writes `k`, `v: f32 [T, kv_heads * head_dim]` into layer `layer` of `cache` at
+    /// `slot_mapping: u32 [T]` (slot = block * block_size + offset; `u32::MAX` skips the token).
+    pub fn reshape_and_cache(
+        &mut self,
+        k: &Tensor,
+        v: &Tensor,
+        slot_mapping: &Tensor,
+        cache: &KvCache,
+        layer: usize,
+    ) -> Result<(), GpuError> {
+        let s = cache.shape();
+        let t = slot_mapping.len();
+        slot_mapping.expect("slot_mapping", Elem::U32, &[t])?;
+        k.expect("reshape_and_cache k", Elem::F32, &[t, s.num_kv_heads * s.head_dim])?;
+        v.expect("reshape_and_cache v", Elem::F32, &[t, s.num_kv_heads * s.head_dim])?;
+        let (kc, vc) =
+            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
+        let row_pairs = s.num_kv_heads * s.head_dim / 2;
+        let grid = self.grid_1d(t * row_pairs, 64);
+        let bindings = vec![
+            Binding::tensor(k),
+            Binding::tensor(v),
+            Binding::tensor(slot_mapping),
+            Binding::buffer(kc),
+            Binding::buffer(vc),
+        ];
+        self.dispatch(
+            KernelVariant::ReshapeAndCache { kv: cache.format() },
+            words(&[u(t), u(row_pairs)]),
+            bindings,
+            grid,
+        )
+    }
+
+    /// Paged attention: `out, q: f32 [T, heads * head_dim]` over layer `layer` of `cache` for the
+    /// varlen `batch`; causal inside the new tokens, full over the cached prefix, GQA when
+    /// `heads` is a multiple of the cache's KV heads, scale `1 / sqrt(head_dim)`.
+    pub fn paged_attention(
+        &mut self,
+        q: &Tensor,
+        cache: &KvCache,
+        layer: usize,
+        batch: &AttentionBatch,
+        heads: usize,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        let s = cache.shape();
+        let (t, _) = dims2(q, "attention q")?;
+        q.expect("attention q", Elem::F32, &[t, heads * s.head_dim])?;
+        out.expect("attention out", Elem::F32, &[t, heads * s.head_dim])?;
+        if heads == 0 || !heads.is_multiple_of(s.num_kv_heads) {
+            return Err(GpuError::Shape(format!(
+                "attention: {heads} heads is not a multiple of {} KV heads",
+                s.num_kv_heads
+            )));
+        }
+        let b = batch.seq_lens.len();
+        let (tb, max_blocks) = dims2(&batch.block_table, "block_table")?;
+        batch.seq_lens.expect("seq_lens", Elem::U32, &[b])?;
+        batch.query_start_loc.expect("query_start_loc", Elem::U32, &[b + 1])?;
+        batch.block_table.expect("block_table", Elem::U32, &[b, max_blocks])?;
+        if b == 0 || tb != b || max_blocks == 0 {
+            return Err(GpuError::Shape(format!(
+                "attention: batch of {b} sequences with a {tb} x {max_blocks} block table"
+            )));
+        }
+        let (kc, vc) =
+            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
+        let scale = 1.0 / (s.head_dim as f32).sqrt();
+        let params = words(&[
+            u(t),
+            u(heads),
+            u(s.num_kv_heads),
+            u(s.block_size),
+            u(max_blocks),
+            u(b),
+            scale.to_bits(),
+        ]);
+        let grid = self.grid_1d(t * heads, 64);
+        let bindings = vec![
+            Binding::tensor(q),
+            Binding::buffer(kc),
+            Binding::buffer(vc),
+            Binding::tensor(&batch.block_table),
+            Binding::tensor(&batch.seq_lens),
+            Binding::tensor(&batch.query_start_loc),
+            Binding::tensor(out),
+        ];
+        let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim) };
+        self.dispatch(variant, params, bindings, grid)
+    }
+
+    /// The `k` largest logits of each row of `logits: f32 [R, V]`, largest first with ties to
+    /// the lower index, into `values: f32 [R, k]` and `ids: u32 [R, k]`. NaN is never chosen.
+    pub fn top_k(
+        &mut self,
+        logits: &Tensor,
+        k: usize,
+        values: &Tensor,
+        ids: &Tensor,
+    ) -> Result<(), GpuError> {
+        let (rows, v) = dims2(logits, "top_k logits")?;
+        if k == 0 || k > v {
+            return Err(GpuError::Shape(format!("top_k: k = {k} for rows of {v}")));
+        }
+        values.expect("top_k values", Elem::F32, &[rows, k])?;
+        ids.expect("top_k ids", Elem::U32, &[rows, k])?;
+        let grid = self.grid_groups(rows);
+        let bindings = vec![Binding::tensor(logits), Binding::tensor(values), Binding::tensor(ids)];
+        self.dispatch(KernelVariant::TopK, words(&[u(rows), u(v), u(k)]), bindings, grid)
+    }
+
+    /// The index of the largest logit of each row (ties to the lower index) into `ids: u32 [R, 1]`,
+    /// with its value into `values: f32 [R, 1]`.
+    pub fn argmax(&mut self, logits: &Tensor, values: &Tensor, ids: &Tensor) -> Result<(), GpuError> {
+        self.top_k(logits, 1, values, ids)
+    }
+}

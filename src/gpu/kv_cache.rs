@@ -1,0 +1,96 @@
+//! The paged K/V pools: per layer one K and one V buffer shaped
+//! `[num_blocks, block_size, num_kv_heads, head_dim]`.
+
+use super::GpuError;
+use super::context::GpuContext;
+use super::shader::{KvFormat, MAX_BLOCK_SIZE};
+use crate::config::KvCacheDtype;
+
+/// Shape of the paged KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheShape {
+    /// Transformer layers.
+    pub num_layers: usize,
+    /// Blocks per pool (block 0 is the null block, still allocated).
+    pub num_blocks: usize,
+    /// Tokens per block (at most 64).
+    pub block_size: usize,
+    /// K/V heads.
+    pub num_kv_heads: usize,
+    /// Head dimension (even).
+    pub head_dim: usize,
+}
+
+/// K and V pools for every layer.
+#[derive(Debug)]
+pub struct KvCache {
+    shape: KvCacheShape,
+    format: KvFormat,
+    pub(crate) layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+}
+
+impl KvCache {
+    /// Its shape.
+    pub fn shape(&self) -> KvCacheShape {
+        self.shape
+    }
+
+    /// Element format of the pools.
+    pub fn format(&self) -> KvFormat {
+        self.format
+    }
+
+    /// Bytes of one layer's K (or V) pool.
+    pub fn pool_bytes(&self) -> u64 {
+        pool_bytes(&self.shape, self.format)
+    }
+}
+
+fn pool_bytes(s: &KvCacheShape, format: KvFormat) -> u64 {
+    (s.num_blocks * s.block_size * s.num_kv_heads * s.head_dim * format.elem_bytes()) as u64
+}
+
+impl GpuContext {
+    /// Allocates zeroed K/V pools; `dtype` picks f16 or f32 as [`Capabilities::kv_format`] says.
+    ///
+    /// [`Capabilities::kv_format`]: super::Capabilities::kv_format
+    pub fn kv_cache(&self, shape: KvCacheShape, dtype: KvCacheDtype) -> Result<KvCache, GpuError> {
+        let s = &shape;
+        if s.num_layers == 0
+            || s.num_blocks == 0
+            || s.num_kv_heads == 0
+            || s.head_dim == 0
+            || !s.head_dim.is_multiple_of(2)
+        {
+            return Err(GpuError::Shape(format!("invalid KV cache shape {shape:?} (head_dim must be even)")));
+        }
+        if s.block_size == 0 || s.block_size > MAX_BLOCK_SIZE as usize {
+            return Err(GpuError::Shape(format!("block_size {} must be 1..={MAX_BLOCK_SIZE}", s.block_size)));
+        }
+        let format = self.capabilities().kv_format(dtype);
+        let bytes = pool_bytes(s, format);
+        if bytes > self.max_binding_bytes() {
+            return Err(GpuError::TooLarge(format!(
+                "one layer's K pool needs {bytes} bytes, above the {}-byte binding limit; lower --num-gpu-blocks or --kv-cache-memory",
+                self.max_binding_bytes()
+            )));
+        }
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let mut layers = Vec::with_capacity(s.num_layers);
+        for layer in 0..s.num_layers {
+            let k = self.create_buffer(&format!("k_cache.{layer}"), bytes, usage).map_err(lower_hint)?;
+            let v = self.create_buffer(&format!("v_cache.{layer}"), bytes, usage).map_err(lower_hint)?;
+            layers.push((k, v));
+        }
+        Ok(KvCache { shape, format, layers })
+    }
+}
+
+fn lower_hint(err: GpuError) -> GpuError {
+    match err {
+        GpuError::OutOfMemory(msg) => {
+            GpuError::OutOfMemory(format!("{msg}; lower --num-gpu-blocks or --kv-cache-memory"))
+        }
+        other => other,
+    }
+}

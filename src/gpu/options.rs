@@ -1,0 +1,132 @@
+//! How to pick and configure the device: backend, adapter, masked features, limits.
+
+use super::GpuError;
+
+/// A graphics API wgpu can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Vulkan (Linux, Windows, Android; lavapipe in CI).
+    Vulkan,
+    /// Metal (macOS, iOS).
+    Metal,
+    /// Direct3D 12 (Windows).
+    Dx12,
+    /// OpenGL / GLES.
+    Gl,
+}
+
+impl BackendChoice {
+    /// Parses `vulkan`, `metal`, `dx12` or `gl` (case-insensitive).
+    pub fn parse(name: &str) -> Result<Self, GpuError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "vulkan" | "vk" => Ok(Self::Vulkan),
+            "metal" | "mtl" => Ok(Self::Metal),
+            "dx12" | "d3d12" => Ok(Self::Dx12),
+            "gl" | "gles" | "opengl" => Ok(Self::Gl),
+            other => Err(GpuError::BadOption(format!("unknown backend `{other}` (vulkan, metal, dx12, gl)"))),
+        }
+    }
+
+    pub(crate) fn backends(self) -> wgpu::Backends {
+        match self {
+            Self::Vulkan => wgpu::Backends::VULKAN,
+            Self::Metal => wgpu::Backends::METAL,
+            Self::Dx12 => wgpu::Backends::DX12,
+            Self::Gl => wgpu::Backends::GL,
+        }
+    }
+}
+
+/// Optional device features pagoda can use, each of which can be masked off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FeatureMask {
+    /// Do not use SHADER_F16 even if the adapter has it.
+    pub f16: bool,
+    /// Do not use SUBGROUP even if the adapter has it.
+    pub subgroup: bool,
+}
+
+impl FeatureMask {
+    /// Parses a comma-separated list such as `f16,subgroup` (empty means none).
+    pub fn parse(list: &str) -> Result<Self, GpuError> {
+        let mut mask = Self::default();
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name.to_ascii_lowercase().as_str() {
+                "f16" | "shader-f16" | "shader_f16" => mask.f16 = true,
+                "subgroup" | "subgroups" => mask.subgroup = true,
+                other => {
+                    return Err(GpuError::BadOption(format!("unknown feature `{other}` (f16, subgroup)")));
+                }
+            }
+        }
+        Ok(mask)
+    }
+
+    fn union(self, other: Self) -> Self {
+        Self { f16: self.f16 || other.f16, subgroup: self.subgroup || other.subgroup }
+    }
+}
+
+/// Forces the linear kernels' reduction strategy instead of choosing it from the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinearStrategy {
+    /// One invocation per output, sequential K loop (CPU drivers).
+    Sequential,
+    /// K split across a workgroup (discrete GPUs).
+    KSplit,
+}
+
+/// Everything that decides which device pagoda opens and how.
+///
+/// Fields left `None`/false are taken from the environment by [`GpuOptions::resolved`]:
+/// `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the adapter name or its index),
+/// `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to `disable_features`),
+/// `PAGODA_WEBGPU_LIMITS=1` and `PAGODA_LINEAR=sequential|ksplit`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Graphics API; `None` lets wgpu choose among all of them.
+    pub backend: Option<BackendChoice>,
+    /// Adapter name substring or index; `None` takes the high-performance default.
+    pub adapter: Option<String>,
+    /// Features not to use even where present.
+    pub disable_features: FeatureMask,
+    /// Run with WebGPU's default limits (128 MiB binding, 256 MiB buffer, ...).
+    pub webgpu_default_limits: bool,
+    /// Linear reduction strategy; `None` chooses from the adapter type.
+    pub linear_strategy: Option<LinearStrategy>,
+}
+
+impl GpuOptions {
+    /// These options with unset fields filled from the `PAGODA_*` environment variables.
+    pub fn resolved(&self) -> Result<Self, GpuError> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let backend = match (self.backend, env("PAGODA_BACKEND")) {
+            (Some(b), _) => Some(b),
+            (None, Some(name)) => Some(BackendChoice::parse(&name)?),
+            (None, None) => None,
+        };
+        let env_mask =
+            env("PAGODA_DISABLE_FEATURES").map(|v| FeatureMask::parse(&v)).transpose()?.unwrap_or_default();
+        let linear_strategy = match (self.linear_strategy, env("PAGODA_LINEAR")) {
+            (Some(s), _) => Some(s),
+            (None, Some(name)) => Some(match name.trim().to_ascii_lowercase().as_str() {
+                "sequential" | "seq" => LinearStrategy::Sequential,
+                "ksplit" | "k-split" => LinearStrategy::KSplit,
+                other => {
+                    return Err(GpuError::BadOption(format!(
+                        "unknown linear strategy `{other}` (sequential, ksplit)"
+                    )));
+                }
+            }),
+            (None, None) => None,
+        };
+        Ok(Self {
+            backend,
+            adapter: self.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
+            disable_features: self.disable_features.union(env_mask),
+            webgpu_default_limits: self.webgpu_default_limits
+                || env("PAGODA_WEBGPU_LIMITS").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false")),
+            linear_strategy,
+        })
+    }
+}

@@ -1,0 +1,203 @@
+//! The per-step encoder: kernels record dispatches, `submit` encodes them all into one command
+//! buffer (one compute pass, then the readback copies) and submits it once.
+
+use std::num::NonZeroU64;
+
+use super::GpuError;
+use super::context::GpuContext;
+use super::shader::KernelVariant;
+use super::tensor::Tensor;
+
+/// Bytes of every kernel's uniform parameter block (8 words).
+const PARAM_BYTES: u64 = 32;
+
+/// A buffer range bound to one binding slot.
+#[derive(Debug, Clone)]
+pub(crate) struct Binding {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) size: u64,
+}
+
+impl Binding {
+    /// The whole of `t`'s elements.
+    pub(crate) fn tensor(t: &Tensor) -> Self {
+        Self { buffer: t.buffer.clone(), size: t.byte_len().max(4) }
+    }
+
+    /// The whole buffer.
+    pub(crate) fn buffer(buffer: &wgpu::Buffer) -> Self {
+        Self { buffer: buffer.clone(), size: buffer.size() }
+    }
+}
+
+struct Dispatch {
+    pipeline: wgpu::ComputePipeline,
+    params_offset: u64,
+    bindings: Vec<Binding>,
+    groups: [u32; 3],
+}
+
+/// Identifies a readback recorded with [`Step::read`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadbackId(usize);
+
+/// One step's dispatches, recorded in order and submitted together.
+pub struct Step<'a> {
+    pub(crate) ctx: &'a GpuContext,
+    dispatches: Vec<Dispatch>,
+    params: Vec<u8>,
+    readbacks: Vec<Binding>,
+}
+
+/// The readbacks of a submitted step.
+#[derive(Debug)]
+pub struct StepOutput {
+    data: Vec<Vec<u8>>,
+}
+
+impl StepOutput {
+    /// The bytes of readback `id` (moves them out; a second take is empty).
+    pub fn take(&mut self, id: ReadbackId) -> Vec<u8> {
+        std::mem::take(&mut self.data[id.0])
+    }
+
+    /// Readback `id` as f32 values.
+    pub fn f32s(&mut self, id: ReadbackId) -> Vec<f32> {
+        bytemuck::cast_slice(&self.take(id)).to_vec()
+    }
+
+    /// Readback `id` as u32 values.
+    pub fn u32s(&mut self, id: ReadbackId) -> Vec<u32> {
+        bytemuck::cast_slice(&self.take(id)).to_vec()
+    }
+}
+
+impl GpuContext {
+    /// Starts recording a step.
+    pub fn step(&self) -> Step<'_> {
+        Step { ctx: self, dispatches: Vec::new(), params: Vec::new(), readbacks: Vec::new() }
+    }
+}
+
+impl Step<'_> {
+    /// Records one dispatch of `variant` with parameter words `params` at binding 0 and
+    /// `bindings` at 1, 2, ...
+    pub(crate) fn dispatch(
+        &mut self,
+        variant: KernelVariant,
+        params: [u32; 8],
+        bindings: Vec<Binding>,
+        groups: [u32; 3],
+    ) -> Result<(), GpuError> {
+        let pipeline = self.ctx.pipeline(variant)?;
+        let align =
+            u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
+        let params_offset = (self.params.len() as u64).next_multiple_of(align);
+        self.params.resize(params_offset as usize, 0);
+        self.params.extend_from_slice(bytemuck::cast_slice(&params));
+        self.dispatches.push(Dispatch { pipeline, params_offset, bindings, groups });
+        Ok(())
+    }
+
+    /// Workgroup counts covering `invocations` with `wg` per workgroup, folded into y when x
+    /// would exceed the per-dimension limit (kernels flatten with `wid.y * nwg.x + wid.x`).
+    pub(crate) fn grid_1d(&self, invocations: usize, wg: usize) -> [u32; 3] {
+        self.grid_groups(invocations.div_ceil(wg))
+    }
+
+    /// Workgroup counts for `groups` workgroups, folded into y as `grid_1d` does.
+    pub(crate) fn grid_groups(&self, groups: usize) -> [u32; 3] {
+        let max = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension.max(1) as usize;
+        let x = groups.clamp(1, max);
+        [x as u32, groups.div_ceil(x).max(1) as u32, 1]
+    }
+
+    /// Copies `t` back to the CPU after this step's dispatches.
+    pub fn read(&mut self, t: &Tensor) -> ReadbackId {
+        self.readbacks.push(Binding { buffer: t.buffer.clone(), size: t.byte_len() });
+        ReadbackId(self.readbacks.len() - 1)
+    }
+
+    /// Encodes every recorded dispatch into one command buffer, submits it once, and waits
+    /// for the readbacks.
+    pub fn submit(self) -> Result<StepOutput, GpuError> {
+        let ctx = self.ctx;
+        let device = &ctx.device;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut encoder =
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        if !self.dispatches.is_empty() {
+            let uniforms = ctx.create_buffer(
+                "step params",
+                self.params.len() as u64,
+                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            )?;
+            ctx.queue.write_buffer(&uniforms, 0, &self.params);
+            let groups: Vec<wgpu::BindGroup> = self
+                .dispatches
+                .iter()
+                .map(|d| {
+                    let mut entries = vec![wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &uniforms,
+                            offset: d.params_offset,
+                            size: NonZeroU64::new(PARAM_BYTES),
+                        }),
+                    }];
+                    entries.extend(d.bindings.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry {
+                        binding: i as u32 + 1,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &b.buffer,
+                            offset: 0,
+                            size: NonZeroU64::new(b.size),
+                        }),
+                    }));
+                    device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &d.pipeline.get_bind_group_layout(0),
+                        entries: &entries,
+                    })
+                })
+                .collect();
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("step"),
+                timestamp_writes: None,
+            });
+            for (d, group) in self.dispatches.iter().zip(&groups) {
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            }
+        }
+        let mut staging = Vec::with_capacity(self.readbacks.len());
+        for r in &self.readbacks {
+            let size = r.size.max(4);
+            let buf = ctx.create_buffer(
+                "readback",
+                size,
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            )?;
+            if r.size > 0 {
+                encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
+            }
+            staging.push(buf);
+        }
+        ctx.queue.submit([encoder.finish()]);
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Device(err.to_string()));
+        }
+        for buf in &staging {
+            buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
+        }
+        ctx.wait_idle()?;
+        let mut data = Vec::with_capacity(staging.len());
+        for (buf, r) in staging.iter().zip(&self.readbacks) {
+            let view = buf.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
+            data.push(view[..r.size as usize].to_vec());
+            drop(view);
+            buf.unmap();
+        }
+        Ok(StepOutput { data })
+    }
+}

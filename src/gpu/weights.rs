@@ -1,0 +1,136 @@
+//! Weight upload: raw GGUF / little-endian bytes kept in their format, rows padded to whole u32
+//! words, and split by rows across buffers so each stays under the binding limit.
+
+use super::GpuError;
+use super::context::GpuContext;
+use crate::dtype::{DType, QK};
+
+/// A contiguous range of rows of a weight in one buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct WeightPart {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) row0: usize,
+    pub(crate) rows: usize,
+}
+
+/// A `[rows, cols]` weight matrix on the device, in its stored type.
+///
+/// Layout per row (what the shaders read): f32 as is; f16 and bf16 two per word, rows padded to
+/// an even length; Q4_1 blocks as GGUF stores them (20 bytes); Q8_0 and Q4_0 blocks with two
+/// zero bytes after the f16 scale (36 and 20 bytes) so every block starts on a word.
+#[derive(Debug, Clone)]
+pub struct Weight {
+    name: String,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    pub(crate) parts: Vec<WeightPart>,
+}
+
+impl Weight {
+    /// The name it was uploaded under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stored element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Output features (rows).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features (columns).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Number of buffers the rows are split across.
+    pub fn num_parts(&self) -> usize {
+        self.parts.len()
+    }
+}
+
+/// u32 words per stored row of `cols` elements of `dtype`, as the shaders read it.
+pub(crate) fn row_words(dtype: DType, cols: usize) -> usize {
+    match dtype {
+        DType::F32 => cols,
+        DType::F16 | DType::BF16 => cols.div_ceil(2),
+        DType::Q8_0 => cols / QK * 9,
+        DType::Q4_0 | DType::Q4_1 => cols / QK * 5,
+    }
+}
+
+fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
+    match dtype {
+        DType::F32 | DType::Q4_1 => out.extend_from_slice(row),
+        DType::F16 | DType::BF16 => {
+            out.extend_from_slice(row);
+            if !row.len().is_multiple_of(4) {
+                out.extend_from_slice(&[0, 0]);
+            }
+        }
+        DType::Q8_0 | DType::Q4_0 => {
+            for block in row.chunks_exact(dtype.block_bytes()) {
+                out.extend_from_slice(&block[..2]);
+                out.extend_from_slice(&[0, 0]);
+                out.extend_from_slice(&block[2..]);
+            }
+        }
+    }
+}
+
+impl GpuContext {
+    /// Uploads a `[rows, cols]` weight from its raw bytes (GGUF block layout for quantized
+    /// types, little-endian otherwise). Quantized weights stay quantized; a weight above the
+    /// binding limit is split across buffers by rows, invisibly to the kernels' callers.
+    pub fn upload_weight(
+        &self,
+        name: &str,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<Weight, GpuError> {
+        let row_bytes = dtype.bytes_for(cols).ok_or_else(|| {
+            GpuError::Shape(format!(
+                "{name}: {cols} columns is not a whole number of {} blocks",
+                dtype.name()
+            ))
+        })?;
+        if rows == 0 || cols == 0 || bytes.len() != rows * row_bytes {
+            return Err(GpuError::Shape(format!(
+                "{name}: {} bytes for a [{rows}, {cols}] {} weight, expected {}",
+                bytes.len(),
+                dtype.name(),
+                rows * row_bytes
+            )));
+        }
+        let stored_row_bytes = 4 * row_words(dtype, cols) as u64;
+        let rows_per_part = (self.max_binding_bytes() / stored_row_bytes) as usize;
+        if rows_per_part == 0 {
+            return Err(GpuError::TooLarge(format!(
+                "{name}: one row of {stored_row_bytes} bytes exceeds the binding limit"
+            )));
+        }
+        let mut parts = Vec::new();
+        for row0 in (0..rows).step_by(rows_per_part) {
+            let n = rows_per_part.min(rows - row0);
+            let mut data = Vec::with_capacity(n * stored_row_bytes as usize);
+            for row in bytes[row0 * row_bytes..(row0 + n) * row_bytes].chunks_exact(row_bytes) {
+                repack_row(dtype, row, &mut data);
+            }
+            let buffer = self.create_buffer(
+                name,
+                data.len() as u64,
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            )?;
+            self.queue.write_buffer(&buffer, 0, &data);
+            parts.push(WeightPart { buffer, row0, rows: n });
+        }
+        Ok(Weight { name: name.to_string(), dtype, rows, cols, parts })
+    }
+}

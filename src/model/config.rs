@@ -1,0 +1,492 @@
+//! The architecture of a Llama-family model, from HF `config.json` or from GGUF metadata.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::gguf::{GgufError, GgufFile};
+
+/// How rotary embeddings pair the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeVariant {
+    /// Adjacent pairs `(2i, 2i + 1)`: GGUF llama files store Q/K permuted for this.
+    Interleaved,
+    /// Halves `(i, i + head_dim / 2)`: HF safetensors ("NeoX style").
+    HalfSplit,
+}
+
+/// Rotary frequency scaling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    /// Positions divided by `factor`.
+    Linear {
+        /// Scale factor.
+        factor: f32,
+    },
+    /// Llama 3.1 style: low frequencies divided by `factor`, high ones kept, smooth between.
+    Llama3 {
+        /// Scale factor for low frequencies.
+        factor: f32,
+        /// Wavelength bound (in units of the original context) of the low band.
+        low_freq_factor: f32,
+        /// Wavelength bound of the high band.
+        high_freq_factor: f32,
+        /// Context length the model was trained with.
+        original_max_position_embeddings: usize,
+    },
+}
+
+/// A Llama-family decoder's architecture and special token ids.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// Architecture name (`llama`, `qwen2`, `mistral`).
+    pub architecture: String,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// Residual stream width.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU feed-forward.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (GQA when fewer than query heads).
+    pub num_key_value_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f32,
+    /// RoPE base.
+    pub rope_theta: f32,
+    /// RoPE frequency scaling, if any.
+    pub rope_scaling: Option<RopeScaling>,
+    /// How RoPE pairs dimensions, which depends on the file format.
+    pub rope_variant: RopeVariant,
+    /// Longest context the model was trained for.
+    pub max_position_embeddings: usize,
+    /// The LM head reuses the token embedding.
+    pub tie_word_embeddings: bool,
+    /// Q/K/V projections carry a bias (Qwen2).
+    pub attention_bias: bool,
+    /// Beginning-of-sequence token.
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence tokens (the first is the model's main EOS).
+    pub eos_token_ids: Vec<u32>,
+}
+
+/// Why a model config could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Reading a file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file is not valid JSON.
+    #[error("{path} is not valid JSON: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// A required field is absent.
+    #[error("model config is missing field {0:?}")]
+    MissingField(String),
+    /// A field has a value of the wrong type or out of range.
+    #[error("model config field {field:?} is invalid: {reason}")]
+    InvalidField {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An architecture pagoda does not run.
+    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2)")]
+    UnsupportedArchitecture(String),
+    /// Reading GGUF metadata failed.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+}
+
+const SUPPORTED: [&str; 3] = ["llama", "mistral", "qwen2"];
+
+impl ModelConfig {
+    /// Read `config.json` (and `generation_config.json` if present) from an HF model directory.
+    pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let dir = dir.as_ref();
+        let config = read_json(&dir.join("config.json"))?;
+        let generation_path = dir.join("generation_config.json");
+        let generation = if generation_path.exists() { Some(read_json(&generation_path)?) } else { None };
+        Self::from_hf_json(&config, generation.as_ref())
+    }
+
+    /// Build from parsed HF `config.json` and optional `generation_config.json`.
+    pub fn from_hf_json(config: &Value, generation: Option<&Value>) -> Result<Self, ConfigError> {
+        let f = Fields(config);
+        let architecture = match f.opt_str("model_type")? {
+            Some(t) => t.to_owned(),
+            None => return Err(ConfigError::MissingField("model_type".into())),
+        };
+        if !SUPPORTED.contains(&architecture.as_str()) {
+            return Err(ConfigError::UnsupportedArchitecture(architecture));
+        }
+        let hidden_size = f.usize("hidden_size")?;
+        let num_attention_heads = f.usize("num_attention_heads")?;
+        let num_key_value_heads = f.opt_usize("num_key_value_heads")?.unwrap_or(num_attention_heads);
+        let head_dim = match f.opt_usize("head_dim")? {
+            Some(d) => d,
+            None => divide(hidden_size, num_attention_heads, "hidden_size")?,
+        };
+        let eos_from = |v: &Value| ids_of(v.get("eos_token_id"), "eos_token_id");
+        let mut eos_token_ids = eos_from(config)?;
+        if let Some(g) = generation {
+            let from_generation = eos_from(g)?;
+            if !from_generation.is_empty() {
+                eos_token_ids = from_generation;
+            }
+        }
+        let bos_token_id = ids_of(config.get("bos_token_id"), "bos_token_id")?.first().copied();
+        let config = Self {
+            vocab_size: f.usize("vocab_size")?,
+            hidden_size,
+            intermediate_size: f.usize("intermediate_size")?,
+            num_hidden_layers: f.usize("num_hidden_layers")?,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            rms_norm_eps: f.f32("rms_norm_eps")?,
+            rope_theta: f.opt_f32("rope_theta")?.unwrap_or(10000.0),
+            rope_scaling: hf_rope_scaling(config.get("rope_scaling"))?,
+            rope_variant: RopeVariant::HalfSplit,
+            max_position_embeddings: f.usize("max_position_embeddings")?,
+            tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+            attention_bias: f.opt_bool("attention_bias")?.unwrap_or(architecture == "qwen2"),
+            bos_token_id,
+            eos_token_ids,
+            architecture,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Build from a GGUF file's metadata (and, for tied embeddings, its tensor list).
+    pub fn from_gguf(gguf: &GgufFile) -> Result<Self, ConfigError> {
+        let architecture =
+            gguf.get_str("general.architecture")?.ok_or_else(|| missing("general.architecture"))?;
+        if !SUPPORTED.contains(&architecture) {
+            return Err(ConfigError::UnsupportedArchitecture(architecture.to_owned()));
+        }
+        let key = |k: &str| format!("{architecture}.{k}");
+        let int = |k: &str| -> Result<Option<usize>, ConfigError> {
+            match gguf.get_int(k)? {
+                None => Ok(None),
+                Some(v) => usize::try_from(v).map(Some).map_err(|_| ConfigError::InvalidField {
+                    field: k.to_owned(),
+                    reason: format!("{v} is negative"),
+                }),
+            }
+        };
+        let req = |k: &str| int(k)?.ok_or_else(|| missing(k));
+        let hidden_size = req(&key("embedding_length"))?;
+        let num_attention_heads = req(&key("attention.head_count"))?;
+        let head_dim = match int(&key("attention.key_length"))? {
+            Some(d) => d,
+            None => divide(hidden_size, num_attention_heads, &key("embedding_length"))?,
+        };
+        let vocab_size = match int(&key("vocab_size"))? {
+            Some(v) => v,
+            None => match gguf.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
+                Some(tokens) => tokens.len(),
+                None => return Err(missing(&key("vocab_size"))),
+            },
+        };
+        let rope_scaling = match gguf.get_str(&key("rope.scaling.type"))? {
+            None | Some("none") => None,
+            Some("linear") => Some(RopeScaling::Linear {
+                factor: gguf
+                    .get_float(&key("rope.scaling.factor"))?
+                    .ok_or_else(|| missing(&key("rope.scaling.factor")))? as f32,
+            }),
+            Some(other) => {
+                return Err(ConfigError::InvalidField {
+                    field: key("rope.scaling.type"),
+                    reason: format!("unsupported rope scaling {other:?}"),
+                });
+            }
+        };
+        let token_id = |k: &str| -> Result<Option<u32>, ConfigError> {
+            int(k)?
+                .map(|v| {
+                    u32::try_from(v).map_err(|_| ConfigError::InvalidField {
+                        field: k.into(),
+                        reason: "too large".into(),
+                    })
+                })
+                .transpose()
+        };
+        let config = Self {
+            architecture: architecture.to_owned(),
+            vocab_size,
+            hidden_size,
+            intermediate_size: req(&key("feed_forward_length"))?,
+            num_hidden_layers: req(&key("block_count"))?,
+            num_attention_heads,
+            num_key_value_heads: int(&key("attention.head_count_kv"))?.unwrap_or(num_attention_heads),
+            head_dim,
+            rms_norm_eps: gguf
+                .get_float(&key("attention.layer_norm_rms_epsilon"))?
+                .ok_or_else(|| missing(&key("attention.layer_norm_rms_epsilon")))?
+                as f32,
+            rope_theta: gguf.get_float(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
+            rope_scaling,
+            rope_variant: if architecture == "qwen2" {
+                RopeVariant::HalfSplit
+            } else {
+                RopeVariant::Interleaved
+            },
+            max_position_embeddings: req(&key("context_length"))?,
+            tie_word_embeddings: !gguf.has_tensor("output.weight"),
+            attention_bias: gguf.has_tensor("blk.0.attn_q.bias"),
+            bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
+            eos_token_ids: token_id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let nonzero = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+        ];
+        for (field, v) in nonzero {
+            if v == 0 {
+                return Err(ConfigError::InvalidField {
+                    field: field.into(),
+                    reason: "must be positive".into(),
+                });
+            }
+        }
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
+            return Err(ConfigError::InvalidField {
+                field: "num_key_value_heads".into(),
+                reason: format!(
+                    "{} does not divide {} query heads",
+                    self.num_key_value_heads, self.num_attention_heads
+                ),
+            });
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(ConfigError::InvalidField {
+                field: "head_dim".into(),
+                reason: "RoPE needs an even head_dim".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Query heads per key/value head.
+    pub fn gqa_group_size(&self) -> usize {
+        self.num_attention_heads / self.num_key_value_heads
+    }
+
+    /// Width of the concatenated query heads.
+    pub fn q_size(&self) -> usize {
+        self.num_attention_heads * self.head_dim
+    }
+
+    /// Width of the concatenated key (or value) heads.
+    pub fn kv_size(&self) -> usize {
+        self.num_key_value_heads * self.head_dim
+    }
+}
+
+fn missing(field: &str) -> ConfigError {
+    ConfigError::MissingField(field.to_owned())
+}
+
+fn divide(a: usize, b: usize, field: &str) -> Result<usize, ConfigError> {
+    if b == 0 || !a.is_multiple_of(b) {
+        return Err(ConfigError::InvalidField {
+            field: field.into(),
+            reason: format!("{a} is not divisible by {b} heads"),
+        });
+    }
+    Ok(a / b)
+}
+
+fn read_json(path: &Path) -> Result<Value, ConfigError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_owned(), source })?;
+    serde_json::from_str(&text).map_err(|source| ConfigError::Json { path: path.to_owned(), source })
+}
+
+fn ids_of(v: Option<&Value>, field: &str) -> Result<Vec<u32>, ConfigError> {
+    let one = |v: &Value| {
+        v.as_u64().and_then(|id| u32::try_from(id).ok()).ok_or_else(|| ConfigError::InvalidField {
+            field: field.into(),
+            reason: format!("{v} is not a token id"),
+        })
+    };
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items.iter().map(one).collect(),
+        Some(v) => Ok(vec![one(v)?]),
+    }
+}
+
+fn hf_rope_scaling(v: Option<&Value>) -> Result<Option<RopeScaling>, ConfigError> {
+    let Some(v @ Value::Object(_)) = v else { return Ok(None) };
+    let f = Fields(v);
+    let kind = match f.opt_str("rope_type")? {
+        Some(t) => t,
+        None => f.opt_str("type")?.ok_or_else(|| missing("rope_scaling.rope_type"))?,
+    };
+    let factor = || f.f32("factor").map_err(|e| prefix(e, "rope_scaling."));
+    match kind {
+        "default" => Ok(None),
+        "linear" => Ok(Some(RopeScaling::Linear { factor: factor()? })),
+        "llama3" => Ok(Some(RopeScaling::Llama3 {
+            factor: factor()?,
+            low_freq_factor: f.f32("low_freq_factor").map_err(|e| prefix(e, "rope_scaling."))?,
+            high_freq_factor: f.f32("high_freq_factor").map_err(|e| prefix(e, "rope_scaling."))?,
+            original_max_position_embeddings: f
+                .usize("original_max_position_embeddings")
+                .map_err(|e| prefix(e, "rope_scaling."))?,
+        })),
+        other => Err(ConfigError::InvalidField {
+            field: "rope_scaling.rope_type".into(),
+            reason: format!("unsupported rope scaling {other:?}"),
+        }),
+    }
+}
+
+fn prefix(e: ConfigError, p: &str) -> ConfigError {
+    match e {
+        ConfigError::MissingField(f) => ConfigError::MissingField(format!("{p}{f}")),
+        ConfigError::InvalidField { field, reason } => {
+            ConfigError::InvalidField { field: format!("{p}{field}"), reason }
+        }
+        other => other,
+    }
+}
+
+/// Typed access to a JSON object's fields, with errors that name the field.
+struct Fields<'a>(&'a Value);
+
+impl Fields<'_> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn invalid(name: &str, v: &Value, expected: &str) -> ConfigError {
+        ConfigError::InvalidField { field: name.into(), reason: format!("{v} is not {expected}") }
+    }
+
+    fn opt_usize(&self, name: &str) -> Result<Option<usize>, ConfigError> {
+        self.get(name)
+            .map(|v| {
+                v.as_u64().map(|n| n as usize).ok_or_else(|| Self::invalid(name, v, "a non-negative integer"))
+            })
+            .transpose()
+    }
+
+    fn usize(&self, name: &str) -> Result<usize, ConfigError> {
+        self.opt_usize(name)?.ok_or_else(|| missing(name))
+    }
+
+    fn opt_f32(&self, name: &str) -> Result<Option<f32>, ConfigError> {
+        self.get(name)
+            .map(|v| v.as_f64().map(|n| n as f32).ok_or_else(|| Self::invalid(name, v, "a number")))
+            .transpose()
+    }
+
+    fn f32(&self, name: &str) -> Result<f32, ConfigError> {
+        self.opt_f32(name)?.ok_or_else(|| missing(name))
+    }
+
+    fn opt_bool(&self, name: &str) -> Result<Option<bool>, ConfigError> {
+        self.get(name).map(|v| v.as_bool().ok_or_else(|| Self::invalid(name, v, "a bool"))).transpose()
+    }
+
+    fn opt_str(&self, name: &str) -> Result<Option<&str>, ConfigError> {
+        self.get(name).map(|v| v.as_str().ok_or_else(|| Self::invalid(name, v, "a string"))).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({
+            "model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 256,
+            "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2
+        })
+    }
+
+    #[test]
+    fn hf_config_reads_every_field() {
+        let c = ModelConfig::from_hf_json(&base(), Some(&json!({"eos_token_id": [2, 3]}))).unwrap();
+        assert_eq!((c.head_dim, c.num_key_value_heads, c.gqa_group_size()), (16, 2, 2));
+        assert_eq!(c.eos_token_ids, vec![2, 3]);
+        assert_eq!(c.rope_variant, RopeVariant::HalfSplit);
+        assert!(c.tie_word_embeddings && !c.attention_bias);
+    }
+
+    #[test]
+    fn each_missing_required_field_is_named() {
+        for field in [
+            "model_type",
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "rms_norm_eps",
+        ] {
+            let mut v = base();
+            v.as_object_mut().unwrap().remove(field);
+            match ModelConfig::from_hf_json(&v, None) {
+                Err(ConfigError::MissingField(f)) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn llama3_scaling_is_read() {
+        let mut v = base();
+        v["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64});
+        let c = ModelConfig::from_hf_json(&v, None).unwrap();
+        let expected = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64,
+        };
+        assert_eq!(c.rope_scaling, Some(expected));
+    }
+
+    #[test]
+    fn bad_head_counts_are_rejected() {
+        let mut v = base();
+        v["num_key_value_heads"] = json!(3);
+        assert!(
+            matches!(ModelConfig::from_hf_json(&v, None), Err(ConfigError::InvalidField { field, .. }) if field == "num_key_value_heads")
+        );
+    }
+}

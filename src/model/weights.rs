@@ -1,0 +1,246 @@
+//! The Llama-family weight set, looked up by each format's tensor names and checked
+//! against the config's shapes.
+
+use super::config::ModelConfig;
+use super::gguf::{GgufError, GgufFile};
+use super::safetensors::{SafetensorsError, SafetensorsFiles};
+use super::tensor::TensorView;
+
+/// Why the weight set could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum WeightError {
+    /// A tensor the model needs is absent.
+    #[error("missing tensor {0:?}")]
+    MissingTensor(String),
+    /// A tensor whose shape disagrees with the config.
+    #[error("tensor {name:?} has shape {found:?}, but the config implies {expected:?}")]
+    ShapeMismatch {
+        /// The tensor.
+        name: String,
+        /// Shape the config implies (row-major).
+        expected: Vec<usize>,
+        /// Shape in the file.
+        found: Vec<usize>,
+    },
+    /// A GGUF read failure other than a missing tensor.
+    #[error(transparent)]
+    Gguf(GgufError),
+    /// A safetensors read failure other than a missing tensor.
+    #[error(transparent)]
+    Safetensors(SafetensorsError),
+}
+
+impl From<GgufError> for WeightError {
+    fn from(e: GgufError) -> Self {
+        match e {
+            GgufError::MissingTensor(name) => Self::MissingTensor(name),
+            other => Self::Gguf(other),
+        }
+    }
+}
+
+impl From<SafetensorsError> for WeightError {
+    fn from(e: SafetensorsError) -> Self {
+        match e {
+            SafetensorsError::MissingTensor(name) => Self::MissingTensor(name),
+            other => Self::Safetensors(other),
+        }
+    }
+}
+
+/// Where the weights are stored.
+#[derive(Debug)]
+pub enum WeightFile {
+    /// A GGUF file (llama.cpp names: `blk.N.attn_q.weight`, ...).
+    Gguf(GgufFile),
+    /// HF safetensors (names: `model.layers.N.self_attn.q_proj.weight`, ...).
+    Safetensors(SafetensorsFiles),
+}
+
+/// Which weight of a decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LayerTensor {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    QBias,
+    KBias,
+    VBias,
+    O,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+impl WeightFile {
+    /// The named tensor in this file's own naming.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, WeightError> {
+        Ok(match self {
+            Self::Gguf(g) => g.tensor(name)?,
+            Self::Safetensors(s) => s.tensor(name)?,
+        })
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        match self {
+            Self::Gguf(g) => g.has_tensor(name),
+            Self::Safetensors(s) => s.has_tensor(name),
+        }
+    }
+
+    fn embed_name(&self) -> &'static str {
+        match self {
+            Self::Gguf(_) => "token_embd.weight",
+            Self::Safetensors(_) => "model.embed_tokens.weight",
+        }
+    }
+
+    fn norm_name(&self) -> &'static str {
+        match self {
+            Self::Gguf(_) => "output_norm.weight",
+            Self::Safetensors(_) => "model.norm.weight",
+        }
+    }
+
+    fn lm_head_name(&self) -> &'static str {
+        match self {
+            Self::Gguf(_) => "output.weight",
+            Self::Safetensors(_) => "lm_head.weight",
+        }
+    }
+
+    fn layer_name(&self, layer: usize, t: LayerTensor) -> String {
+        use LayerTensor::*;
+        match self {
+            Self::Gguf(_) => {
+                let s = match t {
+                    AttnNorm => "attn_norm.weight",
+                    Q => "attn_q.weight",
+                    K => "attn_k.weight",
+                    V => "attn_v.weight",
+                    QBias => "attn_q.bias",
+                    KBias => "attn_k.bias",
+                    VBias => "attn_v.bias",
+                    O => "attn_output.weight",
+                    FfnNorm => "ffn_norm.weight",
+                    Gate => "ffn_gate.weight",
+                    Up => "ffn_up.weight",
+                    Down => "ffn_down.weight",
+                };
+                format!("blk.{layer}.{s}")
+            }
+            Self::Safetensors(_) => {
+                let s = match t {
+                    AttnNorm => "input_layernorm.weight",
+                    Q => "self_attn.q_proj.weight",
+                    K => "self_attn.k_proj.weight",
+                    V => "self_attn.v_proj.weight",
+                    QBias => "self_attn.q_proj.bias",
+                    KBias => "self_attn.k_proj.bias",
+                    VBias => "self_attn.v_proj.bias",
+                    O => "self_attn.o_proj.weight",
+                    FfnNorm => "post_attention_layernorm.weight",
+                    Gate => "mlp.gate_proj.weight",
+                    Up => "mlp.up_proj.weight",
+                    Down => "mlp.down_proj.weight",
+                };
+                format!("model.layers.{layer}.{s}")
+            }
+        }
+    }
+
+    fn checked(&self, name: &str, expected: &[usize]) -> Result<TensorView<'_>, WeightError> {
+        let t = self.tensor(name)?;
+        if t.shape != expected {
+            return Err(WeightError::ShapeMismatch {
+                name: name.to_owned(),
+                expected: expected.to_vec(),
+                found: t.shape.to_vec(),
+            });
+        }
+        Ok(t)
+    }
+}
+
+/// The weights of one decoder layer. Matrices are `[out_features, in_features]`.
+#[derive(Debug, Clone)]
+pub struct LayerWeights<'a> {
+    /// RMSNorm before attention, `[hidden]`.
+    pub attn_norm: TensorView<'a>,
+    /// Query projection, `[heads * head_dim, hidden]`.
+    pub q_proj: TensorView<'a>,
+    /// Key projection, `[kv_heads * head_dim, hidden]`.
+    pub k_proj: TensorView<'a>,
+    /// Value projection, `[kv_heads * head_dim, hidden]`.
+    pub v_proj: TensorView<'a>,
+    /// Q/K/V biases, when the config says so.
+    pub qkv_bias: Option<[TensorView<'a>; 3]>,
+    /// Attention output projection, `[hidden, heads * head_dim]`.
+    pub o_proj: TensorView<'a>,
+    /// RMSNorm before the feed-forward, `[hidden]`.
+    pub ffn_norm: TensorView<'a>,
+    /// SwiGLU gate, `[intermediate, hidden]`.
+    pub gate_proj: TensorView<'a>,
+    /// SwiGLU up, `[intermediate, hidden]`.
+    pub up_proj: TensorView<'a>,
+    /// SwiGLU down, `[hidden, intermediate]`.
+    pub down_proj: TensorView<'a>,
+}
+
+/// Every weight of a Llama-family model, shape-checked against its config.
+#[derive(Debug, Clone)]
+pub struct LlamaWeights<'a> {
+    /// Token embedding, `[vocab, hidden]`.
+    pub embed_tokens: TensorView<'a>,
+    /// Decoder layers in order.
+    pub layers: Vec<LayerWeights<'a>>,
+    /// Final RMSNorm, `[hidden]`.
+    pub norm: TensorView<'a>,
+    /// LM head, `[vocab, hidden]`; the embedding itself when tied.
+    pub lm_head: TensorView<'a>,
+}
+
+impl<'a> LlamaWeights<'a> {
+    /// Look up and shape-check every weight `config` needs in `file`.
+    pub fn from_file(file: &'a WeightFile, config: &ModelConfig) -> Result<Self, WeightError> {
+        use LayerTensor::*;
+        let (h, q, kv, ff, vocab) = (
+            config.hidden_size,
+            config.q_size(),
+            config.kv_size(),
+            config.intermediate_size,
+            config.vocab_size,
+        );
+        let embed_tokens = file.checked(file.embed_name(), &[vocab, h])?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|l| {
+                let get = |t, shape: &[usize]| file.checked(&file.layer_name(l, t), shape);
+                Ok(LayerWeights {
+                    attn_norm: get(AttnNorm, &[h])?,
+                    q_proj: get(Q, &[q, h])?,
+                    k_proj: get(K, &[kv, h])?,
+                    v_proj: get(V, &[kv, h])?,
+                    qkv_bias: if config.attention_bias {
+                        Some([get(QBias, &[q])?, get(KBias, &[kv])?, get(VBias, &[kv])?])
+                    } else {
+                        None
+                    },
+                    o_proj: get(O, &[h, q])?,
+                    ffn_norm: get(FfnNorm, &[h])?,
+                    gate_proj: get(Gate, &[ff, h])?,
+                    up_proj: get(Up, &[ff, h])?,
+                    down_proj: get(Down, &[h, ff])?,
+                })
+            })
+            .collect::<Result<Vec<_>, WeightError>>()?;
+        let norm = file.checked(file.norm_name(), &[h])?;
+        let lm_head = if config.tie_word_embeddings && !file.has_tensor(file.lm_head_name()) {
+            embed_tokens
+        } else {
+            file.checked(file.lm_head_name(), &[vocab, h])?
+        };
+        Ok(Self { embed_tokens, layers, norm, lm_head })
+    }
+}

@@ -1,0 +1,314 @@
+//! The Llama forward pass on the GPU (lavapipe in CI) with the tiny random model: against a
+//! plain-Rust CPU reference, safetensors against GGUF, and the executor's greedy tokens
+//! unchanged by batching and chunking.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
+use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
+use pagoda::dtype::DType;
+use pagoda::executor::ModelExecutor;
+use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape};
+use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
+use pagoda::model::testing::TinyLlama;
+use pagoda::model::{ModelFiles, RopeVariant};
+use pagoda::sampling::SamplingParams;
+
+const BLOCK: usize = 4;
+
+fn ctx() -> GpuContext {
+    GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)")
+}
+
+/// Plain f64 Llama over the dequantized weights of `files`; logits of every position.
+fn cpu_logits(files: &ModelFiles, tokens: &[u32]) -> Vec<Vec<f64>> {
+    let c = &files.config;
+    let w = files.llama_weights().unwrap();
+    let f = |t: &pagoda::model::TensorView<'_>| t.to_f32().into_iter().map(f64::from).collect::<Vec<f64>>();
+    let matvec = |m: &[f64], x: &[f64]| -> Vec<f64> {
+        m.chunks(x.len()).map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+    };
+    let norm = |x: &[f64], g: &[f64]| -> Vec<f64> {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        let s = 1.0 / (ms + f64::from(c.rms_norm_eps)).sqrt();
+        x.iter().zip(g).map(|(v, g)| v * s * g).collect()
+    };
+    let hd = c.head_dim;
+    let rope = |x: &mut [f64], pos: usize| {
+        for head in x.chunks_mut(hd) {
+            for i in 0..hd / 2 {
+                let theta = pos as f64 * f64::from(c.rope_theta).powf(-2.0 * i as f64 / hd as f64);
+                let (a, b) = match c.rope_variant {
+                    RopeVariant::Interleaved => (2 * i, 2 * i + 1),
+                    RopeVariant::HalfSplit => (i, i + hd / 2),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * theta.cos() - x1 * theta.sin();
+                head[b] = x0 * theta.sin() + x1 * theta.cos();
+            }
+        }
+    };
+    let embed = f(&w.embed_tokens);
+    let mut xs: Vec<Vec<f64>> =
+        tokens.iter().map(|&t| embed[t as usize * c.hidden_size..][..c.hidden_size].to_vec()).collect();
+    for l in &w.layers {
+        let (wq, wk, wv, wo) = (f(&l.q_proj), f(&l.k_proj), f(&l.v_proj), f(&l.o_proj));
+        let (g1, g2) = (f(&l.attn_norm), f(&l.ffn_norm));
+        let (wg, wu, wd) = (f(&l.gate_proj), f(&l.up_proj), f(&l.down_proj));
+        let mut ks = Vec::new();
+        let mut vs = Vec::new();
+        for (pos, x) in xs.iter_mut().enumerate() {
+            let h = norm(x, &g1);
+            let mut q = matvec(&wq, &h);
+            let mut k = matvec(&wk, &h);
+            rope(&mut q, pos);
+            rope(&mut k, pos);
+            ks.push(k);
+            vs.push(matvec(&wv, &h));
+            let mut att = vec![0.0; c.q_size()];
+            for head in 0..c.num_attention_heads {
+                let kvh = head / c.gqa_group_size();
+                let qh = &q[head * hd..][..hd];
+                let scores: Vec<f64> = ks
+                    .iter()
+                    .map(|k| {
+                        qh.iter().zip(&k[kvh * hd..][..hd]).map(|(a, b)| a * b).sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = e.iter().sum();
+                for (p, v) in e.iter().zip(&vs) {
+                    for d in 0..hd {
+                        att[head * hd + d] += p / total * v[kvh * hd + d];
+                    }
+                }
+            }
+            x.iter_mut().zip(matvec(&wo, &att)).for_each(|(a, b)| *a += b);
+            let h = norm(x, &g2);
+            let act: Vec<f64> = matvec(&wg, &h)
+                .iter()
+                .zip(matvec(&wu, &h))
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
+            x.iter_mut().zip(matvec(&wd, &act)).for_each(|(a, b)| *a += b);
+        }
+    }
+    let (gn, head) = (f(&w.norm), f(&w.lm_head));
+    xs.iter().map(|x| matvec(&head, &norm(x, &gn))).collect()
+}
+
+/// GPU logits of every position of one sequence run as a single prefill.
+fn gpu_logits(ctx: &GpuContext, files: &ModelFiles, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let model = LlamaModel::load(ctx, files, false).unwrap();
+    let c = model.config();
+    let t = tokens.len();
+    let limits = WorkspaceLimits { max_tokens: t, max_seqs: t, max_blocks_per_seq: t.div_ceil(BLOCK) };
+    let ws = Workspace::new(ctx, c, limits).unwrap();
+    let shape = KvCacheShape {
+        num_layers: c.num_hidden_layers,
+        num_blocks: t.div_ceil(BLOCK) + 1,
+        block_size: BLOCK,
+        num_kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim,
+    };
+    let cache = ctx.kv_cache(shape, KvCacheDtype::F32).unwrap();
+    let batch = ForwardBatch {
+        input_ids: tokens.to_vec(),
+        positions: (0..t as u32).collect(),
+        slot_mapping: (0..t as u32).map(|p| p + BLOCK as u32).collect(),
+        query_start_loc: vec![0, t as u32],
+        seq_lens: vec![t as u32],
+        block_table: (1..=t.div_ceil(BLOCK) as u32).collect(),
+        logits_indices: (0..t as u32).collect(),
+    };
+    let out = model.forward(ctx, &ws, &cache, &batch, 3, true).unwrap();
+    let logits = out.logits.unwrap();
+    let v = c.vocab_size;
+    for r in 0..t {
+        let row = &logits[r * v..(r + 1) * v];
+        let best = row.iter().enumerate().fold(0, |b, (i, &l)| if l > row[b] { i } else { b });
+        assert_eq!(out.top_ids[r * 3], best as u32, "GPU argmax of row {r}");
+        assert_eq!(out.top_values[r * 3], row[best]);
+    }
+    logits.chunks(v).map(<[f32]>::to_vec).collect()
+}
+
+fn max_diff(a: &[Vec<f32>], b: &[Vec<f64>]) -> f64 {
+    a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max)
+}
+
+const PROMPT: [u32; 11] = [1, 40, 70, 260, 3, 200, 268, 99, 12, 140, 7];
+
+#[test]
+fn tiny_forward_matches_the_cpu_reference_for_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = TinyLlama::new(21);
+    tiny.write_hf_dir(&dir.path().join("hf")).unwrap();
+    let ctx = ctx();
+    let hf = ModelFiles::open(dir.path().join("hf")).unwrap();
+    let reference = cpu_logits(&hf, &PROMPT);
+    let hf_logits = gpu_logits(&ctx, &hf, &PROMPT);
+    assert!(max_diff(&hf_logits, &reference) < 1e-4, "safetensors: {}", max_diff(&hf_logits, &reference));
+    for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+        let path = dir.path().join(format!("tiny-{}.gguf", dtype.name()));
+        tiny.write_gguf(&path, dtype).unwrap();
+        let gguf = ModelFiles::open(&path).unwrap();
+        let logits = gpu_logits(&ctx, &gguf, &PROMPT);
+        let err = max_diff(&logits, &cpu_logits(&gguf, &PROMPT));
+        assert!(err < 1e-4, "{dtype:?} GGUF vs its CPU reference: {err}");
+        if dtype == DType::F32 {
+            let err = max_diff(&logits, &reference);
+            assert!(err < 1e-4, "F32 GGUF vs safetensors: {err}");
+        }
+    }
+}
+
+/// Drives a `WgpuExecutor` with hand-built scheduler outputs: every request admitted at
+/// once, prefills cut into chunks of `chunk` tokens, blocks handed out in order. With
+/// `preempt_after`, each request is preempted once when it has generated that many tokens:
+/// it sits out one step, then re-prefills prompt and output into fresh blocks.
+fn run_greedy(
+    exec: &mut WgpuExecutor,
+    prompts: &[Vec<u32>],
+    max_tokens: usize,
+    chunk: usize,
+    preempt_after: Option<usize>,
+) -> Vec<Vec<u32>> {
+    struct Req {
+        tokens: Vec<u32>,
+        prompt_len: usize,
+        computed: usize,
+        blocks: Vec<u32>,
+        seen: bool,
+        resumed: bool,
+        preempted: bool,
+        done: bool,
+    }
+    let mut reqs: Vec<Req> = prompts
+        .iter()
+        .map(|p| Req {
+            tokens: p.clone(),
+            prompt_len: p.len(),
+            computed: 0,
+            blocks: vec![],
+            seen: false,
+            resumed: false,
+            preempted: false,
+            done: false,
+        })
+        .collect();
+    let mut next_block = 1u32;
+    let mut finished = HashSet::new();
+    while reqs.iter().any(|r| !r.done) {
+        let mut out =
+            SchedulerOutput { finished_req_ids: std::mem::take(&mut finished), ..Default::default() };
+        for (id, r) in reqs.iter_mut().enumerate().filter(|(_, r)| !r.done) {
+            let id = id as u64;
+            let generated = r.tokens.len() - r.prompt_len;
+            if preempt_after == Some(generated) && !r.preempted && r.computed == r.tokens.len() - 1 {
+                r.preempted = true;
+                r.resumed = true;
+                r.computed = 0;
+                r.blocks.clear();
+                out.preempted_req_ids.insert(id);
+                continue;
+            }
+            let n = (r.tokens.len() - r.computed).min(chunk);
+            let need = (r.computed + n).div_ceil(BLOCK);
+            let new_blocks: Vec<u32> =
+                (r.blocks.len()..need).map(|_| (next_block, next_block += 1).0).collect();
+            r.blocks.extend(&new_blocks);
+            out.num_scheduled_tokens.insert(id, n);
+            out.total_num_scheduled_tokens += n;
+            if r.seen {
+                out.scheduled_cached_reqs.push(CachedRequestData {
+                    req_id: id,
+                    resumed_from_preemption: r.resumed,
+                    new_token_ids: r.tokens[r.computed..r.computed + n].to_vec(),
+                    new_block_ids: if r.resumed { r.blocks.clone() } else { new_blocks },
+                    num_computed_tokens: r.computed,
+                });
+                r.resumed = false;
+            } else {
+                r.seen = true;
+                out.scheduled_new_reqs.push(NewRequestData {
+                    req_id: id,
+                    prompt_token_ids: r.tokens.clone(),
+                    sampling_params: SamplingParams::greedy(max_tokens),
+                    block_ids: r.blocks.clone(),
+                    num_computed_tokens: 0,
+                });
+            }
+        }
+        let result = exec.execute(&out).unwrap();
+        let sampled: HashMap<u64, Vec<u32>> = result.sampled_token_ids;
+        for (id, r) in reqs.iter_mut().enumerate().filter(|(_, r)| !r.done) {
+            r.computed += out.num_scheduled_tokens.get(&(id as u64)).copied().unwrap_or(0);
+            if let Some(t) = sampled.get(&(id as u64)) {
+                assert_eq!(r.computed, r.tokens.len(), "sampled before the prefill ended");
+                r.tokens.extend(t);
+                if r.tokens.len() - r.prompt_len == max_tokens {
+                    r.done = true;
+                    finished.insert(id as u64);
+                }
+            }
+        }
+    }
+    reqs.into_iter().map(|r| r.tokens[r.prompt_len..].to_vec()).collect()
+}
+
+fn tiny_executor(dir: &Path, num_blocks: usize) -> WgpuExecutor {
+    let tiny = TinyLlama::new(33);
+    tiny.write_gguf(&dir.join("tiny.gguf"), DType::Q8_0).unwrap();
+    let files = ModelFiles::open(dir.join("tiny.gguf")).unwrap();
+    let cache = CacheConfig {
+        block_size: BLOCK,
+        num_gpu_blocks: num_blocks,
+        kv_cache_dtype: KvCacheDtype::F32,
+        ..Default::default()
+    };
+    let sched = SchedulerConfig {
+        max_num_batched_tokens: 64,
+        max_num_seqs: 4,
+        max_model_len: 64,
+        ..Default::default()
+    };
+    WgpuExecutor::new(ctx(), &files, &cache, &sched, false).unwrap()
+}
+
+#[test]
+fn greedy_tokens_do_not_depend_on_batching_or_chunking() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts: Vec<Vec<u32>> = vec![
+        PROMPT.to_vec(),
+        vec![5, 6, 7],
+        vec![100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113],
+    ];
+    let mut exec = tiny_executor(dir.path(), 64);
+    let together = run_greedy(&mut exec, &prompts, 6, 64, None);
+    let chunked = run_greedy(&mut exec, &prompts, 6, 3, None);
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| run_greedy(&mut exec, std::slice::from_ref(p), 6, 5, None).remove(0))
+        .collect();
+    assert_eq!(together, alone);
+    assert_eq!(chunked, alone);
+    assert_eq!(run_greedy(&mut exec, &prompts, 6, 64, Some(2)), alone, "preempted and re-prefilled at once");
+    assert_eq!(run_greedy(&mut exec, &prompts, 6, 4, Some(3)), alone, "preempted and re-prefilled in chunks");
+    assert!(alone.iter().all(|t| t.len() == 6));
+}
+
+#[test]
+fn kv_pool_of_one_block_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = TinyLlama::new(1);
+    tiny.write_gguf(&dir.path().join("t.gguf"), DType::F32).unwrap();
+    let files = ModelFiles::open(dir.path().join("t.gguf")).unwrap();
+    let cache = CacheConfig { num_gpu_blocks: 1, ..Default::default() };
+    let err = WgpuExecutor::new(ctx(), &files, &cache, &SchedulerConfig::default(), false).unwrap_err();
+    assert!(err.to_string().contains("--num-gpu-blocks"), "{err}");
+}
