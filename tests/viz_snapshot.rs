@@ -93,3 +93,58 @@ fn hand_built_pool_shows_each_state() {
     let (_, row9) = &layout.table_rows[1];
     assert_eq!(centre(&image, row9[1]), rgb(palette::request_color(9)));
 }
+
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    viz: pagoda::viz::VizArgs,
+}
+
+fn cli(args: &[&str]) -> pagoda::viz::VizArgs {
+    use clap::Parser;
+    Cli::parse_from(std::iter::once("viz").chain(args.iter().copied())).viz
+}
+
+fn read_png(path: &std::path::Path) -> (u32, u32, Vec<u8>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    pixels.truncate(info.buffer_size());
+    (info.width, info.height, pixels)
+}
+
+#[test]
+fn snapshot_of_a_run_equals_snapshot_of_its_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (live, replayed, trace) =
+        (dir.path().join("live.png"), dir.path().join("replay.png"), dir.path().join("run.jsonl"));
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let args =
+        ["--workload", "memory-pressure", "--snapshot", &s(&live), "--step", "90", "--record", &s(&trace)];
+    pagoda::viz::run(&cli(&args)).unwrap();
+    let records = pagoda::viz::trace::read_trace(&trace).unwrap();
+    assert_eq!(records.len(), 90);
+    assert!(records.iter().all(|r| r.kv.is_some()), "a recorded trace has a KV view every step");
+    assert_eq!(records.iter().map(|r| r.step).collect::<Vec<_>>(), (1..=90).collect::<Vec<u64>>());
+    pagoda::viz::run(&cli(&["--replay", &s(&trace), "--snapshot", &s(&replayed), "--step", "90"])).unwrap();
+    let (a, b) = (read_png(&live), read_png(&replayed));
+    assert_eq!((a.0, a.1), (WIDTH, HEIGHT));
+    assert!(a == b, "the replayed frame differs from the live one");
+}
+
+#[test]
+fn bad_sizes_and_traces_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.png");
+    let out = out.to_str().unwrap();
+    assert!(matches!(
+        pagoda::viz::run(&cli(&["--snapshot", out, "--width", "0"])),
+        Err(pagoda::viz::VizError::BadSize { width: 0, .. })
+    ));
+    let missing = dir.path().join("missing.jsonl");
+    assert!(matches!(
+        pagoda::viz::run(&cli(&["--replay", missing.to_str().unwrap(), "--snapshot", out])),
+        Err(pagoda::viz::VizError::Io { .. })
+    ));
+}

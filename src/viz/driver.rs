@@ -12,7 +12,7 @@ use crate::viz::VizError;
 use crate::viz::control::SimControl;
 use crate::viz::feed::VizFeed;
 use crate::viz::model::StepRecord;
-use crate::viz::source::SchedulerProbe;
+use crate::viz::source::{EngineStep, RecordBuilder, SchedulerProbe};
 use crate::viz::trace::TraceWriter;
 
 /// A request and the engine time, seconds, at which it arrives.
@@ -74,9 +74,9 @@ impl<E: ModelExecutor> Driver<E> {
     }
 
     /// Runs one engine step (admitting what has arrived, skipping idle time to the next
-    /// arrival when nothing is left to run) and returns its record, with a KV view when
+    /// arrival when nothing is left to run) and hands it over, with a snapshot when
     /// `with_kv`. Returns `None` when everything is done.
-    pub fn step(&mut self, with_kv: bool) -> Result<Option<StepRecord>, DriverError> {
+    pub fn step(&mut self, with_kv: bool) -> Result<Option<EngineStep>, DriverError> {
         if self.is_done() {
             return Ok(None);
         }
@@ -94,7 +94,7 @@ impl<E: ModelExecutor> Driver<E> {
         let output = self.scheduler.schedule();
         let runner_output = self.executor.execute(&output)?;
         self.scheduler.update_from_output(&output, &runner_output);
-        Ok(Some(self.probe.record(&self.scheduler, self.time_s(), with_kv)))
+        Ok(Some(self.probe.step(&self.scheduler, self.time_s(), with_kv)))
     }
 }
 
@@ -110,12 +110,14 @@ pub struct LiveSinks<'a> {
 
 /// Runs `driver` to the end at the pace the controls set, sending every step to the window
 /// (with a KV view whenever the window asked for one) and to the recorder; ends the feed.
-/// Stops early, without error, when the window closes.
+/// Without a recorder the engine thread only hands raw steps over and the window converts
+/// them. Stops early, without error, when the window closes.
 pub fn drive_live<E: ModelExecutor>(
     driver: &mut Driver<E>,
     mut sinks: LiveSinks<'_>,
 ) -> Result<(), VizError> {
     let mut next_due = Instant::now();
+    let mut builder = RecordBuilder::default();
     loop {
         if sinks.control.is_stopped() {
             break;
@@ -127,13 +129,18 @@ pub fn drive_live<E: ModelExecutor>(
         }
         next_due = now + Duration::from_secs_f32(1.0 / sinks.control.speed());
         let with_kv = sinks.recorder.is_some() || sinks.feed.take_kv_request();
-        let Some(record) = driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? else {
+        let Some(step) = driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? else {
             break;
         };
-        if let Some(recorder) = sinks.recorder.as_mut() {
-            recorder.write(&record)?;
-        }
-        if !sinks.feed.send(record) {
+        let delivered = match sinks.recorder.as_mut() {
+            Some(recorder) => {
+                let record = builder.build(step);
+                recorder.write(&record)?;
+                sinks.feed.send(record)
+            }
+            None => sinks.feed.send_engine(step),
+        };
+        if !delivered {
             break;
         }
     }
@@ -153,6 +160,7 @@ pub fn run_to_step<E: ModelExecutor>(
     kv_every_step: bool,
 ) -> Result<Vec<StepRecord>, VizError> {
     let mut records = Vec::new();
+    let mut builder = RecordBuilder::default();
     loop {
         let last = records.last().map_or(0, |r: &StepRecord| r.step);
         if last >= step || driver.is_done() {
@@ -160,7 +168,7 @@ pub fn run_to_step<E: ModelExecutor>(
         }
         let with_kv = kv_every_step || last + 1 >= step;
         match driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? {
-            Some(record) => records.push(record),
+            Some(step) => records.push(builder.build(step)),
             None => break,
         }
     }

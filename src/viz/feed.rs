@@ -7,13 +7,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 
 use crate::viz::model::StepRecord;
+use crate::viz::source::{EngineStep, RecordBuilder};
 use crate::viz::state::VizState;
 
 /// One message on the feed.
 #[derive(Debug, Clone)]
 pub enum FeedMessage {
-    /// One engine step.
-    Step(Box<StepRecord>),
+    /// One step, already a record (a replay, or a run being recorded).
+    Record(Box<StepRecord>),
+    /// One engine step, converted on the window's side so the engine does not pay for it.
+    Engine(Box<EngineStep>),
     /// Nothing more will come.
     End,
 }
@@ -30,13 +33,17 @@ pub struct VizFeed {
 pub struct FeedReceiver {
     rx: Receiver<FeedMessage>,
     kv_wanted: Arc<AtomicBool>,
+    builder: RecordBuilder,
 }
 
 /// A connected feed; the first step is asked to carry a KV view.
 pub fn channel() -> (VizFeed, FeedReceiver) {
     let (tx, rx) = mpsc::channel();
     let kv_wanted = Arc::new(AtomicBool::new(true));
-    (VizFeed { tx, kv_wanted: Arc::clone(&kv_wanted) }, FeedReceiver { rx, kv_wanted })
+    (
+        VizFeed { tx, kv_wanted: Arc::clone(&kv_wanted) },
+        FeedReceiver { rx, kv_wanted, builder: RecordBuilder::default() },
+    )
 }
 
 impl VizFeed {
@@ -46,9 +53,15 @@ impl VizFeed {
         self.kv_wanted.swap(false, Ordering::Relaxed)
     }
 
-    /// Sends one step without waiting; false when the window is gone.
+    /// Sends one step record without waiting; false when the window is gone.
     pub fn send(&self, record: StepRecord) -> bool {
-        self.tx.send(FeedMessage::Step(Box::new(record))).is_ok()
+        self.tx.send(FeedMessage::Record(Box::new(record))).is_ok()
+    }
+
+    /// Sends one raw engine step without waiting; false when the window is gone. Do not mix
+    /// with [`VizFeed::send`] in one run: the window counts computed tokens from raw steps.
+    pub fn send_engine(&self, step: EngineStep) -> bool {
+        self.tx.send(FeedMessage::Engine(Box::new(step))).is_ok()
     }
 
     /// Says nothing more will come.
@@ -66,12 +79,16 @@ impl FeedReceiver {
 
     /// Applies every record waiting in the channel to `state`; returns how many it applied.
     /// Marks the state ended on an end marker or when the engine side is gone.
-    pub fn drain_into(&self, state: &mut VizState) -> usize {
+    pub fn drain_into(&mut self, state: &mut VizState) -> usize {
         let mut applied = 0;
         loop {
             match self.rx.try_recv() {
-                Ok(FeedMessage::Step(record)) => {
+                Ok(FeedMessage::Record(record)) => {
                     state.apply(*record);
+                    applied += 1;
+                }
+                Ok(FeedMessage::Engine(step)) => {
+                    state.apply(self.builder.build(*step));
                     applied += 1;
                 }
                 Ok(FeedMessage::End) | Err(TryRecvError::Disconnected) => {
@@ -105,7 +122,7 @@ mod tests {
 
     #[test]
     fn drain_applies_in_order_and_sees_the_end() {
-        let (feed, receiver) = channel();
+        let (feed, mut receiver) = channel();
         let mut state = VizState::default();
         assert!(feed.send(record(1)));
         assert!(feed.send(record(2)));

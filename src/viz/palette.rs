@@ -37,8 +37,8 @@ pub const TEXT_DIM: Color32 = Color32::from_rgb(130, 136, 150);
 pub fn request_color(id: RequestId) -> Color32 {
     const GOLDEN: f64 = 0.618_033_988_749_895;
     let hue = (0.11 + id as f64 * GOLDEN).fract();
-    let saturation = if id % 2 == 0 { 0.70 } else { 0.58 };
-    let value = if id % 3 == 0 { 0.95 } else { 0.86 };
+    let saturation = if id.is_multiple_of(2) { 0.70 } else { 0.58 };
+    let value = if id.is_multiple_of(3) { 0.95 } else { 0.86 };
     hsv_to_rgb(hue, saturation, value)
 }
 

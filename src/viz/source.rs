@@ -11,35 +11,64 @@ use crate::viz::model::{
     BlockState, BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord, VizEvent,
 };
 
-/// Listens to one scheduler's events and packs each step into a [`StepRecord`].
+/// What the engine hands over after one step, unconverted: building it costs the engine
+/// only a copy of its stats and a move of the step's events (plus a snapshot when asked).
+#[derive(Debug, Clone)]
+pub struct EngineStep {
+    /// Engine time at the end of the step, seconds.
+    pub time_s: f64,
+    /// The scheduler's counters after the step.
+    pub stats: SchedulerStats,
+    /// The step's events, in order.
+    pub events: Vec<KvEvent>,
+    /// The cache and queues after the step, when asked for.
+    pub kv: Option<KvSnapshot>,
+}
+
+/// Listens to one scheduler's events and hands each step over as an [`EngineStep`].
 #[derive(Debug)]
 pub struct SchedulerProbe {
     events: Receiver<KvEvent>,
-    computed_tokens: u64,
 }
 
 impl SchedulerProbe {
     /// Subscribes to `scheduler`'s events; attach before its first step.
     pub fn attach(scheduler: &Scheduler) -> Self {
-        Self { events: scheduler.subscribe(), computed_tokens: 0 }
+        Self { events: scheduler.subscribe() }
     }
 
-    /// The record of everything since the previous call: the events, the counters, and a
-    /// KV view when `with_kv` (the only O(blocks) part, so callers take it only on demand).
-    pub fn record(&mut self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> StepRecord {
-        let raw: Vec<KvEvent> = self.events.try_iter().collect();
-        for event in &raw {
+    /// Everything since the previous call, with a snapshot when `with_kv` (the only
+    /// O(blocks) part, so callers take it only on demand).
+    pub fn step(&self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> EngineStep {
+        EngineStep {
+            time_s,
+            stats: scheduler.stats(),
+            events: self.events.try_iter().collect(),
+            kv: with_kv.then(|| scheduler.snapshot()),
+        }
+    }
+}
+
+/// Turns engine steps into step records, counting the tokens computed so far.
+#[derive(Debug, Clone, Default)]
+pub struct RecordBuilder {
+    computed_tokens: u64,
+}
+
+impl RecordBuilder {
+    /// The record of `step`; steps must come in order.
+    pub fn build(&mut self, step: EngineStep) -> StepRecord {
+        for event in &step.events {
             if let KvEvent::Step { num_scheduled_tokens, .. } = event {
                 self.computed_tokens += *num_scheduled_tokens as u64;
             }
         }
-        let stats = scheduler.stats();
         StepRecord {
-            step: stats.num_steps,
-            time_s,
-            counters: counters(&stats, self.computed_tokens),
-            events: convert_events(raw),
-            kv: with_kv.then(|| kv_view(&scheduler.snapshot())),
+            step: step.stats.num_steps,
+            time_s: step.time_s,
+            counters: counters(&step.stats, self.computed_tokens),
+            events: convert_events(step.events),
+            kv: step.kv.as_ref().map(kv_view),
         }
     }
 }

@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn replay_delivers_every_record_then_ends() {
-        let (feed, receiver) = feed::channel();
+        let (feed, mut receiver) = feed::channel();
         let control = SimControl::new(false, crate::viz::control::MAX_SPEED);
         replay(vec![record(1), record(2)], &feed, &control);
         let mut state = VizState::default();

@@ -1,0 +1,141 @@
+//! Engine step time with the visualizer attached versus without: the same simulated
+//! workload run to completion (a) bare and (b) with a probe subscribed to the scheduler's
+//! events and a feed to a consumer thread that, like the window, drains it and asks for a
+//! KV view sixty times a second. Only the engine's step loop is timed, and by the engine
+//! thread's own CPU time where Linux reports it (`/proc/thread-self/schedstat`), so time
+//! the thread spends descheduled on a busy machine does not count; elsewhere wall time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use pagoda::core::scheduler::Scheduler;
+use pagoda::executor::ModelExecutor;
+use pagoda::executor::sim::{SimConfig, SimExecutor};
+use pagoda::viz::feed::{self, FeedReceiver};
+use pagoda::viz::source::SchedulerProbe;
+use pagoda::viz::state::VizState;
+use pagoda::viz::workloads::{self, VizWorkload};
+
+fn loaded_engine() -> (Scheduler, SimExecutor) {
+    let setup = workloads::build(VizWorkload::MemoryPressure, 0);
+    let mut scheduler = Scheduler::new(setup.scheduler, setup.cache).unwrap();
+    for arrival in setup.arrivals {
+        scheduler.add_request(arrival.request).unwrap();
+    }
+    (scheduler, SimExecutor::new(SimConfig::default()).unwrap())
+}
+
+/// One engine step; returns false when everything finished.
+fn step(scheduler: &mut Scheduler, executor: &mut SimExecutor) -> bool {
+    let output = scheduler.schedule();
+    let result = executor.execute(&output).unwrap();
+    scheduler.update_from_output(&output, &result);
+    scheduler.has_unfinished_requests()
+}
+
+/// A stopwatch over the calling thread's CPU time (wall time where that is unknown).
+struct Stopwatch {
+    wall: Instant,
+    cpu_ns: Option<u64>,
+}
+
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+impl Stopwatch {
+    fn start() -> Self {
+        Self { wall: Instant::now(), cpu_ns: thread_cpu_ns() }
+    }
+
+    fn elapsed(&self) -> Duration {
+        match (self.cpu_ns, thread_cpu_ns()) {
+            (Some(start), Some(end)) => Duration::from_nanos(end.saturating_sub(start)),
+            _ => self.wall.elapsed(),
+        }
+    }
+}
+
+/// Engine time of one whole run, bare.
+fn run_bare() -> Duration {
+    let (mut scheduler, mut executor) = loaded_engine();
+    let start = Stopwatch::start();
+    while step(&mut scheduler, &mut executor) {}
+    start.elapsed()
+}
+
+/// A thread that behaves like the window: drains the feed and asks for a KV view at 60 Hz.
+fn window_thread(receiver: FeedReceiver, done: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut receiver = receiver;
+        let mut state = VizState::default();
+        while !done.load(Ordering::Relaxed) {
+            receiver.drain_into(&mut state);
+            receiver.request_kv();
+            std::thread::sleep(Duration::from_millis(16));
+        }
+        receiver.drain_into(&mut state);
+        state.step
+    })
+}
+
+/// Engine time of one whole run with the visualizer attached.
+fn run_attached() -> Duration {
+    let (mut scheduler, mut executor) = loaded_engine();
+    let (feed, receiver) = feed::channel();
+    let done = Arc::new(AtomicBool::new(false));
+    let window = window_thread(receiver, Arc::clone(&done));
+    let probe = SchedulerProbe::attach(&scheduler);
+    let start = Stopwatch::start();
+    loop {
+        let more = step(&mut scheduler, &mut executor);
+        feed.send_engine(probe.step(&scheduler, executor.elapsed_seconds(), feed.take_kv_request()));
+        if !more {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    feed.end();
+    done.store(true, Ordering::Relaxed);
+    assert_eq!(window.join().unwrap(), scheduler.stats().num_steps);
+    elapsed
+}
+
+/// The median of some durations.
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort_unstable();
+    times[times.len() / 2]
+}
+
+/// Bare and attached runs interleaved, so that drift in the machine's load hits both alike;
+/// prints the medians and their ratio.
+fn interleaved(pairs: usize) {
+    let (mut bare, mut attached) = (Vec::new(), Vec::new());
+    for _ in 0..pairs {
+        bare.push(run_bare());
+        attached.push(run_attached());
+    }
+    let (b, a) = (median(bare), median(attached));
+    println!(
+        "interleaved medians over {pairs} pairs: bare {b:?}, viz attached {a:?}, attached/bare = {:.3}",
+        a.as_secs_f64() / b.as_secs_f64()
+    );
+}
+
+fn overhead(c: &mut Criterion) {
+    let (mut scheduler, mut executor) = loaded_engine();
+    while step(&mut scheduler, &mut executor) {}
+    let steps = scheduler.stats().num_steps;
+    interleaved(60);
+    let mut group = c.benchmark_group(format!("memory-pressure run ({steps} steps)"));
+    group.sample_size(40);
+    group.bench_function("bare", |b| b.iter_custom(|runs| (0..runs).map(|_| run_bare()).sum()));
+    group.bench_function("viz attached", |b| b.iter_custom(|runs| (0..runs).map(|_| run_attached()).sum()));
+    group.finish();
+}
+
+criterion_group!(benches, overhead);
+criterion_main!(benches);
