@@ -15,6 +15,8 @@ pub mod request;
 pub mod sampling;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "viz")]
+pub mod viz;
 
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 pub use engine::{

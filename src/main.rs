@@ -32,6 +32,7 @@ enum Command {
     /// Chat interactively with the model (chat template, streamed replies).
     Chat(ChatArgs),
     /// Serve an OpenAI-compatible HTTP API.
+    #[cfg(feature = "server")]
     Serve(ServeArgs),
     /// Run a workload and report throughput and latencies.
     Bench(BenchArgs),
@@ -126,7 +127,7 @@ impl EngineArgs {
             cache: CacheConfig {
                 block_size: self.block_size,
                 num_gpu_blocks: self.num_gpu_blocks,
-                enable_prefix_caching: !self.no_enable_prefix_caching,
+                enable_prefix_caching: self.enable_prefix_caching || !self.no_enable_prefix_caching,
                 kv_cache_dtype: match self.kv_cache_dtype {
                     KvDtypeArg::Auto => KvCacheDtype::Auto,
                     KvDtypeArg::F16 => KvCacheDtype::F16,
@@ -138,7 +139,7 @@ impl EngineArgs {
                 max_num_batched_tokens: self.max_num_batched_tokens,
                 max_num_seqs: self.max_num_seqs,
                 max_model_len: self.max_model_len.unwrap_or(SchedulerConfig::default().max_model_len),
-                enable_chunked_prefill: !self.no_enable_chunked_prefill,
+                enable_chunked_prefill: self.enable_chunked_prefill || !self.no_enable_chunked_prefill,
                 policy: match self.scheduling_policy {
                     PolicyArg::Fcfs => SchedulingPolicy::Fcfs,
                     PolicyArg::Priority => SchedulingPolicy::Priority,
@@ -248,6 +249,7 @@ struct ChatArgs {
     engine: EngineArgs,
 }
 
+#[cfg(feature = "server")]
 #[derive(Debug, Args)]
 struct ServeArgs {
     /// Address to listen on.
@@ -302,7 +304,10 @@ struct InfoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(feature = "server")]
     let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+    #[cfg(not(feature = "server"))]
+    let default_level = "warn";
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)))
         .with_writer(std::io::stderr)
@@ -310,6 +315,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate(args),
         Command::Chat(args) => chat(args),
+        #[cfg(feature = "server")]
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(args),
         Command::Info(args) => info(args),
@@ -407,6 +413,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
     }
 }
 
+#[cfg(feature = "server")]
 fn serve(args: ServeArgs) -> Result<(), String> {
     let mut config = args.engine.config(args.seed)?;
     config.max_waiting_requests = Some(args.max_waiting_requests);
