@@ -198,8 +198,13 @@ impl Engine {
             })?),
             ExecutorKind::Wgpu => {
                 let context = GpuContext::new(&config.gpu)?;
-                let executor =
-                    WgpuExecutor::new(context, &model, &config.cache, &config.scheduler, config.show_progress)?;
+                let executor = WgpuExecutor::new(
+                    context,
+                    &model,
+                    &config.cache,
+                    &config.scheduler,
+                    config.show_progress,
+                )?;
                 config.cache.num_gpu_blocks = executor.num_gpu_blocks();
                 Box::new(executor)
             }

@@ -121,7 +121,8 @@ struct EngineArgs {
 impl EngineArgs {
     /// The engine configuration these flags describe.
     fn config(&self, seed: u64) -> Result<EngineConfig, String> {
-        let backend = self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
+        let backend =
+            self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
         Ok(EngineConfig {
             model: self.model.clone(),
             cache: CacheConfig {
@@ -351,7 +352,8 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
             false => Prompt::Text(text.clone()),
         })
         .collect();
-    let mut engine = Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
+    let mut engine =
+        Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
     let completions = engine.generate(prompts, &args.sampling.params()).map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout().lock();
     for (text, completion) in texts.iter().zip(&completions) {
@@ -378,9 +380,11 @@ fn completion_json(completion: &CompletionOutput) -> serde_json::Value {
 }
 
 fn chat(args: ChatArgs) -> Result<(), String> {
-    let mut engine = Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
+    let mut engine =
+        Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
     let params = args.sampling.params();
-    let mut history: Vec<ChatMessage> = args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
+    let mut history: Vec<ChatMessage> =
+        args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     eprintln!("Chatting with the model; an empty line or end of input quits, /reset starts over.");
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
@@ -395,7 +399,8 @@ fn chat(args: ChatArgs) -> Result<(), String> {
             continue;
         }
         history.push(ChatMessage::new("user", line.trim_end()));
-        let id = engine.add_request(Prompt::Chat(history.clone()), params.clone()).map_err(|e| e.to_string())?;
+        let id =
+            engine.add_request(Prompt::Chat(history.clone()), params.clone()).map_err(|e| e.to_string())?;
         let mut reply = String::new();
         let mut finished = false;
         while !finished {
@@ -426,17 +431,22 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     });
     config.model = Some(model_path);
     let engine = Engine::new(config).map_err(|e| e.to_string())?;
-    let state = std::sync::Arc::new(pagoda::server::ServerState::new(engine, model_name.clone()).map_err(|e| e.to_string())?);
+    let state = std::sync::Arc::new(
+        pagoda::server::ServerState::new(engine, model_name.clone()).map_err(|e| e.to_string())?,
+    );
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let address = format!("{}:{}", args.host, args.port);
-        let listener =
-            tokio::net::TcpListener::bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|e| format!("cannot listen on {address}: {e}"))?;
         tracing::info!(%address, model = %model_name, "serving the OpenAI API");
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        pagoda::server::serve(listener, pagoda::server::router(state), shutdown).await.map_err(|e| e.to_string())
+        pagoda::server::serve(listener, pagoda::server::router(state), shutdown)
+            .await
+            .map_err(|e| e.to_string())
     })
 }
 
@@ -467,7 +477,10 @@ fn print_report(report: &WorkloadReport) {
     let ms = |seconds: f64| format!("{:.2} ms", seconds * 1e3);
     let rows = [
         ("workload", report.workload.clone()),
-        ("requests (finished / rejected)", format!("{} ({} / {})", report.num_requests, report.num_finished, report.num_rejected)),
+        (
+            "requests (finished / rejected)",
+            format!("{} ({} / {})", report.num_requests, report.num_finished, report.num_rejected),
+        ),
         ("steps", report.num_steps.to_string()),
         ("duration", format!("{:.2} s", report.duration_s)),
         ("prompt / output tokens", format!("{} / {}", report.prompt_tokens, report.output_tokens)),
@@ -475,7 +488,10 @@ fn print_report(report: &WorkloadReport) {
         ("total throughput", format!("{:.1} tok/s", report.total_throughput)),
         ("request throughput", format!("{:.2} req/s", report.request_throughput)),
         ("TTFT p50 / p99", format!("{} / {}", ms(report.ttft_p50_s), ms(report.ttft_p99_s))),
-        ("ITL mean / p50 / p99", format!("{} / {} / {}", ms(report.itl_mean_s), ms(report.itl_p50_s), ms(report.itl_p99_s))),
+        (
+            "ITL mean / p50 / p99",
+            format!("{} / {} / {}", ms(report.itl_mean_s), ms(report.itl_p50_s), ms(report.itl_p99_s)),
+        ),
         ("preemptions", report.num_preemptions.to_string()),
         ("recomputed tokens", report.num_recomputed_tokens.to_string()),
         ("prefix cache hit rate", format!("{:.1} %", report.prefix_cache_hit_rate * 100.0)),

@@ -101,7 +101,11 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
         itl_p99_s: percentile(&mut itls, 0.99),
         num_preemptions: stats.num_preemptions - stats_before.num_preemptions,
         num_recomputed_tokens: stats.num_recomputed_tokens - stats_before.num_recomputed_tokens,
-        prefix_cache_hit_rate: if prefix_queries == 0 { 0.0 } else { prefix_hits as f64 / prefix_queries as f64 },
+        prefix_cache_hit_rate: if prefix_queries == 0 {
+            0.0
+        } else {
+            prefix_hits as f64 / prefix_queries as f64
+        },
         peak_kv_cache_usage: peak_usage,
     })
 }

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 use super::{Engine, EngineError};
+use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 use crate::gpu::GpuOptions;
 
 /// Which executor runs the model.
