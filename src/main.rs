@@ -221,6 +221,7 @@ impl SamplingArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct GenerateArgs {
     /// Prompts to complete.
     prompts: Vec<String>,
@@ -240,6 +241,7 @@ struct GenerateArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 struct ChatArgs {
     /// A system message to start the conversation with.
     #[arg(long)]
