@@ -18,3 +18,8 @@ export PAGODA_REQUIRE_XVFB=1
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 cargo test --all-targets
+
+# The official openai Python package against `pagoda serve` on the default model.
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai
+cargo build --bin pagoda
+python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"

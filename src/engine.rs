@@ -7,6 +7,7 @@
 //! For async code, [`handle::AsyncEngine`] runs an engine on its own thread and gives each
 //! request a stream.
 
+pub mod bench;
 pub mod config;
 pub mod detokenizer;
 #[cfg(feature = "server")]
@@ -29,10 +30,13 @@ pub use self::output::{CompletionOutput, RequestOutput};
 use self::stop::StopStrings;
 use crate::core::output::EngineCoreOutput;
 use crate::core::scheduler::{AddRequestError, Scheduler, SchedulerConfigError};
+use crate::executor::sim::{CostModel, SimConfig, SimConfigError, SimExecutor};
+use crate::executor::wgpu::WgpuExecutor;
 use crate::executor::{ExecutorError, ModelExecutor};
+use crate::gpu::{GpuContext, GpuError};
 use crate::model::chat::ChatError;
 use crate::model::tokenizer::TokenizerError;
-use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer};
+use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer, default_model_path};
 use crate::request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
 use crate::sampling::{SamplingParams, SamplingParamsError};
 
@@ -100,9 +104,15 @@ pub enum EngineError {
     /// The scheduler or cache configuration is invalid.
     #[error("invalid engine configuration: {0}")]
     Config(#[from] SchedulerConfigError),
-    /// The executor failed a step.
+    /// The executor failed a step or could not be built.
     #[error(transparent)]
     Executor(#[from] ExecutorError),
+    /// The GPU could not be set up.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// The simulated executor's configuration is invalid.
+    #[error(transparent)]
+    Sim(#[from] SimConfigError),
     /// Too many requests are waiting.
     #[error("the server is overloaded: {waiting} requests are already waiting (limit {limit}); retry later")]
     Overloaded {
@@ -169,17 +179,48 @@ impl Engine {
         EngineBuilder::new()
     }
 
+    /// Opens the model (`config.model`, else the default model) and builds the executor
+    /// `config.executor` names. With the wgpu executor the KV pool size is the one the GPU
+    /// allocated (from `--kv-cache-memory` when set).
+    pub fn new(mut config: EngineConfig) -> Result<Self, EngineError> {
+        let path = match &config.model {
+            Some(path) => path.clone(),
+            None => default_model_path()?,
+        };
+        let model = ModelFiles::open(&path)?;
+        fit_to_model(&mut config, &model);
+        let executor: Box<dyn ModelExecutor + Send> = match config.executor {
+            ExecutorKind::Sim => Box::new(SimExecutor::new(SimConfig {
+                vocab_size: model.tokenizer.vocab_size() as u32,
+                eos_token_id: model.tokenizer.eos_token_id(),
+                seed: config.seed,
+                cost: CostModel::default(),
+            })?),
+            ExecutorKind::Wgpu => {
+                let context = GpuContext::new(&config.gpu)?;
+                let executor = WgpuExecutor::new(
+                    context,
+                    &model,
+                    &config.cache,
+                    &config.scheduler,
+                    config.show_progress,
+                )?;
+                config.cache.num_gpu_blocks = executor.num_gpu_blocks();
+                Box::new(executor)
+            }
+        };
+        Self::with_executor(config, model, executor)
+    }
+
     /// An engine over `model` (its tokenizer, chat template and stop tokens) that runs
     /// steps on `executor`. `max_model_len` is capped at the model's context length.
     pub fn with_executor(
-        config: EngineConfig,
+        mut config: EngineConfig,
         model: ModelFiles,
         executor: Box<dyn ModelExecutor + Send>,
     ) -> Result<Self, EngineError> {
-        let mut scheduler_config = config.scheduler;
-        scheduler_config.max_model_len =
-            scheduler_config.max_model_len.min(model.config.max_position_embeddings.max(1));
-        let scheduler = Scheduler::new(scheduler_config, config.cache)?;
+        fit_to_model(&mut config, &model);
+        let scheduler = Scheduler::new(config.scheduler, config.cache)?;
         let eos_token_id = model.tokenizer.eos_token_id().or(model.config.eos_token_ids.first().copied());
         let extra_eos_token_ids =
             model.config.eos_token_ids.iter().copied().filter(|&id| Some(id) != eos_token_id).collect();
@@ -452,4 +493,10 @@ impl Engine {
             self.metrics.e2e_request_latency.observe((now - state.arrival).as_secs_f64());
         }
     }
+}
+
+/// Caps `max_model_len` at the model's context length.
+fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
+    let context = model.config.max_position_embeddings.max(1);
+    config.scheduler.max_model_len = config.scheduler.max_model_len.min(context);
 }

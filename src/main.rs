@@ -1,1 +1,565 @@
-fn main() {}
+//! `pagoda`: generate, chat, serve, bench and info from the command line.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pagoda::engine::bench::run_engine_workload;
+use pagoda::executor::sim::SimConfig;
+use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
+use pagoda::gpu::{BackendChoice, GpuContext, GpuOptions};
+use pagoda::model::{ModelFiles, default_model_path};
+use pagoda::{
+    CacheConfig, ChatMessage, CompletionOutput, Engine, EngineConfig, ExecutorKind, KvCacheDtype, Prompt,
+    SamplingParams, SchedulerConfig, SchedulingPolicy,
+};
+use tracing_subscriber::EnvFilter;
+
+/// A portable LLM inference engine: paged KV cache, prefix caching and a token-budget
+/// scheduler on WGSL compute shaders (Vulkan, Metal, DX12).
+#[derive(Debug, Parser)]
+#[command(name = "pagoda", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Complete prompts and print the results.
+    Generate(GenerateArgs),
+    /// Chat interactively with the model (chat template, streamed replies).
+    Chat(ChatArgs),
+    /// Serve an OpenAI-compatible HTTP API.
+    #[cfg(feature = "server")]
+    Serve(ServeArgs),
+    /// Run a workload and report throughput and latencies.
+    Bench(BenchArgs),
+    /// Show the GPU adapter, its features and limits, and the model.
+    Info(InfoArgs),
+    /// Watch the KV block pool live.
+    #[cfg(feature = "viz")]
+    Viz(pagoda::viz::VizArgs),
+}
+
+/// Scheduling policy names on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    Fcfs,
+    Priority,
+}
+
+/// KV cache element types on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KvDtypeArg {
+    Auto,
+    F16,
+    F32,
+}
+
+/// Executors on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ExecutorArg {
+    Wgpu,
+    Sim,
+}
+
+/// Model, cache, scheduler and device flags (vLLM's names).
+#[derive(Debug, Clone, Args)]
+struct EngineArgs {
+    /// A GGUF file or an HF model directory [default: SmolLM2-135M-Instruct Q4_1, fetched once].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    /// KV blocks in the pool (the null block included).
+    #[arg(long, default_value_t = 1024)]
+    num_gpu_blocks: usize,
+    /// Bytes for the KV pools (suffixes K, M, G: binary); overrides --num-gpu-blocks.
+    #[arg(long, value_parser = parse_bytes)]
+    kv_cache_memory: Option<u64>,
+    /// KV cache element type.
+    #[arg(long, value_enum, default_value_t = KvDtypeArg::Auto)]
+    kv_cache_dtype: KvDtypeArg,
+    /// Requests running at once.
+    #[arg(long, default_value_t = 256)]
+    max_num_seqs: usize,
+    /// Tokens computed per step, summed over requests.
+    #[arg(long, default_value_t = 2048)]
+    max_num_batched_tokens: usize,
+    /// Longest prompt + output [default: the model's context length, at most 8192].
+    #[arg(long)]
+    max_model_len: Option<usize>,
+    /// Share full KV blocks between requests with the same prefix (default on).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    enable_prefix_caching: bool,
+    /// Turn prefix caching off.
+    #[arg(long)]
+    no_enable_prefix_caching: bool,
+    /// Cut long prefills into chunks (default on).
+    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
+    enable_chunked_prefill: bool,
+    /// Turn chunked prefill off.
+    #[arg(long)]
+    no_enable_chunked_prefill: bool,
+    /// Admission and preemption order.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Fcfs)]
+    scheduling_policy: PolicyArg,
+    /// The real model on the GPU, or the simulated model (tokenizer from --model).
+    #[arg(long, value_enum, default_value_t = ExecutorArg::Wgpu)]
+    executor: ExecutorArg,
+    /// Graphics API: vulkan, metal, dx12 or gl (env PAGODA_BACKEND).
+    #[arg(long)]
+    backend: Option<String>,
+    /// Adapter name substring or index (env PAGODA_ADAPTER).
+    #[arg(long)]
+    adapter: Option<String>,
+}
+
+impl EngineArgs {
+    /// The engine configuration these flags describe.
+    fn config(&self, seed: u64) -> Result<EngineConfig, String> {
+        let backend =
+            self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
+        Ok(EngineConfig {
+            model: self.model.clone(),
+            cache: CacheConfig {
+                block_size: self.block_size,
+                num_gpu_blocks: self.num_gpu_blocks,
+                enable_prefix_caching: self.enable_prefix_caching || !self.no_enable_prefix_caching,
+                kv_cache_dtype: match self.kv_cache_dtype {
+                    KvDtypeArg::Auto => KvCacheDtype::Auto,
+                    KvDtypeArg::F16 => KvCacheDtype::F16,
+                    KvDtypeArg::F32 => KvCacheDtype::F32,
+                },
+                kv_cache_memory: self.kv_cache_memory,
+            },
+            scheduler: SchedulerConfig {
+                max_num_batched_tokens: self.max_num_batched_tokens,
+                max_num_seqs: self.max_num_seqs,
+                max_model_len: self.max_model_len.unwrap_or(SchedulerConfig::default().max_model_len),
+                enable_chunked_prefill: self.enable_chunked_prefill || !self.no_enable_chunked_prefill,
+                policy: match self.scheduling_policy {
+                    PolicyArg::Fcfs => SchedulingPolicy::Fcfs,
+                    PolicyArg::Priority => SchedulingPolicy::Priority,
+                },
+                ..SchedulerConfig::default()
+            },
+            executor: match self.executor {
+                ExecutorArg::Wgpu => ExecutorKind::Wgpu,
+                ExecutorArg::Sim => ExecutorKind::Sim,
+            },
+            seed,
+            max_waiting_requests: None,
+            gpu: GpuOptions { backend, adapter: self.adapter.clone(), ..GpuOptions::default() },
+            show_progress: std::io::stderr().is_terminal(),
+        })
+    }
+}
+
+/// Sampling flags (vLLM's names and defaults).
+#[derive(Debug, Clone, Args)]
+struct SamplingArgs {
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Tokens to generate before EOS may end the output.
+    #[arg(long, default_value_t = 0)]
+    min_tokens: usize,
+    /// Softmax temperature; 0 is greedy.
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: i32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Drop tokens below min_p times the most likely one's probability.
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Seed: the same seed repeats the same output.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Penalize tokens seen in prompt or output (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    /// Penalize tokens already generated, once.
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    /// Penalize tokens already generated, per occurrence.
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
+    /// A string that ends the output (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Keep generating past EOS.
+    #[arg(long)]
+    ignore_eos: bool,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed: self.seed,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            max_tokens: self.max_tokens,
+            min_tokens: self.min_tokens,
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+struct GenerateArgs {
+    /// Prompts to complete.
+    prompts: Vec<String>,
+    /// A file with one JSON string (a prompt) per line.
+    #[arg(long)]
+    prompts_file: Option<PathBuf>,
+    /// Apply the chat template to each prompt as a single user message.
+    #[arg(long)]
+    chat: bool,
+    /// Print one JSON object per prompt: prompt_token_ids, token_ids, text, finish_reason.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+struct ChatArgs {
+    /// A system message to start the conversation with.
+    #[arg(long)]
+    system: Option<String>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[cfg(feature = "server")]
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on.
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// The model name clients pass [default: the model file or directory name].
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Answer 503 while this many requests are waiting.
+    #[arg(long, default_value_t = 1024)]
+    max_waiting_requests: usize,
+    /// Seed for requests that bring none.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// random, shared-prefix, memory-pressure or long-prompt.
+    #[arg(long, default_value = "random")]
+    workload: BuiltinWorkload,
+    /// Requests in the workload.
+    #[arg(long, default_value_t = 200)]
+    num_requests: usize,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Debug, Args)]
+struct InfoArgs {
+    /// A GGUF file or an HF model directory [default: the default model, if present].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Graphics API: vulkan, metal, dx12 or gl.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Adapter name substring or index.
+    #[arg(long)]
+    adapter: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    #[cfg(feature = "server")]
+    let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+    #[cfg(not(feature = "server"))]
+    let default_level = "warn";
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)))
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Generate(args) => generate(args),
+        Command::Chat(args) => chat(args),
+        #[cfg(feature = "server")]
+        Command::Serve(args) => serve(args),
+        Command::Bench(args) => bench(args),
+        Command::Info(args) => info(args),
+        #[cfg(feature = "viz")]
+        Command::Viz(args) => pagoda::viz::run(&args).map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn generate(args: GenerateArgs) -> Result<(), String> {
+    let mut texts = args.prompts.clone();
+    if let Some(path) = &args.prompts_file {
+        let file = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for (number, line) in file.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
+            let prompt: String = serde_json::from_str(line)
+                .map_err(|e| format!("{}:{}: not a JSON string: {e}", path.display(), number + 1))?;
+            texts.push(prompt);
+        }
+    }
+    if texts.is_empty() {
+        return Err("no prompts: pass them as arguments or with --prompts-file".into());
+    }
+    let prompts: Vec<Prompt> = texts
+        .iter()
+        .map(|text| match args.chat {
+            true => Prompt::Chat(vec![ChatMessage::new("user", text.as_str())]),
+            false => Prompt::Text(text.clone()),
+        })
+        .collect();
+    let mut engine =
+        Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
+    let completions = engine.generate(prompts, &args.sampling.params()).map_err(|e| e.to_string())?;
+    let mut stdout = std::io::stdout().lock();
+    for (text, completion) in texts.iter().zip(&completions) {
+        let written = if args.json {
+            writeln!(stdout, "{}", completion_json(completion))
+        } else if completions.len() == 1 {
+            writeln!(stdout, "{}", completion.text)
+        } else {
+            writeln!(stdout, "### {text}\n{}\n", completion.text)
+        };
+        written.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The `--json` line of one completion.
+fn completion_json(completion: &CompletionOutput) -> serde_json::Value {
+    serde_json::json!({
+        "prompt_token_ids": completion.prompt_token_ids,
+        "token_ids": completion.token_ids,
+        "text": completion.text,
+        "finish_reason": completion.finish_reason,
+    })
+}
+
+fn chat(args: ChatArgs) -> Result<(), String> {
+    let mut engine =
+        Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
+    let params = args.sampling.params();
+    let mut history: Vec<ChatMessage> =
+        args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
+    eprintln!("Chatting with the model; an empty line or end of input quits, /reset starts over.");
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
+            return Ok(());
+        }
+        if line.trim() == "/reset" {
+            history.retain(|message| message.role == "system");
+            continue;
+        }
+        history.push(ChatMessage::new("user", line.trim_end()));
+        let id =
+            engine.add_request(Prompt::Chat(history.clone()), params.clone()).map_err(|e| e.to_string())?;
+        let mut reply = String::new();
+        let mut finished = false;
+        while !finished {
+            for output in engine.step().map_err(|e| e.to_string())? {
+                if output.request_id == id {
+                    print!("{}", output.new_text);
+                    stdout.flush().map_err(|e| e.to_string())?;
+                    reply.push_str(&output.new_text);
+                    finished = output.finished();
+                }
+            }
+        }
+        println!();
+        history.push(ChatMessage::new("assistant", reply));
+    }
+}
+
+#[cfg(feature = "server")]
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let mut config = args.engine.config(args.seed)?;
+    config.max_waiting_requests = Some(args.max_waiting_requests);
+    let model_path = match &config.model {
+        Some(path) => path.clone(),
+        None => default_model_path().map_err(|e| e.to_string())?,
+    };
+    let model_name = args.served_model_name.clone().unwrap_or_else(|| {
+        model_path.file_stem().map_or_else(|| "pagoda".into(), |stem| stem.to_string_lossy().into_owned())
+    });
+    config.model = Some(model_path);
+    let engine = Engine::new(config).map_err(|e| e.to_string())?;
+    let state = std::sync::Arc::new(
+        pagoda::server::ServerState::new(engine, model_name.clone()).map_err(|e| e.to_string())?,
+    );
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let address = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|e| format!("cannot listen on {address}: {e}"))?;
+        tracing::info!(%address, model = %model_name, "serving the OpenAI API");
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        pagoda::server::serve(listener, pagoda::server::router(state), shutdown)
+            .await
+            .map_err(|e| e.to_string())
+    })
+}
+
+fn bench(args: BenchArgs) -> Result<(), String> {
+    let config = args.engine.config(args.seed)?;
+    let report = match config.executor {
+        ExecutorKind::Sim => {
+            let sim = SimConfig { seed: args.seed, ..SimConfig::default() };
+            let workload = args.workload.generate(args.num_requests, sim.vocab_size, args.seed);
+            run_workload(&workload, config.scheduler, config.cache, sim).map_err(|e| e.to_string())?
+        }
+        ExecutorKind::Wgpu => {
+            let mut engine = Engine::new(config).map_err(|e| e.to_string())?;
+            let vocab_size = engine.tokenizer().vocab_size() as u32;
+            let workload = args.workload.generate(args.num_requests, vocab_size, args.seed);
+            run_engine_workload(&mut engine, &workload).map_err(|e| e.to_string())?
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+fn print_report(report: &WorkloadReport) {
+    let ms = |seconds: f64| format!("{:.2} ms", seconds * 1e3);
+    let rows = [
+        ("workload", report.workload.clone()),
+        (
+            "requests (finished / rejected)",
+            format!("{} ({} / {})", report.num_requests, report.num_finished, report.num_rejected),
+        ),
+        ("steps", report.num_steps.to_string()),
+        ("duration", format!("{:.2} s", report.duration_s)),
+        ("prompt / output tokens", format!("{} / {}", report.prompt_tokens, report.output_tokens)),
+        ("output throughput", format!("{:.1} tok/s", report.output_throughput)),
+        ("total throughput", format!("{:.1} tok/s", report.total_throughput)),
+        ("request throughput", format!("{:.2} req/s", report.request_throughput)),
+        ("TTFT p50 / p99", format!("{} / {}", ms(report.ttft_p50_s), ms(report.ttft_p99_s))),
+        (
+            "ITL mean / p50 / p99",
+            format!("{} / {} / {}", ms(report.itl_mean_s), ms(report.itl_p50_s), ms(report.itl_p99_s)),
+        ),
+        ("preemptions", report.num_preemptions.to_string()),
+        ("recomputed tokens", report.num_recomputed_tokens.to_string()),
+        ("prefix cache hit rate", format!("{:.1} %", report.prefix_cache_hit_rate * 100.0)),
+        ("peak KV cache usage", format!("{:.1} %", report.peak_kv_cache_usage * 100.0)),
+    ];
+    for (name, value) in rows {
+        println!("{name:<32} {value}");
+    }
+}
+
+fn info(args: InfoArgs) -> Result<(), String> {
+    let backend = args.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
+    let options = GpuOptions { backend, adapter: args.adapter.clone(), ..GpuOptions::default() };
+    match GpuContext::new(&options) {
+        Ok(context) => {
+            let capabilities = context.capabilities();
+            println!("{}\n{}", capabilities.device_summary(), capabilities.variant_summary());
+        }
+        Err(error) => println!("gpu: unavailable ({error})"),
+    }
+    let path = match args.model {
+        Some(path) => path,
+        None => match default_model_path() {
+            Ok(path) => path,
+            Err(error) => {
+                println!("model: none ({error})");
+                return Ok(());
+            }
+        },
+    };
+    let model = ModelFiles::open(&path).map_err(|e| e.to_string())?;
+    let c = &model.config;
+    println!(
+        "model: {}\n  architecture {}, {} layers, hidden {}, intermediate {}, {} heads, {} KV heads, head dim {}\n  \
+         vocab {}, context {}, rope theta {}, tied embeddings {}, chat template {}",
+        path.display(),
+        c.architecture,
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.intermediate_size,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.vocab_size,
+        c.max_position_embeddings,
+        c.rope_theta,
+        c.tie_word_embeddings,
+        if model.chat_template.is_some() { "yes" } else { "no" },
+    );
+    Ok(())
+}
+
+/// Parses a byte count with an optional binary suffix (K, M, G, T; `iB`/`B` allowed).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let upper = text.to_ascii_uppercase();
+    let digits_end = upper.find(|c: char| !c.is_ascii_digit()).unwrap_or(upper.len());
+    let (number, suffix) = upper.split_at(digits_end);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a byte count"))?;
+    let shift = match suffix.trim_end_matches('B').trim_end_matches('I') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{text:?}: unknown unit (use K, M, G or T)")),
+    };
+    number.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
+}

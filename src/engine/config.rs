@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::{Engine, EngineError};
 use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+use crate::gpu::GpuOptions;
 
 /// Which executor runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -32,6 +34,11 @@ pub struct EngineConfig {
     pub seed: u64,
     /// Refuse new requests while this many are waiting; `None` never refuses.
     pub max_waiting_requests: Option<usize>,
+    /// Backend, adapter and feature choices for the wgpu executor.
+    #[serde(skip)]
+    pub gpu: GpuOptions,
+    /// Draw progress bars while the model loads.
+    pub show_progress: bool,
 }
 
 /// Builds an [`EngineConfig`] knob by knob; `Engine::builder()` starts one.
@@ -129,6 +136,18 @@ impl EngineBuilder {
         self
     }
 
+    /// Backend, adapter and feature choices for the wgpu executor.
+    pub fn gpu(mut self, gpu: GpuOptions) -> Self {
+        self.config.gpu = gpu;
+        self
+    }
+
+    /// Draw progress bars while the model loads.
+    pub fn show_progress(mut self, show: bool) -> Self {
+        self.config.show_progress = show;
+        self
+    }
+
     /// Refuse new requests while this many are waiting.
     pub fn max_waiting_requests(mut self, limit: usize) -> Self {
         self.config.max_waiting_requests = Some(limit);
@@ -143,5 +162,10 @@ impl EngineBuilder {
     /// Ends the builder with its configuration.
     pub fn into_config(self) -> EngineConfig {
         self.config
+    }
+
+    /// Opens the model and builds the engine (see [`Engine::new`]).
+    pub fn build(self) -> Result<Engine, EngineError> {
+        Engine::new(self.config)
     }
 }

@@ -66,6 +66,8 @@ impl From<EngineError> for ApiError {
             EngineError::Model(_)
             | EngineError::Config(_)
             | EngineError::Executor(_)
+            | EngineError::Gpu(_)
+            | EngineError::Sim(_)
             | EngineError::UnknownRequest(_)
             | EngineError::Stopped => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -1,0 +1,138 @@
+//! The `pagoda` binary on the tiny model with the simulated executor: `generate --json`,
+//! `--prompts-file`, `--chat`, `bench --json`, `info`, and clear errors.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use pagoda::TokenId;
+use pagoda::executor::sim::{CostModel, SimConfig, next_token};
+use pagoda::model::testing::TinyLlama;
+use pagoda::model::{ChatMessage, ModelFiles};
+use serde_json::Value;
+
+fn pagoda(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pagoda")).args(args).env("RUST_LOG", "error").output().unwrap()
+}
+
+fn tiny_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    TinyLlama::new(0).write_hf_dir(dir.path()).unwrap();
+    dir
+}
+
+fn json_lines(output: &Output) -> Vec<Value> {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The simulated model's continuation (seed 3, the tiny vocabulary, EOS 2).
+fn continuation(prompt: &[TokenId], max_tokens: usize) -> Vec<TokenId> {
+    let sim = SimConfig { vocab_size: 275, eos_token_id: Some(2), seed: 3, cost: CostModel::default() };
+    let mut history = prompt.to_vec();
+    let mut out = Vec::new();
+    while out.len() < max_tokens && out.last() != Some(&2) {
+        let token = next_token(&sim, &history);
+        history.push(token);
+        out.push(token);
+    }
+    out
+}
+
+fn ids(value: &Value) -> Vec<TokenId> {
+    value.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as TokenId).collect()
+}
+
+fn sim_args<'a>(dir: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args =
+        vec!["generate", "--model", dir.to_str().unwrap(), "--executor", "sim", "--seed", "3", "--json"];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn generate_json_prints_one_exact_object_per_prompt() {
+    let dir = tiny_dir();
+    let tokenizer = ModelFiles::open(dir.path()).unwrap().tokenizer;
+    let lines = json_lines(&pagoda(&sim_args(dir.path(), &["--max-tokens", "6", "the tower", "x"])));
+    assert_eq!(lines.len(), 2);
+    for (line, prompt) in lines.iter().zip(["the tower", "x"]) {
+        let prompt_ids = tokenizer.encode(prompt, true).unwrap();
+        assert_eq!(ids(&line["prompt_token_ids"]), prompt_ids);
+        let expected = continuation(&prompt_ids, 6);
+        assert_eq!(ids(&line["token_ids"]), expected);
+        let finish = if expected.last() == Some(&2) { "stop" } else { "length" };
+        assert_eq!(line["finish_reason"], finish);
+        assert!(line["text"].is_string());
+    }
+}
+
+#[test]
+fn prompts_file_and_chat_prompts() {
+    let dir = tiny_dir();
+    let file = dir.path().join("prompts.jsonl");
+    std::fs::write(&file, "\"first line\"\n\n\"two\\nlines\"\n").unwrap();
+    let from_file = json_lines(&pagoda(&sim_args(dir.path(), &["--prompts-file", file.to_str().unwrap()])));
+    let direct = json_lines(&pagoda(&sim_args(dir.path(), &["first line", "two\nlines"])));
+    assert_eq!(from_file, direct);
+
+    let files = ModelFiles::open(dir.path()).unwrap();
+    let rendered = files.chat_template.unwrap().render(&[ChatMessage::new("user", "hi")], true).unwrap();
+    let chat = json_lines(&pagoda(&sim_args(dir.path(), &["--chat", "hi"])));
+    assert_eq!(ids(&chat[0]["prompt_token_ids"]), files.tokenizer.encode(&rendered, true).unwrap());
+}
+
+#[test]
+fn bench_on_the_simulated_executor_prints_one_json_report() {
+    let output = pagoda(&[
+        "bench",
+        "--executor",
+        "sim",
+        "--workload",
+        "shared-prefix",
+        "--num-requests",
+        "20",
+        "--json",
+    ]);
+    let report = &json_lines(&output)[0];
+    assert_eq!(report["workload"], "shared-prefix");
+    assert_eq!(report["num_finished"], 20);
+    for key in ["output_throughput", "total_throughput", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s"]
+    {
+        assert!(report[key].as_f64().unwrap() > 0.0, "{key}");
+    }
+    assert!(report["prefix_cache_hit_rate"].as_f64().unwrap() > 0.0);
+    for key in ["num_preemptions", "num_recomputed_tokens", "peak_kv_cache_usage"] {
+        assert!(report[key].is_number(), "{key}");
+    }
+}
+
+#[test]
+fn info_describes_the_model() {
+    let dir = tiny_dir();
+    let output = pagoda(&["info", "--model", dir.path().to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("architecture llama, 2 layers, hidden 64"), "{text}");
+    assert!(text.contains("chat template yes"), "{text}");
+}
+
+#[test]
+fn mistakes_give_clear_errors() {
+    let dir = tiny_dir();
+    let output = pagoda(&sim_args(dir.path(), &[]));
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no prompts"));
+    let output = pagoda(&sim_args(dir.path(), &["--temperature", "-1", "hi"]));
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("temperature must be"));
+    let output = pagoda(&["bench", "--executor", "sim", "--workload", "nonsense"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown workload"));
+    let output = pagoda(&["generate", "--model", "/nonexistent/model.gguf", "hi"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: "));
+}

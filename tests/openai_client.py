@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The official `openai` package against `pagoda serve`: a chat completion, streamed and not.
+
+Usage: tests/openai_client.py PAGODA_BINARY [MODEL]. Starts the server on a free loopback
+port (default model unless MODEL is given), waits for /health, then checks that a greedy
+chat completion and its streamed twin give the same text, with usage and a finish reason.
+"""
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import openai
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(base: str, server: subprocess.Popen, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"pagoda serve exited with {server.returncode}")
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit("pagoda serve did not become healthy")
+
+
+def main() -> None:
+    binary = sys.argv[1]
+    port = free_port()
+    command = [binary, "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024"]
+    if len(sys.argv) > 2:
+        command += ["--model", sys.argv[2]]
+    server = subprocess.Popen(command)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(base, server)
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+        assert [m.id for m in client.models.list().data] == ["smollm2"]
+        messages = [{"role": "user", "content": "What is the capital of France?"}]
+
+        reply = client.chat.completions.create(model="smollm2", messages=messages, temperature=0, max_tokens=12)
+        text = reply.choices[0].message.content
+        assert reply.choices[0].message.role == "assistant"
+        assert text, "empty reply"
+        assert reply.choices[0].finish_reason in ("stop", "length")
+        assert reply.usage.completion_tokens > 0 and reply.usage.prompt_tokens > 0
+        assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+        stream = client.chat.completions.create(
+            model="smollm2",
+            messages=messages,
+            temperature=0,
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        pieces, finish, usage = [], None, None
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                pieces.append(choice.delta.content or "")
+                finish = choice.finish_reason or finish
+        assert "".join(pieces) == text, f"streamed {''.join(pieces)!r} != {text!r}"
+        assert finish == reply.choices[0].finish_reason
+        assert usage is not None and usage.completion_tokens == reply.usage.completion_tokens
+
+        try:
+            client.chat.completions.create(model="smollm2", messages=messages, temperature=-1)
+            raise AssertionError("temperature -1 was accepted")
+        except openai.BadRequestError as error:
+            assert "temperature" in str(error)
+        print(f"openai client test passed: {text!r}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
