@@ -89,7 +89,8 @@ pub fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f32> {
             }
             DType::Q4_0 | DType::Q4_1 => {
                 let d = h(blk);
-                let (m, qs) = if dtype == DType::Q4_1 { (h(&blk[2..]), &blk[4..]) } else { (-8.0 * d, &blk[2..]) };
+                let (m, qs) =
+                    if dtype == DType::Q4_1 { (h(&blk[2..]), &blk[4..]) } else { (-8.0 * d, &blk[2..]) };
                 out.extend(qs.iter().map(|&q| d * f32::from(q & 0x0f) + m));
                 out.extend(qs.iter().map(|&q| d * f32::from(q >> 4) + m));
             }
@@ -145,7 +146,8 @@ mod tests {
     #[test]
     fn quantized_round_trip_stays_within_half_a_step() {
         let values: Vec<f32> = (0..64).map(|i| ((i * 37 % 64) as f32 - 31.5) / 10.0).collect();
-        for (dtype, step) in [(DType::Q8_0, 3.2 / 127.0), (DType::Q4_0, 3.2 / 8.0), (DType::Q4_1, 6.4 / 15.0)] {
+        for (dtype, step) in [(DType::Q8_0, 3.2 / 127.0), (DType::Q4_0, 3.2 / 8.0), (DType::Q4_1, 6.4 / 15.0)]
+        {
             let bytes = quantize(dtype, &values);
             assert_eq!(bytes.len(), dtype.bytes_for(64).unwrap());
             let back = dequantize(dtype, &bytes);

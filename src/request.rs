@@ -1,5 +1,7 @@
 //! A request as the scheduler tracks it.
 
+use serde::{Deserialize, Serialize};
+
 use crate::core::block_hash::BlockHash;
 use crate::sampling::SamplingParams;
 
@@ -9,7 +11,8 @@ pub type RequestId = u64;
 pub type TokenId = u32;
 
 /// Where a request is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RequestStatus {
     /// Queued, never scheduled.
     Waiting,
@@ -49,7 +52,8 @@ impl RequestStatus {
 }
 
 /// Why a request finished, as the OpenAI API names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// EOS, stop token or stop string.
     Stop,

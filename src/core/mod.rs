@@ -2,4 +2,9 @@
 
 pub mod block_hash;
 pub mod block_pool;
+pub mod events;
+pub mod kv_cache_manager;
+pub mod metrics;
 pub mod output;
+pub mod request_queue;
+pub mod scheduler;

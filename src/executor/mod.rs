@@ -2,6 +2,7 @@
 
 pub mod sim;
 pub mod wgpu;
+pub mod workload;
 
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 

@@ -1,1 +1,233 @@
 //! A deterministic simulated model for tests, the visualizer and scale studies.
+//!
+//! The next token is a hash of the request's whole token history (prompt + outputs) and of
+//! nothing else, so every schedule — any batch mix, chunking, preemption or prefix hit —
+//! must produce the same outputs. A cost model turns each step into simulated seconds.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
+use crate::executor::{ExecutorError, ModelExecutor};
+use crate::request::{RequestId, TokenId};
+
+/// Simulated seconds per step: a fixed overhead, a cost per scheduled token and a cost per
+/// KV token read by attention.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    /// Seconds every non-empty step costs (launches, sync, sampling).
+    pub step_overhead_s: f64,
+    /// Seconds per scheduled token (weights and activations).
+    pub per_token_s: f64,
+    /// Seconds per KV token read (each scheduled request reads its whole context).
+    pub per_kv_token_s: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self { step_overhead_s: 4e-3, per_token_s: 50e-6, per_kv_token_s: 0.2e-6 }
+    }
+}
+
+impl CostModel {
+    /// Seconds one step takes; an empty step costs nothing.
+    pub fn step_seconds(&self, num_scheduled_tokens: usize, num_kv_tokens_read: usize) -> f64 {
+        if num_scheduled_tokens == 0 {
+            return 0.0;
+        }
+        self.step_overhead_s
+            + self.per_token_s * num_scheduled_tokens as f64
+            + self.per_kv_token_s * num_kv_tokens_read as f64
+    }
+}
+
+/// The simulated model's vocabulary, EOS, seed and cost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    /// Tokens are drawn from `0..vocab_size`.
+    pub vocab_size: u32,
+    /// The EOS token (make `vocab_size` small for EOS to occur often).
+    pub eos_token_id: Option<TokenId>,
+    /// Seed of the token hash: another seed is another "model".
+    pub seed: u64,
+    /// Simulated time.
+    pub cost: CostModel,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self { vocab_size: 32_000, eos_token_id: Some(2), seed: 0, cost: CostModel::default() }
+    }
+}
+
+/// A simulated-model configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimConfigError {
+    /// `vocab_size` is 0.
+    #[error("vocab_size must be at least 1")]
+    EmptyVocab,
+    /// The EOS token lies outside the vocabulary.
+    #[error("eos_token_id {eos} is outside the vocabulary of {vocab_size} tokens")]
+    EosOutsideVocab {
+        /// The EOS id.
+        eos: TokenId,
+        /// The vocabulary size.
+        vocab_size: u32,
+    },
+}
+
+/// The next token after `history` for a model of `config`: a pure function of the whole
+/// history.
+pub fn next_token(config: &SimConfig, history: &[TokenId]) -> TokenId {
+    let mut bytes = Vec::with_capacity(history.len() * 4);
+    for token in history {
+        bytes.extend_from_slice(&token.to_le_bytes());
+    }
+    (xxh3_64_with_seed(&bytes, config.seed) % u64::from(config.vocab_size)) as TokenId
+}
+
+#[derive(Debug)]
+struct SimSequence {
+    token_ids: Vec<TokenId>,
+    num_computed_tokens: usize,
+}
+
+/// The simulated executor: keeps each request's token history and computed length.
+#[derive(Debug)]
+pub struct SimExecutor {
+    config: SimConfig,
+    sequences: HashMap<RequestId, SimSequence>,
+    elapsed_s: f64,
+    last_step_s: f64,
+}
+
+impl SimExecutor {
+    /// A simulated model.
+    pub fn new(config: SimConfig) -> Result<Self, SimConfigError> {
+        if config.vocab_size == 0 {
+            return Err(SimConfigError::EmptyVocab);
+        }
+        if let Some(eos) = config.eos_token_id.filter(|&eos| eos >= config.vocab_size) {
+            return Err(SimConfigError::EosOutsideVocab { eos, vocab_size: config.vocab_size });
+        }
+        Ok(Self { config, sequences: HashMap::new(), elapsed_s: 0.0, last_step_s: 0.0 })
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Simulated seconds of every step so far.
+    pub fn elapsed_seconds(&self) -> f64 {
+        self.elapsed_s
+    }
+
+    /// Simulated seconds of the last step.
+    pub fn last_step_seconds(&self) -> f64 {
+        self.last_step_s
+    }
+
+    /// Requests whose history it holds.
+    pub fn num_sequences(&self) -> usize {
+        self.sequences.len()
+    }
+
+    fn run_tokens(
+        &mut self,
+        request_id: RequestId,
+        resumed: bool,
+        num_computed_tokens: usize,
+        token_ids: &[TokenId],
+        num_scheduled: usize,
+    ) -> Result<Option<TokenId>, ExecutorError> {
+        let invalid = |why: String| ExecutorError::InvalidBatch(format!("request {request_id}: {why}"));
+        let sequence =
+            self.sequences.get_mut(&request_id).ok_or_else(|| invalid("unknown request".into()))?;
+        if token_ids.len() != num_scheduled {
+            return Err(invalid(format!(
+                "{} token ids for {num_scheduled} scheduled tokens",
+                token_ids.len()
+            )));
+        }
+        let known = if resumed { sequence.token_ids.len() } else { sequence.num_computed_tokens };
+        if num_computed_tokens > known {
+            return Err(invalid(format!(
+                "computed tokens {num_computed_tokens} beyond the {known} it knows"
+            )));
+        }
+        for (offset, &token) in token_ids.iter().enumerate() {
+            let position = num_computed_tokens + offset;
+            match sequence.token_ids.get(position) {
+                Some(&known) if known != token => {
+                    return Err(invalid(format!(
+                        "token {token} at position {position}, history has {known}"
+                    )));
+                }
+                Some(_) => {}
+                None if position == sequence.token_ids.len() => sequence.token_ids.push(token),
+                None => return Err(invalid(format!("gap in the history at position {position}"))),
+            }
+        }
+        sequence.num_computed_tokens = num_computed_tokens + num_scheduled;
+        if sequence.num_computed_tokens < sequence.token_ids.len() {
+            return Ok(None);
+        }
+        let token = next_token(&self.config, &sequence.token_ids);
+        sequence.token_ids.push(token);
+        Ok(Some(token))
+    }
+}
+
+impl ModelExecutor for SimExecutor {
+    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput, ExecutorError> {
+        for request_id in &scheduler_output.finished_req_ids {
+            self.sequences.remove(request_id);
+        }
+        let scheduled = |request_id: RequestId| {
+            scheduler_output.num_scheduled_tokens.get(&request_id).copied().ok_or_else(|| {
+                ExecutorError::InvalidBatch(format!("request {request_id} has no scheduled token count"))
+            })
+        };
+        let mut output = ModelRunnerOutput::default();
+        let mut num_kv_tokens_read = 0;
+        for new in &scheduler_output.scheduled_new_reqs {
+            let num_scheduled = scheduled(new.req_id)?;
+            let start = new.num_computed_tokens;
+            let end = start + num_scheduled;
+            let tokens = new.prompt_token_ids.get(start..end).ok_or_else(|| {
+                ExecutorError::InvalidBatch(format!(
+                    "request {}: tokens {start}..{end} beyond the prompt",
+                    new.req_id
+                ))
+            })?;
+            let sequence =
+                SimSequence { token_ids: new.prompt_token_ids.clone(), num_computed_tokens: start };
+            self.sequences.insert(new.req_id, sequence);
+            if let Some(token) = self.run_tokens(new.req_id, false, start, tokens, num_scheduled)? {
+                output.sampled_token_ids.insert(new.req_id, vec![token]);
+            }
+            num_kv_tokens_read += end;
+        }
+        for cached in &scheduler_output.scheduled_cached_reqs {
+            let num_scheduled = scheduled(cached.req_id)?;
+            let start = cached.num_computed_tokens;
+            if let Some(token) = self.run_tokens(
+                cached.req_id,
+                cached.resumed_from_preemption,
+                start,
+                &cached.new_token_ids,
+                num_scheduled,
+            )? {
+                output.sampled_token_ids.insert(cached.req_id, vec![token]);
+            }
+            num_kv_tokens_read += start + num_scheduled;
+        }
+        self.last_step_s =
+            self.config.cost.step_seconds(scheduler_output.total_num_scheduled_tokens, num_kv_tokens_read);
+        self.elapsed_s += self.last_step_s;
+        Ok(output)
+    }
+}

@@ -1,0 +1,323 @@
+//! Observability: a stream of KV-cache events and a full snapshot of the cache and queues.
+//!
+//! Both are plain data (serde) so a visualizer can draw them live or replay a recorded
+//! JSON-lines trace. The stream costs one relaxed atomic load per would-be event when
+//! nobody listens: events are built only when a subscriber exists.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::block_hash::BlockHash;
+use crate::core::block_pool::BlockId;
+use crate::core::metrics::SchedulerStats;
+use crate::request::{FinishReason, RequestId, RequestStatus};
+
+/// One change to the KV cache or the queues.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KvEvent {
+    /// A step was scheduled.
+    Step {
+        /// Step number, from 1.
+        step: u64,
+        /// Tokens scheduled in this step.
+        num_scheduled_tokens: usize,
+        /// Running requests after scheduling.
+        num_running: usize,
+        /// Waiting requests after scheduling.
+        num_waiting: usize,
+    },
+    /// Fresh blocks were appended to a request's block table.
+    Allocate {
+        /// The owner.
+        request_id: RequestId,
+        /// The new blocks, in table order.
+        block_ids: Vec<BlockId>,
+    },
+    /// A request took cached blocks as its prefix.
+    CacheHit {
+        /// The request.
+        request_id: RequestId,
+        /// The hit blocks, in table order.
+        block_ids: Vec<BlockId>,
+        /// Tokens served by them.
+        num_tokens: usize,
+    },
+    /// Full blocks were entered into the prefix cache.
+    Cache {
+        /// The request that filled them.
+        request_id: RequestId,
+        /// The blocks, in table order.
+        block_ids: Vec<BlockId>,
+    },
+    /// A cached block lost its hash (reallocated, invalidated or reset).
+    Evict {
+        /// The block.
+        block_id: BlockId,
+        /// The hash it held.
+        #[serde(with = "hex_hash")]
+        block_hash: BlockHash,
+    },
+    /// A request released its blocks.
+    Free {
+        /// The former owner.
+        request_id: RequestId,
+        /// Its blocks, in table order.
+        block_ids: Vec<BlockId>,
+    },
+    /// A running request was preempted (RECOMPUTE) and went back to the waiting queue.
+    Preempt {
+        /// The victim.
+        request_id: RequestId,
+        /// The request that needed blocks.
+        needed_by: RequestId,
+    },
+    /// A preempted request was admitted again.
+    Resume {
+        /// The request.
+        request_id: RequestId,
+        /// Tokens it got back from the prefix cache.
+        num_cached_tokens: usize,
+    },
+    /// A request finished.
+    Finish {
+        /// The request.
+        request_id: RequestId,
+        /// Why.
+        reason: FinishReason,
+    },
+    /// KV blocks were reported invalid.
+    InvalidBlocks {
+        /// The invalid blocks.
+        block_ids: Vec<BlockId>,
+        /// Requests whose computed tokens reached into them.
+        affected_request_ids: Vec<RequestId>,
+    },
+}
+
+struct Listeners {
+    count: AtomicUsize,
+    senders: Mutex<Vec<Sender<KvEvent>>>,
+}
+
+/// Where the core sends its events: any number of subscribers, or nobody at no cost.
+#[derive(Clone)]
+pub struct EventSink {
+    listeners: Arc<Listeners>,
+}
+
+impl Default for EventSink {
+    fn default() -> Self {
+        Self {
+            listeners: Arc::new(Listeners { count: AtomicUsize::new(0), senders: Mutex::new(Vec::new()) }),
+        }
+    }
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSink").field("listeners", &self.listeners.count.load(Ordering::Relaxed)).finish()
+    }
+}
+
+impl EventSink {
+    /// A new channel that receives every event from now on.
+    pub fn subscribe(&self) -> Receiver<KvEvent> {
+        let (sender, receiver) = channel();
+        let mut senders = self.listeners.senders.lock().unwrap_or_else(|poison| poison.into_inner());
+        senders.push(sender);
+        self.listeners.count.store(senders.len(), Ordering::Relaxed);
+        receiver
+    }
+
+    /// True when at least one subscriber may still be listening.
+    pub fn is_listening(&self) -> bool {
+        self.listeners.count.load(Ordering::Relaxed) > 0
+    }
+
+    /// Sends the event built by `make` to every subscriber; builds nothing when none listens.
+    /// Subscribers that hung up are dropped.
+    pub fn emit(&self, make: impl FnOnce() -> KvEvent) {
+        if !self.is_listening() {
+            return;
+        }
+        let event = make();
+        let mut senders = self.listeners.senders.lock().unwrap_or_else(|poison| poison.into_inner());
+        senders.retain(|sender| sender.send(event.clone()).is_ok());
+        self.listeners.count.store(senders.len(), Ordering::Relaxed);
+    }
+}
+
+/// What a block is doing right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    /// Block 0: padding target, never allocated.
+    Null,
+    /// In the free queue, holding nothing reusable.
+    Free,
+    /// In the free queue, still holding a hash that later requests can hit.
+    CachedFree,
+    /// Owned by at least one request.
+    Used,
+}
+
+/// One block in a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockSnapshot {
+    /// The block.
+    pub block_id: BlockId,
+    /// What it is doing.
+    pub state: BlockState,
+    /// Requests holding it.
+    pub ref_cnt: u32,
+    /// Its hash, when it is in the prefix cache.
+    #[serde(with = "hex_hash::option")]
+    pub block_hash: Option<BlockHash>,
+    /// Requests whose block tables contain it, in ascending id order.
+    pub owners: Vec<RequestId>,
+}
+
+/// One live request in a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestSnapshot {
+    /// The request.
+    pub request_id: RequestId,
+    /// Its state.
+    pub status: RequestStatus,
+    /// Its block table.
+    pub block_ids: Vec<BlockId>,
+    /// Prompt length.
+    pub num_prompt_tokens: usize,
+    /// Tokens generated so far.
+    pub num_output_tokens: usize,
+    /// Tokens whose K/V are in the cache.
+    pub num_computed_tokens: usize,
+    /// Prompt tokens served by the prefix cache when it was first admitted.
+    pub num_cached_tokens: usize,
+    /// Times it was preempted.
+    pub num_preemptions: usize,
+    /// Its priority (lower runs first under PRIORITY).
+    pub priority: i32,
+}
+
+/// A hash in the prefix cache and the blocks that hold it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedEntry {
+    /// The hash.
+    #[serde(with = "hex_hash")]
+    pub block_hash: BlockHash,
+    /// Blocks holding that content, in ascending id order.
+    pub block_ids: Vec<BlockId>,
+}
+
+/// The whole state of the KV cache and the queues at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvSnapshot {
+    /// Steps scheduled so far.
+    pub step: u64,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Every block, by id (block 0 is the null block).
+    pub blocks: Vec<BlockSnapshot>,
+    /// The free queue, head (evicted first) to tail.
+    pub free_queue: Vec<BlockId>,
+    /// The prefix cache, in ascending hash order.
+    pub cached: Vec<CachedEntry>,
+    /// Every live request, in ascending id order.
+    pub requests: Vec<RequestSnapshot>,
+    /// The waiting queue, next to be admitted first.
+    pub waiting: Vec<RequestId>,
+    /// The running queue, in scheduling order.
+    pub running: Vec<RequestId>,
+    /// Counters and gauges.
+    pub stats: SchedulerStats,
+}
+
+/// Block hashes in JSON as 32-digit hex strings (JSON numbers cannot hold 128 bits).
+mod hex_hash {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::core::block_hash::BlockHash;
+
+    pub fn serialize<S: Serializer>(hash: &BlockHash, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format!("{hash:032x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<BlockHash, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        BlockHash::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    }
+
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        use crate::core::block_hash::BlockHash;
+
+        pub fn serialize<S: Serializer>(hash: &Option<BlockHash>, serializer: S) -> Result<S::Ok, S::Error> {
+            match hash {
+                Some(hash) => super::serialize(hash, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<BlockHash>, D::Error> {
+            Option::<String>::deserialize(deserializer)?
+                .map(|text| BlockHash::from_str_radix(&text, 16).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emits_nothing_and_builds_nothing_without_subscribers() {
+        let sink = EventSink::default();
+        let mut built = false;
+        sink.emit(|| {
+            built = true;
+            KvEvent::Evict { block_id: 1, block_hash: 2 }
+        });
+        assert!(!built);
+    }
+
+    #[test]
+    fn every_subscriber_gets_every_event_and_hung_up_ones_are_dropped() {
+        let sink = EventSink::default();
+        let first = sink.subscribe();
+        let second = sink.subscribe();
+        sink.emit(|| KvEvent::Evict { block_id: 1, block_hash: 2 });
+        drop(second);
+        sink.emit(|| KvEvent::Evict { block_id: 3, block_hash: 4 });
+        assert!(sink.is_listening());
+        let got: Vec<KvEvent> = first.try_iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                KvEvent::Evict { block_id: 1, block_hash: 2 },
+                KvEvent::Evict { block_id: 3, block_hash: 4 }
+            ]
+        );
+        drop(first);
+        sink.emit(|| KvEvent::Evict { block_id: 5, block_hash: 6 });
+        assert!(!sink.is_listening());
+    }
+
+    #[test]
+    fn events_round_trip_through_json() {
+        let event = KvEvent::CacheHit { request_id: 7, block_ids: vec![1, 2], num_tokens: 32 };
+        let line = serde_json::to_string(&event).unwrap();
+        assert_eq!(serde_json::from_str::<KvEvent>(&line).unwrap(), event);
+        let evict = KvEvent::Evict { block_id: 3, block_hash: u128::MAX };
+        let line = serde_json::to_string(&evict).unwrap();
+        assert_eq!(serde_json::from_str::<KvEvent>(&line).unwrap(), evict);
+    }
+}

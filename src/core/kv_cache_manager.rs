@@ -1,0 +1,253 @@
+//! The KV cache manager: each request's block table, prefix-cache lookups and allocation.
+
+use std::collections::HashMap;
+
+use crate::config::CacheConfig;
+use crate::core::block_pool::{BlockId, BlockPool};
+use crate::core::events::{EventSink, KvEvent};
+use crate::request::{Request, RequestId};
+
+/// A cache configuration the manager cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheConfigError {
+    /// `block_size` is 0.
+    #[error("block_size must be at least 1")]
+    ZeroBlockSize,
+    /// Fewer than two blocks: block 0 is the null block, so nothing could be allocated.
+    #[error("num_gpu_blocks is {0}; it must be at least 2 (block 0 is the null block)")]
+    TooFewBlocks(usize),
+    /// More blocks than a block id can name.
+    #[error("num_gpu_blocks is {0}; at most {max} blocks are supported", max = u32::MAX - 1)]
+    TooManyBlocks(usize),
+}
+
+/// The leading blocks of a request found in the prefix cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComputedBlocks {
+    /// The hit blocks, in table order.
+    pub block_ids: Vec<BlockId>,
+    /// Tokens they hold (`block_ids.len() * block_size`).
+    pub num_computed_tokens: usize,
+}
+
+#[derive(Debug, Default)]
+struct RequestBlocks {
+    block_ids: Vec<BlockId>,
+    num_cached_blocks: usize,
+}
+
+/// Owns the block pool and every request's block table.
+#[derive(Debug)]
+pub struct KvCacheManager {
+    block_size: usize,
+    enable_caching: bool,
+    pool: BlockPool,
+    tables: HashMap<RequestId, RequestBlocks>,
+    events: EventSink,
+}
+
+impl KvCacheManager {
+    /// A manager over a fresh pool; events go to `events`.
+    pub fn new(config: &CacheConfig, events: EventSink) -> Result<Self, CacheConfigError> {
+        if config.block_size == 0 {
+            return Err(CacheConfigError::ZeroBlockSize);
+        }
+        if config.num_gpu_blocks < 2 {
+            return Err(CacheConfigError::TooFewBlocks(config.num_gpu_blocks));
+        }
+        if config.num_gpu_blocks >= u32::MAX as usize {
+            return Err(CacheConfigError::TooManyBlocks(config.num_gpu_blocks));
+        }
+        Ok(Self {
+            block_size: config.block_size,
+            enable_caching: config.enable_prefix_caching,
+            pool: BlockPool::new(config.num_gpu_blocks, config.enable_prefix_caching, events.clone()),
+            tables: HashMap::new(),
+            events,
+        })
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// True when full blocks are shared by prefix.
+    pub fn enable_caching(&self) -> bool {
+        self.enable_caching
+    }
+
+    /// The block pool.
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Blocks in the free queue.
+    pub fn num_free_blocks(&self) -> usize {
+        self.pool.num_free_blocks()
+    }
+
+    /// Fraction of usable blocks in use, 0..=1.
+    pub fn usage(&self) -> f64 {
+        self.pool.usage()
+    }
+
+    /// A request's block table (empty when it holds none).
+    pub fn get_block_ids(&self, request_id: RequestId) -> &[BlockId] {
+        self.tables.get(&request_id).map_or(&[], |table| &table.block_ids)
+    }
+
+    /// Every request holding blocks, with its table.
+    pub fn block_tables(&self) -> impl Iterator<Item = (RequestId, &[BlockId])> {
+        self.tables.iter().map(|(&id, table)| (id, table.block_ids.as_slice()))
+    }
+
+    /// Blocks needed to hold `num_tokens` tokens.
+    pub fn blocks_for_tokens(&self, num_tokens: usize) -> usize {
+        num_tokens.div_ceil(self.block_size)
+    }
+
+    /// The longest run of leading full blocks of `request` in the prefix cache, capped so
+    /// at most `num_tokens - 1` tokens count as computed (the last token is always computed
+    /// to produce logits). Changes nothing.
+    pub fn get_computed_blocks(&self, request: &Request) -> ComputedBlocks {
+        if !self.enable_caching || request.num_tokens() == 0 {
+            return ComputedBlocks::default();
+        }
+        let max_hit_blocks = (request.num_tokens() - 1) / self.block_size;
+        let block_ids: Vec<BlockId> = request
+            .block_hashes
+            .iter()
+            .take(max_hit_blocks)
+            .map_while(|&hash| self.pool.get_cached_block(hash))
+            .collect();
+        let num_computed_tokens = block_ids.len() * self.block_size;
+        ComputedBlocks { block_ids, num_computed_tokens }
+    }
+
+    /// True when blocks for `num_total_tokens` tokens of `request` (beyond what it holds and
+    /// the hits in `computed`) could be allocated now.
+    pub fn can_fit(&self, request: &Request, num_total_tokens: usize, computed: &ComputedBlocks) -> bool {
+        self.num_new_blocks_needed(request, num_total_tokens, computed).is_some()
+    }
+
+    /// Gives `request` the hit blocks `computed` and enough new blocks for `num_new_tokens`
+    /// more tokens after `request.num_computed_tokens + computed.num_computed_tokens`, then
+    /// caches its newly full blocks. Returns the new blocks, or `None` with nothing changed
+    /// when the free queue (minus hit blocks that are themselves free) cannot cover them.
+    pub fn allocate_slots(
+        &mut self,
+        request: &Request,
+        num_new_tokens: usize,
+        computed: &ComputedBlocks,
+    ) -> Option<Vec<BlockId>> {
+        let num_total_tokens = request.num_computed_tokens + computed.num_computed_tokens + num_new_tokens;
+        let num_new_blocks = self.num_new_blocks_needed(request, num_total_tokens, computed)?;
+        let request_id = request.request_id;
+        if !computed.block_ids.is_empty() {
+            self.pool.touch(&computed.block_ids);
+            self.events.emit(|| KvEvent::CacheHit {
+                request_id,
+                block_ids: computed.block_ids.clone(),
+                num_tokens: computed.num_computed_tokens,
+            });
+        }
+        let new_blocks = self.pool.get_new_blocks(num_new_blocks)?;
+        if !new_blocks.is_empty() {
+            self.events.emit(|| KvEvent::Allocate { request_id, block_ids: new_blocks.clone() });
+        }
+        let table = self.tables.entry(request_id).or_default();
+        if !computed.block_ids.is_empty() && table.block_ids.is_empty() {
+            table.num_cached_blocks = computed.block_ids.len();
+        }
+        table.block_ids.extend_from_slice(&computed.block_ids);
+        table.block_ids.extend_from_slice(&new_blocks);
+        if self.enable_caching {
+            self.cache_blocks(request, num_total_tokens);
+        }
+        Some(new_blocks)
+    }
+
+    /// Enters into the prefix cache every full block of `request` within its first
+    /// `num_computed_tokens` tokens that has a hash and is not cached yet.
+    pub fn cache_blocks(&mut self, request: &Request, num_computed_tokens: usize) {
+        let Some(table) = self.tables.get_mut(&request.request_id) else {
+            return;
+        };
+        let num_full_blocks = (num_computed_tokens / self.block_size)
+            .min(request.block_hashes.len())
+            .min(table.block_ids.len());
+        if num_full_blocks <= table.num_cached_blocks {
+            return;
+        }
+        let range = table.num_cached_blocks..num_full_blocks;
+        let pairs = range.clone().map(|i| (table.block_ids[i], request.block_hashes[i]));
+        self.pool.cache_blocks(pairs);
+        table.num_cached_blocks = num_full_blocks;
+        let request_id = request.request_id;
+        self.events.emit(|| KvEvent::Cache { request_id, block_ids: table.block_ids[range].to_vec() });
+    }
+
+    /// Releases a request's blocks: ref_cnt -= 1 each, last block first, so that its
+    /// hashed blocks reach the free queue's tail in reverse order.
+    pub fn free(&mut self, request_id: RequestId) {
+        let Some(table) = self.tables.remove(&request_id) else {
+            return;
+        };
+        self.pool.free_blocks(table.block_ids.iter().rev().copied());
+        self.events.emit(|| KvEvent::Free { request_id, block_ids: table.block_ids });
+    }
+
+    /// Forgets every cached hash; refused (false) while any block is in use.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.pool.reset_prefix_cache()
+    }
+
+    /// Marks the blocks of `request_id` from `block_index` on as not cached by it, so they
+    /// are cached again once recomputed.
+    pub fn uncache_from(&mut self, request_id: RequestId, block_index: usize) {
+        if let Some(table) = self.tables.get_mut(&request_id) {
+            table.num_cached_blocks = table.num_cached_blocks.min(block_index);
+        }
+    }
+
+    /// Takes back the prefix-cache entries of a request's blocks past its first
+    /// `num_computed_tokens` tokens: they were cached when allocated for a step that will not
+    /// run for it (it was unscheduled), so their contents will never be computed.
+    pub fn discard_uncomputed(&mut self, request_id: RequestId, num_computed_tokens: usize) {
+        let first_uncomputed = num_computed_tokens / self.block_size;
+        let Some(table) = self.tables.get_mut(&request_id) else {
+            return;
+        };
+        let uncomputed: Vec<BlockId> =
+            table.block_ids[first_uncomputed.min(table.num_cached_blocks)..table.num_cached_blocks].to_vec();
+        table.num_cached_blocks = table.num_cached_blocks.min(first_uncomputed);
+        for block_id in uncomputed {
+            self.evict_block(block_id);
+        }
+    }
+
+    /// Removes a block's hash from the prefix cache so nobody hits it; a free block moves to
+    /// the head of the free queue.
+    pub fn evict_block(&mut self, block_id: BlockId) {
+        if self.pool.evict_hash(block_id) {
+            self.pool.demote_free_block(block_id);
+        }
+    }
+
+    fn num_new_blocks_needed(
+        &self,
+        request: &Request,
+        num_total_tokens: usize,
+        computed: &ComputedBlocks,
+    ) -> Option<usize> {
+        let held = self.get_block_ids(request.request_id).len() + computed.block_ids.len();
+        let num_new_blocks = self.blocks_for_tokens(num_total_tokens).saturating_sub(held);
+        let free_hits = computed
+            .block_ids
+            .iter()
+            .filter(|&&id| self.pool.block(id).is_some_and(|block| block.ref_cnt == 0))
+            .count();
+        (num_new_blocks + free_hits <= self.pool.num_free_blocks()).then_some(num_new_blocks)
+    }
+}

@@ -1,0 +1,755 @@
+//! The unified token-budget scheduler: running requests first, then waiting ones, chunked
+//! prefill, whole-prompt admission, and RECOMPUTE preemption (DESIGN.md §3).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use crate::config::{CacheConfig, InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
+use crate::core::block_hash::extend_block_hashes;
+use crate::core::block_pool::BlockId;
+use crate::core::events::{
+    BlockSnapshot, BlockState, CachedEntry, EventSink, KvEvent, KvSnapshot, RequestSnapshot,
+};
+use crate::core::kv_cache_manager::{CacheConfigError, ComputedBlocks, KvCacheManager};
+use crate::core::metrics::SchedulerStats;
+use crate::core::output::{
+    CachedRequestData, EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput,
+};
+use crate::core::request_queue::{PriorityKey, WaitingQueue};
+use crate::request::{Request, RequestId, RequestStatus};
+
+/// A configuration the scheduler cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedulerConfigError {
+    /// The cache configuration is invalid.
+    #[error(transparent)]
+    Cache(#[from] CacheConfigError),
+    /// `max_num_batched_tokens` is 0.
+    #[error("max_num_batched_tokens must be at least 1")]
+    ZeroTokenBudget,
+    /// `max_num_seqs` is 0.
+    #[error("max_num_seqs must be at least 1")]
+    ZeroMaxNumSeqs,
+    /// `max_model_len` is 0.
+    #[error("max_model_len must be at least 1")]
+    ZeroMaxModelLen,
+    /// Without chunked prefill a prompt of `max_model_len` tokens could never be scheduled.
+    #[error(
+        "with chunked prefill disabled, max_num_batched_tokens ({budget}) must be at least max_model_len ({max_model_len})"
+    )]
+    BudgetBelowModelLen {
+        /// `max_num_batched_tokens`.
+        budget: usize,
+        /// `max_model_len`.
+        max_model_len: usize,
+    },
+}
+
+/// Why a request was refused at `add_request`; it concerns that request alone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddRequestError {
+    /// The prompt has no tokens.
+    #[error("request {0}: the prompt is empty")]
+    EmptyPrompt(RequestId),
+    /// The prompt is longer than `max_model_len`.
+    #[error(
+        "request {request_id}: the prompt has {prompt_len} tokens, more than max_model_len ({max_model_len})"
+    )]
+    PromptTooLong {
+        /// The request.
+        request_id: RequestId,
+        /// Its prompt length.
+        prompt_len: usize,
+        /// The limit.
+        max_model_len: usize,
+    },
+    /// The prompt needs more KV blocks than the whole pool has.
+    #[error(
+        "request {request_id}: the prompt needs {blocks_needed} KV blocks but the cache has only {usable_blocks}; raise --num-gpu-blocks or --kv-cache-memory"
+    )]
+    PromptExceedsKvCache {
+        /// The request.
+        request_id: RequestId,
+        /// Blocks its prompt needs.
+        blocks_needed: usize,
+        /// Blocks the pool can ever give.
+        usable_blocks: usize,
+    },
+    /// `max_tokens` is 0.
+    #[error("request {0}: max_tokens must be at least 1")]
+    ZeroMaxTokens(RequestId),
+    /// A live request already has this id.
+    #[error("request {0}: a request with this id is already in the scheduler")]
+    DuplicateId(RequestId),
+}
+
+/// `finish_requests` was given a status that is not a finished one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a finished status")]
+pub struct NotFinishedStatus(pub RequestStatus);
+
+const PREEMPTION_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Default)]
+struct PreemptionWarning {
+    last_logged: Option<Instant>,
+    suppressed: u64,
+}
+
+struct ScheduledRunning {
+    request_id: RequestId,
+    num_tokens: usize,
+    new_block_ids: Vec<BlockId>,
+}
+
+/// The engine-core scheduler.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    kv: KvCacheManager,
+    requests: HashMap<RequestId, Request>,
+    waiting: WaitingQueue,
+    running: Vec<RequestId>,
+    finished_req_ids: HashSet<RequestId>,
+    computed_before_preemption: HashMap<RequestId, usize>,
+    pending_outputs: Vec<EngineCoreOutput>,
+    stats: SchedulerStats,
+    events: EventSink,
+    preemption_warning: PreemptionWarning,
+}
+
+impl Scheduler {
+    /// A scheduler over a fresh KV cache.
+    pub fn new(config: SchedulerConfig, cache_config: CacheConfig) -> Result<Self, SchedulerConfigError> {
+        if config.max_num_batched_tokens == 0 {
+            return Err(SchedulerConfigError::ZeroTokenBudget);
+        }
+        if config.max_num_seqs == 0 {
+            return Err(SchedulerConfigError::ZeroMaxNumSeqs);
+        }
+        if config.max_model_len == 0 {
+            return Err(SchedulerConfigError::ZeroMaxModelLen);
+        }
+        if !config.enable_chunked_prefill && config.max_num_batched_tokens < config.max_model_len {
+            return Err(SchedulerConfigError::BudgetBelowModelLen {
+                budget: config.max_num_batched_tokens,
+                max_model_len: config.max_model_len,
+            });
+        }
+        let events = EventSink::default();
+        let kv = KvCacheManager::new(&cache_config, events.clone())?;
+        Ok(Self {
+            waiting: WaitingQueue::new(config.policy),
+            config,
+            kv,
+            requests: HashMap::new(),
+            running: Vec::new(),
+            finished_req_ids: HashSet::new(),
+            computed_before_preemption: HashMap::new(),
+            pending_outputs: Vec::new(),
+            stats: SchedulerStats::default(),
+            events,
+            preemption_warning: PreemptionWarning::default(),
+        })
+    }
+
+    /// The scheduler's configuration.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Queues a request; refuses it (alone) when it can never run.
+    pub fn add_request(&mut self, mut request: Request) -> Result<(), AddRequestError> {
+        let request_id = request.request_id;
+        let prompt_len = request.prompt_token_ids.len();
+        if prompt_len == 0 {
+            return Err(AddRequestError::EmptyPrompt(request_id));
+        }
+        if prompt_len > self.config.max_model_len {
+            return Err(AddRequestError::PromptTooLong {
+                request_id,
+                prompt_len,
+                max_model_len: self.config.max_model_len,
+            });
+        }
+        let blocks_needed = self.kv.blocks_for_tokens(prompt_len);
+        let usable_blocks = self.kv.pool().num_usable_blocks();
+        if blocks_needed > usable_blocks {
+            return Err(AddRequestError::PromptExceedsKvCache { request_id, blocks_needed, usable_blocks });
+        }
+        if request.sampling_params.max_tokens == 0 {
+            return Err(AddRequestError::ZeroMaxTokens(request_id));
+        }
+        if self.requests.contains_key(&request_id) {
+            return Err(AddRequestError::DuplicateId(request_id));
+        }
+        request.status = RequestStatus::Waiting;
+        request.num_computed_tokens = 0;
+        request.block_hashes.clear();
+        if self.kv.enable_caching() {
+            extend_block_hashes(&mut request, self.kv.block_size());
+        }
+        self.waiting.push_back(&request);
+        self.requests.insert(request_id, request);
+        Ok(())
+    }
+
+    /// Plans one step: which requests compute how many tokens, under the token budget.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        let mut output = SchedulerOutput {
+            finished_req_ids: std::mem::take(&mut self.finished_req_ids),
+            ..SchedulerOutput::default()
+        };
+        let mut budget = self.config.max_num_batched_tokens;
+        let scheduled_running = self.schedule_running(&mut budget, &mut output);
+        if output.preempted_req_ids.is_empty() {
+            self.schedule_waiting(&mut budget, &mut output);
+        }
+        let mut cached_reqs =
+            Vec::with_capacity(scheduled_running.len() + output.scheduled_cached_reqs.len());
+        for scheduled in scheduled_running {
+            let request = &self.requests[&scheduled.request_id];
+            let start = request.num_computed_tokens;
+            cached_reqs.push(CachedRequestData {
+                req_id: scheduled.request_id,
+                resumed_from_preemption: false,
+                new_token_ids: request.tokens(start..start + scheduled.num_tokens),
+                new_block_ids: scheduled.new_block_ids,
+                num_computed_tokens: start,
+            });
+            output.num_scheduled_tokens.insert(scheduled.request_id, scheduled.num_tokens);
+        }
+        cached_reqs.append(&mut output.scheduled_cached_reqs);
+        output.scheduled_cached_reqs = cached_reqs;
+        output.total_num_scheduled_tokens = self.config.max_num_batched_tokens - budget;
+        for (id, &num_tokens) in &output.num_scheduled_tokens {
+            if let Some(request) = self.requests.get_mut(id) {
+                request.num_computed_tokens += num_tokens;
+            }
+        }
+        self.stats.num_steps += 1;
+        self.refresh_gauges();
+        let step = self.stats.num_steps;
+        let (num_running, num_waiting) = (self.running.len(), self.waiting.len());
+        let num_scheduled_tokens = output.total_num_scheduled_tokens;
+        self.events.emit(|| KvEvent::Step { step, num_scheduled_tokens, num_running, num_waiting });
+        output
+    }
+
+    /// Appends the sampled tokens, applies every stop condition, frees finished requests,
+    /// and returns one output per request that produced tokens or finished.
+    pub fn update_from_output(
+        &mut self,
+        scheduler_output: &SchedulerOutput,
+        model_runner_output: &ModelRunnerOutput,
+    ) -> Vec<EngineCoreOutput> {
+        let mut outputs = std::mem::take(&mut self.pending_outputs);
+        let mut stopped = Vec::new();
+        let scheduled_ids = scheduler_output
+            .scheduled_cached_reqs
+            .iter()
+            .map(|data| data.req_id)
+            .chain(scheduler_output.scheduled_new_reqs.iter().map(|data| data.req_id));
+        for request_id in scheduled_ids {
+            let Some(sampled) = model_runner_output.sampled_token_ids.get(&request_id) else {
+                continue;
+            };
+            let Some(request) = self.requests.get_mut(&request_id) else {
+                continue;
+            };
+            let all_computed = request.num_computed_tokens == request.num_tokens();
+            if sampled.is_empty() || request.status != RequestStatus::Running || !all_computed {
+                continue;
+            }
+            let logprobs = model_runner_output.logprobs.get(&request_id);
+            let mut new_token_ids = Vec::with_capacity(sampled.len());
+            let mut new_logprobs = Vec::new();
+            for (index, &token) in sampled.iter().enumerate() {
+                request.output_token_ids.push(token);
+                new_token_ids.push(token);
+                if let Some(logprob) = logprobs.and_then(|all| all.get(index)) {
+                    new_logprobs.push(logprob.clone());
+                }
+                if let Some(status) = stop_status(request, self.config.max_model_len) {
+                    request.status = status;
+                    if status == RequestStatus::FinishedStopped && request.eos_token_id != Some(token) {
+                        request.stop_token = Some(token);
+                    }
+                    break;
+                }
+            }
+            if self.kv.enable_caching() {
+                extend_block_hashes(request, self.kv.block_size());
+            }
+            self.stats.num_generated_tokens += new_token_ids.len() as u64;
+            let finish_reason = request.status.finish_reason();
+            if finish_reason.is_some() {
+                stopped.push(request_id);
+            }
+            outputs.push(EngineCoreOutput {
+                request_id,
+                new_token_ids,
+                new_logprobs,
+                finish_reason,
+                stop_token: request.stop_token,
+                num_cached_tokens: request.num_cached_tokens,
+            });
+        }
+        if !stopped.is_empty() {
+            let stopped_set: HashSet<RequestId> = stopped.iter().copied().collect();
+            self.running.retain(|id| !stopped_set.contains(id));
+            for request_id in stopped {
+                self.release_finished(request_id);
+            }
+        }
+        self.refresh_gauges();
+        outputs
+    }
+
+    /// Finishes (typically aborts) the given requests wherever they are; each is reported
+    /// in the next `SchedulerOutput.finished_req_ids`. Unknown ids are skipped. Returns how
+    /// many were finished.
+    pub fn finish_requests(
+        &mut self,
+        request_ids: impl IntoIterator<Item = RequestId>,
+        status: RequestStatus,
+    ) -> Result<usize, NotFinishedStatus> {
+        if !status.is_finished() {
+            return Err(NotFinishedStatus(status));
+        }
+        let mut finished = 0;
+        for request_id in request_ids {
+            let Some(request) = self.requests.get_mut(&request_id) else {
+                continue;
+            };
+            match request.status {
+                RequestStatus::Running => self.running.retain(|&id| id != request_id),
+                RequestStatus::Waiting | RequestStatus::Preempted => {
+                    self.waiting.remove(request);
+                }
+                _ => continue,
+            }
+            if let Some(request) = self.requests.get_mut(&request_id) {
+                request.status = status;
+            }
+            self.release_finished(request_id);
+            finished += 1;
+        }
+        self.refresh_gauges();
+        Ok(finished)
+    }
+
+    /// Reacts to KV blocks found corrupt or lost. Under policy `recompute` each request whose
+    /// computed tokens reach into an invalid block has `num_computed_tokens` cut to that
+    /// block's start and stays RUNNING with its blocks; under `fail` it finishes with an
+    /// error (returned here). Either way the invalid blocks leave the prefix cache. Call it
+    /// between `update_from_output` and the next `schedule`.
+    pub fn handle_invalid_blocks(&mut self, invalid_block_ids: &HashSet<BlockId>) -> Vec<EngineCoreOutput> {
+        if invalid_block_ids.is_empty() {
+            return Vec::new();
+        }
+        let block_size = self.kv.block_size();
+        let mut affected: Vec<(RequestId, usize)> = Vec::new();
+        for &request_id in &self.running {
+            let table = self.kv.get_block_ids(request_id);
+            let Some(first_invalid) = table.iter().position(|id| invalid_block_ids.contains(id)) else {
+                continue;
+            };
+            if first_invalid * block_size < self.requests[&request_id].num_computed_tokens {
+                affected.push((request_id, first_invalid));
+            }
+        }
+        let num_blocks = self.kv.pool().num_blocks();
+        let mut sorted_invalid: Vec<BlockId> =
+            invalid_block_ids.iter().copied().filter(|&id| (id as usize) < num_blocks).collect();
+        sorted_invalid.sort_unstable();
+        for &block_id in &sorted_invalid {
+            self.kv.evict_block(block_id);
+        }
+        let mut failed = Vec::new();
+        for &(request_id, first_invalid) in &affected {
+            match self.config.invalid_block_policy {
+                InvalidBlockPolicy::Recompute => {
+                    let request = self.requests.get_mut(&request_id).expect("running requests are live");
+                    let truncated = first_invalid * block_size;
+                    self.stats.num_recomputed_tokens += (request.num_computed_tokens - truncated) as u64;
+                    request.num_computed_tokens = truncated;
+                    self.kv.uncache_from(request_id, first_invalid);
+                }
+                InvalidBlockPolicy::Fail => {
+                    self.running.retain(|&id| id != request_id);
+                    let request = self.requests.get_mut(&request_id).expect("running requests are live");
+                    request.status = RequestStatus::FinishedError;
+                    failed.push(EngineCoreOutput {
+                        request_id,
+                        new_token_ids: Vec::new(),
+                        new_logprobs: Vec::new(),
+                        finish_reason: request.status.finish_reason(),
+                        stop_token: None,
+                        num_cached_tokens: request.num_cached_tokens,
+                    });
+                    self.release_finished(request_id);
+                }
+            }
+        }
+        self.events.emit(|| KvEvent::InvalidBlocks {
+            block_ids: sorted_invalid,
+            affected_request_ids: affected.iter().map(|&(id, _)| id).collect(),
+        });
+        self.refresh_gauges();
+        failed
+    }
+
+    /// The KV cache manager.
+    pub fn kv_cache_manager(&self) -> &KvCacheManager {
+        &self.kv
+    }
+
+    /// Forgets every cached block hash; refused (false) while any block is in use.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.kv.reset_prefix_cache()
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> SchedulerStats {
+        self.stats
+    }
+
+    /// True while any request is waiting or running.
+    pub fn has_unfinished_requests(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// Requests in the running queue.
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Requests in the waiting queue.
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// A live (not finished) request.
+    pub fn get_request(&self, request_id: RequestId) -> Option<&Request> {
+        self.requests.get(&request_id)
+    }
+
+    /// The running queue, in scheduling order.
+    pub fn running_ids(&self) -> &[RequestId] {
+        &self.running
+    }
+
+    /// The waiting queue, next to be admitted first.
+    pub fn waiting_ids(&self) -> Vec<RequestId> {
+        self.waiting.ids()
+    }
+
+    /// A channel receiving every KV event from now on.
+    pub fn subscribe(&self) -> Receiver<KvEvent> {
+        self.events.subscribe()
+    }
+
+    /// The whole state of the cache and queues (O(blocks + requests); for observers).
+    pub fn snapshot(&self) -> KvSnapshot {
+        let pool = self.kv.pool();
+        let mut owners: Vec<Vec<RequestId>> = vec![Vec::new(); pool.num_blocks()];
+        for (request_id, block_ids) in self.kv.block_tables() {
+            for &block_id in block_ids {
+                owners[block_id as usize].push(request_id);
+            }
+        }
+        let blocks = pool
+            .blocks()
+            .iter()
+            .zip(owners)
+            .map(|(block, mut owners)| {
+                owners.sort_unstable();
+                let state = if block.block_id == 0 {
+                    BlockState::Null
+                } else if block.ref_cnt > 0 {
+                    BlockState::Used
+                } else if block.block_hash.is_some() {
+                    BlockState::CachedFree
+                } else {
+                    BlockState::Free
+                };
+                BlockSnapshot {
+                    block_id: block.block_id,
+                    state,
+                    ref_cnt: block.ref_cnt,
+                    block_hash: block.block_hash,
+                    owners,
+                }
+            })
+            .collect();
+        let mut cached: Vec<CachedEntry> = pool
+            .cached_blocks()
+            .iter()
+            .map(|(&block_hash, ids)| {
+                let mut block_ids = ids.clone();
+                block_ids.sort_unstable();
+                CachedEntry { block_hash, block_ids }
+            })
+            .collect();
+        cached.sort_unstable_by_key(|entry| entry.block_hash);
+        let mut requests: Vec<RequestSnapshot> = self
+            .requests
+            .values()
+            .map(|request| RequestSnapshot {
+                request_id: request.request_id,
+                status: request.status,
+                block_ids: self.kv.get_block_ids(request.request_id).to_vec(),
+                num_prompt_tokens: request.prompt_token_ids.len(),
+                num_output_tokens: request.output_token_ids.len(),
+                num_computed_tokens: request.num_computed_tokens,
+                num_cached_tokens: request.num_cached_tokens,
+                num_preemptions: request.num_preemptions,
+                priority: request.priority,
+            })
+            .collect();
+        requests.sort_unstable_by_key(|request| request.request_id);
+        KvSnapshot {
+            step: self.stats.num_steps,
+            block_size: self.kv.block_size(),
+            blocks,
+            free_queue: pool.free_queue().iter().collect(),
+            cached,
+            requests,
+            waiting: self.waiting.ids(),
+            running: self.running.clone(),
+            stats: self.stats,
+        }
+    }
+
+    fn schedule_running(
+        &mut self,
+        budget: &mut usize,
+        output: &mut SchedulerOutput,
+    ) -> Vec<ScheduledRunning> {
+        let mut scheduled: Vec<ScheduledRunning> = Vec::with_capacity(self.running.len());
+        let mut index = 0;
+        while index < self.running.len() && *budget > 0 {
+            let request_id = self.running[index];
+            let num_tokens = self.num_tokens_to_schedule(&self.requests[&request_id], *budget);
+            if num_tokens == 0 {
+                index += 1;
+                continue;
+            }
+            let new_block_ids = loop {
+                let request = &self.requests[&request_id];
+                if let Some(new_blocks) =
+                    self.kv.allocate_slots(request, num_tokens, &ComputedBlocks::default())
+                {
+                    break Some(new_blocks);
+                }
+                if self.running.len() == 1 {
+                    self.cap_at_pool_size(request_id, output);
+                    break None;
+                }
+                let victim_index = self.victim_index();
+                let victim = self.running.remove(victim_index);
+                if victim_index < index {
+                    let position = scheduled.iter().position(|s| s.request_id == victim);
+                    if let Some(undone) = position.map(|p| scheduled.remove(p)) {
+                        *budget += undone.num_tokens;
+                    }
+                    let num_computed = self.requests[&victim].num_computed_tokens;
+                    self.kv.discard_uncomputed(victim, num_computed);
+                    index -= 1;
+                }
+                self.preempt(victim, request_id);
+                output.preempted_req_ids.insert(victim);
+                if victim == request_id {
+                    break None;
+                }
+            };
+            let Some(new_block_ids) = new_block_ids else {
+                break;
+            };
+            scheduled.push(ScheduledRunning { request_id, num_tokens, new_block_ids });
+            *budget -= num_tokens;
+            index += 1;
+        }
+        scheduled
+    }
+
+    fn schedule_waiting(&mut self, budget: &mut usize, output: &mut SchedulerOutput) {
+        while let Some(request_id) = self.waiting.peek() {
+            if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
+                break;
+            }
+            let request = &self.requests[&request_id];
+            let computed = self.kv.get_computed_blocks(request);
+            let remaining = request.num_tokens() - computed.num_computed_tokens;
+            let num_tokens = if self.config.enable_chunked_prefill {
+                self.cap_chunk(remaining, *budget)
+            } else if remaining > *budget {
+                break;
+            } else {
+                remaining
+            };
+            if !self.kv.can_fit(request, request.num_tokens(), &computed) {
+                break;
+            }
+            if self.kv.allocate_slots(request, num_tokens, &computed).is_none() {
+                break;
+            }
+            self.waiting.pop();
+            let request = self.requests.get_mut(&request_id).expect("waiting requests are live");
+            let resumed = request.status == RequestStatus::Preempted;
+            let num_hit_tokens = computed.num_computed_tokens;
+            request.status = RequestStatus::Running;
+            request.num_computed_tokens = num_hit_tokens;
+            if resumed {
+                self.stats.preempted_prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                let lost = self.computed_before_preemption.remove(&request_id).unwrap_or(0);
+                self.stats.num_recomputed_tokens += lost.saturating_sub(num_hit_tokens) as u64;
+                self.events.emit(|| KvEvent::Resume { request_id, num_cached_tokens: num_hit_tokens });
+                output.scheduled_cached_reqs.push(CachedRequestData {
+                    req_id: request_id,
+                    resumed_from_preemption: true,
+                    new_token_ids: request.tokens(num_hit_tokens..num_hit_tokens + num_tokens),
+                    new_block_ids: self.kv.get_block_ids(request_id).to_vec(),
+                    num_computed_tokens: num_hit_tokens,
+                });
+            } else {
+                self.stats.prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                request.num_cached_tokens = num_hit_tokens;
+                output.scheduled_new_reqs.push(NewRequestData {
+                    req_id: request_id,
+                    prompt_token_ids: request.prompt_token_ids.clone(),
+                    sampling_params: request.sampling_params.clone(),
+                    block_ids: self.kv.get_block_ids(request_id).to_vec(),
+                    num_computed_tokens: num_hit_tokens,
+                });
+            }
+            output.num_scheduled_tokens.insert(request_id, num_tokens);
+            self.running.push(request_id);
+            *budget -= num_tokens;
+        }
+    }
+
+    fn num_tokens_to_schedule(&self, request: &Request, budget: usize) -> usize {
+        let remaining = request.num_tokens() - request.num_computed_tokens;
+        if self.config.enable_chunked_prefill {
+            self.cap_chunk(remaining, budget)
+        } else {
+            remaining.min(budget)
+        }
+    }
+
+    fn cap_chunk(&self, remaining: usize, budget: usize) -> usize {
+        let threshold = self.config.long_prefill_token_threshold;
+        let capped = if threshold > 0 { remaining.min(threshold) } else { remaining };
+        capped.min(budget)
+    }
+
+    fn victim_index(&self) -> usize {
+        match self.config.policy {
+            SchedulingPolicy::Fcfs => self.running.len() - 1,
+            SchedulingPolicy::Priority => self
+                .running
+                .iter()
+                .enumerate()
+                .max_by_key(|&(_, id)| PriorityKey::of(&self.requests[id]))
+                .map_or(0, |(index, _)| index),
+        }
+    }
+
+    fn preempt(&mut self, victim: RequestId, needed_by: RequestId) {
+        self.kv.free(victim);
+        let request = self.requests.get_mut(&victim).expect("running requests are live");
+        self.computed_before_preemption.insert(victim, request.num_computed_tokens);
+        request.status = RequestStatus::Preempted;
+        request.num_computed_tokens = 0;
+        request.num_preemptions += 1;
+        self.waiting.push_front(request);
+        self.stats.num_preemptions += 1;
+        self.events.emit(|| KvEvent::Preempt { request_id: victim, needed_by });
+        self.warn_preemption(victim);
+    }
+
+    fn warn_preemption(&mut self, victim: RequestId) {
+        let warning = &mut self.preemption_warning;
+        let now = Instant::now();
+        if warning.last_logged.is_some_and(|last| now.duration_since(last) < PREEMPTION_WARNING_INTERVAL) {
+            warning.suppressed += 1;
+            return;
+        }
+        tracing::warn!(
+            request_id = victim,
+            total_preemptions = self.stats.num_preemptions,
+            suppressed_since_last_warning = warning.suppressed,
+            "request preempted (RECOMPUTE): the KV cache ran out of free blocks ({} usable blocks of {} tokens, {} running requests); its tokens will be computed again. Raise --num-gpu-blocks or --kv-cache-memory, or lower --max-num-seqs or --max-num-batched-tokens",
+            self.kv.pool().num_usable_blocks(),
+            self.kv.block_size(),
+            self.running.len() + 1,
+        );
+        warning.last_logged = Some(now);
+        warning.suppressed = 0;
+    }
+
+    fn cap_at_pool_size(&mut self, request_id: RequestId, output: &mut SchedulerOutput) {
+        self.running.retain(|&id| id != request_id);
+        let request = self.requests.get_mut(&request_id).expect("running requests are live");
+        request.status = RequestStatus::FinishedLengthCapped;
+        tracing::warn!(
+            request_id,
+            num_tokens = request.num_tokens(),
+            "request stopped: its sequence no longer fits the whole KV cache; raise --num-gpu-blocks or --kv-cache-memory"
+        );
+        self.pending_outputs.push(EngineCoreOutput {
+            request_id,
+            new_token_ids: Vec::new(),
+            new_logprobs: Vec::new(),
+            finish_reason: request.status.finish_reason(),
+            stop_token: None,
+            num_cached_tokens: request.num_cached_tokens,
+        });
+        self.release_finished(request_id);
+        output.finished_req_ids.extend(self.finished_req_ids.drain());
+    }
+
+    fn release_finished(&mut self, request_id: RequestId) {
+        self.kv.free(request_id);
+        self.computed_before_preemption.remove(&request_id);
+        let Some(request) = self.requests.remove(&request_id) else {
+            return;
+        };
+        self.finished_req_ids.insert(request_id);
+        self.stats.num_finished += 1;
+        if let Some(reason) = request.status.finish_reason() {
+            self.events.emit(|| KvEvent::Finish { request_id, reason });
+        }
+    }
+
+    fn refresh_gauges(&mut self) {
+        self.stats.num_running = self.running.len();
+        self.stats.num_waiting = self.waiting.len();
+        self.stats.kv_cache_usage = self.kv.usage();
+        self.stats.peak_kv_cache_usage = self.stats.peak_kv_cache_usage.max(self.stats.kv_cache_usage);
+    }
+}
+
+/// The finished status `request` reaches with its last token, if any (vLLM's order:
+/// length limits, then min_tokens, then EOS unless ignored, then stop token ids).
+fn stop_status(request: &Request, max_model_len: usize) -> Option<RequestStatus> {
+    let params = &request.sampling_params;
+    let num_output = request.output_token_ids.len();
+    if request.num_tokens() >= max_model_len || num_output >= params.max_tokens {
+        return Some(RequestStatus::FinishedLengthCapped);
+    }
+    if num_output < params.min_tokens {
+        return None;
+    }
+    let last = *request.output_token_ids.last()?;
+    if !params.ignore_eos && request.eos_token_id == Some(last) {
+        return Some(RequestStatus::FinishedStopped);
+    }
+    if params.stop_token_ids.contains(&last) {
+        return Some(RequestStatus::FinishedStopped);
+    }
+    None
+}
