@@ -26,7 +26,8 @@ fn validate(variant: &KernelVariant) -> Result<(naga::Module, ModuleInfo), Strin
 
 fn translate(variant: &KernelVariant, module: &naga::Module, info: &ModuleInfo) -> Result<(), String> {
     let msl_opts = msl::Options { lang_version: (2, 4), ..Default::default() };
-    msl::write_string(module, info, &msl_opts, &msl::PipelineOptions::default()).map_err(|e| format!("msl: {e}"))?;
+    msl::write_string(module, info, &msl_opts, &msl::PipelineOptions::default())
+        .map_err(|e| format!("msl: {e}"))?;
 
     let hlsl_opts = hlsl::Options { shader_model: hlsl::ShaderModel::V6_2, ..Default::default() };
     let mut hlsl_out = String::new();
@@ -43,7 +44,11 @@ fn translate(variant: &KernelVariant, module: &naga::Module, info: &ModuleInfo) 
         return Ok(());
     }
     let glsl_opts = glsl::Options { version: glsl::Version::Desktop(450), ..Default::default() };
-    let pipeline = glsl::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into(), multiview: None };
+    let pipeline = glsl::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: "main".into(),
+        multiview: None,
+    };
     let mut glsl_out = String::new();
     glsl::Writer::new(&mut glsl_out, module, info, &glsl_opts, &pipeline, Default::default())
         .and_then(|mut w| w.write())
@@ -61,7 +66,13 @@ fn every_variant_validates_and_translates_to_all_backends() {
             failures.push(format!("{}: {e}", variant.label()));
         }
     }
-    assert!(failures.is_empty(), "{} of {} variants failed:\n{}", failures.len(), variants.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} variants failed:\n{}",
+        failures.len(),
+        variants.len(),
+        failures.join("\n\n")
+    );
     assert!(variants.len() > 80, "expected every specialisation, got {}", variants.len());
 }
 
