@@ -7,12 +7,21 @@
 pub mod config;
 pub mod core;
 pub mod dtype;
+pub mod engine;
 pub mod executor;
 pub mod gpu;
 pub mod model;
 pub mod request;
 pub mod sampling;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(feature = "viz")]
+pub mod viz;
 
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+pub use engine::{
+    CompletionOutput, Engine, EngineBuilder, EngineConfig, EngineError, ExecutorKind, Prompt, RequestOutput,
+};
+pub use model::ChatMessage;
 pub use request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
 pub use sampling::SamplingParams;

@@ -71,7 +71,9 @@ impl Capabilities {
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" }
             ),
             LinearPath::Sequential { subgroup: Some(sg) } => {
-                format!("linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes (CPU adapter, subgroups of fixed size {sg})")
+                format!(
+                    "linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes (CPU adapter, subgroups of fixed size {sg})"
+                )
             }
             LinearPath::Sequential { subgroup: None } => format!(
                 "linear: sequential K loop, plain loads ({})",
@@ -94,8 +96,10 @@ impl Capabilities {
         [
             linear,
             kv,
-            "attention: one invocation per (token, head), KV walked block by block with online softmax".into(),
-            "embedding/rms_norm/rope/silu_mul/add/gather/top_k: one variant each (no optional features)".into(),
+            "attention: one invocation per (token, head), KV walked block by block with online softmax"
+                .into(),
+            "embedding/rms_norm/rope/silu_mul/add/gather/top_k: one variant each (no optional features)"
+                .into(),
         ]
         .join("\n")
     }
@@ -118,7 +122,8 @@ impl Capabilities {
             on(self.timestamp_query),
             match (self.masked.f16, self.masked.subgroup) {
                 (false, false) => String::new(),
-                (f, s) => format!(" [masked:{}{}]", if f { " f16" } else { "" }, if s { " subgroup" } else { "" }),
+                (f, s) =>
+                    format!(" [masked:{}{}]", if f { " f16" } else { "" }, if s { " subgroup" } else { "" }),
             },
             if self.webgpu_default_limits { " (WebGPU defaults)" } else { "" },
             l.max_storage_buffer_binding_size >> 20,

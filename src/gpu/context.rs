@@ -25,7 +25,9 @@ fn pick_adapter(adapters: Vec<wgpu::Adapter>, choice: &str) -> Result<wgpu::Adap
             adapters.into_iter().find(|a| a.get_info().name.to_ascii_lowercase().contains(&needle))
         }
     };
-    found.ok_or_else(|| GpuError::NoAdapter(format!("no adapter matches `{choice}`; found: {}", names.join(", "))))
+    found.ok_or_else(|| {
+        GpuError::NoAdapter(format!("no adapter matches `{choice}`; found: {}", names.join(", ")))
+    })
 }
 
 impl GpuContext {
@@ -34,7 +36,10 @@ impl GpuContext {
     pub fn new(options: &GpuOptions) -> Result<Self, GpuError> {
         let options = options.resolved()?;
         let backends = options.backend.map_or(wgpu::Backends::all(), |b| b.backends());
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor { backends, ..wgpu::InstanceDescriptor::new_without_display_handle() });
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
         let adapter = match &options.adapter {
             Some(choice) => pick_adapter(pollster::block_on(instance.enumerate_adapters(backends)), choice)?,
             None => pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
@@ -100,7 +105,8 @@ impl GpuContext {
 
     /// The compute pipeline of `variant`, compiled on first use and cached.
     pub(crate) fn pipeline(&self, variant: KernelVariant) -> Result<wgpu::ComputePipeline, GpuError> {
-        let mut cache = self.pipelines.lock().map_err(|_| GpuError::Device("pipeline cache poisoned".into()))?;
+        let mut cache =
+            self.pipelines.lock().map_err(|_| GpuError::Device("pipeline cache poisoned".into()))?;
         if let Some(p) = cache.get(&variant) {
             return Ok(p.clone());
         }
@@ -133,6 +139,9 @@ impl GpuContext {
 
     /// Waits until all submitted work is done.
     pub fn wait_idle(&self) -> Result<(), GpuError> {
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| GpuError::Device(e.to_string()))
     }
 }

@@ -74,22 +74,41 @@ impl Step<'_> {
         out.expect("rms_norm out", Elem::F32, &[rows, d])?;
         let params = words(&[u(rows), u(d), eps.to_bits()]);
         let grid = self.grid_groups(rows);
-        self.dispatch(KernelVariant::RmsNorm, params, vec![Binding::tensor(x), Binding::tensor(weight), Binding::tensor(out)], grid)
+        self.dispatch(
+            KernelVariant::RmsNorm,
+            params,
+            vec![Binding::tensor(x), Binding::tensor(weight), Binding::tensor(out)],
+            grid,
+        )
     }
 
     /// Rotates `x: f32 [T, heads * head_dim]` in place by `positions: u32 [T]` with
     /// `inv_freq: f32 [head_dim / 2]` (see [`rope_inv_freq`](super::rope_inv_freq)).
-    pub fn rope(&mut self, x: &Tensor, positions: &Tensor, inv_freq: &Tensor, heads: usize, mode: RopeMode) -> Result<(), GpuError> {
+    pub fn rope(
+        &mut self,
+        x: &Tensor,
+        positions: &Tensor,
+        inv_freq: &Tensor,
+        heads: usize,
+        mode: RopeMode,
+    ) -> Result<(), GpuError> {
         let (t, width) = dims2(x, "rope x")?;
-        if heads == 0 || width % heads != 0 || (width / heads) % 2 != 0 {
-            return Err(GpuError::Shape(format!("rope: width {width} is not heads ({heads}) x an even head_dim")));
+        if heads == 0 || !width.is_multiple_of(heads) || !(width / heads).is_multiple_of(2) {
+            return Err(GpuError::Shape(format!(
+                "rope: width {width} is not heads ({heads}) x an even head_dim"
+            )));
         }
         let hd = width / heads;
         positions.expect("rope positions", Elem::U32, &[t])?;
         inv_freq.expect("rope inv_freq", Elem::F32, &[hd / 2])?;
         let params = words(&[u(t), u(heads), u(hd), u32::from(mode == RopeMode::HalfSplit)]);
         let grid = self.grid_1d(t * width / 2, 64);
-        self.dispatch(KernelVariant::Rope, params, vec![Binding::tensor(x), Binding::tensor(positions), Binding::tensor(inv_freq)], grid)
+        self.dispatch(
+            KernelVariant::Rope,
+            params,
+            vec![Binding::tensor(x), Binding::tensor(positions), Binding::tensor(inv_freq)],
+            grid,
+        )
     }
 
     /// `out = x · wᵀ` for `x: f32 [M, K]`, `w: [N, K]` of any weight type, `out: f32 [M, N]`.
@@ -113,7 +132,9 @@ impl Step<'_> {
         }
         for part in &w.parts {
             let (grid, nx) = match path {
-                LinearPath::Sequential { .. } => ([u(part.rows.div_ceil(LINEAR_WG as usize)), u(row_groups), 1], 0),
+                LinearPath::Sequential { .. } => {
+                    ([u(part.rows.div_ceil(LINEAR_WG as usize)), u(row_groups), 1], 0)
+                }
                 LinearPath::KSplit => {
                     let nx = part.rows.min(max_dim);
                     ([u(nx), u(row_groups), u(part.rows.div_ceil(nx))], nx)
@@ -132,7 +153,12 @@ impl Step<'_> {
         out.expect("silu_mul out", Elem::F32, gate.shape())?;
         let n = gate.len();
         let grid = self.grid_1d(n, 64);
-        self.dispatch(KernelVariant::SiluMul, words(&[u(n), 1]), vec![Binding::tensor(gate), Binding::tensor(up), Binding::tensor(out)], grid)
+        self.dispatch(
+            KernelVariant::SiluMul,
+            words(&[u(n), 1]),
+            vec![Binding::tensor(gate), Binding::tensor(up), Binding::tensor(out)],
+            grid,
+        )
     }
 
     /// `x += y` elementwise (the residual add); both f32 of the same shape.
@@ -140,7 +166,12 @@ impl Step<'_> {
         x.expect("add x", Elem::F32, y.shape())?;
         let n = x.len();
         let grid = self.grid_1d(n, 64);
-        self.dispatch(KernelVariant::AddInPlace, words(&[u(n), 1]), vec![Binding::tensor(x), Binding::tensor(y)], grid)
+        self.dispatch(
+            KernelVariant::AddInPlace,
+            words(&[u(n), 1]),
+            vec![Binding::tensor(x), Binding::tensor(y)],
+            grid,
+        )
     }
 
     /// `out[r, :] = src[indices[r], :]` for `src: f32 [T, D]`, `indices: u32 [R]`, `out: [R, D]`
@@ -171,7 +202,8 @@ impl Step<'_> {
         slot_mapping.expect("slot_mapping", Elem::U32, &[t])?;
         k.expect("reshape_and_cache k", Elem::F32, &[t, s.num_kv_heads * s.head_dim])?;
         v.expect("reshape_and_cache v", Elem::F32, &[t, s.num_kv_heads * s.head_dim])?;
-        let (kc, vc) = cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
+        let (kc, vc) =
+            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
         let row_pairs = s.num_kv_heads * s.head_dim / 2;
         let grid = self.grid_1d(t * row_pairs, 64);
         let bindings = vec![
@@ -181,7 +213,12 @@ impl Step<'_> {
             Binding::buffer(kc),
             Binding::buffer(vc),
         ];
-        self.dispatch(KernelVariant::ReshapeAndCache { kv: cache.format() }, words(&[u(t), u(row_pairs)]), bindings, grid)
+        self.dispatch(
+            KernelVariant::ReshapeAndCache { kv: cache.format() },
+            words(&[u(t), u(row_pairs)]),
+            bindings,
+            grid,
+        )
     }
 
     /// Paged attention: `out, q: f32 [T, heads * head_dim]` over layer `layer` of `cache` for the
@@ -200,8 +237,11 @@ impl Step<'_> {
         let (t, _) = dims2(q, "attention q")?;
         q.expect("attention q", Elem::F32, &[t, heads * s.head_dim])?;
         out.expect("attention out", Elem::F32, &[t, heads * s.head_dim])?;
-        if heads == 0 || heads % s.num_kv_heads != 0 {
-            return Err(GpuError::Shape(format!("attention: {heads} heads is not a multiple of {} KV heads", s.num_kv_heads)));
+        if heads == 0 || !heads.is_multiple_of(s.num_kv_heads) {
+            return Err(GpuError::Shape(format!(
+                "attention: {heads} heads is not a multiple of {} KV heads",
+                s.num_kv_heads
+            )));
         }
         let b = batch.seq_lens.len();
         let (tb, max_blocks) = dims2(&batch.block_table, "block_table")?;
@@ -209,11 +249,22 @@ impl Step<'_> {
         batch.query_start_loc.expect("query_start_loc", Elem::U32, &[b + 1])?;
         batch.block_table.expect("block_table", Elem::U32, &[b, max_blocks])?;
         if b == 0 || tb != b || max_blocks == 0 {
-            return Err(GpuError::Shape(format!("attention: batch of {b} sequences with a {tb} x {max_blocks} block table")));
+            return Err(GpuError::Shape(format!(
+                "attention: batch of {b} sequences with a {tb} x {max_blocks} block table"
+            )));
         }
-        let (kc, vc) = cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
+        let (kc, vc) =
+            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
         let scale = 1.0 / (s.head_dim as f32).sqrt();
-        let params = words(&[u(t), u(heads), u(s.num_kv_heads), u(s.block_size), u(max_blocks), u(b), scale.to_bits()]);
+        let params = words(&[
+            u(t),
+            u(heads),
+            u(s.num_kv_heads),
+            u(s.block_size),
+            u(max_blocks),
+            u(b),
+            scale.to_bits(),
+        ]);
         let grid = self.grid_1d(t * heads, 64);
         let bindings = vec![
             Binding::tensor(q),
@@ -230,7 +281,13 @@ impl Step<'_> {
 
     /// The `k` largest logits of each row of `logits: f32 [R, V]`, largest first with ties to
     /// the lower index, into `values: f32 [R, k]` and `ids: u32 [R, k]`. NaN is never chosen.
-    pub fn top_k(&mut self, logits: &Tensor, k: usize, values: &Tensor, ids: &Tensor) -> Result<(), GpuError> {
+    pub fn top_k(
+        &mut self,
+        logits: &Tensor,
+        k: usize,
+        values: &Tensor,
+        ids: &Tensor,
+    ) -> Result<(), GpuError> {
         let (rows, v) = dims2(logits, "top_k logits")?;
         if k == 0 || k > v {
             return Err(GpuError::Shape(format!("top_k: k = {k} for rows of {v}")));

@@ -56,7 +56,12 @@ impl GpuContext {
     /// [`Capabilities::kv_format`]: super::Capabilities::kv_format
     pub fn kv_cache(&self, shape: KvCacheShape, dtype: KvCacheDtype) -> Result<KvCache, GpuError> {
         let s = &shape;
-        if s.num_layers == 0 || s.num_blocks == 0 || s.num_kv_heads == 0 || s.head_dim == 0 || s.head_dim % 2 != 0 {
+        if s.num_layers == 0
+            || s.num_blocks == 0
+            || s.num_kv_heads == 0
+            || s.head_dim == 0
+            || !s.head_dim.is_multiple_of(2)
+        {
             return Err(GpuError::Shape(format!("invalid KV cache shape {shape:?} (head_dim must be even)")));
         }
         if s.block_size == 0 || s.block_size > MAX_BLOCK_SIZE as usize {
@@ -83,7 +88,9 @@ impl GpuContext {
 
 fn lower_hint(err: GpuError) -> GpuError {
     match err {
-        GpuError::OutOfMemory(msg) => GpuError::OutOfMemory(format!("{msg}; lower --num-gpu-blocks or --kv-cache-memory")),
+        GpuError::OutOfMemory(msg) => {
+            GpuError::OutOfMemory(format!("{msg}; lower --num-gpu-blocks or --kv-cache-memory"))
+        }
         other => other,
     }
 }

@@ -54,7 +54,9 @@ impl FeatureMask {
             match name.to_ascii_lowercase().as_str() {
                 "f16" | "shader-f16" | "shader_f16" => mask.f16 = true,
                 "subgroup" | "subgroups" => mask.subgroup = true,
-                other => return Err(GpuError::BadOption(format!("unknown feature `{other}` (f16, subgroup)"))),
+                other => {
+                    return Err(GpuError::BadOption(format!("unknown feature `{other}` (f16, subgroup)")));
+                }
             }
         }
         Ok(mask)
@@ -103,13 +105,18 @@ impl GpuOptions {
             (None, Some(name)) => Some(BackendChoice::parse(&name)?),
             (None, None) => None,
         };
-        let env_mask = env("PAGODA_DISABLE_FEATURES").map(|v| FeatureMask::parse(&v)).transpose()?.unwrap_or_default();
+        let env_mask =
+            env("PAGODA_DISABLE_FEATURES").map(|v| FeatureMask::parse(&v)).transpose()?.unwrap_or_default();
         let linear_strategy = match (self.linear_strategy, env("PAGODA_LINEAR")) {
             (Some(s), _) => Some(s),
             (None, Some(name)) => Some(match name.trim().to_ascii_lowercase().as_str() {
                 "sequential" | "seq" => LinearStrategy::Sequential,
                 "ksplit" | "k-split" => LinearStrategy::KSplit,
-                other => return Err(GpuError::BadOption(format!("unknown linear strategy `{other}` (sequential, ksplit)"))),
+                other => {
+                    return Err(GpuError::BadOption(format!(
+                        "unknown linear strategy `{other}` (sequential, ksplit)"
+                    )));
+                }
             }),
             (None, None) => None,
         };

@@ -66,7 +66,8 @@ pub const MAX_BLOCK_SIZE: u32 = 64;
 /// Row tiles the linear kernels are built with: 1 for decode, 4 for prefill.
 pub const LINEAR_ROW_TILES: [u32; 2] = [1, 4];
 /// Weight element types the linear and embedding kernels read.
-pub const WEIGHT_DTYPES: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1];
+pub const WEIGHT_DTYPES: [DType; 6] =
+    [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1];
 
 /// One specialisation of one kernel family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,7 +127,11 @@ fn weight_snippet(dtype: DType) -> String {
 impl KernelVariant {
     /// True when the variant needs the SHADER_F16 feature.
     pub fn needs_f16(&self) -> bool {
-        matches!(self, Self::ReshapeAndCache { kv: KvFormat::F16Native } | Self::Attention { kv: KvFormat::F16Native, .. })
+        matches!(
+            self,
+            Self::ReshapeAndCache { kv: KvFormat::F16Native }
+                | Self::Attention { kv: KvFormat::F16Native, .. }
+        )
     }
 
     /// True when the variant needs the SUBGROUP feature.
@@ -195,7 +200,9 @@ impl KernelVariant {
                         };
                         src.push_str(snippet);
                         src.push_str(
-                            &include_str!("../../shaders/linear_seq.wgsl").replace(" LANE_ARG", arg).replace("LANE_LET", lane),
+                            &include_str!("../../shaders/linear_seq.wgsl")
+                                .replace(" LANE_ARG", arg)
+                                .replace("LANE_LET", lane),
                         );
                     }
                     LinearPath::KSplit => src.push_str(include_str!("../../shaders/linear_ksplit.wgsl")),
@@ -206,7 +213,9 @@ impl KernelVariant {
                 src.push_str(include_str!("../../shaders/reshape_and_cache.wgsl"));
             }
             Self::Attention { kv, head_dim } => {
-                src.push_str(&format!("const HD: u32 = {head_dim}u;\nconst MAX_BS: u32 = {MAX_BLOCK_SIZE}u;\n\n"));
+                src.push_str(&format!(
+                    "const HD: u32 = {head_dim}u;\nconst MAX_BS: u32 = {MAX_BLOCK_SIZE}u;\n\n"
+                ));
                 src.push_str(kv.snippet());
                 src.push_str(include_str!("../../shaders/attention.wgsl"));
             }

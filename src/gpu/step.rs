@@ -90,7 +90,8 @@ impl Step<'_> {
         groups: [u32; 3],
     ) -> Result<(), GpuError> {
         let pipeline = self.ctx.pipeline(variant)?;
-        let align = u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
+        let align =
+            u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
         let params_offset = (self.params.len() as u64).next_multiple_of(align);
         self.params.resize(params_offset as usize, 0);
         self.params.extend_from_slice(bytemuck::cast_slice(&params));
@@ -123,7 +124,8 @@ impl Step<'_> {
         let ctx = self.ctx;
         let device = &ctx.device;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        let mut encoder =
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         if !self.dispatches.is_empty() {
             let uniforms = ctx.create_buffer(
                 "step params",
@@ -158,7 +160,10 @@ impl Step<'_> {
                     })
                 })
                 .collect();
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("step"),
+                timestamp_writes: None,
+            });
             for (d, group) in self.dispatches.iter().zip(&groups) {
                 pass.set_pipeline(&d.pipeline);
                 pass.set_bind_group(0, group, &[]);
@@ -168,7 +173,11 @@ impl Step<'_> {
         let mut staging = Vec::with_capacity(self.readbacks.len());
         for r in &self.readbacks {
             let size = r.size.max(4);
-            let buf = ctx.create_buffer("readback", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
+            let buf = ctx.create_buffer(
+                "readback",
+                size,
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            )?;
             if r.size > 0 {
                 encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
             }

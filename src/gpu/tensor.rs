@@ -153,9 +153,19 @@ impl GpuContext {
         Ok(step.submit()?.take(id))
     }
 
-    pub(crate) fn create_buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer, GpuError> {
+    pub(crate) fn create_buffer(
+        &self,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer, GpuError> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false });
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
         match pollster::block_on(scope.pop()) {
             Some(err) => Err(GpuError::OutOfMemory(format!("{label} of {size} bytes: {err}"))),
             None => Ok(buffer),

@@ -69,7 +69,7 @@ fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
         DType::F32 | DType::Q4_1 => out.extend_from_slice(row),
         DType::F16 | DType::BF16 => {
             out.extend_from_slice(row);
-            if row.len() % 4 != 0 {
+            if !row.len().is_multiple_of(4) {
                 out.extend_from_slice(&[0, 0]);
             }
         }
@@ -87,9 +87,19 @@ impl GpuContext {
     /// Uploads a `[rows, cols]` weight from its raw bytes (GGUF block layout for quantized
     /// types, little-endian otherwise). Quantized weights stay quantized; a weight above the
     /// binding limit is split across buffers by rows, invisibly to the kernels' callers.
-    pub fn upload_weight(&self, name: &str, dtype: DType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Weight, GpuError> {
+    pub fn upload_weight(
+        &self,
+        name: &str,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<Weight, GpuError> {
         let row_bytes = dtype.bytes_for(cols).ok_or_else(|| {
-            GpuError::Shape(format!("{name}: {cols} columns is not a whole number of {} blocks", dtype.name()))
+            GpuError::Shape(format!(
+                "{name}: {cols} columns is not a whole number of {} blocks",
+                dtype.name()
+            ))
         })?;
         if rows == 0 || cols == 0 || bytes.len() != rows * row_bytes {
             return Err(GpuError::Shape(format!(
@@ -102,7 +112,9 @@ impl GpuContext {
         let stored_row_bytes = 4 * row_words(dtype, cols) as u64;
         let rows_per_part = (self.max_binding_bytes() / stored_row_bytes) as usize;
         if rows_per_part == 0 {
-            return Err(GpuError::TooLarge(format!("{name}: one row of {stored_row_bytes} bytes exceeds the binding limit")));
+            return Err(GpuError::TooLarge(format!(
+                "{name}: one row of {stored_row_bytes} bytes exceeds the binding limit"
+            )));
         }
         let mut parts = Vec::new();
         for row0 in (0..rows).step_by(rows_per_part) {
@@ -111,7 +123,11 @@ impl GpuContext {
             for row in bytes[row0 * row_bytes..(row0 + n) * row_bytes].chunks_exact(row_bytes) {
                 repack_row(dtype, row, &mut data);
             }
-            let buffer = self.create_buffer(name, data.len() as u64, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST)?;
+            let buffer = self.create_buffer(
+                name,
+                data.len() as u64,
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            )?;
             self.queue.write_buffer(&buffer, 0, &data);
             parts.push(WeightPart { buffer, row0, rows: n });
         }

@@ -1,0 +1,455 @@
+//! The engine: prompts in, text out.
+//!
+//! [`Engine`] owns the scheduler, the executor and the tokenizer. `add_request` turns a
+//! prompt into a waiting request; each `step` schedules one batch, runs it, appends the
+//! sampled tokens, detokenizes them incrementally, applies stop strings, and returns one
+//! [`RequestOutput`] per request that moved. `generate` runs a batch of prompts to the end.
+//! For async code, [`handle::AsyncEngine`] runs an engine on its own thread and gives each
+//! request a stream.
+
+pub mod config;
+pub mod detokenizer;
+#[cfg(feature = "server")]
+pub mod handle;
+pub mod metrics;
+pub mod output;
+pub mod stop;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub use self::config::{EngineBuilder, EngineConfig, ExecutorKind};
+use self::detokenizer::IncrementalDetokenizer;
+use self::metrics::EngineMetrics;
+pub use self::output::{CompletionOutput, RequestOutput};
+use self::stop::StopStrings;
+use crate::core::output::EngineCoreOutput;
+use crate::core::scheduler::{AddRequestError, Scheduler, SchedulerConfigError};
+use crate::executor::{ExecutorError, ModelExecutor};
+use crate::model::chat::ChatError;
+use crate::model::tokenizer::TokenizerError;
+use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer};
+use crate::request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
+use crate::sampling::{SamplingParams, SamplingParamsError};
+
+/// What a request starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Plain text, tokenized with special tokens parsed (BOS added when the model wants it).
+    Text(String),
+    /// Token ids, used as given.
+    TokenIds(Vec<TokenId>),
+    /// A conversation, rendered with the model's chat template and an assistant turn opened.
+    Chat(Vec<ChatMessage>),
+}
+
+impl From<&str> for Prompt {
+    fn from(text: &str) -> Self {
+        Self::Text(text.to_owned())
+    }
+}
+
+impl From<String> for Prompt {
+    fn from(text: String) -> Self {
+        Self::Text(text)
+    }
+}
+
+impl From<Vec<TokenId>> for Prompt {
+    fn from(ids: Vec<TokenId>) -> Self {
+        Self::TokenIds(ids)
+    }
+}
+
+impl From<Vec<ChatMessage>> for Prompt {
+    fn from(messages: Vec<ChatMessage>) -> Self {
+        Self::Chat(messages)
+    }
+}
+
+/// Why the engine refused or failed something.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A sampling parameter is out of range.
+    #[error("invalid sampling parameters: {0}")]
+    InvalidParams(#[from] SamplingParamsError),
+    /// The scheduler refused the request (empty, too long, larger than the KV cache).
+    #[error(transparent)]
+    Rejected(#[from] AddRequestError),
+    /// A prompt token id is outside the vocabulary.
+    #[error("prompt token id {id} is outside the vocabulary of {vocab_size}")]
+    TokenOutOfVocab {
+        /// The id.
+        id: TokenId,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
+    /// Tokenizing or detokenizing failed.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The chat template is missing or failed.
+    #[error(transparent)]
+    Chat(#[from] ChatError),
+    /// The model could not be opened.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The scheduler or cache configuration is invalid.
+    #[error("invalid engine configuration: {0}")]
+    Config(#[from] SchedulerConfigError),
+    /// The executor failed a step.
+    #[error(transparent)]
+    Executor(#[from] ExecutorError),
+    /// Too many requests are waiting.
+    #[error("the server is overloaded: {waiting} requests are already waiting (limit {limit}); retry later")]
+    Overloaded {
+        /// Requests waiting now.
+        waiting: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// No live request has this id.
+    #[error("no live request has id {0}")]
+    UnknownRequest(RequestId),
+    /// The engine thread is gone.
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// The engine's per-request state: text, stops and timing.
+#[derive(Debug)]
+struct RequestState {
+    num_prompt_tokens: usize,
+    num_output_tokens: usize,
+    min_tokens: usize,
+    include_stop_str_in_output: bool,
+    detokenizer: IncrementalDetokenizer,
+    stop_strings: StopStrings,
+    arrival: Instant,
+    last_token: Option<Instant>,
+}
+
+/// The text side of the model: tokenizer, chat template and stop tokens.
+#[derive(Debug)]
+struct TextModel {
+    tokenizer: Arc<Tokenizer>,
+    chat_template: Option<ChatTemplate>,
+    eos_token_id: Option<TokenId>,
+    extra_eos_token_ids: Vec<TokenId>,
+}
+
+/// An LLM inference engine: a scheduler, an executor and a tokenizer.
+pub struct Engine {
+    scheduler: Scheduler,
+    executor: Box<dyn ModelExecutor + Send>,
+    text: TextModel,
+    requests: HashMap<RequestId, RequestState>,
+    next_request_id: RequestId,
+    seeds: ChaCha8Rng,
+    max_waiting_requests: Option<usize>,
+    metrics: EngineMetrics,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("scheduler", &self.scheduler)
+            .field("requests", &self.requests.len())
+            .field("next_request_id", &self.next_request_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// A builder over the default configuration.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::new()
+    }
+
+    /// An engine over `model` (its tokenizer, chat template and stop tokens) that runs
+    /// steps on `executor`. `max_model_len` is capped at the model's context length.
+    pub fn with_executor(
+        config: EngineConfig,
+        model: ModelFiles,
+        executor: Box<dyn ModelExecutor + Send>,
+    ) -> Result<Self, EngineError> {
+        let mut scheduler_config = config.scheduler;
+        scheduler_config.max_model_len =
+            scheduler_config.max_model_len.min(model.config.max_position_embeddings.max(1));
+        let scheduler = Scheduler::new(scheduler_config, config.cache)?;
+        let eos_token_id = model.tokenizer.eos_token_id().or(model.config.eos_token_ids.first().copied());
+        let extra_eos_token_ids =
+            model.config.eos_token_ids.iter().copied().filter(|&id| Some(id) != eos_token_id).collect();
+        Ok(Self {
+            scheduler,
+            executor,
+            text: TextModel {
+                tokenizer: Arc::new(model.tokenizer),
+                chat_template: model.chat_template,
+                eos_token_id,
+                extra_eos_token_ids,
+            },
+            requests: HashMap::new(),
+            next_request_id: 0,
+            seeds: ChaCha8Rng::seed_from_u64(config.seed),
+            max_waiting_requests: config.max_waiting_requests,
+            metrics: EngineMetrics::default(),
+        })
+    }
+
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.text.tokenizer
+    }
+
+    /// The scheduler, for its stats, snapshots and events.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Everything measured so far, with the scheduler's current stats.
+    pub fn metrics(&self) -> EngineMetrics {
+        EngineMetrics { scheduler: self.scheduler.stats(), ..self.metrics.clone() }
+    }
+
+    /// True while some request is waiting or running.
+    pub fn has_unfinished_requests(&self) -> bool {
+        self.scheduler.has_unfinished_requests()
+    }
+
+    /// The token ids a prompt becomes.
+    pub fn encode_prompt(&self, prompt: &Prompt) -> Result<Vec<TokenId>, EngineError> {
+        let tokenizer = &self.text.tokenizer;
+        match prompt {
+            Prompt::TokenIds(ids) => {
+                self.check_token_ids(ids)?;
+                Ok(ids.clone())
+            }
+            Prompt::Text(text) => {
+                let mut ids = Vec::new();
+                if let Some(bos) = tokenizer.bos_token_id().filter(|_| tokenizer.add_bos_token()) {
+                    ids.push(bos);
+                }
+                ids.extend(tokenizer.encode(text, true)?);
+                Ok(ids)
+            }
+            Prompt::Chat(messages) => {
+                let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
+                Ok(tokenizer.encode(&template.render(messages, true)?, true)?)
+            }
+        }
+    }
+
+    /// Every id must be in the vocabulary.
+    fn check_token_ids(&self, ids: &[TokenId]) -> Result<(), EngineError> {
+        let vocab_size = self.text.tokenizer.vocab_size();
+        match ids.iter().find(|&&id| id as usize >= vocab_size) {
+            Some(&id) => Err(EngineError::TokenOutOfVocab { id, vocab_size }),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues a request; its outputs come from [`Engine::step`].
+    pub fn add_request(
+        &mut self,
+        prompt: impl Into<Prompt>,
+        params: SamplingParams,
+    ) -> Result<RequestId, EngineError> {
+        let prompt_token_ids = self.encode_prompt(&prompt.into())?;
+        self.add_tokens_request(prompt_token_ids, params)
+    }
+
+    /// Queues a request whose prompt is already tokenized (ids are checked against the vocabulary).
+    pub fn add_tokens_request(
+        &mut self,
+        prompt_token_ids: Vec<TokenId>,
+        mut params: SamplingParams,
+    ) -> Result<RequestId, EngineError> {
+        params.validate()?;
+        self.check_token_ids(&prompt_token_ids)?;
+        if let Some(limit) = self.max_waiting_requests {
+            let waiting = self.scheduler.num_waiting();
+            if waiting >= limit {
+                return Err(EngineError::Overloaded { waiting, limit });
+            }
+        }
+        if params.seed.is_none() {
+            params.seed = Some(self.seeds.next_u64());
+        }
+        if !params.ignore_eos {
+            params.stop_token_ids.extend(&self.text.extra_eos_token_ids);
+        }
+        let state = RequestState {
+            num_prompt_tokens: prompt_token_ids.len(),
+            num_output_tokens: 0,
+            min_tokens: params.min_tokens,
+            include_stop_str_in_output: params.include_stop_str_in_output,
+            detokenizer: IncrementalDetokenizer::new(params.skip_special_tokens),
+            stop_strings: StopStrings::new(params.stop.clone(), params.include_stop_str_in_output),
+            arrival: Instant::now(),
+            last_token: None,
+        };
+        let request_id = self.next_request_id;
+        let request =
+            Request::new(request_id, prompt_token_ids, params, self.text.eos_token_id, request_id as f64);
+        self.scheduler.add_request(request)?;
+        self.next_request_id += 1;
+        self.requests.insert(request_id, state);
+        Ok(request_id)
+    }
+
+    /// Ends a live request; returns its last output (finish reason `abort`, with any text
+    /// still held back) or `None` if it is not live.
+    pub fn abort(&mut self, request_id: RequestId) -> Option<RequestOutput> {
+        self.finish_with(request_id, RequestStatus::FinishedAborted)
+    }
+
+    /// Ends every live request with an error (after a failed step); returns their last outputs.
+    pub fn fail_all(&mut self) -> Vec<RequestOutput> {
+        let mut ids: Vec<RequestId> = self.requests.keys().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter().filter_map(|id| self.finish_with(id, RequestStatus::FinishedError)).collect()
+    }
+
+    /// Runs one scheduler step and returns an output for every request that produced
+    /// text or tokens or finished.
+    pub fn step(&mut self) -> Result<Vec<RequestOutput>, EngineError> {
+        let scheduler_output = self.scheduler.schedule();
+        let runner_output = self.executor.execute(&scheduler_output)?;
+        let core_outputs = self.scheduler.update_from_output(&scheduler_output, &runner_output);
+        let now = Instant::now();
+        let mut outputs = Vec::with_capacity(core_outputs.len());
+        for core_output in core_outputs {
+            if let Some(output) = self.process(core_output, now)? {
+                outputs.push(output);
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// Runs `prompts` to completion with the same parameters; completions come back in
+    /// prompt order.
+    pub fn generate(
+        &mut self,
+        prompts: impl IntoIterator<Item = impl Into<Prompt>>,
+        params: &SamplingParams,
+    ) -> Result<Vec<CompletionOutput>, EngineError> {
+        let mut completions = Vec::new();
+        let mut index_of = HashMap::new();
+        for prompt in prompts {
+            let prompt_token_ids = self.encode_prompt(&prompt.into())?;
+            let request_id = self.add_tokens_request(prompt_token_ids.clone(), params.clone())?;
+            index_of.insert(request_id, completions.len());
+            completions.push(CompletionOutput::new(request_id, prompt_token_ids));
+        }
+        let mut remaining = completions.len();
+        while remaining > 0 {
+            for output in self.step()? {
+                if let Some(&index) = index_of.get(&output.request_id) {
+                    completions[index].extend(&output);
+                    remaining -= usize::from(output.finished());
+                }
+            }
+        }
+        Ok(completions)
+    }
+
+    /// Turns one scheduler output into a request output (text, stops, metrics).
+    fn process(
+        &mut self,
+        core_output: EngineCoreOutput,
+        now: Instant,
+    ) -> Result<Option<RequestOutput>, EngineError> {
+        let request_id = core_output.request_id;
+        let Some(state) = self.requests.get_mut(&request_id) else {
+            return Ok(None);
+        };
+        let tokens = &core_output.new_token_ids;
+        let stopped_by_token = core_output.finish_reason == Some(FinishReason::Stop);
+        let visible_tokens = if stopped_by_token && !state.include_stop_str_in_output {
+            &tokens[..tokens.len().saturating_sub(1)]
+        } else {
+            &tokens[..]
+        };
+        let mut new_text = String::new();
+        for &token in visible_tokens {
+            new_text.push_str(&state.detokenizer.push(&self.text.tokenizer, token)?);
+        }
+        if state.num_output_tokens == 0 && !tokens.is_empty() {
+            self.metrics.prompt_tokens += state.num_prompt_tokens as u64;
+            self.metrics.time_to_first_token.observe((now - state.arrival).as_secs_f64());
+        } else if let Some(last) = state.last_token.filter(|_| !tokens.is_empty()) {
+            let gap = (now - last).as_secs_f64() / tokens.len() as f64;
+            for _ in 0..tokens.len() {
+                self.metrics.inter_token_latency.observe(gap);
+            }
+        }
+        if !tokens.is_empty() {
+            state.last_token = Some(now);
+        }
+        state.num_output_tokens += tokens.len();
+        self.metrics.generation_tokens += tokens.len() as u64;
+
+        let check_stops = state.num_output_tokens >= state.min_tokens;
+        let mut emitted = state.stop_strings.append(&new_text, check_stops);
+        let mut finish_reason = core_output.finish_reason;
+        if finish_reason.is_some() && !state.stop_strings.is_stopped() {
+            emitted.push_str(&state.stop_strings.append(&state.detokenizer.flush(), check_stops));
+            emitted.push_str(&state.stop_strings.finish());
+        }
+        if finish_reason.is_none() && state.stop_strings.is_stopped() {
+            finish_reason = Some(FinishReason::Stop);
+            self.scheduler
+                .finish_requests([request_id], RequestStatus::FinishedStopped)
+                .expect("FinishedStopped is a finished status");
+        }
+        let output = RequestOutput {
+            request_id,
+            new_token_ids: core_output.new_token_ids,
+            new_text: emitted,
+            new_logprobs: core_output.new_logprobs,
+            finish_reason,
+            num_prompt_tokens: state.num_prompt_tokens,
+            num_output_tokens: state.num_output_tokens,
+            num_cached_tokens: core_output.num_cached_tokens,
+        };
+        if let Some(reason) = finish_reason {
+            self.finish_metrics(request_id, reason, now);
+        }
+        Ok(Some(output))
+    }
+
+    /// Finishes a live request with `status` from outside the scheduler's own stops.
+    fn finish_with(&mut self, request_id: RequestId, status: RequestStatus) -> Option<RequestOutput> {
+        let reason = status.finish_reason()?;
+        let num_cached_tokens = self.scheduler.get_request(request_id).map_or(0, |r| r.num_cached_tokens);
+        let state = self.requests.get_mut(&request_id)?;
+        self.scheduler.finish_requests([request_id], status).ok()?;
+        let check_stops = state.num_output_tokens >= state.min_tokens;
+        let mut new_text = state.stop_strings.append(&state.detokenizer.flush(), check_stops);
+        new_text.push_str(&state.stop_strings.finish());
+        let output = RequestOutput {
+            request_id,
+            new_token_ids: Vec::new(),
+            new_text,
+            new_logprobs: Vec::new(),
+            finish_reason: Some(reason),
+            num_prompt_tokens: state.num_prompt_tokens,
+            num_output_tokens: state.num_output_tokens,
+            num_cached_tokens,
+        };
+        self.finish_metrics(request_id, reason, Instant::now());
+        Some(output)
+    }
+
+    /// Forgets a finished request and records its end.
+    fn finish_metrics(&mut self, request_id: RequestId, reason: FinishReason, now: Instant) {
+        if let Some(state) = self.requests.remove(&request_id) {
+            self.metrics.finished.record(reason);
+            self.metrics.e2e_request_latency.observe((now - state.arrival).as_secs_f64());
+        }
+    }
+}

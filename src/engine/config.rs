@@ -1,0 +1,147 @@
+//! The engine's configuration and a builder over it.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+
+/// Which executor runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// The real model on the GPU through wgpu.
+    #[default]
+    Wgpu,
+    /// The deterministic simulated model (the tokenizer still comes from the model files).
+    Sim,
+}
+
+/// Everything an engine is built from: the model, the KV cache, the scheduler and the executor.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EngineConfig {
+    /// A GGUF file or an HF directory; `None` means the default model.
+    pub model: Option<PathBuf>,
+    /// The paged KV cache.
+    pub cache: CacheConfig,
+    /// The token-budget scheduler.
+    pub scheduler: SchedulerConfig,
+    /// Which executor runs the model.
+    pub executor: ExecutorKind,
+    /// Seed of the stream that gives each unseeded request its own seed.
+    pub seed: u64,
+    /// Refuse new requests while this many are waiting; `None` never refuses.
+    pub max_waiting_requests: Option<usize>,
+}
+
+/// Builds an [`EngineConfig`] knob by knob; `Engine::builder()` starts one.
+#[derive(Debug, Clone, Default)]
+pub struct EngineBuilder {
+    config: EngineConfig,
+}
+
+impl EngineBuilder {
+    /// A builder over the default configuration.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts from `config`.
+    pub fn from_config(config: EngineConfig) -> Self {
+        Self { config }
+    }
+
+    /// A GGUF file or an HF directory.
+    pub fn model(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.model = Some(path.into());
+        self
+    }
+
+    /// The whole cache configuration.
+    pub fn cache(mut self, cache: CacheConfig) -> Self {
+        self.config.cache = cache;
+        self
+    }
+
+    /// The whole scheduler configuration.
+    pub fn scheduler(mut self, scheduler: SchedulerConfig) -> Self {
+        self.config.scheduler = scheduler;
+        self
+    }
+
+    /// Tokens per KV block.
+    pub fn block_size(mut self, block_size: usize) -> Self {
+        self.config.cache.block_size = block_size;
+        self
+    }
+
+    /// Blocks in the KV pool, the null block included.
+    pub fn num_gpu_blocks(mut self, num_gpu_blocks: usize) -> Self {
+        self.config.cache.num_gpu_blocks = num_gpu_blocks;
+        self
+    }
+
+    /// Share full blocks between requests with the same prefix.
+    pub fn enable_prefix_caching(mut self, enable: bool) -> Self {
+        self.config.cache.enable_prefix_caching = enable;
+        self
+    }
+
+    /// Element type of the K/V pools.
+    pub fn kv_cache_dtype(mut self, dtype: KvCacheDtype) -> Self {
+        self.config.cache.kv_cache_dtype = dtype;
+        self
+    }
+
+    /// Requests running at once.
+    pub fn max_num_seqs(mut self, max_num_seqs: usize) -> Self {
+        self.config.scheduler.max_num_seqs = max_num_seqs;
+        self
+    }
+
+    /// Tokens computed per step.
+    pub fn max_num_batched_tokens(mut self, tokens: usize) -> Self {
+        self.config.scheduler.max_num_batched_tokens = tokens;
+        self
+    }
+
+    /// Longest prompt + output.
+    pub fn max_model_len(mut self, max_model_len: usize) -> Self {
+        self.config.scheduler.max_model_len = max_model_len;
+        self
+    }
+
+    /// Admission and preemption order.
+    pub fn scheduling_policy(mut self, policy: SchedulingPolicy) -> Self {
+        self.config.scheduler.policy = policy;
+        self
+    }
+
+    /// Which executor runs the model.
+    pub fn executor(mut self, executor: ExecutorKind) -> Self {
+        self.config.executor = executor;
+        self
+    }
+
+    /// Seed of the stream that seeds unseeded requests.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.seed = seed;
+        self
+    }
+
+    /// Refuse new requests while this many are waiting.
+    pub fn max_waiting_requests(mut self, limit: usize) -> Self {
+        self.config.max_waiting_requests = Some(limit);
+        self
+    }
+
+    /// The configuration built so far.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Ends the builder with its configuration.
+    pub fn into_config(self) -> EngineConfig {
+        self.config
+    }
+}

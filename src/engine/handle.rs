@@ -1,0 +1,263 @@
+//! An engine on its own thread, with one stream of outputs per request for async code.
+//!
+//! The engine thread owns the [`Engine`]: it takes commands (add, abort, shut down) from a
+//! channel, steps while any request is live, and sends each request's outputs to that
+//! request's stream. A stream dropped before its request finished aborts the request, so a
+//! client that goes away frees its KV blocks. The thread sleeps while nothing is live.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, mpsc};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+
+use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+
+use super::metrics::EngineMetrics;
+use super::{CompletionOutput, Engine, EngineError, Prompt, RequestOutput};
+use crate::request::{RequestId, TokenId};
+use crate::sampling::SamplingParams;
+
+/// What the engine thread is asked to do.
+enum Command {
+    Add {
+        prompt: Prompt,
+        params: SamplingParams,
+        outputs: tokio_mpsc::UnboundedSender<RequestOutput>,
+        reply: oneshot::Sender<Result<(RequestId, Vec<TokenId>), EngineError>>,
+    },
+    Abort(RequestId),
+    Shutdown,
+}
+
+/// A handle to an engine running on its own thread; cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct AsyncEngine {
+    commands: mpsc::Sender<Command>,
+    metrics: Arc<Mutex<EngineMetrics>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl AsyncEngine {
+    /// Moves `engine` onto a new thread named `pagoda-engine`.
+    pub fn spawn(engine: Engine) -> std::io::Result<Self> {
+        let (commands, receiver) = mpsc::channel();
+        let metrics = Arc::new(Mutex::new(engine.metrics()));
+        let thread_metrics = Arc::clone(&metrics);
+        let thread = std::thread::Builder::new()
+            .name("pagoda-engine".into())
+            .spawn(move || EngineThread::new(engine, thread_metrics).run(&receiver))?;
+        Ok(Self { commands, metrics, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Queues a request and returns the stream of its outputs.
+    pub async fn add_request(
+        &self,
+        prompt: impl Into<Prompt>,
+        params: SamplingParams,
+    ) -> Result<RequestStream, EngineError> {
+        let (outputs, receiver) = tokio_mpsc::unbounded_channel();
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Add { prompt: prompt.into(), params, outputs, reply };
+        self.commands.send(command).map_err(|_| EngineError::Stopped)?;
+        let (request_id, prompt_token_ids) = answer.await.map_err(|_| EngineError::Stopped)??;
+        Ok(RequestStream {
+            request_id,
+            prompt_token_ids,
+            outputs: receiver,
+            commands: self.commands.clone(),
+            finished: false,
+        })
+    }
+
+    /// Aborts a request; its stream ends with a `abort` output.
+    pub fn abort(&self, request_id: RequestId) {
+        // A stopped engine has no requests left to abort.
+        let _ = self.commands.send(Command::Abort(request_id));
+    }
+
+    /// The metrics after the engine thread's latest step or command.
+    pub fn metrics(&self) -> EngineMetrics {
+        self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Stops the engine thread (live requests' streams end) and waits for it.
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+        let thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the engine thread panicked");
+        }
+    }
+}
+
+impl Drop for AsyncEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The outputs of one request, in order, ending with its finished output.
+///
+/// Dropping it before the end aborts the request.
+#[derive(Debug)]
+pub struct RequestStream {
+    request_id: RequestId,
+    prompt_token_ids: Vec<TokenId>,
+    outputs: tokio_mpsc::UnboundedReceiver<RequestOutput>,
+    commands: mpsc::Sender<Command>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Add { prompt, .. } => f.debug_struct("Add").field("prompt", prompt).finish_non_exhaustive(),
+            Self::Abort(id) => f.debug_tuple("Abort").field(id).finish(),
+            Self::Shutdown => f.write_str("Shutdown"),
+        }
+    }
+}
+
+impl RequestStream {
+    /// The request's id.
+    pub fn request_id(&self) -> RequestId {
+        self.request_id
+    }
+
+    /// The prompt's token ids.
+    pub fn prompt_token_ids(&self) -> &[TokenId] {
+        &self.prompt_token_ids
+    }
+
+    /// The next output; `None` after the finished one (or if the engine stopped).
+    pub async fn next(&mut self) -> Option<RequestOutput> {
+        let output = self.outputs.recv().await;
+        self.note(output)
+    }
+
+    /// The next output, blocking the thread (not for use inside an async runtime).
+    pub fn blocking_next(&mut self) -> Option<RequestOutput> {
+        let output = self.outputs.blocking_recv();
+        self.note(output)
+    }
+
+    /// Waits for the whole completion.
+    pub async fn collect(mut self) -> CompletionOutput {
+        let mut completion = CompletionOutput::new(self.request_id, self.prompt_token_ids.clone());
+        while let Some(output) = self.next().await {
+            completion.extend(&output);
+        }
+        completion
+    }
+
+    fn note(&mut self, output: Option<RequestOutput>) -> Option<RequestOutput> {
+        match &output {
+            Some(output) => self.finished |= output.finished(),
+            None => self.finished = true,
+        }
+        output
+    }
+}
+
+impl futures_util::Stream for RequestStream {
+    type Item = RequestOutput;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RequestOutput>> {
+        let polled = self.outputs.poll_recv(cx);
+        polled.map(|output| self.note(output))
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.commands.send(Command::Abort(self.request_id));
+        }
+    }
+}
+
+/// The engine thread's state.
+struct EngineThread {
+    engine: Engine,
+    streams: HashMap<RequestId, tokio_mpsc::UnboundedSender<RequestOutput>>,
+    metrics: Arc<Mutex<EngineMetrics>>,
+}
+
+impl EngineThread {
+    fn new(engine: Engine, metrics: Arc<Mutex<EngineMetrics>>) -> Self {
+        Self { engine, streams: HashMap::new(), metrics }
+    }
+
+    /// Handles commands and steps until shut down or every handle is gone.
+    fn run(mut self, commands: &mpsc::Receiver<Command>) {
+        loop {
+            let first = if self.engine.has_unfinished_requests() {
+                commands.try_recv().ok()
+            } else {
+                match commands.recv() {
+                    Ok(command) => Some(command),
+                    Err(_) => return,
+                }
+            };
+            for command in first.into_iter().chain(std::iter::from_fn(|| commands.try_recv().ok())) {
+                if !self.handle(command) {
+                    return;
+                }
+            }
+            if self.engine.has_unfinished_requests() {
+                let outputs = self.engine.step().unwrap_or_else(|error| {
+                    tracing::error!(%error, "engine step failed; failing every live request");
+                    self.engine.fail_all()
+                });
+                for output in outputs {
+                    self.route(output);
+                }
+            }
+            *self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = self.engine.metrics();
+        }
+    }
+
+    /// Applies one command; false on shutdown.
+    fn handle(&mut self, command: Command) -> bool {
+        match command {
+            Command::Add { prompt, params, outputs, reply } => {
+                let added = self.engine.encode_prompt(&prompt).and_then(|prompt_token_ids| {
+                    let request_id = self.engine.add_tokens_request(prompt_token_ids.clone(), params)?;
+                    Ok((request_id, prompt_token_ids))
+                });
+                let request_id = added.as_ref().ok().map(|&(id, _)| id);
+                let delivered = reply.send(added).is_ok();
+                if let Some(request_id) = request_id {
+                    if delivered {
+                        self.streams.insert(request_id, outputs);
+                    } else {
+                        self.engine.abort(request_id);
+                    }
+                }
+            }
+            Command::Abort(request_id) => {
+                if let Some(output) = self.engine.abort(request_id) {
+                    self.route(output);
+                }
+            }
+            Command::Shutdown => return false,
+        }
+        true
+    }
+
+    /// Sends an output to its stream; a stream that is gone aborts its request.
+    fn route(&mut self, output: RequestOutput) {
+        let request_id = output.request_id;
+        let finished = output.finished();
+        let delivered = self.streams.get(&request_id).is_some_and(|stream| stream.send(output).is_ok());
+        if finished || !delivered {
+            self.streams.remove(&request_id);
+        }
+        if !finished && !delivered {
+            self.engine.abort(request_id);
+        }
+    }
+}

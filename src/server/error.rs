@@ -1,0 +1,88 @@
+//! Errors as OpenAI-style JSON bodies with the right HTTP status.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::engine::EngineError;
+
+/// An error answer: status plus `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// The offending parameter, when one is to blame.
+    pub param: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    param: Option<&'a str>,
+    code: Option<u16>,
+}
+
+impl ApiError {
+    /// A 400 blaming `param`.
+    pub fn bad_request(message: impl Into<String>, param: &str) -> Self {
+        Self { status: StatusCode::BAD_REQUEST, message: message.into(), param: Some(param.to_owned()) }
+    }
+
+    /// An error with `status` and no parameter to blame.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, message: message.into(), param: None }
+    }
+
+    /// OpenAI's error type name for the status.
+    fn kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::BAD_REQUEST => "invalid_request_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::SERVICE_UNAVAILABLE => "service_unavailable_error",
+            _ => "server_error",
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        let status = match &error {
+            EngineError::InvalidParams(_)
+            | EngineError::Rejected(_)
+            | EngineError::TokenOutOfVocab { .. }
+            | EngineError::Tokenizer(_)
+            | EngineError::Chat(_) => StatusCode::BAD_REQUEST,
+            EngineError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Model(_)
+            | EngineError::Config(_)
+            | EngineError::Executor(_)
+            | EngineError::UnknownRequest(_)
+            | EngineError::Stopped => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self::new(status, error.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message: &self.message,
+                kind: self.kind(),
+                param: self.param.as_deref(),
+                code: Some(self.status.as_u16()),
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}

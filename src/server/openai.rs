@@ -1,0 +1,409 @@
+//! OpenAI API request and response bodies, with vLLM's extra sampling fields.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+use crate::model::ChatMessage;
+use crate::request::{FinishReason, TokenId};
+use crate::sampling::SamplingParams;
+
+/// A string or a list of strings (`stop`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// One string.
+    One(String),
+    /// Several strings.
+    Many(Vec<String>),
+}
+
+/// The `prompt` of a completion request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    /// One text prompt.
+    Text(String),
+    /// Several text prompts.
+    Texts(Vec<String>),
+    /// One tokenized prompt.
+    Tokens(Vec<TokenId>),
+    /// Several tokenized prompts.
+    TokenLists(Vec<Vec<TokenId>>),
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with the token usage.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Sampling fields shared by both endpoints (OpenAI's and vLLM's extras).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SamplingFields {
+    /// Softmax temperature (OpenAI default 1).
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    pub top_p: Option<f32>,
+    /// Top-k sampling (vLLM extra).
+    pub top_k: Option<i32>,
+    /// Min-p sampling (vLLM extra).
+    pub min_p: Option<f32>,
+    /// Seed of the request's random stream.
+    pub seed: Option<u64>,
+    /// OpenAI presence penalty.
+    pub presence_penalty: Option<f32>,
+    /// OpenAI frequency penalty.
+    pub frequency_penalty: Option<f32>,
+    /// vLLM repetition penalty.
+    pub repetition_penalty: Option<f32>,
+    /// Stop strings.
+    pub stop: Option<OneOrMany>,
+    /// Stop token ids (vLLM extra).
+    pub stop_token_ids: Option<Vec<TokenId>>,
+    /// Tokens before a stop may end the request (vLLM extra).
+    pub min_tokens: Option<usize>,
+    /// Keep going past EOS (vLLM extra).
+    pub ignore_eos: Option<bool>,
+    /// Keep the matched stop string (vLLM extra).
+    pub include_stop_str_in_output: Option<bool>,
+    /// Leave special tokens out of the text (vLLM extra).
+    pub skip_special_tokens: Option<bool>,
+    /// Choices per prompt; only 1 is served.
+    pub n: Option<usize>,
+}
+
+impl SamplingFields {
+    /// The engine's parameters for these fields, `max_tokens` and `logprobs`.
+    pub fn to_params(&self, max_tokens: usize, logprobs: Option<usize>) -> Result<SamplingParams, ApiError> {
+        if let Some(n) = self.n.filter(|&n| n != 1) {
+            return Err(ApiError::bad_request(format!("n = {n} is not supported; only n = 1 is"), "n"));
+        }
+        let defaults = SamplingParams::default();
+        let params = SamplingParams {
+            temperature: self.temperature.unwrap_or(defaults.temperature),
+            top_k: self.top_k.unwrap_or(defaults.top_k),
+            top_p: self.top_p.unwrap_or(defaults.top_p),
+            min_p: self.min_p.unwrap_or(defaults.min_p),
+            seed: self.seed,
+            repetition_penalty: self.repetition_penalty.unwrap_or(defaults.repetition_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(defaults.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+            max_tokens,
+            min_tokens: self.min_tokens.unwrap_or(defaults.min_tokens),
+            stop: match &self.stop {
+                None => Vec::new(),
+                Some(OneOrMany::One(stop)) => vec![stop.clone()],
+                Some(OneOrMany::Many(stops)) => stops.clone(),
+            },
+            stop_token_ids: self.stop_token_ids.clone().unwrap_or_default(),
+            ignore_eos: self.ignore_eos.unwrap_or(defaults.ignore_eos),
+            logprobs,
+            include_stop_str_in_output: self
+                .include_stop_str_in_output
+                .unwrap_or(defaults.include_stop_str_in_output),
+            skip_special_tokens: self.skip_special_tokens.unwrap_or(defaults.skip_special_tokens),
+        };
+        params.validate().map_err(|error| ApiError::bad_request(error.to_string(), "sampling"))?;
+        Ok(params)
+    }
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    /// The served model's name.
+    pub model: Option<String>,
+    /// The prompt(s).
+    pub prompt: PromptInput,
+    /// Most tokens to generate (OpenAI default 16).
+    pub max_tokens: Option<usize>,
+    /// Return this many top log-probabilities per token.
+    pub logprobs: Option<usize>,
+    /// Stream chunks over server-sent events.
+    #[serde(default)]
+    pub stream: bool,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Sampling fields.
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+}
+
+/// Text content of a chat message: a string or a list of text parts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    /// Plain text.
+    Text(String),
+    /// Content parts; only `text` parts are understood.
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part of a chat message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ContentPart {
+    /// The part type; only `text` is served.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text of a `text` part.
+    pub text: Option<String>,
+}
+
+/// One message of a chat request.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RequestMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// Its content.
+    pub content: MessageContent,
+}
+
+impl RequestMessage {
+    /// The message as the chat template takes it.
+    pub fn to_chat_message(&self) -> Result<ChatMessage, ApiError> {
+        let content = match &self.content {
+            MessageContent::Text(text) => text.clone(),
+            MessageContent::Parts(parts) => {
+                let mut text = String::new();
+                for part in parts {
+                    match (&*part.kind, &part.text) {
+                        ("text", Some(part_text)) => text.push_str(part_text),
+                        (kind, _) => {
+                            return Err(ApiError::bad_request(
+                                format!("content parts of type {kind:?} are not supported; only text is"),
+                                "messages",
+                            ));
+                        }
+                    }
+                }
+                text
+            }
+        };
+        Ok(ChatMessage::new(self.role.clone(), content))
+    }
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatCompletionRequest {
+    /// The served model's name.
+    pub model: Option<String>,
+    /// The conversation.
+    pub messages: Vec<RequestMessage>,
+    /// Most tokens to generate (legacy name).
+    pub max_tokens: Option<usize>,
+    /// Most tokens to generate.
+    pub max_completion_tokens: Option<usize>,
+    /// Return log-probabilities.
+    #[serde(default)]
+    pub logprobs: bool,
+    /// How many top log-probabilities per token (needs `logprobs`).
+    pub top_logprobs: Option<usize>,
+    /// Stream chunks over server-sent events.
+    #[serde(default)]
+    pub stream: bool,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Sampling fields.
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+}
+
+/// Token counts of a finished request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Their sum.
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    /// Usage of `prompt_tokens` + `completion_tokens`.
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+        Self { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+    }
+}
+
+impl std::ops::Add for Usage {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self::new(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+    }
+}
+
+/// Legacy completion log-probabilities.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CompletionLogprobs {
+    /// Each token's text.
+    pub tokens: Vec<String>,
+    /// Each token's log-probability.
+    pub token_logprobs: Vec<f32>,
+    /// Each position's top tokens and their log-probabilities.
+    pub top_logprobs: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Each token's byte offset in the text.
+    pub text_offset: Vec<usize>,
+}
+
+/// One choice of a completion response or chunk.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompletionChoice {
+    /// Which prompt it answers.
+    pub index: usize,
+    /// Generated text (a delta when streaming).
+    pub text: String,
+    /// Log-probabilities, when asked for.
+    pub logprobs: Option<CompletionLogprobs>,
+    /// Why it ended; `null` until then.
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// A completion response, or one streamed chunk of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompletionResponse {
+    /// `cmpl-<n>`.
+    pub id: String,
+    /// `text_completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model.
+    pub model: String,
+    /// One choice per prompt.
+    pub choices: Vec<CompletionChoice>,
+    /// Token usage (on the final response or chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// One alternative token with its log-probability.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its UTF-8 bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// One generated token with its log-probability and alternatives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatTokenLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its UTF-8 bytes.
+    pub bytes: Vec<u8>,
+    /// The most likely tokens at this position.
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// Chat log-probabilities.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatLogprobs {
+    /// One entry per generated token.
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+/// An assistant message or a streamed delta of one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResponseMessage {
+    /// `assistant` (only on the first delta when streaming).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// The text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// One choice of a chat response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatChoice {
+    /// Always 0 (n = 1).
+    pub index: usize,
+    /// The reply.
+    pub message: ResponseMessage,
+    /// Log-probabilities, when asked for.
+    pub logprobs: Option<ChatLogprobs>,
+    /// Why it ended.
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// One choice of a streamed chat chunk.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatChunkChoice {
+    /// Always 0 (n = 1).
+    pub index: usize,
+    /// The new part of the reply.
+    pub delta: ResponseMessage,
+    /// Log-probabilities of this chunk's tokens, when asked for.
+    pub logprobs: Option<ChatLogprobs>,
+    /// Why it ended; `null` until then.
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// A chat completion response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatCompletionResponse {
+    /// `chatcmpl-<n>`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model.
+    pub model: String,
+    /// The reply.
+    pub choices: Vec<ChatChoice>,
+    /// Token usage.
+    pub usage: Usage,
+}
+
+/// One streamed chat chunk.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatCompletionChunk {
+    /// `chatcmpl-<n>`, the same for every chunk of a response.
+    pub id: String,
+    /// `chat.completion.chunk`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model.
+    pub model: String,
+    /// The delta (empty on the usage chunk).
+    pub choices: Vec<ChatChunkChoice>,
+    /// Token usage, on the last chunk when `stream_options.include_usage`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// One entry of `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelCard {
+    /// The served model name.
+    pub id: String,
+    /// `model`.
+    pub object: &'static str,
+    /// Unix seconds when the server started.
+    pub created: u64,
+    /// `pagoda`.
+    pub owned_by: &'static str,
+    /// Longest prompt + output.
+    pub max_model_len: usize,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelList {
+    /// `list`.
+    pub object: &'static str,
+    /// The one served model.
+    pub data: Vec<ModelCard>,
+}

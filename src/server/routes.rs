@@ -1,0 +1,250 @@
+//! The HTTP handlers.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::future::join_all;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use super::openai::{
+    ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs, ChatTokenLogprob,
+    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ModelCard, ModelList,
+    PromptInput, ResponseMessage, TopLogprob, Usage,
+};
+use super::streaming::{ChatStreamer, CompletionStreamer, sse_response};
+use super::{ServerState, prometheus, unix_seconds};
+use crate::core::output::TokenLogprobs;
+use crate::engine::handle::RequestStream;
+use crate::engine::{CompletionOutput, Prompt};
+use crate::model::Tokenizer;
+use crate::request::{FinishReason, TokenId};
+use crate::sampling::SamplingParams;
+
+/// `POST /v1/completions`.
+pub async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Result<Response, ApiError> {
+    let request: CompletionRequest = parse_body(&body)?;
+    check_model(&state, request.model.as_deref())?;
+    let prompts: Vec<Prompt> = match request.prompt {
+        PromptInput::Text(text) => vec![Prompt::Text(text)],
+        PromptInput::Texts(texts) => texts.into_iter().map(Prompt::Text).collect(),
+        PromptInput::Tokens(ids) => vec![Prompt::TokenIds(ids)],
+        PromptInput::TokenLists(lists) => lists.into_iter().map(Prompt::TokenIds).collect(),
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad_request("prompt must not be empty", "prompt"));
+    }
+    let params = request.sampling.to_params(request.max_tokens.unwrap_or(16), request.logprobs)?;
+    let streams = start(&state, prompts, &params).await?;
+    let id = state.next_response_id("cmpl");
+    if request.stream {
+        let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
+        let streamer = CompletionStreamer::new(Arc::clone(&state), id, params.logprobs.is_some());
+        return Ok(sse_response(streams, include_usage, streamer));
+    }
+    let completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
+    check_completed(&completions)?;
+    let mut usage = Usage::default();
+    let choices = completions
+        .iter()
+        .enumerate()
+        .map(|(index, completion)| {
+            usage = usage + completion_usage(completion);
+            CompletionChoice {
+                index,
+                text: completion.text.clone(),
+                logprobs: params.logprobs.map(|_| {
+                    completion_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs, 0)
+                }),
+                finish_reason: completion.finish_reason,
+            }
+        })
+        .collect();
+    let response = CompletionResponse {
+        id,
+        object: "text_completion",
+        created: unix_seconds(),
+        model: state.model_name.clone(),
+        choices,
+        usage: Some(usage),
+    };
+    Ok(Json(response).into_response())
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(state): State<Arc<ServerState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ChatCompletionRequest = parse_body(&body)?;
+    check_model(&state, request.model.as_deref())?;
+    if request.messages.is_empty() {
+        return Err(ApiError::bad_request("messages must not be empty", "messages"));
+    }
+    let messages = request.messages.iter().map(|m| m.to_chat_message()).collect::<Result<Vec<_>, _>>()?;
+    let max_tokens = request.max_completion_tokens.or(request.max_tokens);
+    let logprobs = request.logprobs.then(|| request.top_logprobs.unwrap_or(0));
+    let max_tokens = max_tokens.unwrap_or(state.max_model_len);
+    let params = request.sampling.to_params(max_tokens, logprobs)?;
+    let mut streams = start(&state, vec![Prompt::Chat(messages)], &params).await?;
+    let id = state.next_response_id("chatcmpl");
+    if request.stream {
+        let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
+        let streamer = ChatStreamer::new(Arc::clone(&state), id, params.logprobs.is_some());
+        return Ok(sse_response(streams, include_usage, streamer));
+    }
+    let completion = streams.remove(0).collect().await;
+    check_completed(std::slice::from_ref(&completion))?;
+    let response = ChatCompletionResponse {
+        id,
+        object: "chat.completion",
+        created: unix_seconds(),
+        model: state.model_name.clone(),
+        choices: vec![ChatChoice {
+            index: 0,
+            message: ResponseMessage { role: Some("assistant"), content: Some(completion.text.clone()) },
+            logprobs: params
+                .logprobs
+                .map(|_| chat_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs)),
+            finish_reason: completion.finish_reason,
+        }],
+        usage: completion_usage(&completion),
+    };
+    Ok(Json(response).into_response())
+}
+
+/// `GET /v1/models`.
+pub async fn models(State(state): State<Arc<ServerState>>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list",
+        data: vec![ModelCard {
+            id: state.model_name.clone(),
+            object: "model",
+            created: state.created,
+            owned_by: "pagoda",
+            max_model_len: state.max_model_len,
+        }],
+    })
+}
+
+/// `GET /health`.
+pub async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+    let text = prometheus::render(&state.engine.metrics(), &state.model_name);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
+/// Parses a JSON body, answering 400 with serde's message when it does not fit.
+fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|error| ApiError::bad_request(format!("invalid request body: {error}"), "body"))
+}
+
+/// A request for another model is a 404, as OpenAI and vLLM answer it.
+fn check_model(state: &ServerState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(model) if model != state.model_name => Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("the model {model:?} does not exist; this server serves {:?}", state.model_name),
+            param: Some("model".into()),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Adds one request per prompt; on any error the ones already added are aborted (their
+/// streams are dropped).
+async fn start(
+    state: &ServerState,
+    prompts: Vec<Prompt>,
+    params: &SamplingParams,
+) -> Result<Vec<RequestStream>, ApiError> {
+    let mut streams = Vec::with_capacity(prompts.len());
+    for prompt in prompts {
+        streams.push(state.engine.add_request(prompt, params.clone()).await?);
+    }
+    Ok(streams)
+}
+
+/// A request the engine failed is a 500.
+fn check_completed(completions: &[CompletionOutput]) -> Result<(), ApiError> {
+    match completions.iter().find(|c| {
+        c.finish_reason != Some(FinishReason::Stop) && c.finish_reason != Some(FinishReason::Length)
+    }) {
+        Some(completion) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("request {} ended with {:?}", completion.request_id, completion.finish_reason),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Token usage of one completion.
+fn completion_usage(completion: &CompletionOutput) -> Usage {
+    Usage::new(completion.prompt_token_ids.len(), completion.token_ids.len())
+}
+
+/// One token's text (lossy for a partial UTF-8 character) and raw bytes.
+fn token_text(tokenizer: &Tokenizer, token: TokenId) -> (String, Vec<u8>) {
+    let bytes = tokenizer.token_bytes(token).map(<[u8]>::to_vec).unwrap_or_default();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// Legacy completion log-probabilities of `token_ids`; `text_offset` starts at `offset`.
+pub(super) fn completion_logprobs(
+    tokenizer: &Tokenizer,
+    token_ids: &[TokenId],
+    logprobs: &[TokenLogprobs],
+    mut offset: usize,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    for (&token, entry) in token_ids.iter().zip(logprobs) {
+        let (text, _) = token_text(tokenizer, token);
+        out.text_offset.push(offset);
+        offset += text.len();
+        out.tokens.push(text);
+        out.token_logprobs.push(entry.logprob);
+        out.top_logprobs.push(
+            entry
+                .top
+                .iter()
+                .map(|&(id, logprob)| (token_text(tokenizer, id).0, serde_json::Value::from(logprob)))
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Chat log-probabilities of `token_ids`.
+pub(super) fn chat_logprobs(
+    tokenizer: &Tokenizer,
+    token_ids: &[TokenId],
+    logprobs: &[TokenLogprobs],
+) -> ChatLogprobs {
+    let entry = |token: TokenId, logprob: f32| {
+        let (token, bytes) = token_text(tokenizer, token);
+        TopLogprob { token, logprob, bytes }
+    };
+    let content = token_ids
+        .iter()
+        .zip(logprobs)
+        .map(|(&token, logprobs)| {
+            let sampled = entry(token, logprobs.logprob);
+            ChatTokenLogprob {
+                token: sampled.token,
+                logprob: sampled.logprob,
+                bytes: sampled.bytes,
+                top_logprobs: logprobs.top.iter().map(|&(id, logprob)| entry(id, logprob)).collect(),
+            }
+        })
+        .collect();
+    ChatLogprobs { content }
+}

@@ -1,0 +1,219 @@
+//! Server-sent event streams: one JSON chunk per output, an optional usage chunk, then
+//! `[DONE]`. Dropping the response (a client that went away) drops the request streams,
+//! which aborts their requests.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, SelectAll, Stream, StreamExt};
+
+use super::openai::{
+    ChatChunkChoice, ChatCompletionChunk, CompletionChoice, CompletionResponse, ResponseMessage, Usage,
+};
+use super::routes::{chat_logprobs, completion_logprobs};
+use super::{ServerState, unix_seconds};
+use crate::engine::RequestOutput;
+use crate::engine::handle::RequestStream;
+
+/// Turns outputs into the JSON of one endpoint's chunks.
+pub(super) trait Streamer: Send + 'static {
+    /// A chunk sent before any output, if the endpoint has one.
+    fn opening(&mut self) -> Option<String>;
+    /// The chunk for one output of choice `index`, or `None` when it carries nothing.
+    fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String>;
+    /// The final usage chunk.
+    fn usage(&mut self, usage: Usage) -> String;
+}
+
+/// Where an event stream is.
+enum Phase {
+    Opening,
+    Outputs,
+    Usage,
+    Done,
+    Ended,
+}
+
+type Indexed = stream::Map<RequestStream, Box<dyn FnMut(RequestOutput) -> (usize, RequestOutput) + Send>>;
+
+/// The SSE response over `streams` (choice `i` is `streams[i]`).
+pub(super) fn sse_response(
+    streams: Vec<RequestStream>,
+    include_usage: bool,
+    streamer: impl Streamer,
+) -> Response {
+    let usage = vec![Usage::default(); streams.len()];
+    let merged: SelectAll<Indexed> = stream::select_all(streams.into_iter().enumerate().map(|(index, s)| {
+        let tag: Box<dyn FnMut(RequestOutput) -> (usize, RequestOutput) + Send> =
+            Box::new(move |o| (index, o));
+        s.map(tag)
+    }));
+    let events = stream::unfold(
+        (Phase::Opening, merged, streamer, usage),
+        move |(mut phase, mut merged, mut streamer, mut usage)| async move {
+            loop {
+                let data = match phase {
+                    Phase::Opening => {
+                        phase = Phase::Outputs;
+                        streamer.opening()
+                    }
+                    Phase::Outputs => match merged.next().await {
+                        Some((index, output)) => {
+                            usage[index] = Usage::new(output.num_prompt_tokens, output.num_output_tokens);
+                            streamer.chunk(index, &output)
+                        }
+                        None => {
+                            phase = if include_usage { Phase::Usage } else { Phase::Done };
+                            None
+                        }
+                    },
+                    Phase::Usage => {
+                        phase = Phase::Done;
+                        Some(streamer.usage(usage.iter().fold(Usage::default(), |sum, &u| sum + u)))
+                    }
+                    Phase::Done => {
+                        phase = Phase::Ended;
+                        Some("[DONE]".to_owned())
+                    }
+                    Phase::Ended => return None,
+                };
+                if let Some(data) = data {
+                    let event: Result<Event, Infallible> = Ok(Event::default().data(data));
+                    return Some((event, (phase, merged, streamer, usage)));
+                }
+            }
+        },
+    );
+    sse(events)
+}
+
+fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// True when an output has text, ends its request, or has tokens whose log-probabilities
+/// were asked for.
+fn carries_something(output: &RequestOutput, logprobs: bool) -> bool {
+    !output.new_text.is_empty() || output.finished() || (logprobs && !output.new_token_ids.is_empty())
+}
+
+/// Chunks of `/v1/completions`.
+pub(super) struct CompletionStreamer {
+    state: Arc<ServerState>,
+    id: String,
+    created: u64,
+    logprobs: bool,
+    text_offsets: Vec<usize>,
+}
+
+impl CompletionStreamer {
+    /// A streamer for response `id`, with log-probabilities when asked for.
+    pub(super) fn new(state: Arc<ServerState>, id: String, logprobs: bool) -> Self {
+        Self { state, id, created: unix_seconds(), logprobs, text_offsets: Vec::new() }
+    }
+
+    fn response(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> String {
+        let response = CompletionResponse {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: self.state.model_name.clone(),
+            choices,
+            usage,
+        };
+        serde_json::to_string(&response).unwrap_or_default()
+    }
+}
+
+impl Streamer for CompletionStreamer {
+    fn opening(&mut self) -> Option<String> {
+        None
+    }
+
+    fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String> {
+        if !carries_something(output, self.logprobs) {
+            return None;
+        }
+        if self.text_offsets.len() <= index {
+            self.text_offsets.resize(index + 1, 0);
+        }
+        let logprobs = self.logprobs.then(|| {
+            completion_logprobs(
+                &self.state.tokenizer,
+                &output.new_token_ids,
+                &output.new_logprobs,
+                self.text_offsets[index],
+            )
+        });
+        self.text_offsets[index] += output.new_text.len();
+        let choice = CompletionChoice {
+            index,
+            text: output.new_text.clone(),
+            logprobs,
+            finish_reason: output.finish_reason,
+        };
+        Some(self.response(vec![choice], None))
+    }
+
+    fn usage(&mut self, usage: Usage) -> String {
+        self.response(Vec::new(), Some(usage))
+    }
+}
+
+/// Chunks of `/v1/chat/completions`.
+pub(super) struct ChatStreamer {
+    state: Arc<ServerState>,
+    id: String,
+    created: u64,
+    logprobs: bool,
+}
+
+impl ChatStreamer {
+    /// A streamer for response `id`, with log-probabilities when asked for.
+    pub(super) fn new(state: Arc<ServerState>, id: String, logprobs: bool) -> Self {
+        Self { state, id, created: unix_seconds(), logprobs }
+    }
+
+    fn chunk_json(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> String {
+        let chunk = ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.state.model_name.clone(),
+            choices,
+            usage,
+        };
+        serde_json::to_string(&chunk).unwrap_or_default()
+    }
+}
+
+impl Streamer for ChatStreamer {
+    fn opening(&mut self) -> Option<String> {
+        let delta = ResponseMessage { role: Some("assistant"), content: Some(String::new()) };
+        let choice = ChatChunkChoice { index: 0, delta, logprobs: None, finish_reason: None };
+        Some(self.chunk_json(vec![choice], None))
+    }
+
+    fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String> {
+        if !carries_something(output, self.logprobs) {
+            return None;
+        }
+        let content = (!output.new_text.is_empty()).then(|| output.new_text.clone());
+        let logprobs = self
+            .logprobs
+            .then(|| chat_logprobs(&self.state.tokenizer, &output.new_token_ids, &output.new_logprobs));
+        let choice = ChatChunkChoice {
+            index,
+            delta: ResponseMessage { role: None, content },
+            logprobs,
+            finish_reason: output.finish_reason,
+        };
+        Some(self.chunk_json(vec![choice], None))
+    }
+
+    fn usage(&mut self, usage: Usage) -> String {
+        self.chunk_json(Vec::new(), Some(usage))
+    }
+}

@@ -1,0 +1,173 @@
+//! Drives a scheduler and an executor step by step for the visualizer: requests arrive on
+//! the engine clock, each step becomes a [`StepRecord`], and a live run follows the window's
+//! pause/step/speed controls.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::core::scheduler::{AddRequestError, Scheduler};
+use crate::executor::{ExecutorError, ModelExecutor};
+use crate::request::Request;
+use crate::viz::VizError;
+use crate::viz::control::SimControl;
+use crate::viz::feed::VizFeed;
+use crate::viz::model::StepRecord;
+use crate::viz::source::SchedulerProbe;
+use crate::viz::trace::TraceWriter;
+
+/// A request and the engine time, seconds, at which it arrives.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    /// Engine time of arrival, seconds.
+    pub at_s: f64,
+    /// The request.
+    pub request: Request,
+}
+
+/// Reads an executor's engine time in seconds.
+pub type EngineClock<E> = Box<dyn Fn(&E) -> f64 + Send>;
+
+/// Why a driven step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The scheduler rejected a request.
+    #[error("request rejected: {0}")]
+    Rejected(#[from] AddRequestError),
+    /// The executor failed.
+    #[error("executor failed: {0}")]
+    Executor(#[from] ExecutorError),
+}
+
+/// A scheduler, an executor, the requests still to arrive, and the probe that reports steps.
+pub struct Driver<E: ModelExecutor> {
+    scheduler: Scheduler,
+    executor: E,
+    clock: EngineClock<E>,
+    pending: VecDeque<Arrival>,
+    probe: SchedulerProbe,
+    idle_s: f64,
+}
+
+impl<E: ModelExecutor> Driver<E> {
+    /// A driver; `clock` reads the executor's engine time in seconds (simulated time for the
+    /// sim executor, wall time for a real one). Arrivals are taken in time order.
+    pub fn new(scheduler: Scheduler, executor: E, clock: EngineClock<E>, mut arrivals: Vec<Arrival>) -> Self {
+        arrivals.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let probe = SchedulerProbe::attach(&scheduler);
+        Self { scheduler, executor, clock, pending: arrivals.into(), probe, idle_s: 0.0 }
+    }
+
+    /// Engine time now, seconds: the executor's clock plus any idle time skipped waiting for
+    /// arrivals.
+    pub fn time_s(&self) -> f64 {
+        (self.clock)(&self.executor) + self.idle_s
+    }
+
+    /// The scheduler.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// True when every request has arrived and finished.
+    pub fn is_done(&self) -> bool {
+        self.pending.is_empty() && !self.scheduler.has_unfinished_requests()
+    }
+
+    /// Runs one engine step (admitting what has arrived, skipping idle time to the next
+    /// arrival when nothing is left to run) and returns its record, with a KV view when
+    /// `with_kv`. Returns `None` when everything is done.
+    pub fn step(&mut self, with_kv: bool) -> Result<Option<StepRecord>, DriverError> {
+        if self.is_done() {
+            return Ok(None);
+        }
+        if !self.scheduler.has_unfinished_requests()
+            && let Some(next) = self.pending.front()
+        {
+            self.idle_s += (next.at_s - self.time_s()).max(0.0);
+        }
+        let now = self.time_s();
+        while self.pending.front().is_some_and(|a| a.at_s <= now) {
+            if let Some(arrival) = self.pending.pop_front() {
+                self.scheduler.add_request(arrival.request)?;
+            }
+        }
+        let output = self.scheduler.schedule();
+        let runner_output = self.executor.execute(&output)?;
+        self.scheduler.update_from_output(&output, &runner_output);
+        Ok(Some(self.probe.record(&self.scheduler, self.time_s(), with_kv)))
+    }
+}
+
+/// Where a live run sends its steps.
+pub struct LiveSinks<'a> {
+    /// The window's feed.
+    pub feed: &'a VizFeed,
+    /// The controls the window changes.
+    pub control: &'a SimControl,
+    /// A trace file that gets every step with a full KV view.
+    pub recorder: Option<TraceWriter>,
+}
+
+/// Runs `driver` to the end at the pace the controls set, sending every step to the window
+/// (with a KV view whenever the window asked for one) and to the recorder; ends the feed.
+/// Stops early, without error, when the window closes.
+pub fn drive_live<E: ModelExecutor>(
+    driver: &mut Driver<E>,
+    mut sinks: LiveSinks<'_>,
+) -> Result<(), VizError> {
+    let mut next_due = Instant::now();
+    loop {
+        if sinks.control.is_stopped() {
+            break;
+        }
+        let now = Instant::now();
+        if now < next_due || !sinks.control.take_step() {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        next_due = now + Duration::from_secs_f32(1.0 / sinks.control.speed());
+        let with_kv = sinks.recorder.is_some() || sinks.feed.take_kv_request();
+        let Some(record) = driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? else {
+            break;
+        };
+        if let Some(recorder) = sinks.recorder.as_mut() {
+            recorder.write(&record)?;
+        }
+        if !sinks.feed.send(record) {
+            break;
+        }
+    }
+    sinks.feed.end();
+    if let Some(recorder) = sinks.recorder {
+        recorder.finish()?;
+    }
+    Ok(())
+}
+
+/// Runs `driver` without pacing until step `step` (or the end, whichever is first) and
+/// returns every record, the last one with a KV view (all of them when `kv_every_step`, as
+/// a trace needs): the input of an offscreen snapshot.
+pub fn run_to_step<E: ModelExecutor>(
+    driver: &mut Driver<E>,
+    step: u64,
+    kv_every_step: bool,
+) -> Result<Vec<StepRecord>, VizError> {
+    let mut records = Vec::new();
+    loop {
+        let last = records.last().map_or(0, |r: &StepRecord| r.step);
+        if last >= step || driver.is_done() {
+            break;
+        }
+        let with_kv = kv_every_step || last + 1 >= step;
+        match driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? {
+            Some(record) => records.push(record),
+            None => break,
+        }
+    }
+    if let Some(last) = records.last_mut()
+        && last.kv.is_none()
+    {
+        last.kv = Some(crate::viz::source::kv_view(&driver.scheduler().snapshot()));
+    }
+    Ok(records)
+}

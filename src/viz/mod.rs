@@ -1,0 +1,265 @@
+//! The live KV-block visualizer (feature `viz`): a winit window that draws the block pool,
+//! each running request's block table, the queues, counters with time plots and an event
+//! log, fed by the engine over a channel that never blocks it; the same drawing rendered
+//! offscreen to a PNG; and recorded traces that replay exactly.
+
+pub mod control;
+pub mod driver;
+pub mod feed;
+pub mod gpu;
+pub mod model;
+pub mod offscreen;
+pub mod palette;
+pub mod source;
+pub mod state;
+pub mod trace;
+pub mod ui;
+pub mod window;
+pub mod workloads;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{CacheConfig, SchedulerConfig};
+use crate::core::scheduler::Scheduler;
+use crate::executor::ModelExecutor;
+use crate::executor::sim::{SimConfig, SimExecutor};
+use crate::viz::control::SimControl;
+use crate::viz::driver::{Driver, LiveSinks};
+use crate::viz::model::StepRecord;
+use crate::viz::state::VizState;
+use crate::viz::trace::TraceWriter;
+use crate::viz::window::WindowOptions;
+use crate::viz::workloads::VizWorkload;
+
+/// The engine the visualizer drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VizExecutor {
+    /// The deterministic simulated model (no GPU work, simulated time).
+    Sim,
+}
+
+/// `pagoda viz`: watch the paged KV cache live, record or replay a trace, or render one
+/// frame to a PNG with no display.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VizArgs {
+    /// The engine to drive.
+    #[arg(long, value_enum, default_value_t = VizExecutor::Sim)]
+    pub executor: VizExecutor,
+    /// Built-in workload to run.
+    #[arg(long, value_enum, default_value_t = VizWorkload::SharedPrefix)]
+    pub workload: VizWorkload,
+    /// Seed of the workload's prompts, lengths and arrivals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// KV blocks in the pool, the null block included (default: the workload's).
+    #[arg(long)]
+    pub num_gpu_blocks: Option<usize>,
+    /// Tokens per KV block (default: the workload's).
+    #[arg(long)]
+    pub block_size: Option<usize>,
+    /// Requests running at once (default: the workload's).
+    #[arg(long)]
+    pub max_num_seqs: Option<usize>,
+    /// Tokens computed per step (default: the workload's).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<usize>,
+    /// Turn automatic prefix caching off.
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
+    /// Write every step (with a full KV view) to this JSON-lines trace.
+    #[arg(long, value_name = "TRACE.jsonl")]
+    pub record: Option<PathBuf>,
+    /// Replay a recorded trace instead of running an engine.
+    #[arg(long, value_name = "TRACE.jsonl", conflicts_with = "record")]
+    pub replay: Option<PathBuf>,
+    /// Render the frame at `--step` to this PNG offscreen (no window, no display needed).
+    #[arg(long, value_name = "OUT.png")]
+    pub snapshot: Option<PathBuf>,
+    /// Step whose frame `--snapshot` renders.
+    #[arg(long, default_value_t = 100, requires = "snapshot")]
+    pub step: u64,
+    /// Steps per second of the live run or replay (changeable in the window).
+    #[arg(long, default_value_t = 30.0)]
+    pub speed: f32,
+    /// Start paused (press Play or Step in the window).
+    #[arg(long)]
+    pub paused: bool,
+    /// Window or snapshot width, pixels.
+    #[arg(long, default_value_t = 1280)]
+    pub width: u32,
+    /// Window or snapshot height, pixels.
+    #[arg(long, default_value_t = 800)]
+    pub height: u32,
+    /// Close the window this many seconds after the run or replay ends.
+    #[arg(long, value_name = "SECONDS")]
+    pub close_after_end: Option<f64>,
+}
+
+/// Runs `pagoda viz`: a snapshot, a replay, or a live run of the built-in workload.
+pub fn run(args: &VizArgs) -> Result<(), VizError> {
+    if args.width == 0 || args.height == 0 {
+        return Err(VizError::BadSize { width: args.width, height: args.height });
+    }
+    if let Some(path) = &args.replay {
+        let records = trace::read_trace(path)?;
+        return match &args.snapshot {
+            Some(out) => snapshot_records(&records, args.step, args, out),
+            None => replay_window(records, args),
+        };
+    }
+    let mut driver = sim_driver(args)?;
+    match &args.snapshot {
+        Some(out) => {
+            let records = driver::run_to_step(&mut driver, args.step, args.record.is_some())?;
+            if let Some(path) = &args.record {
+                let mut writer = TraceWriter::create(path)?;
+                for record in &records {
+                    writer.write(record)?;
+                }
+                writer.finish()?;
+            }
+            snapshot_records(&records, args.step, args, out)
+        }
+        None => {
+            let recorder = args.record.as_deref().map(TraceWriter::create).transpose()?;
+            run_live(driver, recorder, args)
+        }
+    }
+}
+
+/// The scheduler, simulated executor and arrivals of the built-in workload `args` names,
+/// with `args`' size overrides.
+pub fn sim_driver(args: &VizArgs) -> Result<Driver<SimExecutor>, VizError> {
+    let setup = workloads::build(args.workload, args.seed);
+    let cache = CacheConfig {
+        block_size: args.block_size.unwrap_or(setup.cache.block_size),
+        num_gpu_blocks: args.num_gpu_blocks.unwrap_or(setup.cache.num_gpu_blocks),
+        enable_prefix_caching: !args.no_enable_prefix_caching,
+        ..setup.cache
+    };
+    let scheduler = SchedulerConfig {
+        max_num_seqs: args.max_num_seqs.unwrap_or(setup.scheduler.max_num_seqs),
+        max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(setup.scheduler.max_num_batched_tokens),
+        ..setup.scheduler
+    };
+    let scheduler = Scheduler::new(scheduler, cache).map_err(|e| VizError::Engine(e.to_string()))?;
+    let executor = SimExecutor::new(SimConfig::default()).map_err(|e| VizError::Engine(e.to_string()))?;
+    Ok(Driver::new(scheduler, executor, Box::new(SimExecutor::elapsed_seconds), setup.arrivals))
+}
+
+/// Opens the window on this thread and drives `driver` on another, recording every step
+/// when `recorder` is given, until the run ends and the window closes.
+pub fn run_live<E: ModelExecutor + Send + 'static>(
+    mut driver: Driver<E>,
+    recorder: Option<TraceWriter>,
+    args: &VizArgs,
+) -> Result<(), VizError> {
+    let (feed, receiver) = feed::channel();
+    let control = Arc::new(SimControl::new(args.paused, args.speed));
+    let engine_control = Arc::clone(&control);
+    let engine = std::thread::Builder::new()
+        .name("pagoda-viz-engine".to_string())
+        .spawn(move || {
+            driver::drive_live(&mut driver, LiveSinks { feed: &feed, control: &engine_control, recorder })
+        })
+        .map_err(|e| VizError::Engine(e.to_string()))?;
+    let shown = window::run_window(receiver, Some(Arc::clone(&control)), window_options(args));
+    control.stop();
+    let driven = engine.join().map_err(|_| VizError::Engine("the engine thread panicked".to_string()))?;
+    shown.and(driven)
+}
+
+fn replay_window(records: Vec<StepRecord>, args: &VizArgs) -> Result<(), VizError> {
+    let (feed, receiver) = feed::channel();
+    let control = Arc::new(SimControl::new(args.paused, args.speed));
+    let replay_control = Arc::clone(&control);
+    let player = std::thread::Builder::new()
+        .name("pagoda-viz-replay".to_string())
+        .spawn(move || trace::replay(records, &feed, &replay_control))
+        .map_err(|e| VizError::Engine(e.to_string()))?;
+    let shown = window::run_window(receiver, Some(Arc::clone(&control)), window_options(args));
+    control.stop();
+    player.join().map_err(|_| VizError::Engine("the replay thread panicked".to_string()))?;
+    shown
+}
+
+fn window_options(args: &VizArgs) -> WindowOptions {
+    WindowOptions {
+        width: args.width,
+        height: args.height,
+        close_after_end: args.close_after_end.map(|s| Duration::from_secs_f64(s.max(0.0))),
+        ..WindowOptions::default()
+    }
+}
+
+/// The visualizer's state after every record up to and including step `step`.
+pub fn state_at_step(records: &[StepRecord], step: u64) -> VizState {
+    let mut state = VizState::default();
+    for record in records.iter().take_while(|r| r.step <= step) {
+        state.apply(record.clone());
+    }
+    state
+}
+
+fn snapshot_records(records: &[StepRecord], step: u64, args: &VizArgs, out: &Path) -> Result<(), VizError> {
+    let state = state_at_step(records, step);
+    offscreen::snapshot_png(&state, args.width, args.height, out).map(|_| ())
+}
+
+/// Why the visualizer could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum VizError {
+    /// No GPU adapter (not even a software one) was found.
+    #[error("no graphics adapter found ({0}); install a Vulkan driver such as Mesa's lavapipe")]
+    NoAdapter(String),
+    /// The device failed or refused a request.
+    #[error("graphics device error: {0}")]
+    Device(String),
+    /// A frame size of zero, or larger than the device allows.
+    #[error("bad frame size {width}x{height}")]
+    BadSize {
+        /// Requested width.
+        width: u32,
+        /// Requested height.
+        height: u32,
+    },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// Encoding the PNG failed.
+    #[error("PNG encoding failed: {0}")]
+    Png(String),
+    /// A trace line is not a step record.
+    #[error("{path}:{line}: not a trace record: {message}")]
+    TraceLine {
+        /// The trace file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// The engine (scheduler or executor) failed while being driven.
+    #[error("engine error: {0}")]
+    Engine(String),
+    /// The window or its event loop failed.
+    #[error("window error: {0}")]
+    Window(String),
+    /// A step record could not be encoded.
+    #[error("cannot encode a trace record: {0}")]
+    TraceEncode(String),
+}
+
+impl VizError {
+    /// An I/O error on `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io { path: path.to_path_buf(), source }
+    }
+}

@@ -1,0 +1,203 @@
+//! Turns what the engine core reports (its `KvEvent` stream, `KvSnapshot` and stats) into
+//! the visualizer's step records.
+
+use std::sync::mpsc::Receiver;
+
+use crate::core::events::{self, KvEvent, KvSnapshot};
+use crate::core::metrics::SchedulerStats;
+use crate::core::scheduler::Scheduler;
+use crate::request::RequestStatus;
+use crate::viz::model::{
+    BlockState, BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord, VizEvent,
+};
+
+/// Listens to one scheduler's events and packs each step into a [`StepRecord`].
+#[derive(Debug)]
+pub struct SchedulerProbe {
+    events: Receiver<KvEvent>,
+    computed_tokens: u64,
+}
+
+impl SchedulerProbe {
+    /// Subscribes to `scheduler`'s events; attach before its first step.
+    pub fn attach(scheduler: &Scheduler) -> Self {
+        Self { events: scheduler.subscribe(), computed_tokens: 0 }
+    }
+
+    /// The record of everything since the previous call: the events, the counters, and a
+    /// KV view when `with_kv` (the only O(blocks) part, so callers take it only on demand).
+    pub fn record(&mut self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> StepRecord {
+        let raw: Vec<KvEvent> = self.events.try_iter().collect();
+        for event in &raw {
+            if let KvEvent::Step { num_scheduled_tokens, .. } = event {
+                self.computed_tokens += *num_scheduled_tokens as u64;
+            }
+        }
+        let stats = scheduler.stats();
+        StepRecord {
+            step: stats.num_steps,
+            time_s,
+            counters: counters(&stats, self.computed_tokens),
+            events: convert_events(raw),
+            kv: with_kv.then(|| kv_view(&scheduler.snapshot())),
+        }
+    }
+}
+
+/// The visualizer's counters from the scheduler's stats and the tokens computed so far.
+pub fn counters(stats: &SchedulerStats, computed_tokens: u64) -> Counters {
+    Counters {
+        kv_usage: stats.kv_cache_usage,
+        prefix_queries: stats.prefix_cache.queries,
+        prefix_hits: stats.prefix_cache.hits,
+        preemptions: stats.num_preemptions,
+        recomputed_tokens: stats.num_recomputed_tokens,
+        computed_tokens,
+        generated_tokens: stats.num_generated_tokens,
+        num_running: stats.num_running,
+        num_waiting: stats.num_waiting,
+        num_finished: stats.num_finished,
+    }
+}
+
+/// The visualizer's view of a core snapshot.
+pub fn kv_view(snapshot: &KvSnapshot) -> KvView {
+    let blocks = snapshot
+        .blocks
+        .iter()
+        .map(|b| BlockView {
+            id: b.block_id,
+            state: match b.state {
+                events::BlockState::Null => BlockState::Null,
+                events::BlockState::Free => BlockState::Free,
+                events::BlockState::CachedFree => BlockState::CachedFree,
+                events::BlockState::Used => BlockState::Used,
+            },
+            ref_cnt: b.ref_cnt,
+            hash: b.block_hash,
+            owners: b.owners.clone(),
+        })
+        .collect();
+    let requests = snapshot
+        .requests
+        .iter()
+        .filter_map(|r| {
+            let phase = match r.status {
+                RequestStatus::Waiting => RequestPhase::Waiting,
+                RequestStatus::Running => RequestPhase::Running,
+                RequestStatus::Preempted => RequestPhase::Preempted,
+                _ => return None,
+            };
+            Some(RequestView {
+                id: r.request_id,
+                phase,
+                block_ids: r.block_ids.clone(),
+                num_prompt_tokens: r.num_prompt_tokens,
+                num_tokens: r.num_prompt_tokens + r.num_output_tokens,
+                num_computed_tokens: r.num_computed_tokens,
+                num_cached_tokens: r.num_cached_tokens,
+                num_preemptions: r.num_preemptions,
+            })
+        })
+        .collect();
+    KvView {
+        block_size: snapshot.block_size,
+        blocks,
+        requests,
+        running: snapshot.running.clone(),
+        waiting: snapshot.waiting.clone(),
+    }
+}
+
+/// The visualizer's events from one step of core events, in order. A preemption takes the
+/// blocks of the victim's `Free` just before it (which it replaces), a resume the blocks of
+/// its request's latest cache hit; step markers and cache insertions are left out.
+pub fn convert_events(raw: Vec<KvEvent>) -> Vec<VizEvent> {
+    let mut out: Vec<VizEvent> = Vec::with_capacity(raw.len());
+    for event in raw {
+        let converted = match event {
+            KvEvent::Step { .. } | KvEvent::Cache { .. } => continue,
+            KvEvent::Allocate { request_id, block_ids } => {
+                VizEvent::Allocate { request: request_id, blocks: block_ids }
+            }
+            KvEvent::CacheHit { request_id, block_ids, num_tokens } => {
+                VizEvent::CacheHit { request: request_id, blocks: block_ids, num_tokens }
+            }
+            KvEvent::Evict { block_id, block_hash } => VizEvent::Evict { block: block_id, hash: block_hash },
+            KvEvent::Free { request_id, block_ids } => {
+                VizEvent::Free { request: request_id, blocks: block_ids }
+            }
+            KvEvent::Preempt { request_id, needed_by } => {
+                let blocks = match out.last() {
+                    Some(VizEvent::Free { request, .. }) if *request == request_id => match out.pop() {
+                        Some(VizEvent::Free { blocks, .. }) => blocks,
+                        _ => Vec::new(),
+                    },
+                    _ => Vec::new(),
+                };
+                VizEvent::Preempt { request: request_id, needed_by, blocks }
+            }
+            KvEvent::Resume { request_id, num_cached_tokens } => {
+                let hit_blocks = out
+                    .iter()
+                    .rev()
+                    .find_map(|e| match e {
+                        VizEvent::CacheHit { request, blocks, .. } if *request == request_id => {
+                            Some(blocks.clone())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                VizEvent::Resume { request: request_id, hit_blocks, num_cached_tokens }
+            }
+            KvEvent::Finish { request_id, .. } => VizEvent::Finish { request: request_id },
+            KvEvent::InvalidBlocks { block_ids, .. } => VizEvent::InvalidBlocks { blocks: block_ids },
+        };
+        out.push(converted);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::FinishReason;
+
+    #[test]
+    fn preemption_takes_the_victims_blocks_and_resume_its_hits() {
+        let raw = vec![
+            KvEvent::Free { request_id: 5, block_ids: vec![7, 8] },
+            KvEvent::Preempt { request_id: 5, needed_by: 2 },
+            KvEvent::Allocate { request_id: 2, block_ids: vec![8] },
+            KvEvent::Step { step: 3, num_scheduled_tokens: 4, num_running: 1, num_waiting: 1 },
+            KvEvent::CacheHit { request_id: 5, block_ids: vec![7], num_tokens: 16 },
+            KvEvent::Resume { request_id: 5, num_cached_tokens: 16 },
+            KvEvent::Finish { request_id: 2, reason: FinishReason::Length },
+        ];
+        assert_eq!(
+            convert_events(raw),
+            vec![
+                VizEvent::Preempt { request: 5, needed_by: 2, blocks: vec![7, 8] },
+                VizEvent::Allocate { request: 2, blocks: vec![8] },
+                VizEvent::CacheHit { request: 5, blocks: vec![7], num_tokens: 16 },
+                VizEvent::Resume { request: 5, hit_blocks: vec![7], num_cached_tokens: 16 },
+                VizEvent::Finish { request: 2 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_free_of_another_request_is_kept() {
+        let raw = vec![
+            KvEvent::Free { request_id: 1, block_ids: vec![3] },
+            KvEvent::Preempt { request_id: 5, needed_by: 2 },
+        ];
+        assert_eq!(
+            convert_events(raw),
+            vec![
+                VizEvent::Free { request: 1, blocks: vec![3] },
+                VizEvent::Preempt { request: 5, needed_by: 2, blocks: vec![] },
+            ]
+        );
+    }
+}

@@ -1,0 +1,544 @@
+//! Each kernel against a plain-Rust f64 reference on random data with awkward sizes, and the
+//! batch-invariance guarantees (bitwise). Runs on whatever adapter `PAGODA_*` selects
+//! (lavapipe in CI), so it can be repeated per forced configuration.
+
+use std::sync::OnceLock;
+
+use pagoda::config::KvCacheDtype;
+use pagoda::dtype::{DType, dequantize, quantize};
+use pagoda::gpu::*;
+
+fn ctx() -> &'static GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)"))
+}
+
+/// A small deterministic generator (xorshift64*), values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+const WEIGHT_TYPES: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1];
+
+fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> (Weight, Vec<f32>) {
+    let bytes = quantize(dtype, &Rng::new(seed).vec(rows * cols));
+    let w = ctx().upload_weight("w", dtype, rows, cols, &bytes).unwrap();
+    (w, dequantize(dtype, &bytes))
+}
+
+fn linear_gpu(x: &[f32], m: usize, w: &Weight) -> Vec<f32> {
+    let c = ctx();
+    let xt = c.upload_f32(&[m, w.cols()], x).unwrap();
+    let out = c.tensor(Elem::F32, &[m, w.rows()]).unwrap();
+    let mut step = c.step();
+    step.linear(&xt, w, &out).unwrap();
+    let id = step.read(&out);
+    step.submit().unwrap().f32s(id)
+}
+
+/// Sequential f32 summation of K terms errs by at most K * 2^-24 * sum |x * w|.
+fn assert_dot_close(got: f32, x: &[f32], w: &[f32], what: &str) {
+    let exact: f64 = x.iter().zip(w).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+    let magnitude: f64 = x.iter().zip(w).map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs()).sum();
+    let tol = x.len() as f64 * 6e-8 * magnitude + 1e-30;
+    assert!((f64::from(got) - exact).abs() <= tol, "{what}: got {got}, exact {exact}, tol {tol}");
+}
+
+#[test]
+fn linear_matches_dequantized_f64_reference() {
+    for dtype in WEIGHT_TYPES {
+        let shapes: &[(usize, usize, usize)] = if dtype.is_quantized() {
+            &[(1, 32, 1), (3, 96, 5), (5, 160, 70), (9, 64, 33)]
+        } else {
+            &[(1, 1, 1), (1, 37, 5), (3, 13, 1), (5, 150, 70), (9, 8, 33), (4, 7, 3)]
+        };
+        for (i, &(m, k, n)) in shapes.iter().enumerate() {
+            let (w, wf) = weight(dtype, n, k, 10 + i as u64);
+            let x = Rng::new(100 + i as u64).vec(m * k);
+            let y = linear_gpu(&x, m, &w);
+            for r in 0..m {
+                for c in 0..n {
+                    let what = format!("{dtype:?} m{m} k{k} n{n} at ({r}, {c})");
+                    assert_dot_close(y[r * n + c], &x[r * k..(r + 1) * k], &wf[c * k..(c + 1) * k], &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn linear_rows_are_bitwise_independent_of_the_batch() {
+    let (k, n) = (96, 45);
+    for dtype in WEIGHT_TYPES {
+        let (w, _) = weight(dtype, n, k, 7);
+        let batch = Rng::new(8).vec(64 * k);
+        let row = 11;
+        let alone = linear_gpu(&batch[row * k..(row + 1) * k], 1, &w);
+        for m in [3usize, 17, 64] {
+            // Put the row at a different position in each batch.
+            let at = (row * 7 + m) % m;
+            let mut x = batch[..m * k].to_vec();
+            x[at * k..(at + 1) * k].copy_from_slice(&batch[row * k..(row + 1) * k]);
+            let y = linear_gpu(&x, m, &w);
+            assert_eq!(
+                bits(&y[at * n..(at + 1) * n]),
+                bits(&alone),
+                "{dtype:?}: row alone vs in a batch of {m}"
+            );
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn weight_above_the_binding_limit_is_split_and_still_correct() {
+    let c = ctx();
+    let (rows, cols) = (49152usize, 1024usize);
+    let limit = c.max_binding_bytes() as usize;
+    let data: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 512.0).collect();
+    let w = c.upload_weight("big", DType::F32, rows, cols, bytemuck::cast_slice(&data)).unwrap();
+    assert_eq!(w.num_parts(), (rows * cols * 4).div_ceil(limit / (cols * 4) * cols * 4));
+    assert!(rows * cols * 4 <= limit || w.num_parts() >= 2);
+    let x = Rng::new(3).vec(cols);
+    let y = linear_gpu(&x, 1, &w);
+    for r in [0, 1, rows / 2 - 1, rows / 2, rows / 2 + 1, rows - 1].into_iter().chain((0..rows).step_by(977))
+    {
+        assert_dot_close(y[r], &x, &data[r * cols..(r + 1) * cols], &format!("big row {r}"));
+    }
+    let ids = c.upload_u32(&[3], &[0, rows as u32 - 1, rows as u32 / 2]).unwrap();
+    let out = c.tensor(Elem::F32, &[3, cols]).unwrap();
+    let mut step = c.step();
+    step.embed(&ids, &w, &out).unwrap();
+    let id = step.read(&out);
+    let e = step.submit().unwrap().f32s(id);
+    for (i, r) in [0, rows - 1, rows / 2].into_iter().enumerate() {
+        assert_eq!(bits(&e[i * cols..(i + 1) * cols]), bits(&data[r * cols..(r + 1) * cols]));
+    }
+}
+
+#[test]
+fn embedding_gathers_dequantized_rows() {
+    let c = ctx();
+    for dtype in WEIGHT_TYPES {
+        let (vocab, d) = if dtype.is_quantized() { (40, 96) } else { (40, 37) };
+        let (w, wf) = weight(dtype, vocab, d, 21);
+        let ids = [3u32, 0, 39, 3, 17];
+        let idt = c.upload_u32(&[ids.len()], &ids).unwrap();
+        let out = c.tensor(Elem::F32, &[ids.len(), d]).unwrap();
+        let mut step = c.step();
+        step.embed(&idt, &w, &out).unwrap();
+        let id = step.read(&out);
+        let y = step.submit().unwrap().f32s(id);
+        for (t, &tok) in ids.iter().enumerate() {
+            for k in 0..d {
+                let want = wf[tok as usize * d + k];
+                let got = y[t * d + k];
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                    "{dtype:?} token {tok} col {k}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rms_norm_matches_reference_and_is_row_independent() {
+    let c = ctx();
+    for d in [37usize, 576] {
+        let rows = 17;
+        let x = Rng::new(5).vec(rows * d);
+        let g = Rng::new(6).vec(d);
+        let run = |x: &[f32], rows: usize| {
+            let xt = c.upload_f32(&[rows, d], x).unwrap();
+            let gt = c.upload_f32(&[d], &g).unwrap();
+            let out = c.tensor(Elem::F32, &[rows, d]).unwrap();
+            let mut step = c.step();
+            step.rms_norm(&xt, &gt, 1e-5, &out).unwrap();
+            let id = step.read(&out);
+            step.submit().unwrap().f32s(id)
+        };
+        let y = run(&x, rows);
+        for r in 0..rows {
+            let row = &x[r * d..(r + 1) * d];
+            let ms: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / d as f64;
+            let scale = 1.0 / (ms + 1e-5).sqrt();
+            for k in 0..d {
+                let want = f64::from(row[k]) * scale * f64::from(g[k]);
+                let got = f64::from(y[r * d + k]);
+                assert!(
+                    (got - want).abs() <= 1e-5 * want.abs().max(1e-2),
+                    "d{d} row {r} col {k}: {got} vs {want}"
+                );
+            }
+        }
+        let alone = run(&x[5 * d..6 * d], 1);
+        assert_eq!(bits(&alone), bits(&y[5 * d..6 * d]));
+    }
+}
+
+#[test]
+fn rope_rotates_both_pair_layouts() {
+    let c = ctx();
+    let (heads, hd) = (3usize, 64usize);
+    let positions = [0u32, 1, 7, 100, 4095];
+    let t = positions.len();
+    let scaling = Llama3RopeScaling {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192.0,
+    };
+    let factors = llama3_freq_factors(hd, 500000.0, &scaling);
+    for (theta, freq_factors) in [(100000.0, None), (500000.0, Some(factors.as_slice()))] {
+        let inv = rope_inv_freq(hd, theta, freq_factors);
+        for mode in [RopeMode::Interleaved, RopeMode::HalfSplit] {
+            let x = Rng::new(9).vec(t * heads * hd);
+            let xt = c.upload_f32(&[t, heads * hd], &x).unwrap();
+            let pt = c.upload_u32(&[t], &positions).unwrap();
+            let it = c.upload_f32(&[hd / 2], &inv).unwrap();
+            let mut step = c.step();
+            step.rope(&xt, &pt, &it, heads, mode).unwrap();
+            let id = step.read(&xt);
+            let y = step.submit().unwrap().f32s(id);
+            for (ti, &pos) in positions.iter().enumerate() {
+                for h in 0..heads {
+                    let base = (ti * heads + h) * hd;
+                    for (p, &inv_p) in inv.iter().enumerate() {
+                        let (i0, i1) = match mode {
+                            RopeMode::Interleaved => (base + 2 * p, base + 2 * p + 1),
+                            RopeMode::HalfSplit => (base + p, base + p + hd / 2),
+                        };
+                        let angle = f64::from(pos as f32 * inv_p);
+                        let (s, co) = angle.sin_cos();
+                        let (x0, x1) = (f64::from(x[i0]), f64::from(x[i1]));
+                        let want = (x0 * co - x1 * s, x0 * s + x1 * co);
+                        for (got, want) in [(y[i0], want.0), (y[i1], want.1)] {
+                            assert!(
+                                (f64::from(got) - want).abs() <= 2e-5,
+                                "{mode:?} pos {pos} pair {p}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn elementwise_kernels_match() {
+    let c = ctx();
+    let n = 1000;
+    let a = Rng::new(1).vec(n);
+    let b = Rng::new(2).vec(n);
+    let at = c.upload_f32(&[10, 100], &a).unwrap();
+    let bt = c.upload_f32(&[10, 100], &b).unwrap();
+    let out = c.tensor(Elem::F32, &[10, 100]).unwrap();
+    let idx = c.upload_u32(&[4], &[9, 0, 9, 4]).unwrap();
+    let gathered = c.tensor(Elem::F32, &[4, 100]).unwrap();
+    let mut step = c.step();
+    step.silu_mul(&at, &bt, &out).unwrap();
+    step.gather_rows(&bt, &idx, &gathered).unwrap();
+    step.add_in_place(&at, &bt).unwrap();
+    let (o, s, g) = (step.read(&out), step.read(&at), step.read(&gathered));
+    let mut res = step.submit().unwrap();
+    let (o, s, g) = (res.f32s(o), res.f32s(s), res.f32s(g));
+    for i in 0..n {
+        let (x, y) = (f64::from(a[i]), f64::from(b[i]));
+        let silu = x / (1.0 + (-x).exp()) * y;
+        assert!((f64::from(o[i]) - silu).abs() <= 1e-6, "silu_mul {i}: {} vs {silu}", o[i]);
+        assert_eq!(s[i], a[i] + b[i]);
+    }
+    for (r, src) in [9usize, 0, 9, 4].into_iter().enumerate() {
+        assert_eq!(bits(&g[r * 100..(r + 1) * 100]), bits(&b[src * 100..(src + 1) * 100]));
+    }
+}
+
+fn sorted_top_k(row: &[f32], k: usize) -> Vec<(f32, u32)> {
+    let mut all: Vec<(f32, u32)> =
+        row.iter().enumerate().filter(|(_, v)| !v.is_nan()).map(|(i, &v)| (v, i as u32)).collect();
+    all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    all.truncate(k);
+    all
+}
+
+#[test]
+fn top_k_and_argmax_match_a_stable_sort() {
+    let c = ctx();
+    let (rows, v, k) = (3usize, 49152usize, 8usize);
+    let mut logits = Rng::new(4).vec(rows * v);
+    // Ties across the row, a NaN, and an all-equal stretch.
+    logits[5] = 3.0;
+    logits[v - 1] = 3.0;
+    logits[1000] = 3.0;
+    logits[7] = f32::NAN;
+    logits[v + 17] = 2.5;
+    logits[v + 18] = 2.5;
+    for x in &mut logits[2 * v..3 * v] {
+        *x = 0.25;
+    }
+    let lt = c.upload_f32(&[rows, v], &logits).unwrap();
+    let vals = c.tensor(Elem::F32, &[rows, k]).unwrap();
+    let ids = c.tensor(Elem::U32, &[rows, k]).unwrap();
+    let amv = c.tensor(Elem::F32, &[rows, 1]).unwrap();
+    let ami = c.tensor(Elem::U32, &[rows, 1]).unwrap();
+    let mut step = c.step();
+    step.top_k(&lt, k, &vals, &ids).unwrap();
+    step.argmax(&lt, &amv, &ami).unwrap();
+    let (a, b, am) = (step.read(&vals), step.read(&ids), step.read(&ami));
+    let mut res = step.submit().unwrap();
+    let (got_v, got_i, got_am) = (res.f32s(a), res.u32s(b), res.u32s(am));
+    for r in 0..rows {
+        let want = sorted_top_k(&logits[r * v..(r + 1) * v], k);
+        let got: Vec<(f32, u32)> = (0..k).map(|j| (got_v[r * k + j], got_i[r * k + j])).collect();
+        assert_eq!(got, want, "row {r}");
+        assert_eq!(got_am[r], want[0].1);
+    }
+}
+
+/// One sequence of the attention scenario: `cached` tokens already in the cache, `new` tokens
+/// computed this step.
+struct Seq {
+    cached: usize,
+    new: usize,
+}
+
+struct AttnCase {
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+    kv: KvCacheDtype,
+}
+
+/// Per-position random q, k, v for `total` positions of one sequence.
+struct SeqData {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+fn seq_data(case: &AttnCase, total: usize, seed: u64) -> SeqData {
+    let mut rng = Rng::new(seed);
+    SeqData {
+        q: rng.vec(total * case.heads * case.head_dim),
+        k: rng.vec(total * case.kv_heads * case.head_dim),
+        v: rng.vec(total * case.kv_heads * case.head_dim),
+    }
+}
+
+fn attention_reference(case: &AttnCase, d: &SeqData, pos: usize, head: usize) -> Vec<f64> {
+    let (hd, kvh) = (case.head_dim, case.kv_heads);
+    let g = head / (case.heads / kvh);
+    let q = &d.q[(pos * case.heads + head) * hd..][..hd];
+    let scale = 1.0 / (hd as f64).sqrt();
+    let scores: Vec<f64> = (0..=pos)
+        .map(|j| {
+            let k = &d.k[(j * kvh + g) * hd..][..hd];
+            q.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * scale
+        })
+        .collect();
+    let max = scores.iter().copied().fold(f64::MIN, f64::max);
+    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    (0..hd)
+        .map(|e| (0..=pos).map(|j| weights[j] * f64::from(d.v[(j * kvh + g) * hd + e])).sum::<f64>() / total)
+        .collect()
+}
+
+/// Runs steps over several sequences: each step computes the next chunk of every sequence
+/// (chunk lengths from `chunks(seq index, step)`), writing K/V then attending. Returns each
+/// sequence's attention output for every position it computed, in position order.
+fn run_attention(
+    case: &AttnCase,
+    seqs: &[Seq],
+    data: &[SeqData],
+    schedule: &dyn Fn(usize, usize, usize) -> usize,
+) -> Vec<Vec<f32>> {
+    let c = ctx();
+    let (hd, h, kvh, bs) = (case.head_dim, case.heads, case.kv_heads, case.block_size);
+    let max_len = seqs.iter().map(|s| s.cached + s.new).max().unwrap();
+    let max_blocks = max_len.div_ceil(bs);
+    let num_blocks = 1 + seqs.len() * max_blocks;
+    let shape = KvCacheShape { num_layers: 1, num_blocks, block_size: bs, num_kv_heads: kvh, head_dim: hd };
+    let cache = c.kv_cache(shape, case.kv).unwrap();
+    // Sequence s owns blocks in a scrambled order so block tables are not contiguous.
+    let tables: Vec<Vec<u32>> = (0..seqs.len())
+        .map(|s| (0..max_blocks).map(|b| (1 + (b * seqs.len() + s) * 7 % (num_blocks - 1)) as u32).collect())
+        .collect();
+    let mut done: Vec<usize> = vec![0; seqs.len()];
+    let mut outs: Vec<Vec<f32>> = vec![Vec::new(); seqs.len()];
+    let mut step_no = 0;
+    while seqs.iter().zip(&done).any(|(s, &d)| d < s.cached + s.new) {
+        let mut ids = Vec::new();
+        let (mut q, mut k, mut v, mut slots) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut qsl, mut lens, mut table) = (vec![0u32], Vec::new(), Vec::new());
+        for (s, seq) in seqs.iter().enumerate() {
+            let end = seq.cached + seq.new;
+            let n = schedule(s, step_no, done[s]).min(end - done[s]);
+            if n == 0 {
+                continue;
+            }
+            for p in done[s]..done[s] + n {
+                q.extend_from_slice(&data[s].q[p * h * hd..][..h * hd]);
+                k.extend_from_slice(&data[s].k[p * kvh * hd..][..kvh * hd]);
+                v.extend_from_slice(&data[s].v[p * kvh * hd..][..kvh * hd]);
+                slots.push(tables[s][p / bs] * bs as u32 + (p % bs) as u32);
+            }
+            ids.push((s, done[s], n));
+            qsl.push(qsl.last().unwrap() + n as u32);
+            lens.push((done[s] + n) as u32);
+            table.extend_from_slice(&tables[s]);
+            done[s] += n;
+        }
+        let t = slots.len();
+        let b = lens.len();
+        let qt = c.upload_f32(&[t, h * hd], &q).unwrap();
+        let kt = c.upload_f32(&[t, kvh * hd], &k).unwrap();
+        let vt = c.upload_f32(&[t, kvh * hd], &v).unwrap();
+        let st = c.upload_u32(&[t], &slots).unwrap();
+        let batch = AttentionBatch {
+            query_start_loc: c.upload_u32(&[b + 1], &qsl).unwrap(),
+            seq_lens: c.upload_u32(&[b], &lens).unwrap(),
+            block_table: c.upload_u32(&[b, max_blocks], &table).unwrap(),
+        };
+        let out = c.tensor(Elem::F32, &[t, h * hd]).unwrap();
+        let mut step = c.step();
+        step.reshape_and_cache(&kt, &vt, &st, &cache, 0).unwrap();
+        step.paged_attention(&qt, &cache, 0, &batch, h, &out).unwrap();
+        let id = step.read(&out);
+        let o = step.submit().unwrap().f32s(id);
+        let mut row = 0;
+        for (s, start, n) in ids {
+            if start + n > seqs[s].cached {
+                let first = start.max(seqs[s].cached);
+                outs[s].extend_from_slice(&o[(row + first - start) * h * hd..(row + n) * h * hd]);
+            }
+            row += n;
+        }
+        step_no += 1;
+    }
+    outs
+}
+
+fn attention_cases() -> Vec<AttnCase> {
+    vec![
+        AttnCase { heads: 6, kv_heads: 2, head_dim: 64, block_size: 16, kv: KvCacheDtype::F32 },
+        AttnCase { heads: 4, kv_heads: 4, head_dim: 128, block_size: 32, kv: KvCacheDtype::F32 },
+        AttnCase { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, kv: KvCacheDtype::F16 },
+        AttnCase { heads: 2, kv_heads: 1, head_dim: 128, block_size: 32, kv: KvCacheDtype::Auto },
+    ]
+}
+
+#[test]
+fn paged_attention_matches_reference_over_a_varlen_batch() {
+    for case in attention_cases() {
+        // A cached prefix then a prefill chunk; a long context over many blocks ending mid-block;
+        // a decode; a one-token sequence.
+        let seqs = [
+            Seq { cached: 20, new: 13 },
+            Seq { cached: 0, new: 150 },
+            Seq { cached: 45, new: 1 },
+            Seq { cached: 0, new: 1 },
+        ];
+        let data: Vec<SeqData> =
+            seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 50 + s as u64)).collect();
+        // Step 0 writes the cached prefixes; step 1 computes the new tokens.
+        let outs = run_attention(&case, &seqs, &data, &|s, step, _| {
+            if step == 0 { seqs[s].cached } else { usize::MAX }
+        });
+        let f16 =
+            matches!(ctx().capabilities().kv_format(case.kv), KvFormat::F16Native | KvFormat::F16Packed);
+        let tol = if f16 { 1e-2 } else { 1e-5 };
+        for (s, seq) in seqs.iter().enumerate() {
+            let (h, hd) = (case.heads, case.head_dim);
+            for (i, pos) in (seq.cached..seq.cached + seq.new).enumerate() {
+                for head in 0..h {
+                    let want = attention_reference(&case, &data[s], pos, head);
+                    let got = &outs[s][(i * h + head) * hd..][..hd];
+                    for e in 0..hd {
+                        assert!(
+                            (f64::from(got[e]) - want[e]).abs() <= tol,
+                            "hd{hd} bs{} {:?} seq {s} pos {pos} head {head} dim {e}: {} vs {}",
+                            case.block_size,
+                            case.kv,
+                            got[e],
+                            want[e]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_is_bitwise_the_same_however_the_prompt_is_chunked() {
+    for case in attention_cases() {
+        let len = 90;
+        let seqs = [Seq { cached: 0, new: len }, Seq { cached: 0, new: 40 }];
+        let data: Vec<SeqData> =
+            seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 70 + s as u64)).collect();
+        let one_shot = run_attention(&case, &seqs[..1], &data[..1], &|_, _, _| usize::MAX);
+        for chunk in [5usize, 16, 37, 1] {
+            // The other sequence runs alongside with a different chunking.
+            let chunked = run_attention(&case, &seqs, &data, &|s, _, _| if s == 0 { chunk } else { 3 });
+            assert_eq!(
+                bits(&chunked[0]),
+                bits(&one_shot[0]),
+                "hd{} {:?}: chunks of {chunk}",
+                case.head_dim,
+                case.kv
+            );
+        }
+        // A prefix written by a prefill, then the rest decoded token by token.
+        let prefix_then_decode =
+            run_attention(&case, &seqs[..1], &data[..1], &|_, step, _| if step == 0 { 33 } else { 1 });
+        assert_eq!(bits(&prefix_then_decode[0]), bits(&one_shot[0]));
+    }
+}
+
+#[test]
+fn the_device_summary_names_every_kernel_family_choice() {
+    let caps = ctx().capabilities();
+    eprintln!("{}\n{}", caps.device_summary(), caps.variant_summary());
+    assert!(caps.variant_summary().starts_with("linear: "));
+    assert!(caps.device_summary().contains(&caps.adapter_name));
+}
+
+#[test]
+fn bad_shapes_are_errors_not_panics() {
+    let c = ctx();
+    let (w, _) = weight(DType::F32, 4, 8, 1);
+    let x = c.tensor(Elem::F32, &[2, 7]).unwrap();
+    let out = c.tensor(Elem::F32, &[2, 4]).unwrap();
+    let mut step = c.step();
+    assert!(matches!(step.linear(&x, &w, &out), Err(GpuError::Shape(_))));
+    assert!(matches!(c.upload_weight("q", DType::Q4_1, 2, 33, &[0; 40]), Err(GpuError::Shape(_))));
+    assert!(matches!(c.upload_weight("f", DType::F32, 2, 3, &[0; 20]), Err(GpuError::Shape(_))));
+    let shape = KvCacheShape { num_layers: 1, num_blocks: 4, block_size: 65, num_kv_heads: 1, head_dim: 64 };
+    assert!(matches!(c.kv_cache(shape, KvCacheDtype::F32), Err(GpuError::Shape(_))));
+}

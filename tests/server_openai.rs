@@ -1,0 +1,285 @@
+//! The OpenAI-compatible server on a loopback port: outputs equal the library's, streaming
+//! and not, under concurrency; errors are 400/404/503 with OpenAI bodies; metrics move;
+//! a client that disconnects frees its blocks.
+#![cfg(feature = "server")]
+
+mod engine_support;
+mod server_support;
+
+use std::io::Read;
+use std::time::Duration;
+
+use engine_support::{byte_tokens, engine, random_logits, scripted_logits, slow_engine};
+use pagoda::{ChatMessage, EngineConfig, Prompt, SamplingParams, SchedulerConfig};
+use serde_json::{Value, json};
+use server_support::{MODEL, TestServer, read_until_data_contains, series};
+
+fn config() -> EngineConfig {
+    EngineConfig { seed: 1, ..EngineConfig::default() }
+}
+
+fn seeded(seed: u64, max_tokens: usize) -> SamplingParams {
+    SamplingParams {
+        temperature: 0.8,
+        seed: Some(seed),
+        max_tokens,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    }
+}
+
+/// The library's text for one prompt.
+fn library_text(prompt: Prompt, params: &SamplingParams) -> (String, usize, usize) {
+    let mut engine = engine(config(), Box::new(random_logits));
+    let out = engine.generate([prompt], params).unwrap().remove(0);
+    (out.text, out.prompt_token_ids.len(), out.token_ids.len())
+}
+
+/// The concatenated `text` (completions) or `delta.content` (chat) of streamed chunks.
+fn streamed_text(chunks: &[String], chat: bool) -> (String, Option<String>, Option<Value>) {
+    let mut text = String::new();
+    let mut finish = None;
+    let mut usage = None;
+    assert_eq!(chunks.last().map(String::as_str), Some("[DONE]"));
+    for chunk in &chunks[..chunks.len() - 1] {
+        let value: Value = serde_json::from_str(chunk).unwrap();
+        if let Some(u) = value.get("usage") {
+            usage = Some(u.clone());
+        }
+        for choice in value["choices"].as_array().unwrap() {
+            let piece = if chat { &choice["delta"]["content"] } else { &choice["text"] };
+            text.push_str(piece.as_str().unwrap_or(""));
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                finish = Some(reason.to_owned());
+            }
+        }
+    }
+    (text, finish, usage)
+}
+
+#[test]
+fn completions_equal_the_library_streaming_or_not_under_concurrency() {
+    let server = TestServer::start(engine(config(), Box::new(random_logits)));
+    let prompts = ["the tower", "a wise cat", "in the", "zebra", "one more prompt", "x", "yy", "the end"];
+    std::thread::scope(|scope| {
+        for (index, prompt) in prompts.iter().enumerate() {
+            let server = &server;
+            scope.spawn(move || {
+                let seed = 100 + index as u64;
+                let (expected, prompt_len, completion_len) =
+                    library_text(Prompt::from(*prompt), &seeded(seed, 12 + index));
+                let body = json!({
+                    "model": MODEL, "prompt": prompt, "max_tokens": 12 + index, "temperature": 0.8,
+                    "seed": seed, "ignore_eos": true, "stream": index % 2 == 1,
+                    "stream_options": {"include_usage": true},
+                });
+                if index % 2 == 1 {
+                    let (status, chunks) = server.post_stream("/v1/completions", &body);
+                    assert_eq!(status, 200);
+                    let (text, finish, usage) = streamed_text(&chunks, false);
+                    assert_eq!(text, expected);
+                    assert_eq!(finish.as_deref(), Some("length"));
+                    let usage = usage.unwrap();
+                    assert_eq!(usage["prompt_tokens"], prompt_len);
+                    assert_eq!(usage["completion_tokens"], completion_len);
+                } else {
+                    let (status, response) = server.post_json("/v1/completions", &body);
+                    assert_eq!(status, 200, "{response}");
+                    assert_eq!(response["object"], "text_completion");
+                    assert_eq!(response["model"], MODEL);
+                    assert_eq!(response["choices"][0]["text"], expected);
+                    assert_eq!(response["choices"][0]["finish_reason"], "length");
+                    assert_eq!(response["usage"]["prompt_tokens"], prompt_len);
+                    assert_eq!(response["usage"]["completion_tokens"], completion_len);
+                    assert_eq!(response["usage"]["total_tokens"], prompt_len + completion_len);
+                }
+            });
+        }
+    });
+    assert_eq!(server.metric(&series("request_success_total", "finished_reason=\"length\",")), 8.0);
+    assert_eq!(server.metric(&series("num_requests_running", "")), 0.0);
+}
+
+#[test]
+fn chat_completions_equal_the_library_streaming_or_not() {
+    let messages = vec![ChatMessage::new("system", "be brief"), ChatMessage::new("user", "hello there")];
+    let (expected, prompt_len, completion_len) = library_text(Prompt::Chat(messages), &seeded(7, 10));
+    let server = TestServer::start(engine(config(), Box::new(random_logits)));
+    let body = |stream: bool| {
+        json!({
+            "model": MODEL, "max_tokens": 10, "temperature": 0.8, "seed": 7, "ignore_eos": true, "stream": stream,
+            "stream_options": {"include_usage": true},
+            "messages": [{"role": "system", "content": "be brief"},
+                         {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "there"}]}],
+        })
+    };
+    let (status, response) = server.post_json("/v1/chat/completions", &body(false));
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["object"], "chat.completion");
+    assert_eq!(response["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(response["choices"][0]["message"]["content"], expected);
+    assert_eq!(response["choices"][0]["finish_reason"], "length");
+    assert_eq!(response["usage"]["prompt_tokens"], prompt_len);
+    assert_eq!(response["usage"]["completion_tokens"], completion_len);
+
+    let (status, chunks) = server.post_stream("/v1/chat/completions", &body(true));
+    assert_eq!(status, 200);
+    let first: Value = serde_json::from_str(&chunks[0]).unwrap();
+    assert_eq!(first["object"], "chat.completion.chunk");
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    let (text, finish, usage) = streamed_text(&chunks, true);
+    assert_eq!(text, expected);
+    assert_eq!(finish.as_deref(), Some("length"));
+    assert_eq!(usage.unwrap()["total_tokens"], prompt_len + completion_len);
+}
+
+#[test]
+fn stop_strings_and_logprobs_over_http() {
+    let script = byte_tokens("one two STOP three");
+    let server = TestServer::start(engine(config(), scripted_logits(script)));
+    let body = json!({"prompt": "count", "max_tokens": 30, "temperature": 0, "stop": "STOP", "logprobs": 2});
+    let (status, response) = server.post_json("/v1/completions", &body);
+    assert_eq!(status, 200, "{response}");
+    let choice = &response["choices"][0];
+    assert_eq!(choice["text"], "one two ");
+    assert_eq!(choice["finish_reason"], "stop");
+    let logprobs = &choice["logprobs"];
+    assert_eq!(logprobs["tokens"].as_array().unwrap().len(), "one two STOP".len());
+    assert_eq!(logprobs["tokens"][0], "o");
+    assert_eq!(logprobs["text_offset"][1], 1);
+    assert_eq!(logprobs["top_logprobs"][0].as_object().unwrap().len(), 2);
+
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0,
+                      "logprobs": true, "top_logprobs": 1});
+    let (status, response) = server.post_json("/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["choices"][0]["message"]["content"], "one");
+    let content = response["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 3);
+    assert_eq!(content[1]["token"], "n");
+    assert_eq!(content[1]["bytes"], json!([b'n']));
+    assert_eq!(content[1]["top_logprobs"][0]["token"], "n");
+}
+
+#[test]
+fn models_and_health() {
+    let server = TestServer::start(engine(config(), Box::new(random_logits)));
+    let (status, body) = server.request("GET", "/health", None);
+    assert_eq!((status, body.as_str()), (200, ""));
+    let (status, body) = server.request("GET", "/v1/models", None);
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], MODEL);
+    assert_eq!(models["data"][0]["max_model_len"], 512);
+}
+
+#[test]
+fn malformed_requests_get_openai_style_errors() {
+    let server = TestServer::start(engine(config(), Box::new(random_logits)));
+    let (status, body) = server.request("POST", "/v1/completions", Some("{not json"));
+    assert_eq!(status, 400);
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert_eq!(error["error"]["code"], 400);
+    assert!(error["error"]["message"].as_str().unwrap().starts_with("invalid request body"));
+
+    let cases = [
+        ("/v1/completions", json!({"max_tokens": 4}), 400, "prompt"),
+        ("/v1/completions", json!({"prompt": "hi", "temperature": -1}), 400, "temperature"),
+        ("/v1/completions", json!({"prompt": "hi", "top_p": 0}), 400, "top_p"),
+        ("/v1/completions", json!({"prompt": "hi", "n": 2}), 400, "n = 2"),
+        ("/v1/completions", json!({"prompt": "hi", "max_tokens": 0}), 400, "max_tokens"),
+        ("/v1/completions", json!({"prompt": [999]}), 400, "outside the vocabulary"),
+        ("/v1/completions", json!({"prompt": "hi ".repeat(600)}), 400, "max_model_len"),
+        ("/v1/completions", json!({"prompt": "hi", "model": "gpt-4"}), 404, "gpt-4"),
+        ("/v1/chat/completions", json!({"messages": []}), 400, "messages"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user"}]}), 400, "invalid request body"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            400,
+            "image_url",
+        ),
+    ];
+    for (path, body, expected_status, needle) in cases {
+        let (status, error) = server.post_json(path, &body);
+        assert_eq!(status, expected_status, "{body} -> {error}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {message:?} lacks {needle:?}");
+    }
+    let (status, _) = server.post_json("/v1/completions", &json!({"prompt": "still fine", "max_tokens": 2}));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn metrics_show_preemptions_with_a_small_pool() {
+    let small =
+        EngineConfig { cache: pagoda::CacheConfig { num_gpu_blocks: 8, ..Default::default() }, ..config() };
+    let server = TestServer::start(engine(small, Box::new(random_logits)));
+    std::thread::scope(|scope| {
+        for index in 0..4 {
+            let server = &server;
+            scope.spawn(move || {
+                let body = json!({"prompt": format!("prompt number {index} is here"), "max_tokens": 40,
+                                  "ignore_eos": true, "seed": index});
+                let (status, response) = server.post_json("/v1/completions", &body);
+                assert_eq!(status, 200, "{response}");
+                assert_eq!(response["usage"]["completion_tokens"], 40);
+            });
+        }
+    });
+    assert!(server.metric(&series("num_preemptions_total", "")) > 0.0);
+    assert!(server.metric(&series("num_recomputed_tokens_total", "")) > 0.0);
+    assert_eq!(server.metric(&series("generation_tokens_total", "")), 160.0);
+    assert_eq!(server.metric(&series("e2e_request_latency_seconds_count", "")), 4.0);
+    assert_eq!(server.metric(&series("time_to_first_token_seconds_count", "")), 4.0);
+    assert_eq!(server.metric(&series("kv_cache_usage_perc", "")), 0.0);
+    assert!(server.metric(&series("prefix_cache_queries_total", "")) > 0.0);
+}
+
+#[test]
+fn a_disconnected_stream_is_aborted_and_frees_its_blocks() {
+    let slow = slow_engine(config(), Box::new(random_logits), Duration::from_millis(5));
+    let server = TestServer::start(slow);
+    let body = json!({"prompt": "a long story", "max_tokens": 400, "ignore_eos": true, "stream": true});
+    let stream = server.send("POST", "/v1/completions", Some(&body.to_string()));
+    let reader = read_until_data_contains(stream, "\"text\"");
+    assert!(server.metric(&series("kv_cache_usage_perc", "")) > 0.0);
+    drop(reader);
+    server.wait_for_metric(&series("request_success_total", "finished_reason=\"abort\","), 1.0);
+    assert_eq!(server.metric(&series("num_requests_running", "")), 0.0);
+    assert_eq!(server.metric(&series("kv_cache_usage_perc", "")), 0.0);
+    let (status, _) = server.post_json("/v1/completions", &json!({"prompt": "after", "max_tokens": 3}));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_full_waiting_queue_answers_503_and_the_others_complete() {
+    let config = EngineConfig {
+        scheduler: SchedulerConfig { max_num_seqs: 1, ..Default::default() },
+        max_waiting_requests: Some(1),
+        ..config()
+    };
+    let server = TestServer::start(slow_engine(config, Box::new(random_logits), Duration::from_millis(2)));
+    let long = json!({"prompt": "first", "max_tokens": 200, "ignore_eos": true, "stream": true});
+    let first = server.send("POST", "/v1/completions", Some(&long.to_string()));
+    let mut first = read_until_data_contains(first, "\"text\"");
+    std::thread::scope(|scope| {
+        let second = scope
+            .spawn(|| server.post_json("/v1/completions", &json!({"prompt": "second", "max_tokens": 5})));
+        server.wait_for_metric(&series("num_requests_waiting", ""), 1.0);
+        let (status, error) =
+            server.post_json("/v1/completions", &json!({"prompt": "third", "max_tokens": 5}));
+        assert_eq!(status, 503);
+        assert_eq!(error["error"]["type"], "service_unavailable_error");
+        assert!(error["error"]["message"].as_str().unwrap().contains("overloaded"));
+        let (status, response) = second.join().unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(response["choices"][0]["finish_reason"], "length");
+    });
+    let mut rest = String::new();
+    first.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("\"finish_reason\":\"length\""));
+    assert!(rest.contains("[DONE]"));
+}
