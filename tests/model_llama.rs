@@ -312,3 +312,9 @@ fn kv_pool_of_one_block_is_a_clear_error() {
     let err = WgpuExecutor::new(ctx(), &files, &cache, &SchedulerConfig::default(), false).unwrap_err();
     assert!(err.to_string().contains("--num-gpu-blocks"), "{err}");
 }
+
+#[test]
+fn executor_can_move_to_the_engine_thread() {
+    fn is_send<T: Send>() {}
+    is_send::<WgpuExecutor>();
+}
