@@ -43,9 +43,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     let seq = lo;
-    let ctx = SEQ_LENS[seq] - (QUERY_START[seq + 1u] - tok) + 1u;
-    let kvh = head / (P.heads / P.kv_heads);
     let qo = i * HD;
+    let end = QUERY_START[seq + 1u];
+    if (tok >= end || end - tok > SEQ_LENS[seq]) {
+        // Inconsistent batch metadata: a token outside every sequence, or a sequence shorter
+        // than its new tokens. Write zeros rather than walk a wrapped-around context.
+        for (var d = 0u; d < HD; d++) {
+            OUT[qo + d] = 0.0;
+        }
+        return;
+    }
+    let ctx = SEQ_LENS[seq] - (end - tok) + 1u;
+    let kvh = head / (P.heads / P.kv_heads);
     var q: array<vec2<f32>, HP>;
     var acc: array<vec2<f32>, HP>;
     for (var d = 0u; d < HP; d++) {
@@ -54,7 +63,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var m = -3.0e38;
     var l = 0.0;
     var s: array<f32, MAX_BS>;
-    let blocks = (ctx + P.block_size - 1u) / P.block_size;
+    let blocks = min((ctx + P.block_size - 1u) / P.block_size, P.max_blocks);
     for (var blk = 0u; blk < blocks; blk++) {
         let phys = BLOCK_TABLE[seq * P.max_blocks + blk];
         let n_in = min(P.block_size, ctx - blk * P.block_size);

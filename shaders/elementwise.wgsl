@@ -1,5 +1,5 @@
-// Elementwise kernels over n values: silu_mul (out = silu(a) * b), add_in_place (a += b) and
-// gather_rows (out[r, :] = a[idx[r], :]).
+// Elementwise kernels over n values: silu_mul (out = silu(a) * b), add_in_place (a += b),
+// add_bias (a[r, :] += bias) and gather_rows (out[r, :] = a[idx[r], :]).
 struct Params {
     n: u32,
     d: u32,

@@ -1,5 +1,5 @@
 // Writes new K and V rows [t, kv_heads * hd] into the paged pools [blocks * block_size, kv_heads,
-// hd] at slot_mapping[t]; a slot of 0xffffffff is padding and writes nothing.
+// hd] at slot_mapping[t]; a slot of 0xffffffff is padding, and a slot past the pool, writes nothing.
 struct Params {
     tokens: u32,
     row_pairs: u32,
@@ -23,7 +23,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tok = i / P.row_pairs;
     let pair = i % P.row_pairs;
     let slot = SLOTS[tok];
-    if (slot == 0xffffffffu) {
+    if (slot >= arrayLength(&K_CACHE) / P.row_pairs) {
         return;
     }
     let dst = slot * P.row_pairs + pair;

@@ -259,18 +259,23 @@ fn elementwise_kernels_match() {
     let out = c.tensor(Elem::F32, &[10, 100]).unwrap();
     let idx = c.upload_u32(&[4], &[9, 0, 9, 4]).unwrap();
     let gathered = c.tensor(Elem::F32, &[4, 100]).unwrap();
+    let bias = Rng::new(3).vec(100);
+    let biased = c.upload_f32(&[10, 100], &b).unwrap();
+    let bias_t = c.upload_f32(&[100], &bias).unwrap();
     let mut step = c.step();
+    step.add_bias(&biased, &bias_t).unwrap();
     step.silu_mul(&at, &bt, &out).unwrap();
     step.gather_rows(&bt, &idx, &gathered).unwrap();
     step.add_in_place(&at, &bt).unwrap();
-    let (o, s, g) = (step.read(&out), step.read(&at), step.read(&gathered));
+    let (o, s, g, bb) = (step.read(&out), step.read(&at), step.read(&gathered), step.read(&biased));
     let mut res = step.submit().unwrap();
-    let (o, s, g) = (res.f32s(o), res.f32s(s), res.f32s(g));
+    let (o, s, g, bb) = (res.f32s(o), res.f32s(s), res.f32s(g), res.f32s(bb));
     for i in 0..n {
         let (x, y) = (f64::from(a[i]), f64::from(b[i]));
         let silu = x / (1.0 + (-x).exp()) * y;
         assert!((f64::from(o[i]) - silu).abs() <= 1e-6, "silu_mul {i}: {} vs {silu}", o[i]);
         assert_eq!(s[i], a[i] + b[i]);
+        assert_eq!(bb[i], b[i] + bias[i % 100]);
     }
     for (r, src) in [9usize, 0, 9, 4].into_iter().enumerate() {
         assert_eq!(bits(&g[r * 100..(r + 1) * 100]), bits(&b[src * 100..(src + 1) * 100]));

@@ -13,7 +13,14 @@ pub struct GpuContext {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     caps: Capabilities,
-    pipelines: Mutex<HashMap<KernelVariant, wgpu::ComputePipeline>>,
+    pipelines: Mutex<HashMap<KernelVariant, Kernel>>,
+}
+
+/// A compiled kernel variant and the layout of its bind group 0.
+#[derive(Debug, Clone)]
+pub(crate) struct Kernel {
+    pub(crate) pipeline: wgpu::ComputePipeline,
+    pub(crate) layout: wgpu::BindGroupLayout,
 }
 
 fn pick_adapter(adapters: Vec<wgpu::Adapter>, choice: &str) -> Result<wgpu::Adapter, GpuError> {
@@ -104,7 +111,7 @@ impl GpuContext {
     }
 
     /// The compute pipeline of `variant`, compiled on first use and cached.
-    pub(crate) fn pipeline(&self, variant: KernelVariant) -> Result<wgpu::ComputePipeline, GpuError> {
+    pub(crate) fn kernel(&self, variant: KernelVariant) -> Result<Kernel, GpuError> {
         let mut cache =
             self.pipelines.lock().map_err(|_| GpuError::Device("pipeline cache poisoned".into()))?;
         if let Some(p) = cache.get(&variant) {
@@ -133,8 +140,9 @@ impl GpuContext {
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Shader(format!("{label}: {err}")));
         }
-        cache.insert(variant, pipeline.clone());
-        Ok(pipeline)
+        let kernel = Kernel { layout: pipeline.get_bind_group_layout(0), pipeline };
+        cache.insert(variant, kernel.clone());
+        Ok(kernel)
     }
 
     /// Waits until all submitted work is done.

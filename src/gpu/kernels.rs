@@ -174,6 +174,20 @@ impl Step<'_> {
         )
     }
 
+    /// `x[r, :] += bias` for `x: f32 [R, N]`, `bias: f32 [N]` (Qwen2's q/k/v biases).
+    pub fn add_bias(&mut self, x: &Tensor, bias: &Tensor) -> Result<(), GpuError> {
+        let (_, d) = dims2(x, "add_bias x")?;
+        bias.expect("add_bias bias", Elem::F32, &[d])?;
+        let n = x.len();
+        let grid = self.grid_1d(n, 64);
+        self.dispatch(
+            KernelVariant::AddBias,
+            words(&[u(n), u(d)]),
+            vec![Binding::tensor(x), Binding::tensor(bias)],
+            grid,
+        )
+    }
+
     /// `out[r, :] = src[indices[r], :]` for `src: f32 [T, D]`, `indices: u32 [R]`, `out: [R, D]`
     /// (e.g. the rows that need logits, before the LM head).
     pub fn gather_rows(&mut self, src: &Tensor, indices: &Tensor, out: &Tensor) -> Result<(), GpuError> {

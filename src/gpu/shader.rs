@@ -85,6 +85,8 @@ pub enum KernelVariant {
     SiluMul,
     /// `a += b`.
     AddInPlace,
+    /// `a[r, :] += bias`.
+    AddBias,
     /// Rows of a matrix picked by an index list.
     GatherRows,
     /// Top-k (and argmax as k = 1) per row.
@@ -147,6 +149,7 @@ impl KernelVariant {
             Self::Rope => "rope".into(),
             Self::SiluMul => "silu_mul".into(),
             Self::AddInPlace => "add_in_place".into(),
+            Self::AddBias => "add_bias".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, path, rows_tile } => {
@@ -175,11 +178,12 @@ impl KernelVariant {
             }
             Self::RmsNorm => src.push_str(include_str!("../../shaders/rms_norm.wgsl")),
             Self::Rope => src.push_str(include_str!("../../shaders/rope.wgsl")),
-            Self::SiluMul | Self::AddInPlace | Self::GatherRows => {
+            Self::SiluMul | Self::AddInPlace | Self::AddBias | Self::GatherRows => {
                 src.push_str(include_str!("../../shaders/elementwise.wgsl"));
                 src.push_str(match self {
                     Self::SiluMul => include_str!("../../shaders/silu_mul.wgsl"),
                     Self::AddInPlace => include_str!("../../shaders/add_in_place.wgsl"),
+                    Self::AddBias => include_str!("../../shaders/add_bias.wgsl"),
                     _ => include_str!("../../shaders/gather_rows.wgsl"),
                 });
             }
@@ -237,6 +241,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::Rope,
         KernelVariant::SiluMul,
         KernelVariant::AddInPlace,
+        KernelVariant::AddBias,
         KernelVariant::GatherRows,
         KernelVariant::TopK,
     ];

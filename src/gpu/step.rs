@@ -4,7 +4,7 @@
 use std::num::NonZeroU64;
 
 use super::GpuError;
-use super::context::GpuContext;
+use super::context::{GpuContext, Kernel};
 use super::shader::KernelVariant;
 use super::tensor::Tensor;
 
@@ -31,7 +31,7 @@ impl Binding {
 }
 
 struct Dispatch {
-    pipeline: wgpu::ComputePipeline,
+    kernel: Kernel,
     params_offset: u64,
     bindings: Vec<Binding>,
     groups: [u32; 3],
@@ -89,13 +89,13 @@ impl Step<'_> {
         bindings: Vec<Binding>,
         groups: [u32; 3],
     ) -> Result<(), GpuError> {
-        let pipeline = self.ctx.pipeline(variant)?;
+        let kernel = self.ctx.kernel(variant)?;
         let align =
             u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
         let params_offset = (self.params.len() as u64).next_multiple_of(align);
         self.params.resize(params_offset as usize, 0);
         self.params.extend_from_slice(bytemuck::cast_slice(&params));
-        self.dispatches.push(Dispatch { pipeline, params_offset, bindings, groups });
+        self.dispatches.push(Dispatch { kernel, params_offset, bindings, groups });
         Ok(())
     }
 
@@ -155,7 +155,7 @@ impl Step<'_> {
                     }));
                     device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: None,
-                        layout: &d.pipeline.get_bind_group_layout(0),
+                        layout: &d.kernel.layout,
                         entries: &entries,
                     })
                 })
@@ -165,7 +165,7 @@ impl Step<'_> {
                 timestamp_writes: None,
             });
             for (d, group) in self.dispatches.iter().zip(&groups) {
-                pass.set_pipeline(&d.pipeline);
+                pass.set_pipeline(&d.kernel.pipeline);
                 pass.set_bind_group(0, group, &[]);
                 pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
             }

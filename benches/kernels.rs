@@ -1,0 +1,118 @@
+//! Kernel throughput on the selected adapter (`PAGODA_*` env as for the engine).
+//!
+//! Linear layers at SmolLM2-135M's shapes for M = 1, 8, 32, 256 and weights in f32, f16, Q8_0
+//! and Q4_1; paged-attention decode at contexts 128, 1024, 4096 for batches of 1, 8, 32.
+//! Criterion's "elements" are FLOPs (so elem/s reads as FLOP/s) and its bytes are the weight
+//! (or KV) bytes plus activations each iteration touches. One iteration is one submitted step
+//! holding `reps` identical dispatches, so submit overhead is amortised.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use pagoda::config::KvCacheDtype;
+use pagoda::dtype::{DType, quantize};
+use pagoda::gpu::{AttentionBatch, Elem, GpuContext, GpuOptions, KvCacheShape};
+
+/// (K, N, name) of SmolLM2-135M's projections and its 49152-row LM head.
+const LINEAR_SHAPES: [(usize, usize, &str); 5] = [
+    (576, 576, "q_o"),
+    (576, 192, "k_v"),
+    (576, 1536, "gate_up"),
+    (1536, 576, "down"),
+    (576, 49152, "lm_head"),
+];
+
+fn values(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 2654435761usize) % 2001) as f32 / 1000.0 - 1.0).collect()
+}
+
+/// Dispatches per step so that one step does at least ~50 MFLOP.
+fn reps_for(flops: u64) -> usize {
+    (50_000_000 / flops.max(1)).clamp(1, 64) as usize
+}
+
+fn bench_linear(c: &mut Criterion, ctx: &GpuContext) {
+    let mut group = c.benchmark_group("linear");
+    group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_1] {
+        for (k, n, name) in LINEAR_SHAPES {
+            let bytes = quantize(dtype, &values(n * k));
+            let w = ctx.upload_weight(name, dtype, n, k, &bytes).expect("upload");
+            for m in [1usize, 8, 32, 256] {
+                let x = ctx.upload_f32(&[m, k], &values(m * k)).expect("x");
+                let y = ctx.tensor(Elem::F32, &[m, n]).expect("y");
+                let flops = 2 * (m * n * k) as u64;
+                let reps = reps_for(flops);
+                let touched = bytes.len() + 4 * (m * k + m * n);
+                group.throughput(Throughput::ElementsAndBytes {
+                    elements: flops * reps as u64,
+                    bytes: (touched * reps) as u64,
+                });
+                let id = BenchmarkId::new(format!("{}/{name}_k{k}_n{n}", dtype.name()), format!("m{m}"));
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        let mut step = ctx.step();
+                        for _ in 0..reps {
+                            step.linear(&x, &w, &y).expect("linear");
+                        }
+                        black_box(step.submit().expect("submit"));
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
+    let (heads, kv_heads, head_dim, block_size) = (9usize, 3usize, 64usize, 16usize);
+    let mut group = c.benchmark_group("paged_attention_decode");
+    group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    for context in [128usize, 1024, 4096] {
+        for batch in [1usize, 8, 32] {
+            let blocks_per_seq = context.div_ceil(block_size);
+            let num_blocks = 1 + batch * blocks_per_seq;
+            let shape =
+                KvCacheShape { num_layers: 1, num_blocks, block_size, num_kv_heads: kv_heads, head_dim };
+            let cache = ctx.kv_cache(shape, KvCacheDtype::Auto).expect("kv cache");
+            let table: Vec<u32> = (0..batch * blocks_per_seq).map(|i| 1 + i as u32).collect();
+            let qsl: Vec<u32> = (0..=batch as u32).collect();
+            let attn = AttentionBatch {
+                query_start_loc: ctx.upload_u32(&[batch + 1], &qsl).expect("qsl"),
+                seq_lens: ctx.upload_u32(&[batch], &vec![context as u32; batch]).expect("lens"),
+                block_table: ctx.upload_u32(&[batch, blocks_per_seq], &table).expect("table"),
+            };
+            let q = ctx.upload_f32(&[batch, heads * head_dim], &values(batch * heads * head_dim)).expect("q");
+            let out = ctx.tensor(Elem::F32, &[batch, heads * head_dim]).expect("out");
+            let flops = (4 * batch * context * heads * head_dim) as u64;
+            let reps = reps_for(flops);
+            let kv_bytes = (2 * batch * context * kv_heads * head_dim * cache.format().elem_bytes()) as u64;
+            group.throughput(Throughput::ElementsAndBytes {
+                elements: flops * reps as u64,
+                bytes: kv_bytes * reps as u64,
+            });
+            group.bench_function(BenchmarkId::new(format!("ctx{context}"), format!("b{batch}")), |b| {
+                b.iter(|| {
+                    let mut step = ctx.step();
+                    for _ in 0..reps {
+                        step.paged_attention(&q, &cache, 0, &attn, heads, &out).expect("attention");
+                    }
+                    black_box(step.submit().expect("submit"));
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn kernels(c: &mut Criterion) {
+    let ctx = GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter");
+    let caps = ctx.capabilities();
+    eprintln!("{}\n{}", caps.device_summary(), caps.variant_summary());
+    bench_linear(c, &ctx);
+    bench_attention(c, &ctx);
+}
+
+criterion_group!(benches, kernels);
+criterion_main!(benches);
