@@ -1,5 +1,7 @@
 // K-split path: one workgroup per output column and TM rows; invocation t sums the 8-wide
-// groups t, t + WG, ... in order, then a fixed tree adds the WG partial sums.
+// groups t, t + WG, ... in order, then a fixed tree adds the WG partial sums. The per-row
+// statements (ROWS_* lines) are repeated for rows 0..TM by the composer (`_R` and `RR`
+// become the row number).
 var<workgroup> red: array<f32, TM * WG>;
 
 @compute @workgroup_size(WG)
@@ -8,25 +10,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let nc = min(n, P.n_part - 1u);
     let m0 = wid.y * TM;
     let rb = nc * w_row_words(P.k);
-    var acc: array<f32, TM>;
+    ROWS_DECL var acc_R = 0.0; let xr_R = x_row(m0, RRu);
     let groups = P.k / 8u;
     for (var g = t; g < groups; g += WG) {
         let w = w_group(rb, g);
-        for (var r = 0u; r < TM; r++) {
-            acc[r] = dot8(load_x8_direct(x_row(m0, r) + 8u * g), w, acc[r]);
-        }
+        ROWS_GROUP acc_R = dot8(load_x8_direct(xr_R + 8u * g), w, acc_R);
     }
     if (t == 0u) {
         for (var k = groups * 8u; k < P.k; k++) {
             let w = w_elem(rb, k);
-            for (var r = 0u; r < TM; r++) {
-                acc[r] = fma(X[x_row(m0, r) + k], w, acc[r]);
-            }
+            ROWS_TAIL acc_R = fma(X[xr_R + k], w, acc_R);
         }
     }
-    for (var r = 0u; r < TM; r++) {
-        red[r * WG + t] = acc[r];
-    }
+    ROWS_SHARE red[RRu * WG + t] = acc_R;
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
         if (t < s) {
@@ -36,10 +32,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     if (t == 0u && n < P.n_part) {
-        for (var r = 0u; r < TM; r++) {
-            if (m0 + r < P.m) {
-                Y[(m0 + r) * P.ldy + P.n0 + n] = red[r * WG];
-            }
-        }
+        ROWS_STORE if (m0 + RRu < P.m) { Y[(m0 + RRu) * P.ldy + P.n0 + n] = red[RRu * WG]; }
     }
 }

@@ -1,10 +1,9 @@
 //! The KV cache manager: each request's block table, prefix-cache lookups and allocation.
 
-use std::collections::HashMap;
-
 use crate::config::CacheConfig;
 use crate::core::block_pool::{BlockId, BlockPool};
 use crate::core::events::{EventSink, KvEvent};
+use crate::core::id_map::IdMap;
 use crate::request::{Request, RequestId};
 
 /// A cache configuration the manager cannot run with.
@@ -42,7 +41,7 @@ pub struct KvCacheManager {
     block_size: usize,
     enable_caching: bool,
     pool: BlockPool,
-    tables: HashMap<RequestId, RequestBlocks>,
+    tables: IdMap<RequestBlocks>,
     events: EventSink,
 }
 
@@ -62,7 +61,7 @@ impl KvCacheManager {
             block_size: config.block_size,
             enable_caching: config.enable_prefix_caching,
             pool: BlockPool::new(config.num_gpu_blocks, config.enable_prefix_caching, events.clone()),
-            tables: HashMap::new(),
+            tables: IdMap::default(),
             events,
         })
     }

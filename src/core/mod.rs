@@ -3,6 +3,7 @@
 pub mod block_hash;
 pub mod block_pool;
 pub mod events;
+pub mod id_map;
 pub mod kv_cache_manager;
 pub mod metrics;
 pub mod output;

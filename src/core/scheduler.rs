@@ -1,7 +1,7 @@
 //! The unified token-budget scheduler: running requests first, then waiting ones, chunked
 //! prefill, whole-prompt admission, and RECOMPUTE preemption (DESIGN.md §3).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use crate::core::block_pool::BlockId;
 use crate::core::events::{
     BlockSnapshot, BlockState, CachedEntry, EventSink, KvEvent, KvSnapshot, RequestSnapshot,
 };
+use crate::core::id_map::IdMap;
 use crate::core::kv_cache_manager::{CacheConfigError, ComputedBlocks, KvCacheManager};
 use crate::core::metrics::SchedulerStats;
 use crate::core::output::{
@@ -108,11 +109,11 @@ struct ScheduledRunning {
 pub struct Scheduler {
     config: SchedulerConfig,
     kv: KvCacheManager,
-    requests: HashMap<RequestId, Request>,
+    requests: IdMap<Request>,
     waiting: WaitingQueue,
     running: Vec<RequestId>,
     finished_req_ids: HashSet<RequestId>,
-    computed_before_preemption: HashMap<RequestId, usize>,
+    computed_before_preemption: IdMap<usize>,
     pending_outputs: Vec<EngineCoreOutput>,
     stats: SchedulerStats,
     events: EventSink,
@@ -143,10 +144,10 @@ impl Scheduler {
             waiting: WaitingQueue::new(config.policy),
             config,
             kv,
-            requests: HashMap::new(),
+            requests: IdMap::default(),
             running: Vec::new(),
             finished_req_ids: HashSet::new(),
-            computed_before_preemption: HashMap::new(),
+            computed_before_preemption: IdMap::default(),
             pending_outputs: Vec::new(),
             stats: SchedulerStats::default(),
             events,

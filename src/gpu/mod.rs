@@ -7,6 +7,13 @@
 //! submits once; small results (argmax ids, top-k, or full logits rows when needed) come back
 //! through [`Step::read`].
 //!
+//! Device choice: [`GpuOptions`] (backend, adapter, masked features, WebGPU default limits,
+//! linear strategy), completed from `PAGODA_BACKEND`, `PAGODA_ADAPTER`,
+//! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1` and `PAGODA_LINEAR`.
+//! [`Capabilities::device_summary`] and [`Capabilities::variant_summary`] are the text for
+//! `pagoda info`; [`Capabilities::kv_format`] says what a `KvCacheDtype` becomes on this device.
+//! Shader variants are composed in [`shader`], the one source of truth for specialisation.
+//!
 //! Every kernel reduces in one fixed order per row, so a row's bits do not depend on the other
 //! rows of the batch, on how a prompt was chunked, or on whether its K/V were written by a
 //! prefill or a decode (DESIGN.md §4).

@@ -211,6 +211,7 @@ impl KernelVariant {
                     }
                     LinearPath::KSplit => src.push_str(include_str!("../../shaders/linear_ksplit.wgsl")),
                 }
+                src = unroll_rows(&src, rows_tile);
             }
             Self::ReshapeAndCache { kv } => {
                 src.push_str(kv.snippet());
@@ -226,6 +227,29 @@ impl KernelVariant {
         }
         src
     }
+}
+
+/// Expands every line holding a `ROWS_*` marker into one copy of the rest of the line per row
+/// `0..rows`, with `RR` and the identifier suffix `_R` replaced by the row number.
+fn unroll_rows(src: &str, rows: u32) -> String {
+    let mut out = String::with_capacity(src.len() * 2);
+    for line in src.lines() {
+        let trimmed = line.trim_start();
+        match trimmed.strip_prefix("ROWS_").and_then(|rest| rest.split_once(' ')) {
+            Some((_, body)) => {
+                let indent = &line[..line.len() - trimmed.len()];
+                for r in 0..rows {
+                    let text = body.replace("RR", &r.to_string()).replace("_R", &format!("_{r}"));
+                    out.push_str(&format!("{indent}{text}\n"));
+                }
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 /// Head dimensions the attention kernel is specialised for ahead of time in the tests.
