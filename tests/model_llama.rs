@@ -63,10 +63,16 @@ fn cpu_logits(files: &ModelFiles, tokens: &[u32]) -> Vec<Vec<f64>> {
             let h = norm(x, &g1);
             let mut q = matvec(&wq, &h);
             let mut k = matvec(&wk, &h);
+            let mut v = matvec(&wv, &h);
+            if let Some([bq, bk, bv]) = &l.qkv_bias {
+                for (out, b) in [(&mut q, bq), (&mut k, bk), (&mut v, bv)] {
+                    out.iter_mut().zip(f(b)).for_each(|(o, b)| *o += b);
+                }
+            }
             rope(&mut q, pos);
             rope(&mut k, pos);
             ks.push(k);
-            vs.push(matvec(&wv, &h));
+            vs.push(v);
             let mut att = vec![0.0; c.q_size()];
             for head in 0..c.num_attention_heads {
                 let kvh = head / c.gqa_group_size();
@@ -164,6 +170,32 @@ fn tiny_forward_matches_the_cpu_reference_for_every_format() {
             let err = max_diff(&logits, &reference);
             assert!(err < 1e-4, "F32 GGUF vs safetensors: {err}");
         }
+    }
+}
+
+#[test]
+fn qkv_biases_are_applied_in_both_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = pagoda::model::testing::TinyDims { attention_bias: true, ..Default::default() };
+    let tiny = TinyLlama::with_dims(9, dims);
+    tiny.write_hf_dir(dir.path()).unwrap();
+    tiny.write_gguf(&dir.path().join("bias.gguf"), DType::F32).unwrap();
+    let ctx = ctx();
+    let hf = ModelFiles::open(dir.path()).unwrap();
+    let gguf = ModelFiles::open(dir.path().join("bias.gguf")).unwrap();
+    assert!(hf.config.attention_bias && gguf.config.attention_bias);
+    let reference = cpu_logits(&hf, &PROMPT);
+    let unbiased = cpu_logits(
+        &ModelFiles {
+            config: pagoda::model::ModelConfig { attention_bias: false, ..hf.config.clone() },
+            ..ModelFiles::open(dir.path()).unwrap()
+        },
+        &PROMPT,
+    );
+    assert!(max_diff(&gpu_logits(&ctx, &hf, &PROMPT), &unbiased) > 1e-2, "the biases change the logits");
+    for files in [&hf, &gguf] {
+        let err = max_diff(&gpu_logits(&ctx, files, &PROMPT), &reference);
+        assert!(err < 1e-4, "{}: {err}", files.path.display());
     }
 }
 
@@ -311,4 +343,10 @@ fn kv_pool_of_one_block_is_a_clear_error() {
     let cache = CacheConfig { num_gpu_blocks: 1, ..Default::default() };
     let err = WgpuExecutor::new(ctx(), &files, &cache, &SchedulerConfig::default(), false).unwrap_err();
     assert!(err.to_string().contains("--num-gpu-blocks"), "{err}");
+}
+
+#[test]
+fn executor_can_move_to_the_engine_thread() {
+    fn is_send<T: Send>() {}
+    is_send::<WgpuExecutor>();
 }

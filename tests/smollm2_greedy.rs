@@ -20,12 +20,15 @@ const BLOCK: usize = 16;
 const LOGIT_TOLERANCE: f64 = 1e-3;
 const EOS: u32 = 2;
 const MAX_TOKENS: usize = 48;
+/// Below this reference margin an f16 KV cache may flip the greedy token (DESIGN.md §5).
+const F16_MARGIN: f64 = 0.02;
 
 struct Case {
     id: String,
     prompt: Vec<u32>,
     generated: Vec<u32>,
     top10: Vec<(u32, f64)>,
+    margins: Vec<f64>,
 }
 
 fn cases() -> Vec<Case> {
@@ -47,6 +50,7 @@ fn cases() -> Vec<Case> {
                 .iter()
                 .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap()))
                 .collect(),
+            margins: e["step_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect(),
         })
         .collect()
 }
@@ -114,16 +118,11 @@ fn first_position_logits_match_the_f32_reference() {
 }
 
 /// Greedy decoding of every prompt at once through the executor, hand-scheduled: each
-/// request's whole prompt in the first step, then one token a step until EOS or 48 tokens.
-#[test]
-fn greedy_continuations_match_the_f32_reference() {
-    let (files, cases) = (smollm2(), cases());
-    let cache = CacheConfig {
-        block_size: BLOCK,
-        num_gpu_blocks: 64,
-        kv_cache_dtype: KvCacheDtype::F32,
-        ..Default::default()
-    };
+/// request's whole prompt in the first step, then one token a step until EOS or its
+/// `max_tokens[i]` tokens.
+fn greedy(cases: &[Case], kv_cache_dtype: KvCacheDtype, max_tokens: &[usize]) -> Vec<Vec<u32>> {
+    let files = smollm2();
+    let cache = CacheConfig { block_size: BLOCK, num_gpu_blocks: 64, kv_cache_dtype, ..Default::default() };
     let sched = SchedulerConfig {
         max_num_batched_tokens: 512,
         max_num_seqs: 8,
@@ -134,7 +133,7 @@ fn greedy_continuations_match_the_f32_reference() {
     let mut tokens: Vec<Vec<u32>> = cases.iter().map(|c| c.prompt.clone()).collect();
     let mut blocks: Vec<Vec<u32>> = vec![Vec::new(); cases.len()];
     let mut computed = vec![0usize; cases.len()];
-    let mut done = vec![false; cases.len()];
+    let mut done: Vec<bool> = max_tokens.iter().map(|&m| m == 0).collect();
     let mut finished = HashSet::new();
     let mut next_block = 1u32;
     let mut first = true;
@@ -153,7 +152,7 @@ fn greedy_continuations_match_the_f32_reference() {
                 out.scheduled_new_reqs.push(NewRequestData {
                     req_id: i as u64,
                     prompt_token_ids: tokens[i].clone(),
-                    sampling_params: SamplingParams::greedy(MAX_TOKENS),
+                    sampling_params: SamplingParams::greedy(max_tokens[i]),
                     block_ids: blocks[i].clone(),
                     num_computed_tokens: 0,
                 });
@@ -176,13 +175,36 @@ fn greedy_continuations_match_the_f32_reference() {
             computed[i] = tokens[i].len();
             let t = sampled[&(i as u64)][0];
             tokens[i].push(t);
-            if t == EOS || tokens[i].len() - cases[i].prompt.len() == MAX_TOKENS {
+            if t == EOS || tokens[i].len() - cases[i].prompt.len() == max_tokens[i] {
                 done[i] = true;
                 finished.insert(i as u64);
             }
         }
     }
-    for (case, toks) in cases.iter().zip(&tokens) {
-        assert_eq!(&toks[case.prompt.len()..], case.generated.as_slice(), "{}", case.id);
+    cases.iter().zip(tokens).map(|(c, t)| t[c.prompt.len()..].to_vec()).collect()
+}
+
+/// With an f32 KV cache every one of the 48 tokens (or up to EOS) must match.
+#[test]
+fn greedy_continuations_match_the_f32_reference() {
+    let cases = cases();
+    let generated = greedy(&cases, KvCacheDtype::F32, &vec![MAX_TOKENS; cases.len()]);
+    for (case, got) in cases.iter().zip(&generated) {
+        assert_eq!(got, &case.generated, "{}", case.id);
+    }
+}
+
+/// With an f16 KV cache (error ~1e-2) tokens must match up to the first step whose
+/// reference margin (top-1 minus top-2 logit) is below 0.02; they may differ after it.
+#[test]
+fn greedy_continuations_with_f16_kv_match_up_to_the_first_narrow_margin() {
+    let cases = cases();
+    let safe: Vec<usize> = cases
+        .iter()
+        .map(|c| c.margins.iter().position(|&m| m < F16_MARGIN).unwrap_or(c.generated.len()))
+        .collect();
+    let generated = greedy(&cases, KvCacheDtype::F16, &safe);
+    for ((case, got), &n) in cases.iter().zip(&generated).zip(&safe) {
+        assert_eq!(got.as_slice(), &case.generated[..n], "{} (first {n} tokens)", case.id);
     }
 }

@@ -1,5 +1,5 @@
 //! The Llama-family forward pass on the GPU: one step over a flattened varlen batch as a
-//! sequence of kernel calls (embedding, per layer RMSNorm, Q/K/V, RoPE, paged KV write,
+//! sequence of kernel calls (embedding, per layer RMSNorm, Q/K/V (+ bias), RoPE, paged KV write,
 //! paged GQA attention, output projection, SwiGLU, residuals; then the final norm and the
 //! LM head on only the rows that need logits, and top-k/argmax on the GPU).
 
@@ -38,6 +38,7 @@ struct GpuLayer {
     q_proj: Weight,
     k_proj: Weight,
     v_proj: Weight,
+    qkv_bias: Option<[Tensor; 3]>,
     o_proj: Weight,
     ffn_norm: Tensor,
     gate_proj: Weight,
@@ -61,13 +62,9 @@ impl LlamaModel {
     /// Upload every weight of `files` to `ctx`, with a progress bar on stderr when `progress`.
     pub fn load(ctx: &GpuContext, files: &ModelFiles, progress: bool) -> Result<Self, LlamaError> {
         let config = files.config.clone();
-        if config.attention_bias {
-            return Err(LlamaError::Unsupported(
-                "Q/K/V projection biases (Qwen2) are not implemented".into(),
-            ));
-        }
         let weights = files.llama_weights()?;
-        let total = weights.layers.len() as u64 * 9 + 3;
+        let per_layer = if config.attention_bias { 12 } else { 9 };
+        let total = weights.layers.len() as u64 * per_layer + 3;
         let bar = if progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
         bar.set_style(
             ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} tensors")
@@ -95,6 +92,10 @@ impl LlamaModel {
                     q_proj: up(&format!("layers.{l}.q_proj"), &w.q_proj)?,
                     k_proj: up(&format!("layers.{l}.k_proj"), &w.k_proj)?,
                     v_proj: up(&format!("layers.{l}.v_proj"), &w.v_proj)?,
+                    qkv_bias: match &w.qkv_bias {
+                        Some([q, k, v]) => Some([vec(q)?, vec(k)?, vec(v)?]),
+                        None => None,
+                    },
                     o_proj: up(&format!("layers.{l}.o_proj"), &w.o_proj)?,
                     ffn_norm: vec(&w.ffn_norm)?,
                     gate_proj: up(&format!("layers.{l}.gate_proj"), &w.gate_proj)?,
@@ -172,6 +173,11 @@ impl LlamaModel {
             step.linear(&h, &w.q_proj, &q)?;
             step.linear(&h, &w.k_proj, &kk)?;
             step.linear(&h, &w.v_proj, &v)?;
+            if let Some([bq, bk, bv]) = &w.qkv_bias {
+                step.add_bias(&q, bq)?;
+                step.add_bias(&kk, bk)?;
+                step.add_bias(&v, bv)?;
+            }
             step.rope(&q, &positions, &self.inv_freq, c.num_attention_heads, self.rope_mode)?;
             step.rope(&kk, &positions, &self.inv_freq, c.num_key_value_heads, self.rope_mode)?;
             step.reshape_and_cache(&kk, &v, &slots, cache, l)?;

@@ -67,6 +67,8 @@ pub struct TinyDims {
     pub num_key_value_heads: usize,
     /// Separate LM head or tied to the embedding.
     pub tie_word_embeddings: bool,
+    /// Q/K/V projections with biases (as Qwen2 has them).
+    pub attention_bias: bool,
 }
 
 impl Default for TinyDims {
@@ -78,6 +80,7 @@ impl Default for TinyDims {
             num_attention_heads: 4,
             num_key_value_heads: 2,
             tie_word_embeddings: true,
+            attention_bias: false,
         }
     }
 }
@@ -133,7 +136,7 @@ impl TinyLlama {
             rope_variant: RopeVariant::HalfSplit,
             max_position_embeddings: 512,
             tie_word_embeddings: dims.tie_word_embeddings,
-            attention_bias: false,
+            attention_bias: dims.attention_bias,
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
         };
@@ -167,6 +170,15 @@ impl TinyLlama {
             tensors.push(norm(format!("model.layers.{l}.post_attention_layernorm.weight")));
         }
         tensors.push(norm("model.norm.weight".into()));
+        if config.attention_bias {
+            for l in 0..config.num_hidden_layers {
+                for (proj, n) in [("q", config.q_size()), ("k", config.kv_size()), ("v", config.kv_size())] {
+                    let values = (0..n).map(|_| rng.random::<f32>() - 0.5).collect();
+                    let name = format!("model.layers.{l}.self_attn.{proj}_proj.bias");
+                    tensors.push(TinyTensor { name, shape: vec![n], values });
+                }
+            }
+        }
         Self { config, tensors, vocab, merges }
     }
 
@@ -181,6 +193,7 @@ impl TinyLlama {
             "num_hidden_layers": c.num_hidden_layers, "num_attention_heads": c.num_attention_heads,
             "num_key_value_heads": c.num_key_value_heads, "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
             "max_position_embeddings": c.max_position_embeddings, "tie_word_embeddings": c.tie_word_embeddings,
+            "attention_bias": c.attention_bias,
             "bos_token_id": c.bos_token_id, "eos_token_id": c.eos_token_ids[0], "torch_dtype": "float32",
         });
         write_json(&dir.join("config.json"), &config)?;
@@ -238,9 +251,9 @@ impl TinyLlama {
             .metadata("tokenizer.chat_template", MetadataValue::String(TINY_CHAT_TEMPLATE.into()));
         for t in &self.tensors {
             let name = gguf_name(&t.name);
-            let values = if t.name.ends_with("q_proj.weight") {
+            let values = if t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias") {
                 permute_for_interleaved_rope(&t.values, c.num_attention_heads, c.head_dim)
-            } else if t.name.ends_with("k_proj.weight") {
+            } else if t.name.ends_with("k_proj.weight") || t.name.ends_with("k_proj.bias") {
                 permute_for_interleaved_rope(&t.values, c.num_key_value_heads, c.head_dim)
             } else {
                 t.values.clone()
@@ -297,6 +310,9 @@ fn gguf_name(hf: &str) -> String {
         "self_attn.q_proj.weight" => "attn_q.weight",
         "self_attn.k_proj.weight" => "attn_k.weight",
         "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
         "self_attn.o_proj.weight" => "attn_output.weight",
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
@@ -308,7 +324,8 @@ fn gguf_name(hf: &str) -> String {
     format!("blk.{layer}.{suffix}")
 }
 
-/// Reorder the rows of a Q or K projection `[heads * head_dim, cols]` from half-split RoPE
+/// Reorder the rows of a Q or K projection `[heads * head_dim, cols]` (or its bias, one
+/// column) from half-split RoPE
 /// order (row `s * head_dim / 2 + i` of a head) to interleaved order (row `2 * i + s`).
 pub fn permute_for_interleaved_rope(values: &[f32], heads: usize, head_dim: usize) -> Vec<f32> {
     let cols = values.len() / (heads * head_dim);

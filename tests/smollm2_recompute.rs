@@ -1,0 +1,174 @@
+//! SmolLM2 through the real scheduler and the wgpu executor: RECOMPUTE preemption, chunk
+//! budgets and prefix caching never change greedy tokens, and a shared system prompt is
+//! computed once.
+
+use std::collections::HashMap;
+
+use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
+use pagoda::core::metrics::SchedulerStats;
+use pagoda::core::scheduler::Scheduler;
+use pagoda::executor::ModelExecutor;
+use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::gpu::{GpuContext, GpuOptions};
+use pagoda::model::{ModelFiles, default_model_path};
+use pagoda::request::Request;
+use pagoda::sampling::SamplingParams;
+use serde_json::Value;
+
+const BLOCK: usize = 4;
+const EXECUTOR_BLOCKS: usize = 256;
+const MAX_TOKENS: usize = 8;
+const EOS: u32 = 2;
+
+fn executor() -> WgpuExecutor {
+    let files = ModelFiles::open(default_model_path().expect("default model")).expect("open SmolLM2");
+    let cache = CacheConfig {
+        block_size: BLOCK,
+        num_gpu_blocks: EXECUTOR_BLOCKS,
+        kv_cache_dtype: KvCacheDtype::F32,
+        ..Default::default()
+    };
+    let sched = SchedulerConfig {
+        max_num_batched_tokens: 1024,
+        max_num_seqs: 8,
+        max_model_len: 256,
+        ..Default::default()
+    };
+    let ctx = GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)");
+    WgpuExecutor::new(ctx, &files, &cache, &sched, false).expect("executor")
+}
+
+/// The fixture's `greedy_fp32` prompts and their reference continuations.
+fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/smollm2-135m-instruct-q4_1.json");
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let ids =
+        |v: &Value| v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect::<Vec<_>>();
+    fixture["greedy_fp32"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (ids(&e["prompt_ids"]), ids(&e["generated_ids"])))
+        .collect()
+}
+
+/// Runs `prompts` to completion through a fresh scheduler over a pool of `num_blocks`
+/// blocks; returns each request's tokens, the scheduler's stats and the tokens computed.
+fn run(
+    exec: &mut WgpuExecutor,
+    prompts: &[Vec<u32>],
+    first_id: u64,
+    num_blocks: usize,
+    budget: usize,
+    prefix_caching: bool,
+) -> (Vec<Vec<u32>>, SchedulerStats, usize) {
+    assert!(num_blocks <= EXECUTOR_BLOCKS);
+    let sched = SchedulerConfig {
+        max_num_batched_tokens: budget,
+        max_num_seqs: 8,
+        max_model_len: 256,
+        ..Default::default()
+    };
+    let cache = CacheConfig {
+        block_size: BLOCK,
+        num_gpu_blocks: num_blocks,
+        enable_prefix_caching: prefix_caching,
+        kv_cache_dtype: KvCacheDtype::F32,
+        kv_cache_memory: None,
+    };
+    let mut scheduler = Scheduler::new(sched, cache).unwrap();
+    for (i, p) in prompts.iter().enumerate() {
+        let request = Request::new(
+            first_id + i as u64,
+            p.clone(),
+            SamplingParams::greedy(MAX_TOKENS),
+            Some(EOS),
+            i as f64,
+        );
+        scheduler.add_request(request).unwrap();
+    }
+    let mut tokens: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut computed = 0;
+    while scheduler.has_unfinished_requests() {
+        let plan = scheduler.schedule();
+        computed += plan.total_num_scheduled_tokens;
+        let result = if plan.is_empty() { Default::default() } else { exec.execute(&plan).unwrap() };
+        for out in scheduler.update_from_output(&plan, &result) {
+            tokens.entry(out.request_id).or_default().extend(out.new_token_ids);
+        }
+    }
+    let outputs =
+        (0..prompts.len() as u64).map(|i| tokens.remove(&(first_id + i)).unwrap_or_default()).collect();
+    (outputs, scheduler.stats(), computed)
+}
+
+#[test]
+fn preemption_chunking_and_prefix_caching_do_not_change_greedy_tokens() {
+    let mut exec = executor();
+    let cases = fixture_prompts();
+    let prompts: Vec<Vec<u32>> = cases.iter().map(|c| c.0.clone()).collect();
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            run(&mut exec, std::slice::from_ref(p), 100 + i as u64, EXECUTOR_BLOCKS, 512, true).0.remove(0)
+        })
+        .collect();
+    for ((_, reference), got) in cases.iter().zip(&alone) {
+        assert_eq!(got.as_slice(), &reference[..got.len()], "alone on a large pool vs the f32 reference");
+    }
+    let configs = [(7, true, 1000), (64, true, 2000), (64, false, 3000)];
+    for (budget, caching, first_id) in configs {
+        let (outputs, stats, _) = run(&mut exec, &prompts, first_id, 16, budget, caching);
+        eprintln!(
+            "budget {budget}, caching {caching}: {} preemptions, {} recomputed tokens",
+            stats.num_preemptions, stats.num_recomputed_tokens
+        );
+        assert!(stats.num_preemptions > 0, "budget {budget}, caching {caching}: no preemption happened");
+        assert_eq!(
+            outputs, alone,
+            "budget {budget}, caching {caching}, {} preemptions",
+            stats.num_preemptions
+        );
+    }
+}
+
+#[test]
+fn a_shared_system_prompt_is_computed_once() {
+    let mut exec = executor();
+    let files = ModelFiles::open(default_model_path().unwrap()).unwrap();
+    let system = "You are a careful assistant. Answer briefly, in plain words, and say when you do not know.";
+    let questions = [
+        "What is rain?",
+        "Name a color.",
+        "What is 2+2?",
+        "Who wrote Hamlet?",
+        "What is ice?",
+        "Say hello.",
+        "Name a fruit.",
+        "What is the sun?",
+    ];
+    let template = files.chat_template.as_ref().unwrap();
+    let prompts: Vec<Vec<u32>> = questions
+        .iter()
+        .map(|q| {
+            let messages = [
+                pagoda::model::ChatMessage::new("system", system),
+                pagoda::model::ChatMessage::new("user", *q),
+            ];
+            files.tokenizer.encode(&template.render(&messages, true).unwrap(), true).unwrap()
+        })
+        .collect();
+    let common = prompts[0].iter().zip(&prompts[1]).take_while(|(a, b)| a == b).count();
+    assert!(prompts.iter().all(|p| p[..common] == prompts[0][..common]));
+    let shared_blocks = common / BLOCK;
+    assert!(shared_blocks >= 5, "only {common} common tokens");
+
+    let (cached, stats, computed_cached) = run(&mut exec, &prompts, 5000, EXECUTOR_BLOCKS, 1024, true);
+    let (uncached, _, computed_uncached) = run(&mut exec, &prompts, 6000, EXECUTOR_BLOCKS, 1024, false);
+    assert_eq!(cached, uncached);
+    let expected_hits = (prompts.len() - 1) * shared_blocks * BLOCK;
+    assert_eq!(stats.prefix_cache.hits as usize, expected_hits);
+    assert_eq!(computed_uncached - computed_cached, expected_hits);
+    assert_eq!(stats.num_preemptions, 0);
+}
