@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Installs what pagoda needs on a fresh Debian/Ubuntu machine: a Vulkan driver when the
 # machine has none (Mesa's lavapipe runs on the CPU) and the default model.
+# With --test it also installs what the tests need: Xvfb and xwd for the visualizer's
+# window test, and the `openai` Python package for the client test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+apt_install() {
+    local sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
+}
 
 have_vulkan() {
     ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1 \
@@ -11,10 +20,14 @@ have_vulkan() {
 
 if ! have_vulkan; then
     echo "setup: no Vulkan driver found; installing Mesa's (lavapipe runs on the CPU)"
-    sudo_cmd=""
-    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+    apt_install mesa-vulkan-drivers libvulkan1
+fi
+
+if [ "${1:-}" = "--test" ]; then
+    if ! command -v Xvfb >/dev/null || ! command -v xwd >/dev/null; then
+        apt_install xvfb x11-apps
+    fi
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai
 fi
 
 scripts/fetch-model.sh >/dev/null
