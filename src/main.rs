@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use pagoda::engine::bench::run_engine_workload;
 use pagoda::executor::sim::SimConfig;
 use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
-use pagoda::gpu::{BackendChoice, GpuContext, GpuOptions};
+use pagoda::gpu::{BackendChoice, FeatureMask, GpuContext, GpuOptions};
 use pagoda::model::{ModelFiles, default_model_path};
 use pagoda::{
     CacheConfig, ChatMessage, CompletionOutput, Engine, EngineConfig, ExecutorKind, KvCacheDtype, Prompt,
@@ -110,19 +110,52 @@ struct EngineArgs {
     /// The real model on the GPU, or the simulated model (tokenizer from --model).
     #[arg(long, value_enum, default_value_t = ExecutorArg::Wgpu)]
     executor: ExecutorArg,
+    #[command(flatten)]
+    gpu: GpuArgs,
+}
+
+/// Which GPU to use and which of its features to leave unused.
+#[derive(Debug, Clone, Args)]
+struct GpuArgs {
     /// Graphics API: vulkan, metal, dx12 or gl (env PAGODA_BACKEND).
     #[arg(long)]
     backend: Option<String>,
     /// Adapter name substring or index (env PAGODA_ADAPTER).
     #[arg(long)]
     adapter: Option<String>,
+    /// Adapter features not to use, e.g. `f16,subgroup`, to force the fallback kernels
+    /// (env PAGODA_DISABLE_FEATURES).
+    #[arg(long)]
+    disable_features: Option<String>,
+    /// Run within WebGPU's default limits, as the weakest adapters offer (env PAGODA_WEBGPU_LIMITS=1).
+    #[arg(long)]
+    webgpu_limits: bool,
+}
+
+impl GpuArgs {
+    /// The GPU options these flags describe.
+    fn options(&self) -> Result<GpuOptions, String> {
+        let backend =
+            self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
+        let disable_features = self
+            .disable_features
+            .as_deref()
+            .map(FeatureMask::parse)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        Ok(GpuOptions {
+            backend,
+            adapter: self.adapter.clone(),
+            disable_features: disable_features.unwrap_or_default(),
+            webgpu_default_limits: self.webgpu_limits,
+            ..GpuOptions::default()
+        })
+    }
 }
 
 impl EngineArgs {
     /// The engine configuration these flags describe.
     fn config(&self, seed: u64) -> Result<EngineConfig, String> {
-        let backend =
-            self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
         Ok(EngineConfig {
             model: self.model.clone(),
             cache: CacheConfig {
@@ -153,7 +186,7 @@ impl EngineArgs {
             },
             seed,
             max_waiting_requests: None,
-            gpu: GpuOptions { backend, adapter: self.adapter.clone(), ..GpuOptions::default() },
+            gpu: self.gpu.options()?,
             show_progress: std::io::stderr().is_terminal(),
         })
     }
@@ -297,12 +330,8 @@ struct InfoArgs {
     /// A GGUF file or an HF model directory [default: the default model, if present].
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Graphics API: vulkan, metal, dx12 or gl.
-    #[arg(long)]
-    backend: Option<String>,
-    /// Adapter name substring or index.
-    #[arg(long)]
-    adapter: Option<String>,
+    #[command(flatten)]
+    gpu: GpuArgs,
 }
 
 fn main() -> ExitCode {
@@ -505,9 +534,7 @@ fn print_report(report: &WorkloadReport) {
 }
 
 fn info(args: InfoArgs) -> Result<(), String> {
-    let backend = args.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
-    let options = GpuOptions { backend, adapter: args.adapter.clone(), ..GpuOptions::default() };
-    match GpuContext::new(&options) {
+    match GpuContext::new(&args.gpu.options()?) {
         Ok(context) => {
             let capabilities = context.capabilities();
             println!("{}\n{}", capabilities.device_summary(), capabilities.variant_summary());
