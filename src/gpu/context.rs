@@ -42,7 +42,9 @@ impl GpuContext {
     /// limits (or WebGPU's defaults when asked) and the optional features it has, less the masked ones.
     pub fn new(options: &GpuOptions) -> Result<Self, GpuError> {
         let options = options.resolved()?;
-        let backends = options.backend.map_or(wgpu::Backends::all(), |b| b.backends());
+        // Vulkan, Metal and DX12 unless asked otherwise: probing GL only adds noise and an
+        // adapter without f16 or subgroups.
+        let backends = options.backend.map_or(wgpu::Backends::PRIMARY, |b| b.backends());
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends,
             ..wgpu::InstanceDescriptor::new_without_display_handle()
