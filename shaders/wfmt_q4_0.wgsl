@@ -27,3 +27,20 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let d = unpack2x16float(W[base]).x;
     return W8(d * (q4_nibbles(W[o], shift) - 8.0), d * (q4_nibbles(W[o + 1u], shift) - 8.0));
 }
+
+// A whole block: the scale read once and each of the four nibble words read once (low nibbles
+// are weights 0..15, high nibbles 16..31).
+fn w_block(rb: u32, b: u32) -> W32 {
+    let o = rb + 5u * b;
+    let d = unpack2x16float(W[o]).x;
+    let q0 = W[o + 1u];
+    let q1 = W[o + 2u];
+    let q2 = W[o + 3u];
+    let q3 = W[o + 4u];
+    return W32(
+        W8(d * (q4_nibbles(q0, 0u) - 8.0), d * (q4_nibbles(q1, 0u) - 8.0)),
+        W8(d * (q4_nibbles(q2, 0u) - 8.0), d * (q4_nibbles(q3, 0u) - 8.0)),
+        W8(d * (q4_nibbles(q0, 4u) - 8.0), d * (q4_nibbles(q1, 4u) - 8.0)),
+        W8(d * (q4_nibbles(q2, 4u) - 8.0), d * (q4_nibbles(q3, 4u) - 8.0)),
+    );
+}

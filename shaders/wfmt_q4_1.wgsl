@@ -26,3 +26,20 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let dm = unpack2x16float(W[base]);
     return W8(dm.x * q4_nibbles(W[o], shift) + dm.y, dm.x * q4_nibbles(W[o + 1u], shift) + dm.y);
 }
+
+// A whole block: scale and minimum read once and each of the four nibble words read once (low
+// nibbles are weights 0..15, high nibbles 16..31).
+fn w_block(rb: u32, b: u32) -> W32 {
+    let o = rb + 5u * b;
+    let dm = unpack2x16float(W[o]);
+    let q0 = W[o + 1u];
+    let q1 = W[o + 2u];
+    let q2 = W[o + 3u];
+    let q3 = W[o + 4u];
+    return W32(
+        W8(dm.x * q4_nibbles(q0, 0u) + dm.y, dm.x * q4_nibbles(q1, 0u) + dm.y),
+        W8(dm.x * q4_nibbles(q2, 0u) + dm.y, dm.x * q4_nibbles(q3, 0u) + dm.y),
+        W8(dm.x * q4_nibbles(q0, 4u) + dm.y, dm.x * q4_nibbles(q1, 4u) + dm.y),
+        W8(dm.x * q4_nibbles(q2, 4u) + dm.y, dm.x * q4_nibbles(q3, 4u) + dm.y),
+    );
+}

@@ -22,3 +22,15 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let d = unpack2x16float(W[base]).x;
     return W8(d * q8_bytes(W[o]), d * q8_bytes(W[o + 1u]));
 }
+
+// A whole block: the scale read once, then its eight words of bytes.
+fn w_block(rb: u32, b: u32) -> W32 {
+    let o = rb + 9u * b;
+    let d = unpack2x16float(W[o]).x;
+    return W32(
+        W8(d * q8_bytes(W[o + 1u]), d * q8_bytes(W[o + 2u])),
+        W8(d * q8_bytes(W[o + 3u]), d * q8_bytes(W[o + 4u])),
+        W8(d * q8_bytes(W[o + 5u]), d * q8_bytes(W[o + 6u])),
+        W8(d * q8_bytes(W[o + 7u]), d * q8_bytes(W[o + 8u])),
+    );
+}

@@ -3,7 +3,7 @@
 
 use super::GpuError;
 use super::kv_cache::KvCache;
-use super::shader::{KernelVariant, LINEAR_WG, LinearPath};
+use super::shader::{KernelVariant, LINEAR_SEQ_COLS, LINEAR_SEQ_WG, LinearPath};
 use super::step::{Binding, Step};
 use super::tensor::{Elem, Tensor};
 use super::weights::Weight;
@@ -133,7 +133,8 @@ impl Step<'_> {
         for part in &w.parts {
             let (grid, nx) = match path {
                 LinearPath::Sequential { .. } => {
-                    ([u(part.rows.div_ceil(LINEAR_WG as usize)), u(row_groups), 1], 0)
+                    let per_group = (LINEAR_SEQ_WG * LINEAR_SEQ_COLS) as usize;
+                    ([u(part.rows.div_ceil(per_group)), u(row_groups), 1], 0)
                 }
                 LinearPath::KSplit => {
                     let nx = part.rows.min(max_dim);

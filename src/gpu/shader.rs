@@ -59,8 +59,14 @@ impl KvFormat {
     }
 }
 
-/// Invocations per workgroup of the linear kernels.
+/// Invocations per workgroup of the K-split linear kernels.
 pub const LINEAR_WG: u32 = 64;
+/// Invocations per workgroup of the sequential linear kernels (small, so that decode-sized
+/// layers still give every CPU thread a workgroup).
+pub const LINEAR_SEQ_WG: u32 = 16;
+/// Output columns each invocation of the sequential linear kernels computes: one activation
+/// load then serves this many weight rows.
+pub const LINEAR_SEQ_COLS: u32 = 4;
 /// Largest KV block size the attention kernel accepts.
 pub const MAX_BLOCK_SIZE: u32 = 64;
 /// Row tiles the linear kernels are built with: 1 for decode, 4 for prefill.
@@ -189,7 +195,13 @@ impl KernelVariant {
             }
             Self::TopK => src.push_str(include_str!("../../shaders/top_k.wgsl")),
             Self::Linear { dtype, path, rows_tile } => {
-                src.push_str(&format!("const WG: u32 = {LINEAR_WG}u;\nconst TM: u32 = {rows_tile}u;\n\n"));
+                let (wg, cols) = match path {
+                    LinearPath::Sequential { .. } => (LINEAR_SEQ_WG, LINEAR_SEQ_COLS),
+                    LinearPath::KSplit => (LINEAR_WG, 1),
+                };
+                src.push_str(&format!(
+                    "const WG: u32 = {wg}u;\nconst TM: u32 = {rows_tile}u;\nconst TN: u32 = {cols}u;\n\n"
+                ));
                 src.push_str(include_str!("../../shaders/linear_common.wgsl"));
                 src.push_str(&weight_snippet(dtype));
                 match path {
@@ -211,7 +223,7 @@ impl KernelVariant {
                     }
                     LinearPath::KSplit => src.push_str(include_str!("../../shaders/linear_ksplit.wgsl")),
                 }
-                src = unroll_rows(&src, rows_tile);
+                src = unroll(&src, rows_tile, cols);
             }
             Self::ReshapeAndCache { kv } => {
                 src.push_str(kv.snippet());
@@ -229,27 +241,35 @@ impl KernelVariant {
     }
 }
 
-/// Expands every line holding a `ROWS_*` marker into one copy of the rest of the line per row
-/// `0..rows`, with `RR` and the identifier suffix `_R` replaced by the row number.
-fn unroll_rows(src: &str, rows: u32) -> String {
+/// Expands every line starting with a `ROWS_*` marker into one copy of the rest of the line per
+/// row `0..rows` (`RR` and the identifier suffix `_R` become the row number), and every line
+/// (or expanded row) starting with a `COLS_*` marker into one copy per column `0..cols` (`CC`
+/// and `_C` become the column number).
+fn unroll(src: &str, rows: u32, cols: u32) -> String {
     let mut out = String::with_capacity(src.len() * 2);
     for line in src.lines() {
         let trimmed = line.trim_start();
-        match trimmed.strip_prefix("ROWS_").and_then(|rest| rest.split_once(' ')) {
-            Some((_, body)) => {
-                let indent = &line[..line.len() - trimmed.len()];
-                for r in 0..rows {
-                    let text = body.replace("RR", &r.to_string()).replace("_R", &format!("_{r}"));
-                    out.push_str(&format!("{indent}{text}\n"));
-                }
-            }
-            None => {
-                out.push_str(line);
+        let indent = &line[..line.len() - trimmed.len()];
+        for row_text in expand(trimmed, "ROWS_", "RR", "_R", rows) {
+            for text in expand(&row_text, "COLS_", "CC", "_C", cols) {
+                out.push_str(indent);
+                out.push_str(&text);
                 out.push('\n');
             }
         }
     }
     out
+}
+
+/// `text` unchanged when it does not start with `marker`; otherwise one copy of the text after
+/// the marker's word per index `0..count`, with `number` and `suffix` replaced by the index.
+fn expand(text: &str, marker: &str, number: &str, suffix: &str, count: u32) -> Vec<String> {
+    match text.strip_prefix(marker).and_then(|rest| rest.split_once(' ')) {
+        Some((_, body)) => (0..count)
+            .map(|i| body.replace(number, &i.to_string()).replace(suffix, &format!("_{i}")))
+            .collect(),
+        None => vec![text.to_string()],
+    }
 }
 
 /// Head dimensions the attention kernel is specialised for ahead of time in the tests.
