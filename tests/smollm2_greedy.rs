@@ -22,6 +22,8 @@ const EOS: u32 = 2;
 const MAX_TOKENS: usize = 48;
 /// Below this reference margin an f16 KV cache may flip the greedy token (DESIGN.md §5).
 const F16_MARGIN: f64 = 0.02;
+/// The f16-KV pass checks this many tokens at most: the f32 pass already covers all 48.
+const F16_TOKENS: usize = 16;
 
 struct Case {
     id: String,
@@ -196,12 +198,13 @@ fn greedy_continuations_match_the_f32_reference() {
 
 /// With an f16 KV cache (error ~1e-2) tokens must match up to the first step whose
 /// reference margin (top-1 minus top-2 logit) is below 0.02; they may differ after it.
+/// Only the first [`F16_TOKENS`] are run, to keep CI short.
 #[test]
 fn greedy_continuations_with_f16_kv_match_up_to_the_first_narrow_margin() {
     let cases = cases();
     let safe: Vec<usize> = cases
         .iter()
-        .map(|c| c.margins.iter().position(|&m| m < F16_MARGIN).unwrap_or(c.generated.len()))
+        .map(|c| c.margins.iter().position(|&m| m < F16_MARGIN).unwrap_or(c.generated.len()).min(F16_TOKENS))
         .collect();
     let generated = greedy(&cases, KvCacheDtype::F16, &safe);
     for ((case, got), &n) in cases.iter().zip(&generated).zip(&safe) {

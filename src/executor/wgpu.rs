@@ -1,20 +1,19 @@
 //! The real executor: keeps each request's token history and block table from the
 //! scheduler's outputs, builds the varlen batch, runs the Llama forward pass on the GPU and
-//! samples (greedy with the GPU's argmax; otherwise on the CPU from the logits rows).
+//! samples with [`crate::sampling`]: greedy requests from the GPU's top-k candidates (the
+//! argmax, plus one candidate per token `min_tokens` may mask), every other request from its
+//! full logits row.
 
 use std::collections::HashMap;
 
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-
 use super::{ExecutorError, ModelExecutor};
 use crate::config::{CacheConfig, SchedulerConfig};
-use crate::core::output::{ModelRunnerOutput, SchedulerOutput, TokenLogprobs};
+use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
 use crate::request::{RequestId, TokenId};
-use crate::sampling::SamplingParams;
+use crate::sampling::{SampledToken, SamplingContext, SamplingParams, sample_candidates, sample_logits};
 
 /// What the executor remembers about one request between steps.
 #[derive(Debug)]
@@ -24,7 +23,32 @@ struct RequestState {
     prompt_len: usize,
     block_ids: Vec<u32>,
     params: SamplingParams,
-    rng: ChaCha8Rng,
+    /// The key of its draws: `params.seed`, else its request id.
+    seed: u64,
+}
+
+impl RequestState {
+    /// The sampler's view of this request before its next token.
+    fn sampling_context(&self, eos_token_id: Option<TokenId>) -> SamplingContext<'_> {
+        SamplingContext {
+            params: &self.params,
+            prompt_token_ids: &self.tokens[..self.prompt_len],
+            output_token_ids: &self.tokens[self.prompt_len..],
+            eos_token_id,
+            seed: self.seed,
+        }
+    }
+
+    /// True when its next token needs the full logits row (anything but plain greedy).
+    fn needs_logits(&self) -> bool {
+        !self.params.is_greedy() || self.params.has_penalties() || self.params.logprobs.is_some()
+    }
+
+    /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks now.
+    fn greedy_candidates(&self) -> usize {
+        let masking = self.tokens.len() - self.prompt_len < self.params.min_tokens;
+        1 + if masking { 1 + self.params.stop_token_ids.len() } else { 0 }
+    }
 }
 
 /// One request's part of this step.
@@ -43,6 +67,7 @@ pub struct WgpuExecutor {
     cache: KvCache,
     block_size: usize,
     num_gpu_blocks: usize,
+    eos_token_id: Option<TokenId>,
     requests: HashMap<RequestId, RequestState>,
 }
 
@@ -119,6 +144,7 @@ impl WgpuExecutor {
             cache: kv,
             block_size: cache.block_size,
             num_gpu_blocks,
+            eos_token_id: files.eos_token_id(),
             requests: HashMap::new(),
         })
     }
@@ -145,7 +171,6 @@ impl WgpuExecutor {
         };
         let mut order = Vec::new();
         for r in &out.scheduled_new_reqs {
-            let seed = r.sampling_params.seed.unwrap_or(r.req_id);
             self.requests.insert(
                 r.req_id,
                 RequestState {
@@ -153,7 +178,7 @@ impl WgpuExecutor {
                     prompt_len: r.prompt_token_ids.len(),
                     block_ids: r.block_ids.clone(),
                     params: r.sampling_params.clone(),
-                    rng: ChaCha8Rng::seed_from_u64(seed),
+                    seed: r.sampling_params.seed.unwrap_or(r.req_id),
                 },
             );
             order.push((r.req_id, r.num_computed_tokens, n_sched(r.req_id)?));
@@ -252,161 +277,38 @@ impl ModelExecutor for WgpuExecutor {
             return Ok(ModelRunnerOutput::default());
         }
         let batch = self.build_batch(&scheduled)?;
-        let samplers: Vec<&Scheduled> = scheduled.iter().filter(|s| s.samples).collect();
-        let needs_logits = samplers.iter().any(|s| {
-            let p = &self.requests[&s.req_id].params;
-            !p.is_greedy() || p.logprobs.is_some() || has_penalties(p)
-        });
+        let samplers: Vec<&RequestState> =
+            scheduled.iter().filter(|s| s.samples).map(|s| &self.requests[&s.req_id]).collect();
+        let needs_logits = samplers.iter().any(|r| r.needs_logits());
+        let vocab = self.model.config().vocab_size;
+        let top_k = samplers.iter().map(|r| r.greedy_candidates()).max().unwrap_or(1).min(vocab);
         let out = self
             .model
-            .forward(&self.ctx, &self.workspace, &self.cache, &batch, 1, needs_logits)
+            .forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits)
             .map_err(from_llama)?;
-        let vocab = self.model.config().vocab_size;
         let mut result = ModelRunnerOutput::default();
-        for (row, s) in samplers.iter().enumerate() {
+        for (row, s) in scheduled.iter().filter(|s| s.samples).enumerate() {
             let state = self
                 .requests
                 .get_mut(&s.req_id)
                 .ok_or_else(|| ExecutorError::InvalidBatch(format!("request {} lost its state", s.req_id)))?;
-            let logits_row = out.logits.as_ref().map(|l| &l[row * vocab..(row + 1) * vocab]);
-            let token = match logits_row {
-                Some(raw) if !state.params.is_greedy() || has_penalties(&state.params) => {
-                    let mut logits = raw.to_vec();
-                    apply_penalties(&mut logits, &state.tokens, state.prompt_len, &state.params);
-                    sample(&logits, &state.params, &mut state.rng)
+            let ctx = state.sampling_context(self.eos_token_id);
+            let SampledToken { token_id, logprobs } = match &out.logits {
+                Some(logits) if state.needs_logits() => {
+                    sample_logits(&logits[row * vocab..(row + 1) * vocab], &ctx)
                 }
-                _ => out.top_ids[row * out.k],
+                _ => {
+                    let ids = &out.top_ids[row * out.k..(row + 1) * out.k];
+                    let values = &out.top_values[row * out.k..(row + 1) * out.k];
+                    sample_candidates(ids.iter().copied().zip(values.iter().copied()).collect(), None, &ctx)
+                }
             };
-            if let (Some(n), Some(raw)) = (state.params.logprobs, logits_row) {
-                result.logprobs.insert(s.req_id, vec![logprobs(raw, token, n)]);
+            if let Some(logprobs) = logprobs {
+                result.logprobs.insert(s.req_id, vec![logprobs]);
             }
-            state.tokens.push(token);
-            result.sampled_token_ids.insert(s.req_id, vec![token]);
+            state.tokens.push(token_id);
+            result.sampled_token_ids.insert(s.req_id, vec![token_id]);
         }
         Ok(result)
-    }
-}
-
-fn has_penalties(p: &SamplingParams) -> bool {
-    p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
-}
-
-/// vLLM's penalties: repetition over prompt and output, presence and frequency over output.
-fn apply_penalties(logits: &mut [f32], tokens: &[TokenId], prompt_len: usize, p: &SamplingParams) {
-    if !has_penalties(p) {
-        return;
-    }
-    let mut counts: HashMap<TokenId, f32> = HashMap::new();
-    for &t in &tokens[prompt_len.min(tokens.len())..] {
-        *counts.entry(t).or_default() += 1.0;
-    }
-    if p.repetition_penalty != 1.0 {
-        let mut seen: Vec<TokenId> = tokens.to_vec();
-        seen.sort_unstable();
-        seen.dedup();
-        for t in seen {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
-            }
-        }
-    }
-    for (t, c) in counts {
-        if let Some(l) = logits.get_mut(t as usize) {
-            *l -= p.frequency_penalty * c + p.presence_penalty;
-        }
-    }
-}
-
-/// Temperature, top-k, top-p and min-p sampling of one logits row.
-fn sample(logits: &[f32], p: &SamplingParams, rng: &mut ChaCha8Rng) -> TokenId {
-    let argmax = || {
-        logits
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |b, (i, &l)| if l > b.1 { (i, l) } else { b })
-            .0 as TokenId
-    };
-    if p.temperature <= 0.0 {
-        return argmax();
-    }
-    let mut order: Vec<usize> = (0..logits.len()).filter(|&i| !logits[i].is_nan()).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-    if p.top_k > 0 {
-        order.truncate(p.top_k as usize);
-    }
-    let Some(&best) = order.first() else { return argmax() };
-    let max = logits[best] / p.temperature;
-    let mut probs: Vec<f32> = order.iter().map(|&i| (logits[i] / p.temperature - max).exp()).collect();
-    let total: f32 = probs.iter().sum();
-    probs.iter_mut().for_each(|q| *q /= total);
-    let mut keep = probs.len();
-    if p.top_p < 1.0 {
-        let mut cum = 0.0;
-        keep = probs
-            .iter()
-            .position(|&q| {
-                cum += q;
-                cum >= p.top_p
-            })
-            .map_or(probs.len(), |i| i + 1);
-    }
-    if p.min_p > 0.0 {
-        let floor = probs[0] * p.min_p;
-        keep = keep.min(probs.iter().position(|&q| q < floor).unwrap_or(probs.len()));
-    }
-    let kept = &probs[..keep.max(1)];
-    let mut u = rng.random::<f32>() * kept.iter().sum::<f32>();
-    for (j, &q) in kept.iter().enumerate() {
-        if u < q {
-            return order[j] as TokenId;
-        }
-        u -= q;
-    }
-    order[kept.len() - 1] as TokenId
-}
-
-/// The sampled token's log-probability and the `n` best, from raw logits.
-fn logprobs(logits: &[f32], token: TokenId, n: usize) -> TokenLogprobs {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_total = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-    TokenLogprobs {
-        logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| l - log_total),
-        top: order.iter().take(n).map(|&i| (i as TokenId, logits[i] - log_total)).collect(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn penalties_follow_vllm() {
-        let mut logits = vec![2.0, -2.0, 1.0];
-        let p =
-            SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, ..SamplingParams::greedy(4) };
-        apply_penalties(&mut logits, &[0, 1, 1], 1, &p);
-        assert_eq!(logits, vec![1.0, -5.0, 1.0]);
-    }
-
-    #[test]
-    fn top_k_one_is_argmax_and_seeded_sampling_repeats() {
-        let logits = vec![0.1, 3.0, 2.9, -1.0];
-        let p = SamplingParams { temperature: 1.0, top_k: 1, ..SamplingParams::greedy(4) };
-        assert_eq!(sample(&logits, &p, &mut ChaCha8Rng::seed_from_u64(1)), 1);
-        let p = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, ..SamplingParams::greedy(4) };
-        let draw = |seed| {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            (0..20).map(|_| sample(&logits, &p, &mut rng)).collect::<Vec<_>>()
-        };
-        assert_eq!(draw(7), draw(7));
-    }
-
-    #[test]
-    fn logprobs_are_normalised() {
-        let lp = logprobs(&[0.0, 0.0], 1, 2);
-        assert!((lp.logprob - 0.5f32.ln()).abs() < 1e-6);
-        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1]);
     }
 }

@@ -94,6 +94,11 @@ impl ModelFiles {
         Ok(Self { path: dir.to_owned(), config, tokenizer, chat_template, weights })
     }
 
+    /// The end-of-sequence token: the tokenizer's, else the config's first EOS id.
+    pub fn eos_token_id(&self) -> Option<u32> {
+        self.tokenizer.eos_token_id().or(self.config.eos_token_ids.first().copied())
+    }
+
     /// The shape-checked weight set.
     pub fn llama_weights(&self) -> Result<LlamaWeights<'_>, WeightError> {
         LlamaWeights::from_file(&self.weights, &self.config)
