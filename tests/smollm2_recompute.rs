@@ -107,16 +107,10 @@ fn preemption_chunking_and_prefix_caching_do_not_change_greedy_tokens() {
     let mut exec = executor();
     let cases = fixture_prompts();
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| c.0.clone()).collect();
-    let alone: Vec<Vec<u32>> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            run(&mut exec, std::slice::from_ref(p), 100 + i as u64, EXECUTOR_BLOCKS, 512, true).0.remove(0)
-        })
-        .collect();
-    for ((_, reference), got) in cases.iter().zip(&alone) {
-        assert_eq!(got.as_slice(), &reference[..got.len()], "alone on a large pool vs the f32 reference");
-    }
+    // With an f32 KV cache each prompt alone reproduces the fp32 reference token for token
+    // (tests/smollm2_greedy.rs), so the reference stands for "each prompt run alone".
+    let alone: Vec<Vec<u32>> =
+        cases.iter().map(|(_, reference)| reference[..MAX_TOKENS.min(reference.len())].to_vec()).collect();
     let configs = [(7, true, 1000), (64, true, 2000), (64, false, 3000)];
     for (budget, caching, first_id) in configs {
         let (outputs, stats, _) = run(&mut exec, &prompts, first_id, 16, budget, caching);
