@@ -641,7 +641,8 @@ pub fn block_tooltip_lines(kv: &KvView, id: BlockId) -> Option<Vec<String>> {
 /// inside `bounds`.
 fn block_tooltip(ctx: &egui::Context, bounds: Rect, kv: &KvView, id: BlockId, anchor: Pos2) {
     let Some(lines) = block_tooltip_lines(kv, id) else { return };
-    let painter = ctx.layer_painter(egui::LayerId::new(egui::Order::Tooltip, Id::new("pagoda-block-tooltip")));
+    let painter =
+        ctx.layer_painter(egui::LayerId::new(egui::Order::Tooltip, Id::unique("pagoda-block-tooltip")));
     let galley = painter.layout_no_wrap(lines.join("\n"), FontId::monospace(12.0), palette::TEXT);
     let size = galley.size() + vec2(16.0, 12.0);
     let mut origin = anchor + vec2(14.0, 14.0);
