@@ -13,18 +13,21 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::ModelExecutor;
 use pagoda::executor::sim::{SimConfig, SimExecutor};
+use pagoda::executor::workload::BuiltinWorkload;
 use pagoda::viz::feed::{self, FeedReceiver};
+use pagoda::viz::presets;
 use pagoda::viz::source::SchedulerProbe;
 use pagoda::viz::state::VizState;
-use pagoda::viz::workloads::{self, VizWorkload};
 
 fn loaded_engine() -> (Scheduler, SimExecutor) {
-    let setup = workloads::build(VizWorkload::MemoryPressure, 0);
-    let mut scheduler = Scheduler::new(setup.scheduler, setup.cache).unwrap();
-    for arrival in setup.arrivals {
+    let preset = presets::preset(BuiltinWorkload::MemoryPressure);
+    let sim = SimConfig::default();
+    let workload = BuiltinWorkload::MemoryPressure.generate(preset.num_requests, sim.vocab_size, 0);
+    let mut scheduler = Scheduler::new(preset.scheduler, preset.cache).unwrap();
+    for arrival in presets::arrivals(&workload, sim.eos_token_id) {
         scheduler.add_request(arrival.request).unwrap();
     }
-    (scheduler, SimExecutor::new(SimConfig::default()).unwrap())
+    (scheduler, SimExecutor::new(sim).unwrap())
 }
 
 /// One engine step; returns false when everything finished.

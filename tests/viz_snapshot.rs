@@ -148,3 +148,42 @@ fn bad_sizes_and_traces_are_errors() {
         Err(pagoda::viz::VizError::Io { .. })
     ));
 }
+
+#[test]
+fn the_real_model_on_wgpu_runs_prompts_from_a_file_to_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny");
+    pagoda::model::testing::TinyLlama::new(7).write_hf_dir(&model).unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(&prompts, "\"hello world\"\n\n\"hello there, world\"\n").unwrap();
+    let (out, trace) = (dir.path().join("real.png"), dir.path().join("real.jsonl"));
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let args = [
+        "--executor",
+        "wgpu",
+        "--model",
+        &s(&model),
+        "--prompts-file",
+        &s(&prompts),
+        "--max-tokens",
+        "3",
+        "--num-gpu-blocks",
+        "32",
+        "--snapshot",
+        &s(&out),
+        "--step",
+        "2",
+        "--record",
+        &s(&trace),
+    ];
+    pagoda::viz::run(&cli(&args)).unwrap();
+    let records = pagoda::viz::trace::read_trace(&trace).unwrap();
+    assert_eq!(records.iter().map(|r| r.step).collect::<Vec<_>>(), vec![1, 2]);
+    let kv = records[0].kv.as_ref().unwrap();
+    assert_eq!(kv.blocks.len(), 32);
+    let mut ids: Vec<u64> = kv.requests.iter().map(|r| r.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![0, 1]);
+    let (width, height, _) = read_png(&out);
+    assert_eq!((width, height), (WIDTH, HEIGHT));
+}

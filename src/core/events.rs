@@ -139,15 +139,32 @@ impl EventSink {
     }
 
     /// Sends the event built by `make` to every subscriber; builds nothing when none listens.
-    /// Subscribers that hung up are dropped.
+    /// The last subscriber gets the event itself and only the others a clone, so the usual
+    /// single listener costs no copy. Subscribers that hung up are dropped.
     pub fn emit(&self, make: impl FnOnce() -> KvEvent) {
         if !self.is_listening() {
             return;
         }
         let event = make();
         let mut senders = self.listeners.senders.lock().unwrap_or_else(|poison| poison.into_inner());
-        senders.retain(|sender| sender.send(event.clone()).is_ok());
-        self.listeners.count.store(senders.len(), Ordering::Relaxed);
+        let before = senders.len();
+        if let Some((last, others)) = senders.split_last() {
+            let mut hung_up: Vec<usize> = others
+                .iter()
+                .enumerate()
+                .filter(|(_, sender)| sender.send(event.clone()).is_err())
+                .map(|(index, _)| index)
+                .collect();
+            if last.send(event).is_err() {
+                hung_up.push(others.len());
+            }
+            for index in hung_up.into_iter().rev() {
+                senders.remove(index);
+            }
+        }
+        if senders.len() != before {
+            self.listeners.count.store(senders.len(), Ordering::Relaxed);
+        }
     }
 }
 
@@ -307,6 +324,30 @@ mod tests {
             ]
         );
         drop(first);
+        sink.emit(|| KvEvent::Evict { block_id: 5, block_hash: 6 });
+        assert!(!sink.is_listening());
+    }
+
+    #[test]
+    fn a_hung_up_subscriber_before_others_is_dropped_and_the_rest_still_hear() {
+        let sink = EventSink::default();
+        let first = sink.subscribe();
+        let second = sink.subscribe();
+        let third = sink.subscribe();
+        drop(first);
+        sink.emit(|| KvEvent::Evict { block_id: 1, block_hash: 2 });
+        drop(third);
+        sink.emit(|| KvEvent::Evict { block_id: 3, block_hash: 4 });
+        assert!(sink.is_listening());
+        let got: Vec<KvEvent> = second.try_iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                KvEvent::Evict { block_id: 1, block_hash: 2 },
+                KvEvent::Evict { block_id: 3, block_hash: 4 }
+            ]
+        );
+        drop(second);
         sink.emit(|| KvEvent::Evict { block_id: 5, block_hash: 6 });
         assert!(!sink.is_listening());
     }

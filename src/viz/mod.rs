@@ -5,39 +5,40 @@
 
 pub mod control;
 pub mod driver;
+pub mod engines;
 pub mod feed;
 pub mod gpu;
 pub mod model;
 pub mod offscreen;
 pub mod palette;
+pub mod presets;
 pub mod source;
 pub mod state;
 pub mod trace;
 pub mod ui;
 pub mod window;
-pub mod workloads;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{CacheConfig, SchedulerConfig};
-use crate::core::scheduler::Scheduler;
+pub use self::engines::{sim_driver, wgpu_driver};
 use crate::executor::ModelExecutor;
-use crate::executor::sim::{SimConfig, SimExecutor};
+use crate::executor::workload::BuiltinWorkload;
 use crate::viz::control::SimControl;
 use crate::viz::driver::{Driver, LiveSinks};
 use crate::viz::model::StepRecord;
 use crate::viz::state::VizState;
 use crate::viz::trace::TraceWriter;
 use crate::viz::window::WindowOptions;
-use crate::viz::workloads::VizWorkload;
 
 /// The engine the visualizer drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum VizExecutor {
     /// The deterministic simulated model (no GPU work, simulated time).
     Sim,
+    /// The real model on the GPU through wgpu (wall-clock time).
+    Wgpu,
 }
 
 /// `pagoda viz`: watch the paged KV cache live, record or replay a trace, or render one
@@ -47,12 +48,26 @@ pub struct VizArgs {
     /// The engine to drive.
     #[arg(long, value_enum, default_value_t = VizExecutor::Sim)]
     pub executor: VizExecutor,
-    /// Built-in workload to run.
-    #[arg(long, value_enum, default_value_t = VizWorkload::SharedPrefix)]
-    pub workload: VizWorkload,
+    /// Built-in workload: random, shared-prefix, memory-pressure or long-prompt (with the
+    /// wgpu executor, the shape of the requests when no prompts file is given).
+    #[arg(long, default_value = "shared-prefix")]
+    pub workload: BuiltinWorkload,
     /// Seed of the workload's prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Requests drawn from the workload (default: the workload's).
+    #[arg(long)]
+    pub num_requests: Option<usize>,
+    /// The model the wgpu executor runs: a GGUF file or an HF directory (default: the
+    /// default model).
+    #[arg(long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Prompts for the wgpu executor, one JSON string per line, all arriving at once.
+    #[arg(long, value_name = "FILE")]
+    pub prompts_file: Option<PathBuf>,
+    /// Tokens to generate per prompt of `--prompts-file` (greedy, stopping at EOS).
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
     /// KV blocks in the pool, the null block included (default: the workload's).
     #[arg(long)]
     pub num_gpu_blocks: Option<usize>,
@@ -97,7 +112,7 @@ pub struct VizArgs {
     pub close_after_end: Option<f64>,
 }
 
-/// Runs `pagoda viz`: a snapshot, a replay, or a live run of the built-in workload.
+/// Runs `pagoda viz`: a snapshot, a replay, or a live run of the simulated or the real engine.
 pub fn run(args: &VizArgs) -> Result<(), VizError> {
     if args.width == 0 || args.height == 0 {
         return Err(VizError::BadSize { width: args.width, height: args.height });
@@ -109,7 +124,18 @@ pub fn run(args: &VizArgs) -> Result<(), VizError> {
             None => replay_window(records, args),
         };
     }
-    let mut driver = sim_driver(args)?;
+    match args.executor {
+        VizExecutor::Sim => run_driver(sim_driver(args)?, args),
+        VizExecutor::Wgpu => run_driver(wgpu_driver(args)?, args),
+    }
+}
+
+/// Runs `driver` as `args` say: to `--step` for a snapshot, or live in the window; records
+/// a trace when `--record` is given.
+pub fn run_driver<E: ModelExecutor + Send + 'static>(
+    mut driver: Driver<E>,
+    args: &VizArgs,
+) -> Result<(), VizError> {
     match &args.snapshot {
         Some(out) => {
             let records = driver::run_to_step(&mut driver, args.step, args.record.is_some())?;
@@ -127,26 +153,6 @@ pub fn run(args: &VizArgs) -> Result<(), VizError> {
             run_live(driver, recorder, args)
         }
     }
-}
-
-/// The scheduler, simulated executor and arrivals of the built-in workload `args` names,
-/// with `args`' size overrides.
-pub fn sim_driver(args: &VizArgs) -> Result<Driver<SimExecutor>, VizError> {
-    let setup = workloads::build(args.workload, args.seed);
-    let cache = CacheConfig {
-        block_size: args.block_size.unwrap_or(setup.cache.block_size),
-        num_gpu_blocks: args.num_gpu_blocks.unwrap_or(setup.cache.num_gpu_blocks),
-        enable_prefix_caching: !args.no_enable_prefix_caching,
-        ..setup.cache
-    };
-    let scheduler = SchedulerConfig {
-        max_num_seqs: args.max_num_seqs.unwrap_or(setup.scheduler.max_num_seqs),
-        max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(setup.scheduler.max_num_batched_tokens),
-        ..setup.scheduler
-    };
-    let scheduler = Scheduler::new(scheduler, cache).map_err(|e| VizError::Engine(e.to_string()))?;
-    let executor = SimExecutor::new(SimConfig::default()).map_err(|e| VizError::Engine(e.to_string()))?;
-    Ok(Driver::new(scheduler, executor, Box::new(SimExecutor::elapsed_seconds), setup.arrivals))
 }
 
 /// Opens the window on this thread and drives `driver` on another, recording every step
@@ -244,6 +250,16 @@ pub enum VizError {
         /// 1-based line number.
         line: usize,
         /// The parser's message.
+        message: String,
+    },
+    /// A line of a prompts file is not a prompt.
+    #[error("{path}:{line}: {message}")]
+    PromptLine {
+        /// The prompts file.
+        path: PathBuf,
+        /// 1-based line number (0 for the file as a whole).
+        line: usize,
+        /// What is wrong with it.
         message: String,
     },
     /// The engine (scheduler or executor) failed while being driven.

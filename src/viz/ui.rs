@@ -179,6 +179,16 @@ fn central(ui: &mut Ui, state: &VizState, ui_state: &mut UiState, layout: &mut F
         paint_block(&painter, *rect, block, state.mark(block.id), focus == Some(block.id));
     }
 
+    let tooltip_anchor = match (ui_state.hovered, grid_response.hover_pos()) {
+        (Some(id), Some(pointer)) => Some((id, pointer)),
+        _ => ui_state
+            .selected
+            .and_then(|id| layout.block_rects.get(id as usize).map(|rect| (id, rect.right_bottom()))),
+    };
+    if let Some((id, anchor)) = tooltip_anchor {
+        block_tooltip(ui.ctx(), ui.ctx().content_rect(), kv, id, anchor);
+    }
+
     let grid_bottom = layout.block_rects.iter().map(|r| r.bottom()).fold(grid_area.top(), f32::max);
     let mut y = grid_bottom + 16.0;
     painter.text(
@@ -590,27 +600,77 @@ pub fn short_hash(hash: u128) -> String {
 /// The details of one block: id, state, ref count, hash prefix, owners with token ranges.
 pub fn describe_block(kv: &KvView, id: BlockId) -> Option<String> {
     let block = kv.blocks.get(id as usize)?;
-    let state = match block.state {
-        BlockState::Null => "null",
-        BlockState::Free => "free",
-        BlockState::CachedFree => "cached-free",
-        BlockState::Used => "used",
-    };
+    let state = state_name(block.state);
     let hash = block.hash.map_or_else(|| "none".to_string(), short_hash);
     let mut text = format!("block {id}   {state}   ref_cnt {}   hash {hash}", block.ref_cnt);
     let mut owners = block.owners.clone();
     owners.sort_unstable();
     for owner in owners {
         text.push_str(&format!("   r{owner}"));
-        if let Some(request) = kv.request(owner)
-            && let Some(index) = request.block_ids.iter().position(|&b| b == id)
-        {
-            let start = index * kv.block_size;
-            let end = request.num_tokens.min(start + kv.block_size);
+        if let Some((start, end)) = token_range(kv, owner, id) {
             text.push_str(&format!(" tokens {start}..{end}"));
         }
     }
     Some(text)
+}
+
+/// The lines of a block's tooltip: id and state, ref count, hash prefix, then each owner
+/// with the tokens the block holds for it.
+pub fn block_tooltip_lines(kv: &KvView, id: BlockId) -> Option<Vec<String>> {
+    let block = kv.blocks.get(id as usize)?;
+    let mut lines = vec![
+        format!("block {id}  {}", state_name(block.state)),
+        format!("ref_cnt {}", block.ref_cnt),
+        format!("hash {}", block.hash.map_or_else(|| "none".to_string(), short_hash)),
+    ];
+    let mut owners = block.owners.clone();
+    owners.sort_unstable();
+    if owners.is_empty() {
+        lines.push("no owner".to_string());
+    }
+    for owner in owners {
+        lines.push(match token_range(kv, owner, id) {
+            Some((start, end)) => format!("r{owner}  tokens {start}..{end}"),
+            None => format!("r{owner}"),
+        });
+    }
+    Some(lines)
+}
+
+/// Paints a block's tooltip above everything, just below and right of `anchor`, kept
+/// inside `bounds`.
+fn block_tooltip(ctx: &egui::Context, bounds: Rect, kv: &KvView, id: BlockId, anchor: Pos2) {
+    let Some(lines) = block_tooltip_lines(kv, id) else { return };
+    let painter =
+        ctx.layer_painter(egui::LayerId::new(egui::Order::Tooltip, Id::unique("pagoda-block-tooltip")));
+    let galley = painter.layout_no_wrap(lines.join("\n"), FontId::monospace(12.0), palette::TEXT);
+    let size = galley.size() + vec2(16.0, 12.0);
+    let mut origin = anchor + vec2(14.0, 14.0);
+    origin.x = origin.x.min(bounds.right() - size.x).max(bounds.left());
+    origin.y = origin.y.min(bounds.bottom() - size.y).max(bounds.top());
+    let rect = Rect::from_min_size(origin, size);
+    let border = kv.blocks.get(id as usize).map_or(palette::TEXT_DIM, block_fill);
+    painter.rect_filled(rect, CornerRadius::same(4), palette::PANEL);
+    painter.rect_stroke(rect, CornerRadius::same(4), Stroke::new(1.5, border), StrokeKind::Inside);
+    painter.galley(origin + vec2(8.0, 6.0), galley, palette::TEXT);
+}
+
+fn state_name(state: BlockState) -> &'static str {
+    match state {
+        BlockState::Null => "null",
+        BlockState::Free => "free",
+        BlockState::CachedFree => "cached-free",
+        BlockState::Used => "used",
+    }
+}
+
+/// The tokens block `id` holds for request `owner`: its place in the owner's block table
+/// times the block size, up to the owner's length.
+fn token_range(kv: &KvView, owner: RequestId, id: BlockId) -> Option<(usize, usize)> {
+    let request = kv.request(owner)?;
+    let index = request.block_ids.iter().position(|&b| b == id)?;
+    let start = index * kv.block_size;
+    Some((start, request.num_tokens.min(start + kv.block_size)))
 }
 
 fn details_line(ui: &mut Ui, kv: &KvView, focus: Option<BlockId>) {
@@ -695,5 +755,30 @@ mod tests {
             Some("block 2   used   ref_cnt 1   hash none   r7 tokens 16..21")
         );
         assert_eq!(describe_block(&kv, 9), None);
+    }
+
+    #[test]
+    fn tooltip_lines_name_id_ref_count_hash_owners_and_ranges() {
+        let kv = kv_with_shared_block();
+        assert_eq!(
+            block_tooltip_lines(&kv, 1),
+            Some(vec![
+                "block 1  used".to_string(),
+                "ref_cnt 2".to_string(),
+                "hash abcdef01".to_string(),
+                "r3  tokens 0..16".to_string(),
+                "r7  tokens 0..16".to_string(),
+            ])
+        );
+        assert_eq!(
+            block_tooltip_lines(&kv, 0),
+            Some(vec![
+                "block 0  null".to_string(),
+                "ref_cnt 0".to_string(),
+                "hash none".to_string(),
+                "no owner".to_string(),
+            ])
+        );
+        assert_eq!(block_tooltip_lines(&kv, 9), None);
     }
 }
