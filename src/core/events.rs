@@ -169,7 +169,7 @@ impl EventSink {
 }
 
 /// What a block is doing right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockState {
     /// Block 0: padding target, never allocated.

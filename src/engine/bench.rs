@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{Engine, EngineError};
-use crate::executor::workload::{Workload, WorkloadReport};
+use crate::executor::workload::{Workload, WorkloadReport, percentile};
 use crate::request::RequestId;
 use crate::sampling::SamplingParams;
 
@@ -108,14 +108,4 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
         },
         peak_kv_cache_usage: peak_usage,
     })
-}
-
-/// Nearest-rank percentile (sorts `values`); 0 when empty.
-fn percentile(values: &mut [f64], fraction: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = (fraction * values.len() as f64).ceil() as usize;
-    values[rank.clamp(1, values.len()) - 1]
 }

@@ -386,7 +386,7 @@ pub fn run_workload(
 }
 
 /// Nearest-rank percentile of `values` (sorted in place); 0 when empty.
-fn percentile(values: &mut [f64], fraction: f64) -> f64 {
+pub fn percentile(values: &mut [f64], fraction: f64) -> f64 {
     if values.is_empty() {
         return 0.0;
     }

@@ -6,19 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::block_pool::BlockId;
 use crate::request::RequestId;
 
-/// What a KV block holds right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BlockState {
-    /// Block 0: never allocated, pads block tables.
-    Null,
-    /// In the free queue with no hash: holds nothing worth keeping.
-    Free,
-    /// In the free queue but still hashed: a later request with the same prefix can hit it.
-    CachedFree,
-    /// Owned by at least one request.
-    Used,
-}
+pub use crate::core::events::BlockState;
 
 /// One block of the pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
