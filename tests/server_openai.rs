@@ -214,8 +214,10 @@ fn malformed_requests_get_openai_style_errors() {
 
 #[test]
 fn metrics_show_preemptions_with_a_small_pool() {
-    let small =
-        EngineConfig { cache: pagoda::CacheConfig { num_gpu_blocks: 8, ..Default::default() }, ..config() };
+    // Prefix caching off: a resumed victim cannot re-hit its own blocks, so every token it
+    // had computed is recomputed, whatever the timing of the four clients.
+    let cache = pagoda::CacheConfig { num_gpu_blocks: 8, enable_prefix_caching: false, ..Default::default() };
+    let small = EngineConfig { cache, ..config() };
     let server = TestServer::start(engine(small, Box::new(random_logits)));
     std::thread::scope(|scope| {
         for index in 0..4 {
@@ -235,7 +237,25 @@ fn metrics_show_preemptions_with_a_small_pool() {
     assert_eq!(server.metric(&series("e2e_request_latency_seconds_count", "")), 4.0);
     assert_eq!(server.metric(&series("time_to_first_token_seconds_count", "")), 4.0);
     assert_eq!(server.metric(&series("kv_cache_usage_perc", "")), 0.0);
-    assert!(server.metric(&series("prefix_cache_queries_total", "")) > 0.0);
+}
+
+#[test]
+fn metrics_count_prefix_cache_queries_and_hits() {
+    let server = TestServer::start(engine(config(), Box::new(random_logits)));
+    let body = json!({"prompt": "a shared system prompt that spans more than two blocks of sixteen tokens",
+                      "max_tokens": 2});
+    let mut prompt_tokens = Vec::new();
+    for _ in 0..2 {
+        let (status, response) = server.post_json("/v1/completions", &body);
+        assert_eq!(status, 200, "{response}");
+        prompt_tokens.push(response["usage"]["prompt_tokens"].as_u64().unwrap());
+    }
+    let n = prompt_tokens[0];
+    assert!(n > 32 && prompt_tokens[1] == n, "{prompt_tokens:?}");
+    // The second request re-hits every full block of the first, never its last token.
+    let full_block_tokens = (n - 1) / 16 * 16;
+    assert_eq!(server.metric(&series("prefix_cache_queries_total", "")), (2 * n) as f64);
+    assert_eq!(server.metric(&series("prefix_cache_hits_total", "")), full_block_tokens as f64);
 }
 
 #[test]
