@@ -282,7 +282,7 @@ fn a_full_waiting_queue_answers_503_and_the_others_complete() {
         ..config()
     };
     let server = TestServer::start(slow_engine(config, Box::new(random_logits), Duration::from_millis(2)));
-    let long = json!({"prompt": "first", "max_tokens": 200, "ignore_eos": true, "stream": true});
+    let long = json!({"prompt": "first", "max_tokens": 1000, "ignore_eos": true, "stream": true});
     let first = server.send("POST", "/v1/completions", Some(&long.to_string()));
     let mut first = read_until_data_contains(first, "\"text\"");
     std::thread::scope(|scope| {
