@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use core_support::*;
 use pagoda::core::block_hash::extend_block_hashes;
 use pagoda::core::block_pool::BlockId;
-use pagoda::core::events::{BlockState, EventSink, KvEvent};
+use pagoda::core::events::{BlockState, EventLog, KvEvent};
 use pagoda::core::kv_cache_manager::{ComputedBlocks, KvCacheManager};
 use pagoda::core::output::ModelRunnerOutput;
 use pagoda::core::scheduler::{AddRequestError, Scheduler};
@@ -54,13 +54,15 @@ fn two_requests_share_three_full_blocks_then_free_in_order_and_a_third_evicts() 
     assert_eq!(free_queue(&s), vec![5, 4, 6, 7, 8, 9, 10, 3, 2, 1]);
     assert_eq!(s.kv_cache_manager().num_free_blocks(), 10);
 
-    let events = s.subscribe();
+    let events = s.event_log();
+    events.start();
     s.add_request(request(3, tokens(2000, 128), 1)).unwrap();
     let out = s.schedule();
     assert_eq!(out.finished_req_ids, HashSet::from([1, 2]));
     assert_eq!(out.scheduled_new_reqs[0].block_ids, vec![5, 4, 6, 7, 8, 9, 10, 3]);
     let evicted: Vec<BlockId> = events
-        .try_iter()
+        .take()
+        .into_iter()
         .filter_map(|e| match e {
             KvEvent::Evict { block_id, .. } => Some(block_id),
             _ => None,
@@ -95,7 +97,7 @@ fn fully_cached_prompt_recomputes_its_last_block() {
 
 #[test]
 fn failed_allocate_slots_changes_nothing() {
-    let mut kv = KvCacheManager::new(&cache(5), EventSink::default()).unwrap();
+    let mut kv = KvCacheManager::new(&cache(5), EventLog::default()).unwrap();
     let mut x = request(1, tokens(0, 32), 1);
     extend_block_hashes(&mut x, 16);
     assert_eq!(kv.allocate_slots(&x, 32, &ComputedBlocks::default()), Some(vec![1, 2]));
@@ -160,7 +162,8 @@ fn fcfs_preempts_the_newest_and_it_resumes_on_its_own_cached_blocks() {
         let out = sim_step(&mut s, &mut executor, &mut generated);
         assert!(out.preempted_req_ids.is_empty());
     }
-    let events = s.subscribe();
+    let events = s.event_log();
+    events.start();
     let out = sim_step(&mut s, &mut executor, &mut generated);
     assert_eq!(out.preempted_req_ids, HashSet::from([2]));
     assert_eq!(chunks(&out), vec![(1, 1)]);
@@ -169,7 +172,7 @@ fn fcfs_preempts_the_newest_and_it_resumes_on_its_own_cached_blocks() {
     assert_eq!((b.status, b.num_computed_tokens, b.num_preemptions), (RequestStatus::Preempted, 0, 1));
     assert_eq!(s.waiting_ids(), vec![2]);
     assert_eq!(s.stats().num_preemptions, 1);
-    let kinds: Vec<KvEvent> = events.try_iter().collect();
+    let kinds: Vec<KvEvent> = events.take();
     assert!(kinds.contains(&KvEvent::Preempt { request_id: 2, needed_by: 1 }));
 
     let mut step = 10;
@@ -445,7 +448,8 @@ fn reset_prefix_cache_only_when_idle() {
 #[test]
 fn events_and_snapshot_describe_the_cache() {
     let mut s = scheduler(1024, 6);
-    let events = s.subscribe();
+    let events = s.event_log();
+    events.start();
     s.add_request(request(1, tokens(0, 20), 1)).unwrap();
     s.add_request(request(2, tokens(0, 36), 3)).unwrap();
     let out = s.schedule();
@@ -460,7 +464,7 @@ fn events_and_snapshot_describe_the_cache() {
     assert_eq!(snapshot.requests[1].block_ids, vec![1, 3, 4]);
     let model_output = fake_model_output(&s, &out);
     s.update_from_output(&out, &model_output);
-    let got: Vec<KvEvent> = events.try_iter().collect();
+    let got: Vec<KvEvent> = events.take();
     let expected_prefix = vec![
         KvEvent::Allocate { request_id: 1, block_ids: vec![1, 2] },
         KvEvent::Cache { request_id: 1, block_ids: vec![1] },

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::core::block_hash::BlockHash;
-use crate::core::events::{EventSink, KvEvent};
+use crate::core::events::{EventLog, KvEvent};
 
 /// Index of a KV block in the pool; block 0 is the null block.
 pub type BlockId = u32;
@@ -165,12 +165,12 @@ pub struct BlockPool {
     free_queue: FreeBlockQueue,
     cached: HashMap<BlockHash, Vec<BlockId>>,
     enable_caching: bool,
-    events: EventSink,
+    events: EventLog,
 }
 
 impl BlockPool {
     /// A pool of `num_blocks` blocks, block 0 the null block, the rest free in id order.
-    pub fn new(num_blocks: usize, enable_caching: bool, events: EventSink) -> Self {
+    pub fn new(num_blocks: usize, enable_caching: bool, events: EventLog) -> Self {
         let blocks = (0..num_blocks)
             .map(|id| KvBlock { block_id: id as BlockId, ref_cnt: 0, block_hash: None })
             .collect();
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn pool_keeps_null_block_out_and_evicts_lazily() {
-        let mut pool = BlockPool::new(4, true, EventSink::default());
+        let mut pool = BlockPool::new(4, true, EventLog::default());
         assert_eq!(pool.num_usable_blocks(), 3);
         assert_eq!(ids(pool.free_queue()), vec![1, 2, 3]);
         let got = pool.get_new_blocks(2).unwrap();
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn reset_refused_while_in_use() {
-        let mut pool = BlockPool::new(3, true, EventSink::default());
+        let mut pool = BlockPool::new(3, true, EventLog::default());
         let got = pool.get_new_blocks(1).unwrap();
         pool.cache_blocks([(got[0], 5)]);
         assert!(!pool.reset_prefix_cache());

@@ -1,11 +1,10 @@
 //! Observability: a stream of KV-cache events and a full snapshot of the cache and queues.
 //!
 //! Both are plain data (serde) so a visualizer can draw them live or replay a recorded
-//! JSON-lines trace. The stream costs one relaxed atomic load per would-be event when
-//! nobody listens: events are built only when a subscriber exists.
+//! JSON-lines trace. The stream costs one relaxed atomic load per would-be event while
+//! nobody records it: events are built only when recording.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -98,73 +97,64 @@ pub enum KvEvent {
     },
 }
 
-struct Listeners {
-    count: AtomicUsize,
-    senders: Mutex<Vec<Sender<KvEvent>>>,
+/// Where the core records its events: nowhere by default, at the cost of one relaxed atomic
+/// load per would-be event, or, once started, into a log that the scheduler's owner drains
+/// after each call (through `Scheduler::event_log`). Recording is a push under an uncontended lock,
+/// so a watched engine pays next to nothing per event and nothing per step.
+#[derive(Clone, Default)]
+pub struct EventLog {
+    inner: Arc<LogInner>,
 }
 
-/// Where the core sends its events: any number of subscribers, or nobody at no cost.
-#[derive(Clone)]
-pub struct EventSink {
-    listeners: Arc<Listeners>,
+#[derive(Default)]
+struct LogInner {
+    recording: AtomicBool,
+    events: Mutex<Vec<KvEvent>>,
 }
 
-impl Default for EventSink {
-    fn default() -> Self {
-        Self {
-            listeners: Arc::new(Listeners { count: AtomicUsize::new(0), senders: Mutex::new(Vec::new()) }),
-        }
-    }
-}
-
-impl std::fmt::Debug for EventSink {
+impl std::fmt::Debug for EventLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventSink").field("listeners", &self.listeners.count.load(Ordering::Relaxed)).finish()
+        f.debug_struct("EventLog").field("recording", &self.is_recording()).finish()
     }
 }
 
-impl EventSink {
-    /// A new channel that receives every event from now on.
-    pub fn subscribe(&self) -> Receiver<KvEvent> {
-        let (sender, receiver) = channel();
-        let mut senders = self.listeners.senders.lock().unwrap_or_else(|poison| poison.into_inner());
-        senders.push(sender);
-        self.listeners.count.store(senders.len(), Ordering::Relaxed);
-        receiver
+impl EventLog {
+    /// Records every event from now on.
+    pub fn start(&self) {
+        self.inner.recording.store(true, Ordering::Relaxed);
     }
 
-    /// True when at least one subscriber may still be listening.
-    pub fn is_listening(&self) -> bool {
-        self.listeners.count.load(Ordering::Relaxed) > 0
+    /// Stops recording and drops what was not taken.
+    pub fn stop(&self) {
+        self.inner.recording.store(false, Ordering::Relaxed);
+        self.events().clear();
     }
 
-    /// Sends the event built by `make` to every subscriber; builds nothing when none listens.
-    /// The last subscriber gets the event itself and only the others a clone, so the usual
-    /// single listener costs no copy. Subscribers that hung up are dropped.
+    /// True while recording.
+    pub fn is_recording(&self) -> bool {
+        self.inner.recording.load(Ordering::Relaxed)
+    }
+
+    /// Records the event built by `make`; builds nothing when not recording.
     pub fn emit(&self, make: impl FnOnce() -> KvEvent) {
-        if !self.is_listening() {
-            return;
+        if self.is_recording() {
+            let event = make();
+            self.events().push(event);
         }
-        let event = make();
-        let mut senders = self.listeners.senders.lock().unwrap_or_else(|poison| poison.into_inner());
-        let before = senders.len();
-        if let Some((last, others)) = senders.split_last() {
-            let mut hung_up: Vec<usize> = others
-                .iter()
-                .enumerate()
-                .filter(|(_, sender)| sender.send(event.clone()).is_err())
-                .map(|(index, _)| index)
-                .collect();
-            if last.send(event).is_err() {
-                hung_up.push(others.len());
-            }
-            for index in hung_up.into_iter().rev() {
-                senders.remove(index);
-            }
+    }
+
+    /// Every event recorded since the last call, in order.
+    pub fn take(&self) -> Vec<KvEvent> {
+        let mut events = self.events();
+        if events.is_empty() {
+            return Vec::new();
         }
-        if senders.len() != before {
-            self.listeners.count.store(senders.len(), Ordering::Relaxed);
-        }
+        let capacity = events.capacity();
+        std::mem::replace(&mut *events, Vec::with_capacity(capacity))
+    }
+
+    fn events(&self) -> std::sync::MutexGuard<'_, Vec<KvEvent>> {
+        self.inner.events.lock().unwrap_or_else(|poison| poison.into_inner())
     }
 }
 
@@ -296,60 +286,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn emits_nothing_and_builds_nothing_without_subscribers() {
-        let sink = EventSink::default();
+    fn builds_nothing_while_not_recording() {
+        let log = EventLog::default();
         let mut built = false;
-        sink.emit(|| {
+        log.emit(|| {
             built = true;
             KvEvent::Evict { block_id: 1, block_hash: 2 }
         });
         assert!(!built);
+        assert!(log.take().is_empty());
     }
 
     #[test]
-    fn every_subscriber_gets_every_event_and_hung_up_ones_are_dropped() {
-        let sink = EventSink::default();
-        let first = sink.subscribe();
-        let second = sink.subscribe();
-        sink.emit(|| KvEvent::Evict { block_id: 1, block_hash: 2 });
-        drop(second);
-        sink.emit(|| KvEvent::Evict { block_id: 3, block_hash: 4 });
-        assert!(sink.is_listening());
-        let got: Vec<KvEvent> = first.try_iter().collect();
+    fn takes_what_clones_of_the_log_recorded_in_order_and_stop_drops_the_rest() {
+        let log = EventLog::default();
+        let clone = log.clone();
+        log.start();
+        log.emit(|| KvEvent::Evict { block_id: 1, block_hash: 2 });
+        clone.emit(|| KvEvent::Evict { block_id: 3, block_hash: 4 });
         assert_eq!(
-            got,
+            log.take(),
             vec![
                 KvEvent::Evict { block_id: 1, block_hash: 2 },
                 KvEvent::Evict { block_id: 3, block_hash: 4 }
             ]
         );
-        drop(first);
-        sink.emit(|| KvEvent::Evict { block_id: 5, block_hash: 6 });
-        assert!(!sink.is_listening());
-    }
-
-    #[test]
-    fn a_hung_up_subscriber_before_others_is_dropped_and_the_rest_still_hear() {
-        let sink = EventSink::default();
-        let first = sink.subscribe();
-        let second = sink.subscribe();
-        let third = sink.subscribe();
-        drop(first);
-        sink.emit(|| KvEvent::Evict { block_id: 1, block_hash: 2 });
-        drop(third);
-        sink.emit(|| KvEvent::Evict { block_id: 3, block_hash: 4 });
-        assert!(sink.is_listening());
-        let got: Vec<KvEvent> = second.try_iter().collect();
-        assert_eq!(
-            got,
-            vec![
-                KvEvent::Evict { block_id: 1, block_hash: 2 },
-                KvEvent::Evict { block_id: 3, block_hash: 4 }
-            ]
-        );
-        drop(second);
-        sink.emit(|| KvEvent::Evict { block_id: 5, block_hash: 6 });
-        assert!(!sink.is_listening());
+        assert!(log.take().is_empty());
+        clone.emit(|| KvEvent::Evict { block_id: 5, block_hash: 6 });
+        log.stop();
+        assert!(!clone.is_recording());
+        clone.emit(|| KvEvent::Evict { block_id: 7, block_hash: 8 });
+        assert!(log.take().is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::config::CacheConfig;
 use crate::core::block_pool::{BlockId, BlockPool};
-use crate::core::events::{EventSink, KvEvent};
+use crate::core::events::{EventLog, KvEvent};
 use crate::core::id_map::IdMap;
 use crate::request::{Request, RequestId};
 
@@ -42,12 +42,12 @@ pub struct KvCacheManager {
     enable_caching: bool,
     pool: BlockPool,
     tables: IdMap<RequestBlocks>,
-    events: EventSink,
+    events: EventLog,
 }
 
 impl KvCacheManager {
     /// A manager over a fresh pool; events go to `events`.
-    pub fn new(config: &CacheConfig, events: EventSink) -> Result<Self, CacheConfigError> {
+    pub fn new(config: &CacheConfig, events: EventLog) -> Result<Self, CacheConfigError> {
         if config.block_size == 0 {
             return Err(CacheConfigError::ZeroBlockSize);
         }

@@ -2,14 +2,13 @@
 //! prefill, whole-prompt admission, and RECOMPUTE preemption (DESIGN.md §3).
 
 use std::collections::HashSet;
-use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::config::{CacheConfig, InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
 use crate::core::block_hash::extend_block_hashes;
 use crate::core::block_pool::BlockId;
 use crate::core::events::{
-    BlockSnapshot, BlockState, CachedEntry, EventSink, KvEvent, KvSnapshot, RequestSnapshot,
+    BlockSnapshot, BlockState, CachedEntry, EventLog, KvEvent, KvSnapshot, RequestSnapshot,
 };
 use crate::core::id_map::IdMap;
 use crate::core::kv_cache_manager::{CacheConfigError, ComputedBlocks, KvCacheManager};
@@ -116,7 +115,7 @@ pub struct Scheduler {
     computed_before_preemption: IdMap<usize>,
     pending_outputs: Vec<EngineCoreOutput>,
     stats: SchedulerStats,
-    events: EventSink,
+    events: EventLog,
     preemption_warning: PreemptionWarning,
 }
 
@@ -138,7 +137,7 @@ impl Scheduler {
                 max_model_len: config.max_model_len,
             });
         }
-        let events = EventSink::default();
+        let events = EventLog::default();
         let kv = KvCacheManager::new(&cache_config, events.clone())?;
         Ok(Self {
             waiting: WaitingQueue::new(config.policy),
@@ -447,9 +446,9 @@ impl Scheduler {
         self.waiting.ids()
     }
 
-    /// A channel receiving every KV event from now on.
-    pub fn subscribe(&self) -> Receiver<KvEvent> {
-        self.events.subscribe()
+    /// A handle to the log of KV events (off until started; the caller drains it).
+    pub fn event_log(&self) -> EventLog {
+        self.events.clone()
     }
 
     /// The whole state of the cache and queues (O(blocks + requests); for observers).

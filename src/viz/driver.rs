@@ -73,12 +73,12 @@ impl<E: ModelExecutor> Driver<E> {
         self.pending.is_empty() && !self.scheduler.has_unfinished_requests()
     }
 
-    /// Runs one engine step (admitting what has arrived, skipping idle time to the next
-    /// arrival when nothing is left to run) and hands it over, with a snapshot when
-    /// `with_kv`. Returns `None` when everything is done.
-    pub fn step(&mut self, with_kv: bool) -> Result<Option<EngineStep>, DriverError> {
+    /// Runs one engine step, admitting what has arrived and skipping idle time to the next
+    /// arrival when nothing is left to run. Returns false, doing nothing, when everything
+    /// is done.
+    pub fn advance(&mut self) -> Result<bool, DriverError> {
         if self.is_done() {
-            return Ok(None);
+            return Ok(false);
         }
         if !self.scheduler.has_unfinished_requests()
             && let Some(next) = self.pending.front()
@@ -94,7 +94,13 @@ impl<E: ModelExecutor> Driver<E> {
         let output = self.scheduler.schedule();
         let runner_output = self.executor.execute(&output)?;
         self.scheduler.update_from_output(&output, &runner_output);
-        Ok(Some(self.probe.step(&self.scheduler, self.time_s(), with_kv)))
+        Ok(true)
+    }
+
+    /// Everything since the previous report (events, counters now), with a snapshot when
+    /// `with_kv`.
+    pub fn report(&self, with_kv: bool) -> EngineStep {
+        self.probe.report(&self.scheduler, self.time_s(), with_kv)
     }
 }
 
@@ -108,41 +114,45 @@ pub struct LiveSinks<'a> {
     pub recorder: Option<TraceWriter>,
 }
 
-/// Runs `driver` to the end at the pace the controls set, sending every step to the window
-/// (with a KV view whenever the window asked for one) and to the recorder; ends the feed.
-/// Without a recorder the engine thread only hands raw steps over and the window converts
-/// them. Stops early, without error, when the window closes.
+/// Runs `driver` to the end at the pace the controls set; ends the feed. With a recorder,
+/// every step goes to the trace with a KV view and to the window as a record. Without one,
+/// the window gets one raw report per frame it asks for, covering every step since the
+/// last, and one whenever the engine waits (paused or pacing), so every step taken shows.
+/// Stops early, without error, when the window closes.
 pub fn drive_live<E: ModelExecutor>(
     driver: &mut Driver<E>,
     mut sinks: LiveSinks<'_>,
 ) -> Result<(), VizError> {
     let mut next_due = Instant::now();
     let mut builder = RecordBuilder::default();
-    loop {
-        if sinks.control.is_stopped() {
-            break;
-        }
+    let mut unreported = false;
+    let mut delivered = true;
+    while delivered && !sinks.control.is_stopped() {
         let now = Instant::now();
         if now < next_due || !sinks.control.take_step() {
+            if unreported {
+                delivered = sinks.feed.send_engine(driver.report(true));
+                unreported = false;
+            }
             std::thread::sleep(Duration::from_millis(2));
             continue;
         }
         next_due = now + Duration::from_secs_f32(1.0 / sinks.control.speed());
-        let with_kv = sinks.recorder.is_some() || sinks.feed.take_kv_request();
-        let Some(step) = driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? else {
-            break;
-        };
-        let delivered = match sinks.recorder.as_mut() {
-            Some(recorder) => {
-                let record = builder.build(step);
-                recorder.write(&record)?;
-                sinks.feed.send(record)
-            }
-            None => sinks.feed.send_engine(step),
-        };
-        if !delivered {
+        if !driver.advance().map_err(|e| VizError::Engine(e.to_string()))? {
             break;
         }
+        if let Some(recorder) = sinks.recorder.as_mut() {
+            let record = builder.build(&driver.report(true));
+            recorder.write(&record)?;
+            delivered = sinks.feed.send(record);
+        } else if sinks.feed.wants_frame() {
+            delivered = sinks.feed.send_engine(driver.report(true));
+        } else {
+            unreported = true;
+        }
+    }
+    if unreported && delivered {
+        sinks.feed.send_engine(driver.report(true));
     }
     sinks.feed.end();
     if let Some(recorder) = sinks.recorder {
@@ -166,11 +176,11 @@ pub fn run_to_step<E: ModelExecutor>(
         if last >= step || driver.is_done() {
             break;
         }
-        let with_kv = kv_every_step || last + 1 >= step;
-        match driver.step(with_kv).map_err(|e| VizError::Engine(e.to_string()))? {
-            Some(step) => records.push(builder.build(step)),
-            None => break,
+        if !driver.advance().map_err(|e| VizError::Engine(e.to_string()))? {
+            break;
         }
+        let with_kv = kv_every_step || last + 1 >= step;
+        records.push(builder.build(&driver.report(with_kv)));
     }
     if let Some(last) = records.last_mut()
         && last.kv.is_none()

@@ -1,6 +1,7 @@
-//! The channel from the engine to the window. The engine side only sends (an unbounded
-//! channel never blocks) and builds a full KV view only when the window asked for one since
-//! the last step, so a live window costs the engine almost nothing.
+//! The channel from the engine to the window. The engine side never blocks and sends at most
+//! one message per window frame: when the window asks for its next frame, the engine hands
+//! over everything since its previous message (the events, its counters and a full KV view).
+//! A step the window did not ask about costs the engine one atomic load.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +16,8 @@ use crate::viz::state::VizState;
 pub enum FeedMessage {
     /// One step, already a record (a replay, or a run being recorded).
     Record(Box<StepRecord>),
-    /// One engine step, converted on the window's side so the engine does not pay for it.
+    /// What the engine did since its previous message, converted on the window's side so
+    /// the engine does not pay for it.
     Engine(Box<EngineStep>),
     /// Nothing more will come.
     End,
@@ -25,42 +27,44 @@ pub enum FeedMessage {
 #[derive(Debug)]
 pub struct VizFeed {
     tx: Sender<FeedMessage>,
-    kv_wanted: Arc<AtomicBool>,
+    frame_wanted: Arc<AtomicBool>,
 }
 
 /// The window's end of the feed.
 #[derive(Debug)]
 pub struct FeedReceiver {
     rx: Receiver<FeedMessage>,
-    kv_wanted: Arc<AtomicBool>,
+    frame_wanted: Arc<AtomicBool>,
     builder: RecordBuilder,
 }
 
-/// A connected feed; the first step is asked to carry a KV view.
+/// A connected feed; the window wants its first frame at once.
 pub fn channel() -> (VizFeed, FeedReceiver) {
     let (tx, rx) = mpsc::channel();
-    let kv_wanted = Arc::new(AtomicBool::new(true));
+    let frame_wanted = Arc::new(AtomicBool::new(true));
     (
-        VizFeed { tx, kv_wanted: Arc::clone(&kv_wanted) },
-        FeedReceiver { rx, kv_wanted, builder: RecordBuilder::default() },
+        VizFeed { tx, frame_wanted: Arc::clone(&frame_wanted) },
+        FeedReceiver { rx, frame_wanted, builder: RecordBuilder::default() },
     )
 }
 
 impl VizFeed {
-    /// True when the window asked for a KV view since the last call; the caller then puts
-    /// one in its next record.
-    pub fn take_kv_request(&self) -> bool {
-        self.kv_wanted.swap(false, Ordering::Relaxed)
+    /// True when the window asked for a frame since the engine's last message; the engine
+    /// then sends what it did since, with a KV view.
+    pub fn wants_frame(&self) -> bool {
+        self.frame_wanted.load(Ordering::Relaxed)
     }
 
-    /// Sends one step record without waiting; false when the window is gone.
+    /// Sends one step record now; false when the window is gone. Do not mix with
+    /// [`VizFeed::send_engine`] in one run: the window counts computed tokens from raw steps.
     pub fn send(&self, record: StepRecord) -> bool {
+        self.frame_wanted.store(false, Ordering::Relaxed);
         self.tx.send(FeedMessage::Record(Box::new(record))).is_ok()
     }
 
-    /// Sends one raw engine step without waiting; false when the window is gone. Do not mix
-    /// with [`VizFeed::send`] in one run: the window counts computed tokens from raw steps.
+    /// Sends what the engine did since its previous message; false when the window is gone.
     pub fn send_engine(&self, step: EngineStep) -> bool {
+        self.frame_wanted.store(false, Ordering::Relaxed);
         self.tx.send(FeedMessage::Engine(Box::new(step))).is_ok()
     }
 
@@ -72,9 +76,9 @@ impl VizFeed {
 }
 
 impl FeedReceiver {
-    /// Asks the engine to put a KV view in its next record.
-    pub fn request_kv(&self) {
-        self.kv_wanted.store(true, Ordering::Relaxed);
+    /// Asks the engine for its next frame.
+    pub fn request_frame(&self) {
+        self.frame_wanted.store(true, Ordering::Relaxed);
     }
 
     /// Applies every record waiting in the channel to `state`; returns how many it applied.
@@ -88,7 +92,7 @@ impl FeedReceiver {
                     applied += 1;
                 }
                 Ok(FeedMessage::Engine(step)) => {
-                    state.apply(self.builder.build(*step));
+                    state.apply(self.builder.build(&step));
                     applied += 1;
                 }
                 Ok(FeedMessage::End) | Err(TryRecvError::Disconnected) => {
@@ -111,13 +115,17 @@ mod tests {
     }
 
     #[test]
-    fn kv_requests_are_taken_once() {
-        let (feed, receiver) = channel();
-        assert!(feed.take_kv_request());
-        assert!(!feed.take_kv_request());
-        receiver.request_kv();
-        assert!(feed.take_kv_request());
-        assert!(!feed.take_kv_request());
+    fn a_frame_request_stands_until_the_engine_sends() {
+        let (feed, mut receiver) = channel();
+        let mut state = VizState::default();
+        assert!(feed.wants_frame());
+        assert!(feed.wants_frame());
+        assert!(feed.send(record(1)));
+        assert!(!feed.wants_frame());
+        receiver.request_frame();
+        assert!(feed.wants_frame());
+        assert_eq!(receiver.drain_into(&mut state), 1);
+        assert_eq!(state.step, 1);
     }
 
     #[test]

@@ -1,9 +1,7 @@
 //! Turns what the engine core reports (its `KvEvent` stream, `KvSnapshot` and stats) into
 //! the visualizer's step records.
 
-use std::sync::mpsc::Receiver;
-
-use crate::core::events::{self, KvEvent, KvSnapshot};
+use crate::core::events::{self, EventLog, KvEvent, KvSnapshot};
 use crate::core::metrics::SchedulerStats;
 use crate::core::scheduler::Scheduler;
 use crate::request::RequestStatus;
@@ -11,53 +9,64 @@ use crate::viz::model::{
     BlockState, BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord, VizEvent,
 };
 
-/// What the engine hands over after one step, unconverted: building it costs the engine
-/// only a copy of its stats and a move of the step's events (plus a snapshot when asked).
+/// What the engine hands over since its previous report (one step or many), unconverted:
+/// building it costs the engine a copy of its stats and a move of the events (plus a
+/// snapshot when asked).
 #[derive(Debug, Clone)]
 pub struct EngineStep {
     /// Engine time at the end of the step, seconds.
     pub time_s: f64,
     /// The scheduler's counters after the step.
     pub stats: SchedulerStats,
-    /// The step's events, in order.
+    /// The events since the previous report, in order.
     pub events: Vec<KvEvent>,
     /// The cache and queues after the step, when asked for.
-    pub kv: Option<KvSnapshot>,
+    pub kv: Option<Box<KvSnapshot>>,
 }
 
-/// Listens to one scheduler's events and hands each step over as an [`EngineStep`].
+/// Records one scheduler's events and hands them over, with the counters, as an
+/// [`EngineStep`] whenever asked; stops the recording when dropped.
 #[derive(Debug)]
 pub struct SchedulerProbe {
-    events: Receiver<KvEvent>,
+    events: EventLog,
 }
 
 impl SchedulerProbe {
-    /// Subscribes to `scheduler`'s events; attach before its first step.
+    /// Starts recording `scheduler`'s events; attach before its first step.
     pub fn attach(scheduler: &Scheduler) -> Self {
-        Self { events: scheduler.subscribe() }
+        let events = scheduler.event_log();
+        events.start();
+        Self { events }
     }
 
     /// Everything since the previous call, with a snapshot when `with_kv` (the only
     /// O(blocks) part, so callers take it only on demand).
-    pub fn step(&self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> EngineStep {
+    pub fn report(&self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> EngineStep {
         EngineStep {
             time_s,
             stats: scheduler.stats(),
-            events: self.events.try_iter().collect(),
-            kv: with_kv.then(|| scheduler.snapshot()),
+            events: self.events.take(),
+            kv: with_kv.then(|| Box::new(scheduler.snapshot())),
         }
     }
 }
 
-/// Turns engine steps into step records, counting the tokens computed so far.
+impl Drop for SchedulerProbe {
+    fn drop(&mut self) {
+        self.events.stop();
+    }
+}
+
+/// Turns engine reports into step records, counting the tokens computed so far.
 #[derive(Debug, Clone, Default)]
 pub struct RecordBuilder {
     computed_tokens: u64,
 }
 
 impl RecordBuilder {
-    /// The record of `step`; steps must come in order.
-    pub fn build(&mut self, step: EngineStep) -> StepRecord {
+    /// The record of `step`, numbered by the engine's latest step; reports must come in
+    /// order.
+    pub fn build(&mut self, step: &EngineStep) -> StepRecord {
         for event in &step.events {
             if let KvEvent::Step { num_scheduled_tokens, .. } = event {
                 self.computed_tokens += *num_scheduled_tokens as u64;
@@ -67,8 +76,8 @@ impl RecordBuilder {
             step: step.stats.num_steps,
             time_s: step.time_s,
             counters: counters(&step.stats, self.computed_tokens),
-            events: convert_events(step.events),
-            kv: step.kv.as_ref().map(kv_view),
+            events: convert_events(&step.events),
+            kv: step.kv.as_deref().map(kv_view),
         }
     }
 }
@@ -141,46 +150,50 @@ pub fn kv_view(snapshot: &KvSnapshot) -> KvView {
 /// The visualizer's events from one step of core events, in order. A preemption takes the
 /// blocks of the victim's `Free` just before it (which it replaces), a resume the blocks of
 /// its request's latest cache hit; step markers and cache insertions are left out.
-pub fn convert_events(raw: Vec<KvEvent>) -> Vec<VizEvent> {
+pub fn convert_events(raw: &[KvEvent]) -> Vec<VizEvent> {
     let mut out: Vec<VizEvent> = Vec::with_capacity(raw.len());
     for event in raw {
         let converted = match event {
             KvEvent::Step { .. } | KvEvent::Cache { .. } => continue,
             KvEvent::Allocate { request_id, block_ids } => {
-                VizEvent::Allocate { request: request_id, blocks: block_ids }
+                VizEvent::Allocate { request: *request_id, blocks: block_ids.clone() }
             }
-            KvEvent::CacheHit { request_id, block_ids, num_tokens } => {
-                VizEvent::CacheHit { request: request_id, blocks: block_ids, num_tokens }
+            KvEvent::CacheHit { request_id, block_ids, num_tokens } => VizEvent::CacheHit {
+                request: *request_id,
+                blocks: block_ids.clone(),
+                num_tokens: *num_tokens,
+            },
+            KvEvent::Evict { block_id, block_hash } => {
+                VizEvent::Evict { block: *block_id, hash: *block_hash }
             }
-            KvEvent::Evict { block_id, block_hash } => VizEvent::Evict { block: block_id, hash: block_hash },
             KvEvent::Free { request_id, block_ids } => {
-                VizEvent::Free { request: request_id, blocks: block_ids }
+                VizEvent::Free { request: *request_id, blocks: block_ids.clone() }
             }
             KvEvent::Preempt { request_id, needed_by } => {
                 let blocks = match out.last() {
-                    Some(VizEvent::Free { request, .. }) if *request == request_id => match out.pop() {
+                    Some(VizEvent::Free { request, .. }) if request == request_id => match out.pop() {
                         Some(VizEvent::Free { blocks, .. }) => blocks,
                         _ => Vec::new(),
                     },
                     _ => Vec::new(),
                 };
-                VizEvent::Preempt { request: request_id, needed_by, blocks }
+                VizEvent::Preempt { request: *request_id, needed_by: *needed_by, blocks }
             }
             KvEvent::Resume { request_id, num_cached_tokens } => {
                 let hit_blocks = out
                     .iter()
                     .rev()
                     .find_map(|e| match e {
-                        VizEvent::CacheHit { request, blocks, .. } if *request == request_id => {
+                        VizEvent::CacheHit { request, blocks, .. } if request == request_id => {
                             Some(blocks.clone())
                         }
                         _ => None,
                     })
                     .unwrap_or_default();
-                VizEvent::Resume { request: request_id, hit_blocks, num_cached_tokens }
+                VizEvent::Resume { request: *request_id, hit_blocks, num_cached_tokens: *num_cached_tokens }
             }
-            KvEvent::Finish { request_id, .. } => VizEvent::Finish { request: request_id },
-            KvEvent::InvalidBlocks { block_ids, .. } => VizEvent::InvalidBlocks { blocks: block_ids },
+            KvEvent::Finish { request_id, .. } => VizEvent::Finish { request: *request_id },
+            KvEvent::InvalidBlocks { block_ids, .. } => VizEvent::InvalidBlocks { blocks: block_ids.clone() },
         };
         out.push(converted);
     }
@@ -204,7 +217,7 @@ mod tests {
             KvEvent::Finish { request_id: 2, reason: FinishReason::Length },
         ];
         assert_eq!(
-            convert_events(raw),
+            convert_events(&raw),
             vec![
                 VizEvent::Preempt { request: 5, needed_by: 2, blocks: vec![7, 8] },
                 VizEvent::Allocate { request: 2, blocks: vec![8] },
@@ -222,7 +235,7 @@ mod tests {
             KvEvent::Preempt { request_id: 5, needed_by: 2 },
         ];
         assert_eq!(
-            convert_events(raw),
+            convert_events(&raw),
             vec![
                 VizEvent::Free { request: 1, blocks: vec![3] },
                 VizEvent::Preempt { request: 5, needed_by: 2, blocks: vec![] },

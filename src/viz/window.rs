@@ -106,7 +106,7 @@ impl App {
     fn redraw(&mut self) -> Result<(), VizError> {
         let Some(g) = self.graphics.as_mut() else { return Ok(()) };
         self.receiver.drain_into(&mut self.state);
-        self.receiver.request_kv();
+        self.receiver.request_frame();
         let input = g.egui.take_egui_input(&g.window);
         let ctx = g.egui.egui_ctx().clone();
         let (state, ui_state, control) = (&self.state, &mut self.ui_state, self.control.as_deref());
