@@ -318,6 +318,12 @@ struct BenchArgs {
     /// Seed of the workload.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Make every prompt this many tokens (cut, or repeated from its start) [default: as drawn].
+    #[arg(long)]
+    input_len: Option<usize>,
+    /// Make every request generate this many tokens [default: as drawn].
+    #[arg(long)]
+    output_len: Option<usize>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -486,13 +492,19 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     let report = match config.executor {
         ExecutorKind::Sim => {
             let sim = SimConfig { seed: args.seed, ..SimConfig::default() };
-            let workload = args.workload.generate(args.num_requests, sim.vocab_size, args.seed);
+            let workload = args
+                .workload
+                .generate(args.num_requests, sim.vocab_size, args.seed)
+                .with_lengths(args.input_len, args.output_len);
             run_workload(&workload, config.scheduler, config.cache, sim).map_err(|e| e.to_string())?
         }
         ExecutorKind::Wgpu => {
             let mut engine = Engine::new(config).map_err(|e| e.to_string())?;
             let vocab_size = engine.tokenizer().vocab_size() as u32;
-            let workload = args.workload.generate(args.num_requests, vocab_size, args.seed);
+            let workload = args
+                .workload
+                .generate(args.num_requests, vocab_size, args.seed)
+                .with_lengths(args.input_len, args.output_len);
             run_engine_workload(&mut engine, &workload).map_err(|e| e.to_string())?
         }
     };

@@ -75,3 +75,21 @@ fn reports_are_deterministic_and_outputs_ignore_the_schedule() {
     let (_, roomy_outputs) = run(roomy, 2000);
     assert_eq!(first_outputs, roomy_outputs);
 }
+
+#[test]
+fn fixed_lengths_cut_or_repeat_prompts_and_cap_outputs() {
+    let drawn = BuiltinWorkload::Random.generate(3, 1000, 5);
+    let fixed = drawn.clone().with_lengths(Some(600), Some(7));
+    for (before, after) in drawn.arrivals.iter().zip(&fixed.arrivals) {
+        let n = before.prompt_token_ids.len();
+        assert_eq!(after.prompt_token_ids.len(), 600);
+        assert_eq!(after.prompt_token_ids[..n], before.prompt_token_ids[..]);
+        assert_eq!(after.prompt_token_ids[n], before.prompt_token_ids[0]);
+        assert_eq!((after.max_tokens, after.time_s), (7, before.time_s));
+    }
+    let cut = drawn.clone().with_lengths(Some(16), None);
+    for (before, after) in drawn.arrivals.iter().zip(&cut.arrivals) {
+        assert_eq!(after.prompt_token_ids, before.prompt_token_ids[..16]);
+        assert_eq!(after.max_tokens, before.max_tokens);
+    }
+}

@@ -39,6 +39,23 @@ pub struct Workload {
     pub arrivals: Vec<Arrival>,
 }
 
+impl Workload {
+    /// The same arrivals with every prompt made `input_len` tokens long (cut, or repeated
+    /// from its start) and every request generating `output_len` tokens at most; `None`
+    /// keeps what the workload drew.
+    pub fn with_lengths(mut self, input_len: Option<usize>, output_len: Option<usize>) -> Self {
+        for arrival in &mut self.arrivals {
+            if let Some(len) = input_len {
+                arrival.prompt_token_ids = arrival.prompt_token_ids.iter().copied().cycle().take(len).collect();
+            }
+            if let Some(len) = output_len {
+                arrival.max_tokens = len;
+            }
+        }
+        self
+    }
+}
+
 /// The built-in workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
