@@ -8,11 +8,12 @@
 //!   logits are the same bits alone, in a batch with part of the long one, and prefilled in two
 //!   chunks (and its first greedy token is the reference's).
 
+mod smollm2_support;
+
 use pagoda::config::KvCacheDtype;
 use pagoda::gpu::{FeatureMask, GpuContext, GpuOptions, KvCache, KvCacheShape};
 use pagoda::model::llama::{ForwardBatch, ForwardOutput, LlamaModel, Workspace, WorkspaceLimits};
-use pagoda::model::{ModelFiles, default_model_path};
-use serde_json::Value;
+use smollm2_support::{GreedyCase, greedy_cases, smollm2};
 
 const BLOCK: usize = 16;
 /// Blocks each sequence slot owns: 38 prompt + 16 generated tokens fit in 4 blocks of 16.
@@ -25,24 +26,9 @@ const PARTNER_TOKENS: usize = 8;
 /// Fixture prompts used: short and long, both with greedy margins above 0.08 in 16 steps.
 const PROMPTS: [&str; 2] = ["A1", "A4"];
 
-struct Case {
-    prompt: Vec<u32>,
-    generated: Vec<u32>,
-}
-
-fn cases() -> Vec<Case> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/smollm2-135m-instruct-q4_1.json");
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let ids =
-        |v: &Value| v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect::<Vec<_>>();
-    let entries = fixture["greedy_fp32"].as_array().unwrap();
-    PROMPTS
-        .iter()
-        .map(|id| {
-            let e = entries.iter().find(|e| e["id"] == *id).unwrap();
-            Case { prompt: ids(&e["prompt_ids"]), generated: ids(&e["generated_ids"]) }
-        })
-        .collect()
+fn cases() -> Vec<GreedyCase> {
+    let all = greedy_cases();
+    PROMPTS.iter().map(|id| all.iter().find(|case| case.id == *id).unwrap().clone()).collect()
 }
 
 /// One sequence's part of a step: its new tokens, the position of the first, its slot.
@@ -61,7 +47,7 @@ struct Runner {
 impl Runner {
     fn new(options: &GpuOptions) -> Self {
         let ctx = GpuContext::new(options).expect("a wgpu adapter (lavapipe in CI)");
-        let files = ModelFiles::open(default_model_path().expect("default model")).expect("open SmolLM2");
+        let files = smollm2();
         let model = LlamaModel::load(&ctx, &files, false).unwrap();
         let limits = WorkspaceLimits { max_tokens: 64, max_seqs: 2, max_blocks_per_seq: BLOCKS_PER_SEQ };
         let ws = Workspace::new(&ctx, model.config(), limits).unwrap();

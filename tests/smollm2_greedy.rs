@@ -2,6 +2,8 @@
 //! reference (an f32 forward pass over the dequantized weights): first-position logits and
 //! greedy continuations with an f32 KV cache, all eight prompts in one batch.
 
+mod smollm2_support;
+
 use std::collections::{HashMap, HashSet};
 
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
@@ -10,9 +12,8 @@ use pagoda::executor::ModelExecutor;
 use pagoda::executor::wgpu::WgpuExecutor;
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape};
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
-use pagoda::model::{ModelFiles, default_model_path};
 use pagoda::sampling::SamplingParams;
-use serde_json::Value;
+use smollm2_support::{GreedyCase, greedy_cases, smollm2};
 
 const BLOCK: usize = 16;
 /// Largest allowed |pagoda - reference| of a first-position top-10 logit. The reference
@@ -25,49 +26,13 @@ const F16_MARGIN: f64 = 0.02;
 /// The f16-KV pass checks this many tokens at most: the f32 pass already covers all 48.
 const F16_TOKENS: usize = 16;
 
-struct Case {
-    id: String,
-    prompt: Vec<u32>,
-    generated: Vec<u32>,
-    top10: Vec<(u32, f64)>,
-    margins: Vec<f64>,
-}
-
-fn cases() -> Vec<Case> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/smollm2-135m-instruct-q4_1.json");
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let ids =
-        |v: &Value| v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect::<Vec<_>>();
-    fixture["greedy_fp32"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| Case {
-            id: e["id"].as_str().unwrap().to_owned(),
-            prompt: ids(&e["prompt_ids"]),
-            generated: ids(&e["generated_ids"]),
-            top10: e["top10_first"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap()))
-                .collect(),
-            margins: e["step_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect(),
-        })
-        .collect()
-}
-
 fn ctx() -> GpuContext {
     GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)")
 }
 
-fn smollm2() -> ModelFiles {
-    ModelFiles::open(default_model_path().expect("default model")).expect("open SmolLM2")
-}
-
 #[test]
 fn first_position_logits_match_the_f32_reference() {
-    let (ctx, files, cases) = (ctx(), smollm2(), cases());
+    let (ctx, files, cases) = (ctx(), smollm2(), greedy_cases());
     let model = LlamaModel::load(&ctx, &files, false).unwrap();
     let c = model.config();
     let mut batch = ForwardBatch { query_start_loc: vec![0], ..Default::default() };
@@ -122,7 +87,7 @@ fn first_position_logits_match_the_f32_reference() {
 /// Greedy decoding of every prompt at once through the executor, hand-scheduled: each
 /// request's whole prompt in the first step, then one token a step until EOS or its
 /// `max_tokens[i]` tokens.
-fn greedy(cases: &[Case], kv_cache_dtype: KvCacheDtype, max_tokens: &[usize]) -> Vec<Vec<u32>> {
+fn greedy(cases: &[GreedyCase], kv_cache_dtype: KvCacheDtype, max_tokens: &[usize]) -> Vec<Vec<u32>> {
     let files = smollm2();
     let cache = CacheConfig { block_size: BLOCK, num_gpu_blocks: 64, kv_cache_dtype, ..Default::default() };
     let sched = SchedulerConfig {
@@ -189,7 +154,7 @@ fn greedy(cases: &[Case], kv_cache_dtype: KvCacheDtype, max_tokens: &[usize]) ->
 /// With an f32 KV cache every one of the 48 tokens (or up to EOS) must match.
 #[test]
 fn greedy_continuations_match_the_f32_reference() {
-    let cases = cases();
+    let cases = greedy_cases();
     let generated = greedy(&cases, KvCacheDtype::F32, &vec![MAX_TOKENS; cases.len()]);
     for (case, got) in cases.iter().zip(&generated) {
         assert_eq!(got, &case.generated, "{}", case.id);
@@ -201,7 +166,7 @@ fn greedy_continuations_match_the_f32_reference() {
 /// Only the first [`F16_TOKENS`] are run, to keep CI short.
 #[test]
 fn greedy_continuations_with_f16_kv_match_up_to_the_first_narrow_margin() {
-    let cases = cases();
+    let cases = greedy_cases();
     let safe: Vec<usize> = cases
         .iter()
         .map(|c| c.margins.iter().position(|&m| m < F16_MARGIN).unwrap_or(c.generated.len()).min(F16_TOKENS))

@@ -2,6 +2,8 @@
 //! budgets and prefix caching never change greedy tokens, and a shared system prompt is
 //! computed once.
 
+mod smollm2_support;
+
 use std::collections::HashMap;
 
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
@@ -10,10 +12,9 @@ use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::ModelExecutor;
 use pagoda::executor::wgpu::WgpuExecutor;
 use pagoda::gpu::{GpuContext, GpuOptions};
-use pagoda::model::{ModelFiles, default_model_path};
 use pagoda::request::Request;
 use pagoda::sampling::SamplingParams;
-use serde_json::Value;
+use smollm2_support::{greedy_cases, smollm2};
 
 const BLOCK: usize = 4;
 const EXECUTOR_BLOCKS: usize = 256;
@@ -21,7 +22,7 @@ const MAX_TOKENS: usize = 8;
 const EOS: u32 = 2;
 
 fn executor() -> WgpuExecutor {
-    let files = ModelFiles::open(default_model_path().expect("default model")).expect("open SmolLM2");
+    let files = smollm2();
     let cache = CacheConfig {
         block_size: BLOCK,
         num_gpu_blocks: EXECUTOR_BLOCKS,
@@ -40,16 +41,7 @@ fn executor() -> WgpuExecutor {
 
 /// The fixture's `greedy_fp32` prompts and their reference continuations.
 fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/smollm2-135m-instruct-q4_1.json");
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let ids =
-        |v: &Value| v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect::<Vec<_>>();
-    fixture["greedy_fp32"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (ids(&e["prompt_ids"]), ids(&e["generated_ids"])))
-        .collect()
+    greedy_cases().into_iter().map(|case| (case.prompt, case.generated)).collect()
 }
 
 /// Runs `prompts` to completion through a fresh scheduler over a pool of `num_blocks`
@@ -130,7 +122,7 @@ fn preemption_chunking_and_prefix_caching_do_not_change_greedy_tokens() {
 #[test]
 fn a_shared_system_prompt_is_computed_once() {
     let mut exec = executor();
-    let files = ModelFiles::open(default_model_path().unwrap()).unwrap();
+    let files = smollm2();
     let system = "You are a careful assistant. Answer briefly, in plain words, and say when you do not know.";
     let questions = [
         "What is rain?",

@@ -46,7 +46,8 @@ impl Workload {
     pub fn with_lengths(mut self, input_len: Option<usize>, output_len: Option<usize>) -> Self {
         for arrival in &mut self.arrivals {
             if let Some(len) = input_len {
-                arrival.prompt_token_ids = arrival.prompt_token_ids.iter().copied().cycle().take(len).collect();
+                arrival.prompt_token_ids =
+                    arrival.prompt_token_ids.iter().copied().cycle().take(len).collect();
             }
             if let Some(len) = output_len {
                 arrival.max_tokens = len;
