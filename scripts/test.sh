@@ -12,6 +12,13 @@ cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 cargo test --all-targets
 
+# The kernel suite again under each forced fallback: no shader-f16, no subgroups, neither,
+# and WebGPU's default limits (the SmolLM2 parity test builds these configurations itself).
+for features in f16 subgroup f16,subgroup; do
+    PAGODA_DISABLE_FEATURES="$features" cargo test --test kernels_reference
+done
+PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
+
 # The official openai Python package against `pagoda serve` on the default model.
 cargo build --bin pagoda
 python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
