@@ -13,9 +13,10 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
 }
 
+# An ICD manifest in either standard place, and the Vulkan loader.
 have_vulkan() {
-    ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1 \
-        && ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1'
+    { compgen -G '/usr/share/vulkan/icd.d/*.json' || compgen -G '/etc/vulkan/icd.d/*.json'; } >/dev/null \
+        && [[ "$(ldconfig -p 2>/dev/null)" == *libvulkan.so.1* ]]
 }
 
 if ! have_vulkan; then
