@@ -391,7 +391,17 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
         .collect();
     let mut engine =
         Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
     let completions = engine.generate(prompts, &args.sampling.params()).map_err(|e| e.to_string())?;
+    let seconds = started.elapsed().as_secs_f64();
+    let prompt_tokens: usize = completions.iter().map(|c| c.prompt_token_ids.len()).sum();
+    let output_tokens: usize = completions.iter().map(|c| c.token_ids.len()).sum();
+    eprintln!(
+        "{} prompt(s): {prompt_tokens} prompt and {output_tokens} generated tokens in {seconds:.2} s \
+         ({:.1} generated tok/s)",
+        completions.len(),
+        output_tokens as f64 / seconds.max(1e-9)
+    );
     let mut stdout = std::io::stdout().lock();
     for (text, completion) in texts.iter().zip(&completions) {
         let written = if args.json {

@@ -101,6 +101,78 @@ fn completions_equal_the_library_streaming_or_not_under_concurrency() {
 }
 
 #[test]
+fn n_choices_are_requests_seeded_seed_plus_index_and_count_their_prompt_once() {
+    let server = TestServer::start(engine(config(), Box::new(random_logits)));
+    let prompts = ["the tower", "a wise cat"];
+    let expected: Vec<(String, usize, usize)> = prompts
+        .iter()
+        .flat_map(|prompt| {
+            (0..3).map(move |choice| library_text(Prompt::from(*prompt), &seeded(40 + choice, 6)))
+        })
+        .collect();
+    let prompt_tokens = expected[0].1 + expected[3].1;
+    let completion_tokens: usize = expected.iter().map(|e| e.2).sum();
+    let body = |stream: bool| {
+        json!({"prompt": prompts, "n": 3, "max_tokens": 6, "temperature": 0.8, "seed": 40,
+               "ignore_eos": true, "stream": stream, "stream_options": {"include_usage": true}})
+    };
+    let (status, response) = server.post_json("/v1/completions", &body(false));
+    assert_eq!(status, 200, "{response}");
+    let choices = response["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 6);
+    for (index, (choice, (text, _, _))) in choices.iter().zip(&expected).enumerate() {
+        assert_eq!(choice["index"], index);
+        assert_eq!(choice["text"], *text, "choice {index}");
+    }
+    assert_eq!(response["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(response["usage"]["completion_tokens"], completion_tokens);
+
+    let (status, chunks) = server.post_stream("/v1/completions", &body(true));
+    assert_eq!(status, 200);
+    let mut texts = vec![String::new(); 6];
+    let mut usage = Value::Null;
+    for chunk in &chunks[..chunks.len() - 1] {
+        let value: Value = serde_json::from_str(chunk).unwrap();
+        for choice in value["choices"].as_array().unwrap() {
+            texts[choice["index"].as_u64().unwrap() as usize].push_str(choice["text"].as_str().unwrap());
+        }
+        if !value["usage"].is_null() {
+            usage = value["usage"].clone();
+        }
+    }
+    assert_eq!(texts, expected.iter().map(|e| e.0.clone()).collect::<Vec<_>>());
+    assert_eq!(usage["prompt_tokens"], prompt_tokens);
+    assert_eq!(usage["completion_tokens"], completion_tokens);
+
+    let chat = json!({"messages": [{"role": "user", "content": "hello"}], "n": 2, "max_tokens": 4,
+                      "seed": 9, "temperature": 0.8, "ignore_eos": true, "stream": true});
+    let (status, chunks) = server.post_stream("/v1/chat/completions", &chat);
+    assert_eq!(status, 200);
+    let roles: Vec<(u64, Value)> = chunks[..chunks.len() - 1]
+        .iter()
+        .map(|chunk| serde_json::from_str::<Value>(chunk).unwrap())
+        .filter(|value| !value["choices"][0]["delta"]["role"].is_null())
+        .map(|value| {
+            (value["choices"][0]["index"].as_u64().unwrap(), value["choices"][0]["delta"]["role"].clone())
+        })
+        .collect();
+    assert_eq!(roles, vec![(0, json!("assistant")), (1, json!("assistant"))]);
+    let chat = json!({"messages": [{"role": "user", "content": "hello"}], "n": 2, "max_tokens": 4,
+                      "seed": 9, "temperature": 0.8, "ignore_eos": true});
+    let (status, response) = server.post_json("/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{response}");
+    let replies: Vec<&str> = response["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["message"]["content"].as_str().unwrap())
+        .collect();
+    let messages = vec![ChatMessage::new("user", "hello")];
+    let alone = |seed| library_text(Prompt::Chat(messages.clone()), &seeded(seed, 4)).0;
+    assert_eq!(replies, vec![alone(9), alone(10)]);
+}
+
+#[test]
 fn chat_completions_equal_the_library_streaming_or_not() {
     let messages = vec![ChatMessage::new("system", "be brief"), ChatMessage::new("user", "hello there")];
     let (expected, prompt_len, completion_len) = library_text(Prompt::Chat(messages), &seeded(7, 10));
@@ -188,7 +260,17 @@ fn malformed_requests_get_openai_style_errors() {
         ("/v1/completions", json!({"max_tokens": 4}), 400, "prompt"),
         ("/v1/completions", json!({"prompt": "hi", "temperature": -1}), 400, "temperature"),
         ("/v1/completions", json!({"prompt": "hi", "top_p": 0}), 400, "top_p"),
-        ("/v1/completions", json!({"prompt": "hi", "n": 2}), 400, "n = 2"),
+        ("/v1/completions", json!({"prompt": "hi", "n": 0}), 400, "n = 0"),
+        ("/v1/completions", json!({"prompt": "hi", "echo": true}), 400, "echo"),
+        ("/v1/completions", json!({"prompt": "hi", "best_of": 3}), 400, "best_of = 3"),
+        ("/v1/completions", json!({"prompt": "hi", "suffix": "!"}), 400, "suffix"),
+        ("/v1/completions", json!({"prompt": "hi", "logit_bias": {"5": 10}}), 400, "logit_bias"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "n": 65}),
+            400,
+            "n = 65",
+        ),
         ("/v1/completions", json!({"prompt": "hi", "max_tokens": 0}), 400, "max_tokens"),
         ("/v1/completions", json!({"prompt": [999]}), 400, "outside the vocabulary"),
         ("/v1/completions", json!({"prompt": "hi ".repeat(600)}), 400, "max_model_len"),
@@ -272,6 +354,20 @@ fn a_disconnected_stream_is_aborted_and_frees_its_blocks() {
     assert_eq!(server.metric(&series("kv_cache_usage_perc", "")), 0.0);
     let (status, _) = server.post_json("/v1/completions", &json!({"prompt": "after", "max_tokens": 3}));
     assert_eq!(status, 200);
+}
+
+#[test]
+fn a_client_gone_before_a_plain_response_aborts_its_request() {
+    let slow = slow_engine(config(), Box::new(random_logits), Duration::from_millis(5));
+    let server = TestServer::start(slow);
+    let body = json!({"prompt": "a long story", "max_tokens": 400, "ignore_eos": true});
+    let connection = server.send("POST", "/v1/completions", Some(&body.to_string()));
+    server.wait_for_metric(&series("num_requests_running", ""), 1.0);
+    drop(connection);
+    server.wait_for_metric(&series("request_success_total", "finished_reason=\"abort\","), 1.0);
+    assert_eq!(server.metric(&series("num_requests_running", "")), 0.0);
+    assert_eq!(server.metric(&series("kv_cache_usage_perc", "")), 0.0);
+    assert!(server.metric(&series("generation_tokens_total", "")) < 400.0);
 }
 
 #[test]

@@ -212,12 +212,20 @@ impl EngineThread {
                     tracing::error!(%error, "engine step failed; failing every live request");
                     self.engine.fail_all()
                 });
+                // Published before any client sees this step's outputs, so a finished
+                // response is always already counted.
+                self.publish_metrics();
                 for output in outputs {
                     self.route(output);
                 }
             }
-            *self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = self.engine.metrics();
+            self.publish_metrics();
         }
+    }
+
+    /// Makes the engine's current metrics the ones handles read.
+    fn publish_metrics(&self) {
+        *self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = self.engine.metrics();
     }
 
     /// Applies one command; false on shutdown.

@@ -70,15 +70,30 @@ pub struct SamplingFields {
     pub include_stop_str_in_output: Option<bool>,
     /// Leave special tokens out of the text (vLLM extra).
     pub skip_special_tokens: Option<bool>,
-    /// Choices per prompt; only 1 is served.
+    /// Token biases; only an empty map is served (anything else is a 400, not ignored).
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Choices per prompt (default 1): each is its own request on the shared prompt, the
+    /// prompt's blocks computed once through the prefix cache; with a seed, choice `i` uses
+    /// `seed + i` (as vLLM does).
     pub n: Option<usize>,
 }
 
+/// Most choices one request may ask for per prompt.
+pub const MAX_CHOICES: usize = 64;
+
 impl SamplingFields {
+    /// Choices per prompt: `n`, 1 when absent.
+    pub fn num_choices(&self) -> Result<usize, ApiError> {
+        match self.n.unwrap_or(1) {
+            n @ 1..=MAX_CHOICES => Ok(n),
+            n => Err(ApiError::bad_request(format!("n = {n} is out of range 1..={MAX_CHOICES}"), "n")),
+        }
+    }
+
     /// The engine's parameters for these fields, `max_tokens` and `logprobs`.
     pub fn to_params(&self, max_tokens: usize, logprobs: Option<usize>) -> Result<SamplingParams, ApiError> {
-        if let Some(n) = self.n.filter(|&n| n != 1) {
-            return Err(ApiError::bad_request(format!("n = {n} is not supported; only n = 1 is"), "n"));
+        if self.logit_bias.as_ref().is_some_and(|bias| !bias.is_empty()) {
+            return Err(ApiError::bad_request("logit_bias is not supported", "logit_bias"));
         }
         let defaults = SamplingParams::default();
         let params = SamplingParams {
@@ -126,9 +141,35 @@ pub struct CompletionRequest {
     pub stream: bool,
     /// Streaming options.
     pub stream_options: Option<StreamOptions>,
+    /// Return the prompt before the completion; only `false` is served.
+    #[serde(default)]
+    pub echo: bool,
+    /// Text after the completion; not served.
+    pub suffix: Option<String>,
+    /// Candidates per choice to pick the best from; only `n` (no extra candidates) is served.
+    pub best_of: Option<usize>,
     /// Sampling fields.
     #[serde(flatten)]
     pub sampling: SamplingFields,
+}
+
+impl CompletionRequest {
+    /// A 400 for the legacy fields pagoda does not serve, rather than a silent ignore.
+    pub fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.echo {
+            return Err(ApiError::bad_request("echo is not supported", "echo"));
+        }
+        if self.suffix.as_deref().is_some_and(|suffix| !suffix.is_empty()) {
+            return Err(ApiError::bad_request("suffix is not supported", "suffix"));
+        }
+        match self.best_of {
+            Some(best_of) if best_of != self.sampling.n.unwrap_or(1) => Err(ApiError::bad_request(
+                format!("best_of = {best_of} is not supported; only best_of = n is"),
+                "best_of",
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Text content of a chat message: a string or a list of text parts.
@@ -253,7 +294,7 @@ pub struct CompletionLogprobs {
 /// One choice of a completion response or chunk.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CompletionChoice {
-    /// Which prompt it answers.
+    /// Which prompt and choice it is: prompt number × n + choice number.
     pub index: usize,
     /// Generated text (a delta when streaming).
     pub text: String,
@@ -326,7 +367,7 @@ pub struct ResponseMessage {
 /// One choice of a chat response.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatChoice {
-    /// Always 0 (n = 1).
+    /// The choice, 0..n.
     pub index: usize,
     /// The reply.
     pub message: ResponseMessage,
@@ -339,7 +380,7 @@ pub struct ChatChoice {
 /// One choice of a streamed chat chunk.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatChunkChoice {
-    /// Always 0 (n = 1).
+    /// The choice, 0..n.
     pub index: usize,
     /// The new part of the reply.
     pub delta: ResponseMessage,

@@ -29,6 +29,7 @@ use crate::sampling::SamplingParams;
 pub async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Result<Response, ApiError> {
     let request: CompletionRequest = parse_body(&body)?;
     check_model(&state, request.model.as_deref())?;
+    request.check_unsupported()?;
     let prompts: Vec<Prompt> = match request.prompt {
         PromptInput::Text(text) => vec![Prompt::Text(text)],
         PromptInput::Texts(texts) => texts.into_iter().map(Prompt::Text).collect(),
@@ -39,29 +40,27 @@ pub async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> 
         return Err(ApiError::bad_request("prompt must not be empty", "prompt"));
     }
     let params = request.sampling.to_params(request.max_tokens.unwrap_or(16), request.logprobs)?;
-    let streams = start(&state, prompts, &params).await?;
+    let n = request.sampling.num_choices()?;
+    let streams = start(&state, prompts, &params, n).await?;
     let id = state.next_response_id("cmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
         let streamer = CompletionStreamer::new(Arc::clone(&state), id, params.logprobs.is_some());
-        return Ok(sse_response(streams, include_usage, streamer));
+        return Ok(sse_response(streams, n, include_usage, streamer));
     }
     let completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
     check_completed(&completions)?;
-    let mut usage = Usage::default();
+    let usage = total_usage(&completions, n);
     let choices = completions
         .iter()
         .enumerate()
-        .map(|(index, completion)| {
-            usage = usage + completion_usage(completion);
-            CompletionChoice {
-                index,
-                text: completion.text.clone(),
-                logprobs: params.logprobs.map(|_| {
-                    completion_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs, 0)
-                }),
-                finish_reason: completion.finish_reason,
-            }
+        .map(|(index, completion)| CompletionChoice {
+            index,
+            text: completion.text.clone(),
+            logprobs: params.logprobs.map(|_| {
+                completion_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs, 0)
+            }),
+            finish_reason: completion.finish_reason,
         })
         .collect();
     let response = CompletionResponse {
@@ -90,29 +89,35 @@ pub async fn chat_completions(
     let logprobs = request.logprobs.then(|| request.top_logprobs.unwrap_or(0));
     let max_tokens = max_tokens.unwrap_or(state.max_model_len);
     let params = request.sampling.to_params(max_tokens, logprobs)?;
-    let mut streams = start(&state, vec![Prompt::Chat(messages)], &params).await?;
+    let n = request.sampling.num_choices()?;
+    let streams = start(&state, vec![Prompt::Chat(messages)], &params, n).await?;
     let id = state.next_response_id("chatcmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
-        let streamer = ChatStreamer::new(Arc::clone(&state), id, params.logprobs.is_some());
-        return Ok(sse_response(streams, include_usage, streamer));
+        let streamer = ChatStreamer::new(Arc::clone(&state), id, n, params.logprobs.is_some());
+        return Ok(sse_response(streams, n, include_usage, streamer));
     }
-    let completion = streams.remove(0).collect().await;
-    check_completed(std::slice::from_ref(&completion))?;
-    let response = ChatCompletionResponse {
-        id,
-        object: "chat.completion",
-        created: unix_seconds(),
-        model: state.model_name.clone(),
-        choices: vec![ChatChoice {
-            index: 0,
+    let completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
+    check_completed(&completions)?;
+    let choices = completions
+        .iter()
+        .enumerate()
+        .map(|(index, completion)| ChatChoice {
+            index,
             message: ResponseMessage { role: Some("assistant"), content: Some(completion.text.clone()) },
             logprobs: params
                 .logprobs
                 .map(|_| chat_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs)),
             finish_reason: completion.finish_reason,
-        }],
-        usage: completion_usage(&completion),
+        })
+        .collect();
+    let response = ChatCompletionResponse {
+        id,
+        object: "chat.completion",
+        created: unix_seconds(),
+        model: state.model_name.clone(),
+        choices,
+        usage: total_usage(&completions, n),
     };
     Ok(Json(response).into_response())
 }
@@ -160,16 +165,22 @@ fn check_model(state: &ServerState, model: Option<&str>) -> Result<(), ApiError>
     }
 }
 
-/// Adds one request per prompt; on any error the ones already added are aborted (their
-/// streams are dropped).
+/// Adds `n` requests per prompt, prompt by prompt (choice `i` of a seeded request draws
+/// from `seed + i`); on any error the ones already added are aborted (their streams are
+/// dropped).
 async fn start(
     state: &ServerState,
     prompts: Vec<Prompt>,
     params: &SamplingParams,
+    n: usize,
 ) -> Result<Vec<RequestStream>, ApiError> {
-    let mut streams = Vec::with_capacity(prompts.len());
+    let mut streams = Vec::with_capacity(prompts.len() * n);
     for prompt in prompts {
-        streams.push(state.engine.add_request(prompt, params.clone()).await?);
+        for choice in 0..n as u64 {
+            let params =
+                SamplingParams { seed: params.seed.map(|seed| seed.wrapping_add(choice)), ..params.clone() };
+            streams.push(state.engine.add_request(prompt.clone(), params).await?);
+        }
     }
     Ok(streams)
 }
@@ -187,9 +198,18 @@ fn check_completed(completions: &[CompletionOutput]) -> Result<(), ApiError> {
     }
 }
 
-/// Token usage of one completion.
-fn completion_usage(completion: &CompletionOutput) -> Usage {
-    Usage::new(completion.prompt_token_ids.len(), completion.token_ids.len())
+/// Token usage of the completions of `n` choices per prompt: each prompt counts once (as
+/// vLLM counts it), every choice's generated tokens count.
+fn total_usage(completions: &[CompletionOutput], n: usize) -> Usage {
+    completions.iter().enumerate().fold(Usage::default(), |sum, (index, completion)| {
+        sum + choice_usage(index, n, completion.prompt_token_ids.len(), completion.token_ids.len())
+    })
+}
+
+/// The usage choice `index` adds when there are `n` choices per prompt: its prompt's tokens
+/// only for the prompt's first choice.
+pub(super) fn choice_usage(index: usize, n: usize, prompt_tokens: usize, completion_tokens: usize) -> Usage {
+    Usage::new(if index.is_multiple_of(n) { prompt_tokens } else { 0 }, completion_tokens)
 }
 
 /// One token's text (lossy for a partial UTF-8 character) and raw bytes.

@@ -12,15 +12,15 @@ use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 use super::openai::{
     ChatChunkChoice, ChatCompletionChunk, CompletionChoice, CompletionResponse, ResponseMessage, Usage,
 };
-use super::routes::{chat_logprobs, completion_logprobs};
+use super::routes::{chat_logprobs, choice_usage, completion_logprobs};
 use super::{ServerState, unix_seconds};
 use crate::engine::RequestOutput;
 use crate::engine::handle::RequestStream;
 
 /// Turns outputs into the JSON of one endpoint's chunks.
 pub(super) trait Streamer: Send + 'static {
-    /// A chunk sent before any output, if the endpoint has one.
-    fn opening(&mut self) -> Option<String>;
+    /// Chunks sent before any output (the endpoint may have none).
+    fn opening(&mut self) -> Vec<String>;
     /// The chunk for one output of choice `index`, or `None` when it carries nothing.
     fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String>;
     /// The final usage chunk.
@@ -30,6 +30,7 @@ pub(super) trait Streamer: Send + 'static {
 /// Where an event stream is.
 enum Phase {
     Opening,
+    Queued(std::vec::IntoIter<String>),
     Outputs,
     Usage,
     Done,
@@ -38,9 +39,10 @@ enum Phase {
 
 type Indexed = stream::Map<RequestStream, Box<dyn FnMut(RequestOutput) -> (usize, RequestOutput) + Send>>;
 
-/// The SSE response over `streams` (choice `i` is `streams[i]`).
+/// The SSE response over `streams` (choice `i` is `streams[i]`, `n` choices per prompt).
 pub(super) fn sse_response(
     streams: Vec<RequestStream>,
+    n: usize,
     include_usage: bool,
     streamer: impl Streamer,
 ) -> Response {
@@ -56,12 +58,20 @@ pub(super) fn sse_response(
             loop {
                 let data = match phase {
                     Phase::Opening => {
-                        phase = Phase::Outputs;
-                        streamer.opening()
+                        phase = Phase::Queued(streamer.opening().into_iter());
+                        None
+                    }
+                    Phase::Queued(ref mut chunks) => {
+                        let chunk = chunks.next();
+                        if chunk.is_none() {
+                            phase = Phase::Outputs;
+                        }
+                        chunk
                     }
                     Phase::Outputs => match merged.next().await {
                         Some((index, output)) => {
-                            usage[index] = Usage::new(output.num_prompt_tokens, output.num_output_tokens);
+                            usage[index] =
+                                choice_usage(index, n, output.num_prompt_tokens, output.num_output_tokens);
                             streamer.chunk(index, &output)
                         }
                         None => {
@@ -128,8 +138,8 @@ impl CompletionStreamer {
 }
 
 impl Streamer for CompletionStreamer {
-    fn opening(&mut self) -> Option<String> {
-        None
+    fn opening(&mut self) -> Vec<String> {
+        Vec::new()
     }
 
     fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String> {
@@ -167,13 +177,15 @@ pub(super) struct ChatStreamer {
     state: Arc<ServerState>,
     id: String,
     created: u64,
+    num_choices: usize,
     logprobs: bool,
 }
 
 impl ChatStreamer {
-    /// A streamer for response `id`, with log-probabilities when asked for.
-    pub(super) fn new(state: Arc<ServerState>, id: String, logprobs: bool) -> Self {
-        Self { state, id, created: unix_seconds(), logprobs }
+    /// A streamer for response `id` with `num_choices` choices, with log-probabilities when
+    /// asked for.
+    pub(super) fn new(state: Arc<ServerState>, id: String, num_choices: usize, logprobs: bool) -> Self {
+        Self { state, id, created: unix_seconds(), num_choices, logprobs }
     }
 
     fn chunk_json(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> String {
@@ -190,10 +202,14 @@ impl ChatStreamer {
 }
 
 impl Streamer for ChatStreamer {
-    fn opening(&mut self) -> Option<String> {
-        let delta = ResponseMessage { role: Some("assistant"), content: Some(String::new()) };
-        let choice = ChatChunkChoice { index: 0, delta, logprobs: None, finish_reason: None };
-        Some(self.chunk_json(vec![choice], None))
+    fn opening(&mut self) -> Vec<String> {
+        (0..self.num_choices)
+            .map(|index| {
+                let delta = ResponseMessage { role: Some("assistant"), content: Some(String::new()) };
+                let choice = ChatChunkChoice { index, delta, logprobs: None, finish_reason: None };
+                self.chunk_json(vec![choice], None)
+            })
+            .collect()
     }
 
     fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String> {
