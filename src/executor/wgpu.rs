@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use super::{ExecutorError, ModelExecutor};
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
-use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape};
+use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape, PREFILL_MIN_ROWS};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
 use crate::request::{RequestId, TokenId};
@@ -137,7 +137,7 @@ impl WgpuExecutor {
         let workspace = Workspace::new(&ctx, c, limits).map_err(|e| {
             device(e, "allocating the step workspace (lower --max-num-batched-tokens or --max-num-seqs)")
         })?;
-        Ok(Self {
+        let executor = Self {
             ctx,
             model,
             workspace,
@@ -146,7 +146,33 @@ impl WgpuExecutor {
             num_gpu_blocks,
             eos_token_id: files.eos_token_id(),
             requests: HashMap::new(),
-        })
+        };
+        executor.warm_up()?;
+        Ok(executor)
+    }
+
+    /// Builds every pipeline a step uses before the first request arrives, so its time to
+    /// first token does not include shader compilation: two throwaway steps, a short prefill
+    /// (the linear kernels' prefill tile, the row gather) and a single decode row, whose
+    /// keys and values go to the null block, which no sequence reads.
+    fn warm_up(&self) -> Result<(), ExecutorError> {
+        let mb = self.workspace.limits().max_blocks_per_seq;
+        let max_tokens = self.workspace.limits().max_tokens;
+        for tokens in [PREFILL_MIN_ROWS.min(max_tokens), 1] {
+            let batch = ForwardBatch {
+                input_ids: vec![0; tokens],
+                positions: (0..tokens as u32).collect(),
+                slot_mapping: (0..tokens).map(|pos| (pos % self.block_size) as u32).collect(),
+                query_start_loc: vec![0, tokens as u32],
+                seq_lens: vec![tokens as u32],
+                block_table: vec![0; mb],
+                logits_indices: vec![tokens as u32 - 1],
+            };
+            self.model
+                .forward(&self.ctx, &self.workspace, &self.cache, &batch, 1, false)
+                .map_err(from_llama)?;
+        }
+        Ok(())
     }
 
     /// Blocks in the KV pools (the null block included): what the scheduler should use.

@@ -31,7 +31,7 @@ pub struct AttentionBatch {
 /// Rows of x one invocation (or workgroup) computes at once for the prefill path.
 const PREFILL_ROWS_TILE: u32 = 4;
 /// Below this many rows the decode row tile (1) is used.
-const PREFILL_MIN_ROWS: usize = 4;
+pub const PREFILL_MIN_ROWS: usize = 4;
 
 fn words(values: &[u32]) -> [u32; 8] {
     let mut out = [0u32; 8];

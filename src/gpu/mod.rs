@@ -66,7 +66,7 @@ mod weights;
 
 pub use caps::Capabilities;
 pub use context::GpuContext;
-pub use kernels::{AttentionBatch, RopeMode};
+pub use kernels::{AttentionBatch, PREFILL_MIN_ROWS, RopeMode};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{BackendChoice, FeatureMask, GpuOptions, LinearStrategy};
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
