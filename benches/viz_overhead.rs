@@ -2,8 +2,8 @@
 //! workload run to completion (a) bare and (b) with a probe recording the scheduler's
 //! events and a feed to a consumer thread that, like the window, drains it and asks for a
 //! frame sixty times a second. Only the engine's step loop is timed, by the engine
-//! thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`; Unix only); bare and attached runs
-//! alternate so that changes in the machine's load hit both alike.
+//! thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`; wall time off Unix); bare and attached
+//! runs alternate so that changes in the machine's load hit both alike.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,10 +39,12 @@ fn step(scheduler: &mut Scheduler, executor: &mut SimExecutor) -> bool {
 }
 
 /// A stopwatch over the calling thread's CPU time, so time the engine thread spends
-/// descheduled (the window thread and the engine share two cores here) does not count.
+/// descheduled (the window thread and the engine share two cores here) does not count;
+/// wall time where there is no per-thread CPU clock.
 struct Stopwatch(Duration);
 
-fn thread_cpu_time() -> Duration {
+#[cfg(unix)]
+fn thread_time() -> Duration {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `now` is a valid timespec for clock_gettime to write into.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
@@ -50,13 +52,19 @@ fn thread_cpu_time() -> Duration {
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
+#[cfg(not(unix))]
+fn thread_time() -> Duration {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
+}
+
 impl Stopwatch {
     fn start() -> Self {
-        Self(thread_cpu_time())
+        Self(thread_time())
     }
 
     fn elapsed(&self) -> Duration {
-        thread_cpu_time() - self.0
+        thread_time() - self.0
     }
 }
 

@@ -1,6 +1,7 @@
 //! `pagoda`: generate, chat, serve, bench and info from the command line.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -320,10 +321,10 @@ struct BenchArgs {
     seed: u64,
     /// Make every prompt this many tokens (cut, or repeated from its start) [default: as drawn].
     #[arg(long)]
-    input_len: Option<usize>,
+    input_len: Option<NonZeroUsize>,
     /// Make every request generate this many tokens [default: as drawn].
     #[arg(long)]
-    output_len: Option<usize>,
+    output_len: Option<NonZeroUsize>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -505,7 +506,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             let workload = args
                 .workload
                 .generate(args.num_requests, sim.vocab_size, args.seed)
-                .with_lengths(args.input_len, args.output_len);
+                .with_lengths(args.input_len.map(NonZeroUsize::get), args.output_len.map(NonZeroUsize::get));
             run_workload(&workload, config.scheduler, config.cache, sim).map_err(|e| e.to_string())?
         }
         ExecutorKind::Wgpu => {
@@ -514,7 +515,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
             let workload = args
                 .workload
                 .generate(args.num_requests, vocab_size, args.seed)
-                .with_lengths(args.input_len, args.output_len);
+                .with_lengths(args.input_len.map(NonZeroUsize::get), args.output_len.map(NonZeroUsize::get));
             run_engine_workload(&mut engine, &workload).map_err(|e| e.to_string())?
         }
     };

@@ -1,5 +1,6 @@
 //! Offscreen frames after known scheduler steps, checked by pixels: owner colours, the
-//! shared mark, free vs cached-free, and a preemption victim's blocks recoloured.
+//! shared mark, free vs cached-free, and a preemption victim's blocks recoloured; and a live
+//! run at full speed delivering every step's events to a window that asks for frames.
 
 #![cfg(feature = "viz")]
 
@@ -8,7 +9,9 @@ use std::collections::HashMap;
 use pagoda::core::output::{ModelRunnerOutput, SchedulerOutput};
 use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::{ExecutorError, ModelExecutor};
-use pagoda::viz::driver::{Arrival, Driver, run_to_step};
+use pagoda::viz::control::{MAX_SPEED, SimControl};
+use pagoda::viz::driver::{Arrival, Driver, LiveSinks, drive_live, run_to_step};
+use pagoda::viz::feed;
 use pagoda::viz::model::{BlockState, StepRecord, VizEvent};
 use pagoda::viz::offscreen::{OffscreenRenderer, RgbaImage};
 use pagoda::viz::palette;
@@ -191,4 +194,45 @@ fn preemption_victims_blocks_lose_its_colour() {
         victim_blocks.iter().any(|&b| kv.blocks[b as usize].owners == vec![1]),
         "request 1 took a victim block"
     );
+}
+
+#[test]
+fn a_live_run_at_full_speed_delivers_every_event_to_the_window() {
+    let arrivals = (1..=4).map(|id| request(id, (0..10 + id as u32).collect(), 12)).collect();
+    let mut driver = driver(64, arrivals);
+    let (feed, mut receiver) = feed::channel();
+    let control = SimControl::new(false, MAX_SPEED);
+    let state = std::thread::scope(|scope| {
+        let window = scope.spawn(move || {
+            let mut state = VizState::default();
+            while !state.ended {
+                receiver.drain_into(&mut state);
+                receiver.request_frame();
+                std::thread::sleep(std::time::Duration::from_millis(40));
+            }
+            state
+        });
+        drive_live(&mut driver, LiveSinks { feed: &feed, control: &control, recorder: None }).unwrap();
+        window.join().unwrap()
+    });
+    assert_eq!(state.step, driver.scheduler().stats().num_steps);
+    let finished: Vec<RequestId> = state
+        .events
+        .iter()
+        .filter_map(|(_, event)| match event {
+            VizEvent::Finish { request } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished.len(), 4, "{finished:?}");
+    for id in 1..=4 {
+        assert!(finished.contains(&id));
+        assert!(
+            state
+                .events
+                .iter()
+                .any(|(_, e)| matches!(e, VizEvent::Allocate { request, .. } if *request == id))
+        );
+    }
+    assert_eq!(state.counters.num_finished, 4);
 }

@@ -99,8 +99,8 @@ pub enum KvEvent {
 
 /// Where the core records its events: nowhere by default, at the cost of one relaxed atomic
 /// load per would-be event, or, once started, into a log that the scheduler's owner drains
-/// after each call (through `Scheduler::event_log`). Recording is a push under an uncontended lock,
-/// so a watched engine pays next to nothing per event and nothing per step.
+/// whenever it likes (through `Scheduler::event_log`). Recording is a push under an
+/// uncontended lock, so a watched engine pays next to nothing per event and nothing per step.
 #[derive(Clone, Default)]
 pub struct EventLog {
     inner: Arc<LogInner>,

@@ -202,7 +202,9 @@ impl EngineThread {
                     Err(_) => return,
                 }
             };
+            let mut changed = false;
             for command in first.into_iter().chain(std::iter::from_fn(|| commands.try_recv().ok())) {
+                changed = true;
                 if !self.handle(command) {
                     return;
                 }
@@ -215,11 +217,14 @@ impl EngineThread {
                 // Published before any client sees this step's outputs, so a finished
                 // response is always already counted.
                 self.publish_metrics();
+                changed = false;
                 for output in outputs {
-                    self.route(output);
+                    changed |= self.route(output);
                 }
             }
-            self.publish_metrics();
+            if changed {
+                self.publish_metrics();
+            }
         }
     }
 
@@ -256,16 +261,19 @@ impl EngineThread {
         true
     }
 
-    /// Sends an output to its stream; a stream that is gone aborts its request.
-    fn route(&mut self, output: RequestOutput) {
+    /// Sends an output to its stream; a stream that is gone aborts its request. True when
+    /// it aborted one (the metrics changed).
+    fn route(&mut self, output: RequestOutput) -> bool {
         let request_id = output.request_id;
         let finished = output.finished();
         let delivered = self.streams.get(&request_id).is_some_and(|stream| stream.send(output).is_ok());
         if finished || !delivered {
             self.streams.remove(&request_id);
         }
-        if !finished && !delivered {
+        let aborted = !finished && !delivered;
+        if aborted {
             self.engine.abort(request_id);
         }
+        aborted
     }
 }

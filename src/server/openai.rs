@@ -142,8 +142,7 @@ pub struct CompletionRequest {
     /// Streaming options.
     pub stream_options: Option<StreamOptions>,
     /// Return the prompt before the completion; only `false` is served.
-    #[serde(default)]
-    pub echo: bool,
+    pub echo: Option<bool>,
     /// Text after the completion; not served.
     pub suffix: Option<String>,
     /// Candidates per choice to pick the best from; only `n` (no extra candidates) is served.
@@ -156,7 +155,7 @@ pub struct CompletionRequest {
 impl CompletionRequest {
     /// A 400 for the legacy fields pagoda does not serve, rather than a silent ignore.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if self.echo {
+        if self.echo == Some(true) {
             return Err(ApiError::bad_request("echo is not supported", "echo"));
         }
         if self.suffix.as_deref().is_some_and(|suffix| !suffix.is_empty()) {

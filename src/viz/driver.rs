@@ -1,5 +1,6 @@
 //! Drives a scheduler and an executor step by step for the visualizer: requests arrive on
-//! the engine clock, each step becomes a [`StepRecord`], and a live run follows the window's
+//! the engine clock, what the engine did becomes [`StepRecord`]s (one per step for traces
+//! and snapshots, one per window frame live), and a live run follows the window's
 //! pause/step/speed controls.
 
 use std::collections::VecDeque;
@@ -12,7 +13,7 @@ use crate::viz::VizError;
 use crate::viz::control::SimControl;
 use crate::viz::feed::VizFeed;
 use crate::viz::model::StepRecord;
-use crate::viz::source::{EngineStep, RecordBuilder, SchedulerProbe};
+use crate::viz::source::{EngineReport, RecordBuilder, SchedulerProbe};
 use crate::viz::trace::TraceWriter;
 
 /// A request and the engine time, seconds, at which it arrives.
@@ -99,7 +100,7 @@ impl<E: ModelExecutor> Driver<E> {
 
     /// Everything since the previous report (events, counters now), with a snapshot when
     /// `with_kv`.
-    pub fn report(&self, with_kv: bool) -> EngineStep {
+    pub fn report(&self, with_kv: bool) -> EngineReport {
         self.probe.report(&self.scheduler, self.time_s(), with_kv)
     }
 }
@@ -117,8 +118,9 @@ pub struct LiveSinks<'a> {
 /// Runs `driver` to the end at the pace the controls set; ends the feed. With a recorder,
 /// every step goes to the trace with a KV view and to the window as a record. Without one,
 /// the window gets one raw report per frame it asks for, covering every step since the
-/// last, and one whenever the engine waits (paused or pacing), so every step taken shows.
-/// Stops early, without error, when the window closes.
+/// last (the window keeps asking while paused, so every step taken shows), and one at the
+/// end. Stops early, without error, when the window closes; on an engine or trace error the
+/// window still gets every step taken before it.
 pub fn drive_live<E: ModelExecutor>(
     driver: &mut Driver<E>,
     mut sinks: LiveSinks<'_>,
@@ -127,10 +129,11 @@ pub fn drive_live<E: ModelExecutor>(
     let mut builder = RecordBuilder::default();
     let mut unreported = false;
     let mut delivered = true;
+    let mut failure = None;
     while delivered && !sinks.control.is_stopped() {
         let now = Instant::now();
         if now < next_due || !sinks.control.take_step() {
-            if unreported {
+            if unreported && sinks.feed.wants_frame() {
                 delivered = sinks.feed.send_engine(driver.report(true));
                 unreported = false;
             }
@@ -138,13 +141,23 @@ pub fn drive_live<E: ModelExecutor>(
             continue;
         }
         next_due = now + Duration::from_secs_f32(1.0 / sinks.control.speed());
-        if !driver.advance().map_err(|e| VizError::Engine(e.to_string()))? {
-            break;
+        match driver.advance() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(error) => {
+                failure = Some(VizError::Engine(error.to_string()));
+                break;
+            }
         }
         if let Some(recorder) = sinks.recorder.as_mut() {
             let record = builder.build(&driver.report(true));
-            recorder.write(&record)?;
+            if let Err(error) = recorder.write(&record) {
+                failure = Some(error);
+            }
             delivered = sinks.feed.send(record);
+            if failure.is_some() {
+                break;
+            }
         } else if sinks.feed.wants_frame() {
             delivered = sinks.feed.send_engine(driver.report(true));
         } else {
@@ -155,6 +168,9 @@ pub fn drive_live<E: ModelExecutor>(
         sinks.feed.send_engine(driver.report(true));
     }
     sinks.feed.end();
+    if let Some(error) = failure {
+        return Err(error);
+    }
     if let Some(recorder) = sinks.recorder {
         recorder.finish()?;
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 
 use crate::viz::model::StepRecord;
-use crate::viz::source::{EngineStep, RecordBuilder};
+use crate::viz::source::{EngineReport, RecordBuilder};
 use crate::viz::state::VizState;
 
 /// One message on the feed.
@@ -18,7 +18,7 @@ pub enum FeedMessage {
     Record(Box<StepRecord>),
     /// What the engine did since its previous message, converted on the window's side so
     /// the engine does not pay for it.
-    Engine(Box<EngineStep>),
+    Engine(Box<EngineReport>),
     /// Nothing more will come.
     End,
 }
@@ -63,7 +63,7 @@ impl VizFeed {
     }
 
     /// Sends what the engine did since its previous message; false when the window is gone.
-    pub fn send_engine(&self, step: EngineStep) -> bool {
+    pub fn send_engine(&self, step: EngineReport) -> bool {
         self.frame_wanted.store(false, Ordering::Relaxed);
         self.tx.send(FeedMessage::Engine(Box::new(step))).is_ok()
     }

@@ -191,16 +191,18 @@ impl VizEvent {
     }
 }
 
-/// Everything the engine reports about one step; one line of a trace.
+/// Everything the engine reports at one step; one line of a trace. A live record covers
+/// every step since the previous one when the engine runs faster than the window draws:
+/// its events are then those of all of them, shown at its step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     /// Step number, from 1.
     pub step: u64,
-    /// Engine time at the end of the step, seconds (simulated time for the sim executor).
+    /// Engine time after the step, seconds (simulated time for the sim executor).
     pub time_s: f64,
     /// Counters after the step.
     pub counters: Counters,
-    /// Events of this step, in order.
+    /// Events since the previous record, in order.
     pub events: Vec<VizEvent>,
     /// The KV cache after the step, when one was taken (the live feed takes them only as
     /// often as the window draws; a recorded trace has one every step).

@@ -13,19 +13,20 @@ use crate::viz::model::{
 /// building it costs the engine a copy of its stats and a move of the events (plus a
 /// snapshot when asked).
 #[derive(Debug, Clone)]
-pub struct EngineStep {
-    /// Engine time at the end of the step, seconds.
+pub struct EngineReport {
+    /// Engine time at the latest step, seconds.
     pub time_s: f64,
-    /// The scheduler's counters after the step.
+    /// The scheduler's counters after the latest step.
     pub stats: SchedulerStats,
     /// The events since the previous report, in order.
     pub events: Vec<KvEvent>,
-    /// The cache and queues after the step, when asked for.
+    /// The cache and queues after the latest step, when asked for.
     pub kv: Option<Box<KvSnapshot>>,
 }
 
 /// Records one scheduler's events and hands them over, with the counters, as an
-/// [`EngineStep`] whenever asked; stops the recording when dropped.
+/// [`EngineReport`] whenever asked; stops the recording when dropped. One probe per
+/// scheduler: probes share the scheduler's one log.
 #[derive(Debug)]
 pub struct SchedulerProbe {
     events: EventLog,
@@ -41,8 +42,8 @@ impl SchedulerProbe {
 
     /// Everything since the previous call, with a snapshot when `with_kv` (the only
     /// O(blocks) part, so callers take it only on demand).
-    pub fn report(&self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> EngineStep {
-        EngineStep {
+    pub fn report(&self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> EngineReport {
+        EngineReport {
             time_s,
             stats: scheduler.stats(),
             events: self.events.take(),
@@ -66,7 +67,7 @@ pub struct RecordBuilder {
 impl RecordBuilder {
     /// The record of `step`, numbered by the engine's latest step; reports must come in
     /// order.
-    pub fn build(&mut self, step: &EngineStep) -> StepRecord {
+    pub fn build(&mut self, step: &EngineReport) -> StepRecord {
         for event in &step.events {
             if let KvEvent::Step { num_scheduled_tokens, .. } = event {
                 self.computed_tokens += *num_scheduled_tokens as u64;
@@ -147,7 +148,7 @@ pub fn kv_view(snapshot: &KvSnapshot) -> KvView {
     }
 }
 
-/// The visualizer's events from one step of core events, in order. A preemption takes the
+/// The visualizer's events from a run of core events, in order. A preemption takes the
 /// blocks of the victim's `Free` just before it (which it replaces), a resume the blocks of
 /// its request's latest cache hit; step markers and cache insertions are left out.
 pub fn convert_events(raw: &[KvEvent]) -> Vec<VizEvent> {
