@@ -1,4 +1,4 @@
-//! Exact scenarios for the block pool, prefix cache and scheduler (DESIGN.md §2–§3).
+//! Exact scenarios for the block pool, prefix cache and scheduler.
 
 mod core_support;
 

@@ -21,7 +21,7 @@ const BLOCK: usize = 16;
 const LOGIT_TOLERANCE: f64 = 1e-3;
 const EOS: u32 = 2;
 const MAX_TOKENS: usize = 48;
-/// Below this reference margin an f16 KV cache may flip the greedy token (DESIGN.md §5).
+/// Below this reference margin an f16 KV cache may flip the greedy token.
 const F16_MARGIN: f64 = 0.02;
 /// The f16-KV pass checks this many tokens at most: the f32 pass already covers all 48.
 const F16_TOKENS: usize = 16;

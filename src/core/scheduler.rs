@@ -1,5 +1,5 @@
 //! The unified token-budget scheduler: running requests first, then waiting ones, chunked
-//! prefill, whole-prompt admission, and RECOMPUTE preemption (DESIGN.md §3).
+//! prefill, whole-prompt admission, and RECOMPUTE preemption (vLLM V1 semantics).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -16,7 +16,7 @@
 //!
 //! Every kernel reduces in one fixed order per row, so a row's bits do not depend on the other
 //! rows of the batch, on how a prompt was chunked, or on whether its K/V were written by a
-//! prefill or a decode (DESIGN.md §4).
+//! prefill or a decode.
 //!
 //! One Llama layer on a flattened batch of `t` tokens (workspace tensors allocated once for the
 //! largest step and viewed with [`Tensor::rows`]):
