@@ -221,7 +221,7 @@ impl Engine {
     ) -> Result<Self, EngineError> {
         fit_to_model(&mut config, &model);
         let scheduler = Scheduler::new(config.scheduler, config.cache)?;
-        let eos_token_id = model.tokenizer.eos_token_id().or(model.config.eos_token_ids.first().copied());
+        let eos_token_id = model.eos_token_id();
         let extra_eos_token_ids =
             model.config.eos_token_ids.iter().copied().filter(|&id| Some(id) != eos_token_id).collect();
         Ok(Self {
@@ -269,14 +269,7 @@ impl Engine {
                 self.check_token_ids(ids)?;
                 Ok(ids.clone())
             }
-            Prompt::Text(text) => {
-                let mut ids = Vec::new();
-                if let Some(bos) = tokenizer.bos_token_id().filter(|_| tokenizer.add_bos_token()) {
-                    ids.push(bos);
-                }
-                ids.extend(tokenizer.encode(text, true)?);
-                Ok(ids)
-            }
+            Prompt::Text(text) => Ok(tokenizer.encode_prompt(text)?),
             Prompt::Chat(messages) => {
                 let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
                 Ok(tokenizer.encode(&template.render(messages, true)?, true)?)
@@ -497,6 +490,5 @@ impl Engine {
 
 /// Caps `max_model_len` at the model's context length.
 fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
-    let context = model.config.max_position_embeddings.max(1);
-    config.scheduler.max_model_len = config.scheduler.max_model_len.min(context);
+    config.scheduler.max_model_len = model.config.cap_model_len(config.scheduler.max_model_len);
 }

@@ -116,6 +116,11 @@ pub enum ConfigError {
 const SUPPORTED: [&str; 3] = ["llama", "mistral", "qwen2"];
 
 impl ModelConfig {
+    /// `max_model_len` capped at the context the model was trained for.
+    pub fn cap_model_len(&self, max_model_len: usize) -> usize {
+        max_model_len.min(self.max_position_embeddings.max(1))
+    }
+
     /// Read `config.json` (and `generation_config.json` if present) from an HF model directory.
     pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let dir = dir.as_ref();

@@ -199,6 +199,14 @@ impl Tokenizer {
         Ok(Self { with_special, literal, token_bytes, special, bos_token_id, eos_token_id, add_bos_token })
     }
 
+    /// Token ids of a text prompt as the model expects it: BOS first when the model wants
+    /// it, then `text` with control tokens written in it parsed.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids: Vec<u32> = self.bos_token_id().filter(|_| self.add_bos_token()).into_iter().collect();
+        ids.extend(self.encode(text, true)?);
+        Ok(ids)
+    }
+
     /// Token ids of `text`. With `parse_special`, control tokens written in the text
     /// (`<|im_start|>`) become their ids; without, they are tokenized as plain text.
     /// Never adds BOS: see [`Self::add_bos_token`].

@@ -65,9 +65,8 @@ pub fn wgpu_driver(args: &VizArgs) -> Result<Driver<WgpuExecutor>, VizError> {
     };
     let files = ModelFiles::open(&path).map_err(engine_error)?;
     let mut preset = sized_preset(args);
-    let context = files.config.max_position_embeddings.max(1);
-    preset.scheduler.max_model_len = preset.scheduler.max_model_len.min(context);
-    let eos_token_id = files.tokenizer.eos_token_id().or(files.config.eos_token_ids.first().copied());
+    preset.scheduler.max_model_len = files.config.cap_model_len(preset.scheduler.max_model_len);
+    let eos_token_id = files.eos_token_id();
     let arrivals = match &args.prompts_file {
         Some(prompts) => file_arrivals(prompts, &files.tokenizer, args.max_tokens, eos_token_id)?,
         None => {
@@ -88,7 +87,8 @@ pub fn wgpu_driver(args: &VizArgs) -> Result<Driver<WgpuExecutor>, VizError> {
 }
 
 /// The prompts of a file of JSON strings, one a line (blank lines skipped), tokenized as the
-/// engine does (BOS first when the model wants it, special tokens parsed), as greedy requests for `max_tokens` tokens, all arriving at once.
+/// engine does ([`Tokenizer::encode_prompt`]), as greedy requests for `max_tokens` tokens,
+/// all arriving at once.
 pub fn file_arrivals(
     path: &Path,
     tokenizer: &Tokenizer,
@@ -102,9 +102,7 @@ pub fn file_arrivals(
             |message: String| VizError::PromptLine { path: PathBuf::from(path), line: index + 1, message };
         let prompt: String =
             serde_json::from_str(line).map_err(|e| bad_line(format!("not a JSON string: {e}")))?;
-        let mut ids: Vec<u32> =
-            tokenizer.bos_token_id().filter(|_| tokenizer.add_bos_token()).into_iter().collect();
-        ids.extend(tokenizer.encode(&prompt, true).map_err(|e| bad_line(e.to_string()))?);
+        let ids = tokenizer.encode_prompt(&prompt).map_err(|e| bad_line(e.to_string()))?;
         if ids.is_empty() {
             return Err(bad_line("the prompt has no tokens".to_string()));
         }
