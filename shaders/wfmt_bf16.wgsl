@@ -15,7 +15,3 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let o = rb + 4u * g;
     return W8(vec4<f32>(bf16_pair(W[o]), bf16_pair(W[o + 1u])), vec4<f32>(bf16_pair(W[o + 2u]), bf16_pair(W[o + 3u])));
 }
-
-fn w_block(rb: u32, b: u32) -> W32 {
-    return W32(w_group(rb, 4u * b), w_group(rb, 4u * b + 1u), w_group(rb, 4u * b + 2u), w_group(rb, 4u * b + 3u));
-}

@@ -15,7 +15,3 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let p3 = unpack2x16float(W[o + 3u]);
     return W8(vec4<f32>(p0, p1), vec4<f32>(p2, p3));
 }
-
-fn w_block(rb: u32, b: u32) -> W32 {
-    return W32(w_group(rb, 4u * b), w_group(rb, 4u * b + 1u), w_group(rb, 4u * b + 2u), w_group(rb, 4u * b + 3u));
-}

@@ -14,7 +14,3 @@ fn w_group(rb: u32, g: u32) -> W8 {
         vec4<f32>(bitcast<f32>(W[o + 4u]), bitcast<f32>(W[o + 5u]), bitcast<f32>(W[o + 6u]), bitcast<f32>(W[o + 7u])),
     );
 }
-
-fn w_block(rb: u32, b: u32) -> W32 {
-    return W32(w_group(rb, 4u * b), w_group(rb, 4u * b + 1u), w_group(rb, 4u * b + 2u), w_group(rb, 4u * b + 3u));
-}

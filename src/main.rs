@@ -500,23 +500,21 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 
 fn bench(args: BenchArgs) -> Result<(), String> {
     let config = args.engine.config(args.seed)?;
+    let workload = |vocab_size: u32| {
+        args.workload
+            .generate(args.num_requests, vocab_size, args.seed)
+            .with_lengths(args.input_len.map(NonZeroUsize::get), args.output_len.map(NonZeroUsize::get))
+    };
     let report = match config.executor {
         ExecutorKind::Sim => {
             let sim = SimConfig { seed: args.seed, ..SimConfig::default() };
-            let workload = args
-                .workload
-                .generate(args.num_requests, sim.vocab_size, args.seed)
-                .with_lengths(args.input_len.map(NonZeroUsize::get), args.output_len.map(NonZeroUsize::get));
-            run_workload(&workload, config.scheduler, config.cache, sim).map_err(|e| e.to_string())?
+            run_workload(&workload(sim.vocab_size), config.scheduler, config.cache, sim)
+                .map_err(|e| e.to_string())?
         }
         ExecutorKind::Wgpu => {
             let mut engine = Engine::new(config).map_err(|e| e.to_string())?;
             let vocab_size = engine.tokenizer().vocab_size() as u32;
-            let workload = args
-                .workload
-                .generate(args.num_requests, vocab_size, args.seed)
-                .with_lengths(args.input_len.map(NonZeroUsize::get), args.output_len.map(NonZeroUsize::get));
-            run_engine_workload(&mut engine, &workload).map_err(|e| e.to_string())?
+            run_engine_workload(&mut engine, &workload(vocab_size)).map_err(|e| e.to_string())?
         }
     };
     if args.json {

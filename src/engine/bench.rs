@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{Engine, EngineError};
-use crate::executor::workload::{Workload, WorkloadReport, percentile};
+use crate::core::metrics::PrefixCacheStats;
+use crate::executor::workload::{Workload, WorkloadReport, mean, percentile};
 use crate::request::RequestId;
 use crate::sampling::SamplingParams;
 
@@ -78,10 +79,12 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     }
     let duration_s = start.elapsed().as_secs_f64();
     let stats = engine.metrics().scheduler;
-    let prefix_queries = stats.prefix_cache.queries - stats_before.prefix_cache.queries;
-    let prefix_hits = stats.prefix_cache.hits - stats_before.prefix_cache.hits;
+    let prefix_cache = PrefixCacheStats {
+        queries: stats.prefix_cache.queries - stats_before.prefix_cache.queries,
+        hits: stats.prefix_cache.hits - stats_before.prefix_cache.hits,
+        ..PrefixCacheStats::default()
+    };
     let per_second = |count: f64| if duration_s > 0.0 { count / duration_s } else { 0.0 };
-    let itl_mean_s = if itls.is_empty() { 0.0 } else { itls.iter().sum::<f64>() / itls.len() as f64 };
     Ok(WorkloadReport {
         workload: workload.name.clone(),
         num_requests: workload.arrivals.len(),
@@ -96,16 +99,12 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
         total_throughput: per_second((prompt_tokens + output_tokens) as f64),
         ttft_p50_s: percentile(&mut ttfts, 0.5),
         ttft_p99_s: percentile(&mut ttfts, 0.99),
-        itl_mean_s,
+        itl_mean_s: mean(&itls),
         itl_p50_s: percentile(&mut itls, 0.5),
         itl_p99_s: percentile(&mut itls, 0.99),
         num_preemptions: stats.num_preemptions - stats_before.num_preemptions,
         num_recomputed_tokens: stats.num_recomputed_tokens - stats_before.num_recomputed_tokens,
-        prefix_cache_hit_rate: if prefix_queries == 0 {
-            0.0
-        } else {
-            prefix_hits as f64 / prefix_queries as f64
-        },
+        prefix_cache_hit_rate: prefix_cache.hit_rate(),
         peak_kv_cache_usage: peak_usage,
     })
 }

@@ -356,7 +356,7 @@ impl WorkloadRunner {
             total_throughput: per_second((self.prompt_tokens + output_tokens) as f64),
             ttft_p50_s: percentile(&mut ttfts, 0.50),
             ttft_p99_s: percentile(&mut ttfts, 0.99),
-            itl_mean_s: if itls.is_empty() { 0.0 } else { itls.iter().sum::<f64>() / itls.len() as f64 },
+            itl_mean_s: mean(&itls),
             itl_p50_s: percentile(&mut itls, 0.50),
             itl_p99_s: percentile(&mut itls, 0.99),
             num_preemptions: stats.num_preemptions,
@@ -401,6 +401,11 @@ pub fn run_workload(
     sim_config: SimConfig,
 ) -> Result<WorkloadReport, WorkloadError> {
     WorkloadRunner::new(workload, scheduler_config, cache_config, sim_config)?.run()
+}
+
+/// The mean of `values`; 0 when empty.
+pub fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() { 0.0 } else { values.iter().sum::<f64>() / values.len() as f64 }
 }
 
 /// Nearest-rank percentile of `values` (sorted in place); 0 when empty.

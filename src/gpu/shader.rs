@@ -120,16 +120,18 @@ pub enum KernelVariant {
     },
 }
 
+/// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`).
 fn weight_snippet(dtype: DType) -> String {
-    let format = match dtype {
-        DType::F32 => include_str!("../../shaders/wfmt_f32.wgsl"),
-        DType::F16 => include_str!("../../shaders/wfmt_f16.wgsl"),
-        DType::BF16 => include_str!("../../shaders/wfmt_bf16.wgsl"),
-        DType::Q8_0 => include_str!("../../shaders/wfmt_q8_0.wgsl"),
-        DType::Q4_0 => include_str!("../../shaders/wfmt_q4_0.wgsl"),
-        DType::Q4_1 => include_str!("../../shaders/wfmt_q4_1.wgsl"),
+    let dense_block = include_str!("../../shaders/wblock_groups.wgsl");
+    let (format, block) = match dtype {
+        DType::F32 => (include_str!("../../shaders/wfmt_f32.wgsl"), dense_block),
+        DType::F16 => (include_str!("../../shaders/wfmt_f16.wgsl"), dense_block),
+        DType::BF16 => (include_str!("../../shaders/wfmt_bf16.wgsl"), dense_block),
+        DType::Q8_0 => (include_str!("../../shaders/wfmt_q8_0.wgsl"), ""),
+        DType::Q4_0 => (include_str!("../../shaders/wfmt_q4_0.wgsl"), ""),
+        DType::Q4_1 => (include_str!("../../shaders/wfmt_q4_1.wgsl"), ""),
     };
-    format!("{}{format}", include_str!("../../shaders/w8.wgsl"))
+    format!("{}{format}{block}", include_str!("../../shaders/w8.wgsl"))
 }
 
 impl KernelVariant {

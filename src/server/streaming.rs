@@ -29,8 +29,8 @@ pub(super) trait Streamer: Send + 'static {
 
 /// Where an event stream is.
 enum Phase {
-    Opening,
-    Queued(std::vec::IntoIter<String>),
+    /// The endpoint's opening chunks still to send.
+    Opening(std::vec::IntoIter<String>),
     Outputs,
     Usage,
     Done,
@@ -44,8 +44,9 @@ pub(super) fn sse_response(
     streams: Vec<RequestStream>,
     n: usize,
     include_usage: bool,
-    streamer: impl Streamer,
+    mut streamer: impl Streamer,
 ) -> Response {
+    let opening = Phase::Opening(streamer.opening().into_iter());
     let usage = vec![Usage::default(); streams.len()];
     let merged: SelectAll<Indexed> = stream::select_all(streams.into_iter().enumerate().map(|(index, s)| {
         let tag: Box<dyn FnMut(RequestOutput) -> (usize, RequestOutput) + Send> =
@@ -53,15 +54,11 @@ pub(super) fn sse_response(
         s.map(tag)
     }));
     let events = stream::unfold(
-        (Phase::Opening, merged, streamer, usage),
+        (opening, merged, streamer, usage),
         move |(mut phase, mut merged, mut streamer, mut usage)| async move {
             loop {
                 let data = match phase {
-                    Phase::Opening => {
-                        phase = Phase::Queued(streamer.opening().into_iter());
-                        None
-                    }
-                    Phase::Queued(ref mut chunks) => {
+                    Phase::Opening(ref mut chunks) => {
                         let chunk = chunks.next();
                         if chunk.is_none() {
                             phase = Phase::Outputs;
