@@ -2,7 +2,8 @@
 # Installs what pagoda needs on a fresh Debian/Ubuntu machine: a Vulkan driver when the
 # machine has none (Mesa's lavapipe runs on the CPU) and the default model.
 # With --test it also installs what the tests need: Xvfb and xwd for the visualizer's
-# window test, and the `openai` Python package for the client test.
+# window test, a C and C++ compiler for the C ABI's tests, and the `openai` Python package
+# for the client test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,9 @@ fi
 if [ "${1:-}" = "--test" ]; then
     if ! command -v Xvfb >/dev/null || ! command -v xwd >/dev/null; then
         apt_install xvfb x11-apps
+    fi
+    if ! command -v cc >/dev/null || ! command -v c++ >/dev/null; then
+        apt_install gcc g++ libc6-dev
     fi
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai
 fi

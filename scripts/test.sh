@@ -8,7 +8,7 @@ export PAGODA_MODEL_GGUF="$(scripts/fetch-model.sh)"
 # The visualizer's window test starts its own Xvfb; here it must not skip.
 export PAGODA_REQUIRE_XVFB=1
 
-cargo fmt --check
+cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
 cargo test --all-targets
 
@@ -22,3 +22,7 @@ PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
 # The official openai Python package against `pagoda serve` on the default model.
 cargo build --bin pagoda
 python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+
+# The C ABI: header current, C and C++ examples and misuse tests under AddressSanitizer,
+# the library without default features.
+scripts/test-capi.sh

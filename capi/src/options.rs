@@ -1,0 +1,103 @@
+//! The engine options a host passes as JSON to `pagoda_engine_new`.
+//!
+//! One flat object with the CLI's flag names (vLLM's), every field optional:
+//!
+//! ```json
+//! {"model": "/models/smollm2.gguf", "num_gpu_blocks": 512, "max_num_seqs": 32,
+//!  "kv_cache_dtype": "f32", "executor": "wgpu", "disable_features": "subgroup"}
+//! ```
+//!
+//! An unknown field is an error, never ignored: a misspelt knob must not silently fall
+//! back to its default.
+
+use std::path::PathBuf;
+
+use pagoda::gpu::{BackendChoice, FeatureMask, GpuOptions};
+use pagoda::{CacheConfig, EngineConfig, ExecutorKind, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+use serde::Deserialize;
+
+/// The options object; each field left out keeps the library's default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineOptions {
+    model: Option<PathBuf>,
+    block_size: Option<usize>,
+    num_gpu_blocks: Option<usize>,
+    kv_cache_memory: Option<u64>,
+    kv_cache_dtype: Option<KvCacheDtype>,
+    enable_prefix_caching: Option<bool>,
+    max_num_seqs: Option<usize>,
+    max_num_batched_tokens: Option<usize>,
+    max_model_len: Option<usize>,
+    enable_chunked_prefill: Option<bool>,
+    scheduling_policy: Option<SchedulingPolicy>,
+    executor: Option<ExecutorKind>,
+    seed: Option<u64>,
+    backend: Option<String>,
+    adapter: Option<String>,
+    disable_features: Option<String>,
+    webgpu_limits: Option<bool>,
+}
+
+impl EngineOptions {
+    /// Parses the JSON text; an empty text means every default.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let mut json = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(&mut json).map_err(|e| match e.path().to_string().as_str() {
+            "." => format!("engine options: {}", e.inner()),
+            field => format!("engine options: `{field}`: {}", e.inner()),
+        })
+    }
+
+    /// The engine configuration these options describe.
+    pub fn into_config(self) -> Result<EngineConfig, String> {
+        let cache_defaults = CacheConfig::default();
+        let scheduler_defaults = SchedulerConfig::default();
+        let backend =
+            self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
+        let disable_features = self
+            .disable_features
+            .as_deref()
+            .map(FeatureMask::parse)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        Ok(EngineConfig {
+            model: self.model,
+            cache: CacheConfig {
+                block_size: self.block_size.unwrap_or(cache_defaults.block_size),
+                num_gpu_blocks: self.num_gpu_blocks.unwrap_or(cache_defaults.num_gpu_blocks),
+                enable_prefix_caching: self
+                    .enable_prefix_caching
+                    .unwrap_or(cache_defaults.enable_prefix_caching),
+                kv_cache_dtype: self.kv_cache_dtype.unwrap_or(cache_defaults.kv_cache_dtype),
+                kv_cache_memory: self.kv_cache_memory,
+            },
+            scheduler: SchedulerConfig {
+                max_num_batched_tokens: self
+                    .max_num_batched_tokens
+                    .unwrap_or(scheduler_defaults.max_num_batched_tokens),
+                max_num_seqs: self.max_num_seqs.unwrap_or(scheduler_defaults.max_num_seqs),
+                max_model_len: self.max_model_len.unwrap_or(scheduler_defaults.max_model_len),
+                enable_chunked_prefill: self
+                    .enable_chunked_prefill
+                    .unwrap_or(scheduler_defaults.enable_chunked_prefill),
+                policy: self.scheduling_policy.unwrap_or(scheduler_defaults.policy),
+                ..scheduler_defaults
+            },
+            executor: self.executor.unwrap_or_default(),
+            seed: self.seed.unwrap_or(0),
+            max_waiting_requests: None,
+            gpu: GpuOptions {
+                backend,
+                adapter: self.adapter,
+                disable_features: disable_features.unwrap_or_default(),
+                webgpu_default_limits: self.webgpu_limits.unwrap_or(false),
+                linear_strategy: None,
+            },
+            show_progress: false,
+        })
+    }
+}

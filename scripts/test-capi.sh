@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The C ABI's checks: the header is current, the library builds, and the C/C++ examples and
+# misuse tests, compiled with the system compiler against include/pagoda.h, pass under
+# AddressSanitizer (leaks included). Called by scripts/test.sh; needs PAGODA_MODEL_GGUF or
+# the cached default model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target="${CARGO_TARGET_DIR:-target}"
+cargo test -p pagoda-capi --test header
+cargo clippy -p pagoda-capi --all-targets -- -D warnings
+cargo build -p pagoda-capi
+cargo build --bin pagoda
+lib="$(realpath "$target/debug")"
+out="$target/capi"
+mkdir -p "$out"
+
+sanitize=(-fsanitize=address,undefined -fno-omit-frame-pointer -g)
+link=(-I include -L "$lib" -lpagoda_c -Wl,-rpath,"$lib")
+cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" examples/c/chat.c -o "$out/chat" "${link[@]}"
+c++ -std=c++17 -Wall -Wextra -Werror "${sanitize[@]}" examples/c/batch.cpp -o "$out/batch" "${link[@]}"
+cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" capi/tests/c/misuse.c -o "$out/misuse" "${link[@]}"
+cc -std=c11 -Wall -Wextra -Werror -pthread "${sanitize[@]}" capi/tests/c/threads.c -o "$out/threads" "${link[@]}"
+# The static library links too (with the system libraries Rust's std needs).
+cc -std=c11 -Wall -Werror examples/c/chat.c -o "$out/chat-static" -I include "$lib/libpagoda_c.a" -lm -ldl -lpthread
+
+# Leaks inside the Vulkan driver, LLVM (lavapipe's JIT) and the loader are not pagoda's.
+export LSAN_OPTIONS="suppressions=$(realpath capi/tests/lsan.supp):print_suppressions=0"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+
+"$out/misuse"
+"$out/threads"
+
+# The C example streams the same greedy answer as `pagoda generate --temperature 0`.
+question="What is the capital of France?"
+expected="$("$target/debug/pagoda" generate --chat --temperature 0 --max-tokens 24 "$question" 2>/dev/null)"
+streamed="$("$out/chat" "$question" 24)"
+if [ "$streamed" != "$expected" ]; then
+    printf 'test-capi: chat.c answered\n%s\nbut pagoda generate answered\n%s\n' "$streamed" "$expected" >&2
+    exit 1
+fi
+echo "test-capi: chat.c answer equals pagoda generate: $streamed"
+
+# The C++ example's batched greedy completions equal each prompt's `pagoda generate`.
+prompts=("The capital of France is" "Water boils at" "The largest planet is")
+batched="$("$out/batch" "${prompts[@]}")"
+for prompt in "${prompts[@]}"; do
+    text="$("$target/debug/pagoda" generate --temperature 0 --max-tokens 12 "$prompt" 2>/dev/null)"
+    if ! grep -qxF "$prompt|$text [length, 12 tokens]" <<<"$batched" \
+        && ! grep -qF "$prompt|$text [stop," <<<"$batched"; then
+        printf 'test-capi: batch.cpp gave\n%s\nexpected for "%s": %s\n' "$batched" "$prompt" "$text" >&2
+        exit 1
+    fi
+done
+echo "test-capi: batch.cpp completions equal pagoda generate"
+
+# The library alone builds without the server, the visualizer, tokio or winit.
+cargo build --no-default-features --lib
