@@ -56,9 +56,8 @@ pub fn sampling_params(json: &str) -> Result<SamplingParams, Failure> {
     if let Some(unknown) = fields.keys().find(|key| known.get(key.as_str()).is_none()) {
         return Err(Failure::invalid(format!("sampling parameters: unknown field `{unknown}`")));
     }
-    let params: SamplingParams = serde_path_to_error::deserialize(value).map_err(|e| {
-        Failure::invalid(format!("sampling parameters: `{}`: {}", e.path(), e.inner()))
-    })?;
+    let params: SamplingParams = serde_path_to_error::deserialize(value)
+        .map_err(|e| Failure::invalid(format!("sampling parameters: `{}`: {}", e.path(), e.inner())))?;
     params.validate().map_err(|e| Failure::invalid(format!("sampling parameters: {e}")))?;
     Ok(params)
 }

@@ -96,7 +96,8 @@ fn engines() -> MutexGuard<'static, HashMap<usize, Slot>> {
 pub fn insert(engine: Engine) -> *mut PagodaEngine {
     let key = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
     let hosted = HostedEngine { engine, pending: Vec::new(), next_ticket: 0 };
-    let slot = EngineSlot { key, hosted: Mutex::new(hosted), serving: Mutex::new(0), turn_changed: Condvar::new() };
+    let slot =
+        EngineSlot { key, hosted: Mutex::new(hosted), serving: Mutex::new(0), turn_changed: Condvar::new() };
     engines().insert(key, Arc::new(slot));
     std::ptr::without_provenance_mut(key)
 }
