@@ -193,6 +193,18 @@ impl EngineArgs {
     }
 }
 
+/// Outside a desktop session (no `XDG_RUNTIME_DIR`: ssh, containers, CI), Mesa's Vulkan
+/// device-selection layer still tries to reach a Wayland compositor, and libwayland prints
+/// `error: XDG_RUNTIME_DIR is invalid ...` twice before any answer. No compositor can be
+/// reached there, so the layer is switched off through its documented variable (unless
+/// the user set it); wgpu picks the adapter itself.
+fn quiet_headless_vulkan() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() && std::env::var_os("NODEVICE_SELECT").is_none() {
+        // SAFETY: the first thing `main` does, before any other thread exists.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+}
+
 /// Sampling flags (vLLM's names and defaults).
 #[derive(Debug, Clone, Args)]
 struct SamplingArgs {
@@ -342,6 +354,7 @@ struct InfoArgs {
 }
 
 fn main() -> ExitCode {
+    quiet_headless_vulkan();
     let cli = Cli::parse();
     #[cfg(feature = "server")]
     let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };

@@ -1,5 +1,6 @@
 //! The `pagoda` binary on the tiny model with the simulated executor: `generate --json`,
-//! `--prompts-file`, `--chat`, `bench --json`, `info`, and clear errors.
+//! `--prompts-file`, `--chat`, `bench --json`, `info`, and clear errors; and a quiet
+//! `generate` on the GPU of a headless machine.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -135,4 +136,26 @@ fn mistakes_give_clear_errors() {
     let output = pagoda(&["generate", "--model", "/nonexistent/model.gguf", "hi"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).starts_with("error: "));
+}
+
+/// On a machine without a display, `generate` on the GPU prints nothing on stderr but its
+/// summary line: no windowing probe the user did not ask for.
+#[test]
+fn generate_on_a_headless_gpu_prints_only_its_summary() {
+    let dir = tiny_dir();
+    let model = dir.path().to_str().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(["generate", "--model", model, "--temperature", "0", "--max-tokens", "2", "the tower"])
+        .env_remove("RUST_LOG")
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("NODEVICE_SELECT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "stderr: {stderr}");
+    assert!(lines[0].starts_with("1 prompt(s): 6 prompt and 2 generated tokens"), "stderr: {stderr}");
 }
