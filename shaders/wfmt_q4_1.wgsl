@@ -4,11 +4,6 @@ fn w_row_words(k: u32) -> u32 {
     return k / 32u * 5u;
 }
 
-fn q4_nibbles(w: u32, shift: u32) -> vec4<f32> {
-    let v = w >> shift;
-    return vec4<f32>(f32(v & 15u), f32((v >> 8u) & 15u), f32((v >> 16u) & 15u), f32((v >> 24u) & 15u));
-}
-
 fn w_elem(rb: u32, k: u32) -> f32 {
     let base = rb + k / 32u * 5u;
     let j = k % 32u;

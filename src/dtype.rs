@@ -6,6 +6,21 @@
 //!   `qs[j]` for `j < 16` and the high nibble of `qs[j - 16]` otherwise; `w = d * (q - 8)`.
 //! - Q4_1: 32 weights in 20 bytes: `d: f16`, `m: f16`, `qs: [u8; 16]` (nibbles as Q4_0);
 //!   `w = d * q + m`.
+//! - Q5_0: 32 weights in 22 bytes: `d: f16`, `qh: u32` (bit `j` is weight `j`'s fifth bit),
+//!   `qs: [u8; 16]` (low four bits, nibbles as Q4_0); `w = d * (q - 16)`.
+//! - Q5_1: 32 weights in 24 bytes: `d: f16`, `m: f16`, then `qh` and `qs` as Q5_0; `w = d * q + m`.
+//! - IQ4_NL: 32 weights in 18 bytes: `d: f16`, `qs: [u8; 16]` (nibbles as Q4_0) indexing the
+//!   non-linear table [`IQ4_VALUES`]; `w = d * table[q]`.
+//! - Q4_K: 256 weights in 144 bytes: `d: f16`, `dmin: f16`, 12 bytes of 6-bit scales and
+//!   minimums for eight sub-blocks of 32 ([`k_scale_min`]), `qs: [u8; 128]` (sub-block `j`
+//!   is the low nibbles of bytes `32 * (j / 2)..` for even `j`, the high ones for odd `j`);
+//!   `w = (d * sc) * q - dmin * m`.
+//! - Q5_K: 256 weights in 176 bytes: Q4_K's header, `qh: [u8; 32]` (bit `j` of byte `l` is
+//!   the fifth bit of weight `l` of sub-block `j`), then `qs` as Q4_K.
+//! - Q6_K: 256 weights in 210 bytes: `ql: [u8; 128]`, `qh: [u8; 64]`, `scales: [i8; 16]`
+//!   (one per 16 weights), `d: f16`; weight `128 h + r` takes nibble `r / 64` of
+//!   `ql[64 h + r % 64]` and bits `2 (r / 32)..` of `qh[32 h + r % 32]`;
+//!   `w = (d * scale) * (q - 32)`.
 
 use half::{bf16, f16};
 
@@ -24,17 +39,34 @@ pub enum DType {
     Q4_0,
     /// GGUF 4-bit blocks of 32 with a scale and a minimum.
     Q4_1,
+    /// GGUF 5-bit blocks of 32 with a scale.
+    Q5_0,
+    /// GGUF 5-bit blocks of 32 with a scale and a minimum.
+    Q5_1,
+    /// GGUF 4-bit blocks of 32 indexing a non-linear table.
+    IQ4NL,
+    /// GGUF 4-bit super-blocks of 256 with 6-bit sub-block scales and minimums.
+    Q4K,
+    /// GGUF 5-bit super-blocks of 256 with 6-bit sub-block scales and minimums.
+    Q5K,
+    /// GGUF 6-bit super-blocks of 256 with 8-bit scales per 16 weights.
+    Q6K,
 }
 
-/// Weights per quantization block.
+/// Weights per quantization block (the sub-block of the K-quants).
 pub const QK: usize = 32;
+/// Weights per K-quant super-block.
+pub const QK_K: usize = 256;
+/// IQ4_NL's and IQ4_XS's non-linear 4-bit values.
+pub const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 impl DType {
     /// Elements per storage block (1 for plain floats).
     pub fn block_len(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 => QK,
+            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::IQ4NL => QK,
+            Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
         }
     }
 
@@ -44,8 +76,13 @@ impl DType {
             Self::F32 => 4,
             Self::F16 | Self::BF16 => 2,
             Self::Q8_0 => 34,
-            Self::Q4_0 => 18,
+            Self::Q4_0 | Self::IQ4NL => 18,
             Self::Q4_1 => 20,
+            Self::Q5_0 => 22,
+            Self::Q5_1 => 24,
+            Self::Q4K => 144,
+            Self::Q5K => 176,
+            Self::Q6K => 210,
         }
     }
 
@@ -68,39 +105,116 @@ impl DType {
             Self::Q8_0 => "q8_0",
             Self::Q4_0 => "q4_0",
             Self::Q4_1 => "q4_1",
+            Self::Q5_0 => "q5_0",
+            Self::Q5_1 => "q5_1",
+            Self::IQ4NL => "iq4_nl",
+            Self::Q4K => "q4_k",
+            Self::Q5K => "q5_k",
+            Self::Q6K => "q6_k",
         }
     }
 }
 
-/// Decode `bytes` of type `dtype` to f32. `bytes` must hold whole blocks.
+/// Decode `bytes` of type `dtype` to f32. `bytes` must hold whole blocks. The arithmetic is
+/// ggml's, in its order, so results are bit-identical to `gguf.quants.dequantize`.
 pub fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f32> {
     let bb = dtype.block_bytes();
     assert_eq!(bytes.len() % bb, 0, "{} data must hold whole blocks", dtype.name());
     let mut out = Vec::with_capacity(bytes.len() / bb * dtype.block_len());
-    let h = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
     for blk in bytes.chunks_exact(bb) {
         match dtype {
             DType::F32 => out.push(f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]])),
-            DType::F16 => out.push(h(blk)),
+            DType::F16 => out.push(half_at(blk, 0)),
             DType::BF16 => out.push(bf16::from_le_bytes([blk[0], blk[1]]).to_f32()),
             DType::Q8_0 => {
-                let d = h(blk);
+                let d = half_at(blk, 0);
                 out.extend(blk[2..].iter().map(|&q| d * f32::from(q as i8)));
             }
-            DType::Q4_0 | DType::Q4_1 => {
-                let d = h(blk);
-                let (m, qs) =
-                    if dtype == DType::Q4_1 { (h(&blk[2..]), &blk[4..]) } else { (-8.0 * d, &blk[2..]) };
+            DType::Q4_0 => {
+                let (d, qs) = (half_at(blk, 0), &blk[2..]);
+                out.extend(qs.iter().map(|&q| d * f32::from((q & 0x0f) as i8 - 8)));
+                out.extend(qs.iter().map(|&q| d * f32::from((q >> 4) as i8 - 8)));
+            }
+            DType::Q4_1 => {
+                let (d, m, qs) = (half_at(blk, 0), half_at(blk, 2), &blk[4..]);
                 out.extend(qs.iter().map(|&q| d * f32::from(q & 0x0f) + m));
                 out.extend(qs.iter().map(|&q| d * f32::from(q >> 4) + m));
             }
+            DType::Q5_0 => {
+                let (d, qh, qs) = (half_at(blk, 0), u32_at(blk, 2), &blk[6..]);
+                out.extend((0..QK).map(|j| d * f32::from(q5_at(qs, qh, j) as i8 - 16)));
+            }
+            DType::Q5_1 => {
+                let (d, m, qh, qs) = (half_at(blk, 0), half_at(blk, 2), u32_at(blk, 4), &blk[8..]);
+                out.extend((0..QK).map(|j| d * f32::from(q5_at(qs, qh, j)) + m));
+            }
+            DType::IQ4NL => {
+                let (d, qs) = (half_at(blk, 0), &blk[2..]);
+                out.extend(qs.iter().map(|&q| d * f32::from(IQ4_VALUES[usize::from(q & 0x0f)])));
+                out.extend(qs.iter().map(|&q| d * f32::from(IQ4_VALUES[usize::from(q >> 4)])));
+            }
+            DType::Q4K | DType::Q5K => dequantize_q4k_q5k(dtype, blk, &mut out),
+            DType::Q6K => dequantize_q6k(blk, &mut out),
         }
     }
     out
 }
 
-/// Encode f32 values as `dtype` the way llama.cpp's reference quantizers do.
-/// For quantized types `values.len()` must be a multiple of 32.
+/// The f16 at byte `at`, widened.
+fn half_at(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// The little-endian u32 at byte `at`.
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Weight `j` (0..32) of a Q5 block: nibble as Q4_0 plus bit `j` of `qh` as the fifth bit.
+fn q5_at(qs: &[u8], qh: u32, j: usize) -> u8 {
+    let low = if j < QK / 2 { qs[j] & 0x0f } else { qs[j - QK / 2] >> 4 };
+    low | ((((qh >> j) & 1) as u8) << 4)
+}
+
+/// The 6-bit scale and minimum of sub-block `j` (0..8) from the 12 packed bytes of Q4_K/Q5_K.
+pub fn k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (scales[j] & 63, scales[j + 4] & 63)
+    } else {
+        ((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))
+    }
+}
+
+fn dequantize_q4k_q5k(dtype: DType, blk: &[u8], out: &mut Vec<f32>) {
+    let (d, dmin, scales) = (half_at(blk, 0), half_at(blk, 2), &blk[4..16]);
+    let (qh, qs) = if dtype == DType::Q5K { (Some(&blk[16..48]), &blk[48..]) } else { (None, &blk[16..]) };
+    for j in 0..QK_K / QK {
+        let (sc, m) = k_scale_min(scales, j);
+        let (dl, ml) = (d * f32::from(sc), dmin * f32::from(m));
+        let bytes = &qs[QK * (j / 2)..QK * (j / 2 + 1)];
+        for (l, &byte) in bytes.iter().enumerate() {
+            let low = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+            let high = qh.map_or(0, |qh| ((qh[l] >> j) & 1) << 4);
+            out.push(dl * f32::from(low | high) - ml);
+        }
+    }
+}
+
+fn dequantize_q6k(blk: &[u8], out: &mut Vec<f32>) {
+    let (ql, qh, scales, d) = (&blk[..128], &blk[128..192], &blk[192..208], half_at(blk, 208));
+    for i in 0..QK_K {
+        let (h, r) = (i / 128, i % 128);
+        let low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
+        let high = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+        let q = (low | (high << 4)) as i8 - 32;
+        out.push(d * f32::from(scales[i / 16] as i8) * f32::from(q));
+    }
+}
+
+/// Encode f32 values as `dtype`: Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 the way llama.cpp's
+/// reference quantizers do; IQ4_NL and the K-quants by plain round-to-nearest at scales
+/// from each block's range (llama.cpp searches for better scales; the layout is the same).
+/// `values.len()` must be a multiple of the block length.
 pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
     assert_eq!(values.len() % dtype.block_len(), 0, "{} needs whole blocks of {QK}", dtype.name());
     let mut out = Vec::with_capacity(values.len() / dtype.block_len() * dtype.block_bytes());
@@ -134,9 +248,133 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
                 let q = |v: f32| (((v - min) * id + 0.5) as u8).min(15);
                 out.extend((0..QK / 2).map(|j| q(blk[j]) | (q(blk[j + QK / 2]) << 4)));
             }
+            DType::Q5_0 => {
+                let max = blk.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let d = max / -16.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                let q: Vec<u8> = blk.iter().map(|v| ((v * id + 16.5) as u8).min(31)).collect();
+                push_q5(&q, &mut out);
+            }
+            DType::Q5_1 => {
+                let min = blk.iter().copied().fold(f32::INFINITY, f32::min);
+                let max = blk.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let d = (max - min) / 31.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
+                let q: Vec<u8> = blk.iter().map(|v| (((v - min) * id + 0.5) as u8).min(31)).collect();
+                push_q5(&q, &mut out);
+            }
+            DType::IQ4NL => {
+                let max = blk.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let d = max / -127.0;
+                let dh = f16::from_f32(d);
+                out.extend_from_slice(&dh.to_le_bytes());
+                let q = |v: f32| nearest_iq4(v, dh.to_f32());
+                out.extend((0..QK / 2).map(|j| q(blk[j]) | (q(blk[j + QK / 2]) << 4)));
+            }
+            DType::Q4K | DType::Q5K => quantize_q4k_q5k(dtype, blk, &mut out),
+            DType::Q6K => quantize_q6k(blk, &mut out),
         }
     }
     out
+}
+
+/// Appends a Q5 block's `qh` (fifth bits) and `qs` (low nibbles) for the 32 levels `q`.
+fn push_q5(q: &[u8], out: &mut Vec<u8>) {
+    let qh = q.iter().enumerate().fold(0u32, |qh, (j, &q)| qh | (u32::from(q >> 4) << j));
+    out.extend_from_slice(&qh.to_le_bytes());
+    out.extend((0..QK / 2).map(|j| (q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4)));
+}
+
+/// The index of the IQ4 table value nearest to `v / d`.
+fn nearest_iq4(v: f32, d: f32) -> u8 {
+    let x = if d != 0.0 { v / d } else { 0.0 };
+    let distance = |i: usize| (f32::from(IQ4_VALUES[i]) - x).abs();
+    (0..16).min_by(|&a, &b| distance(a).total_cmp(&distance(b))).unwrap_or(0) as u8
+}
+
+/// A value rounded to `0..=max` levels.
+fn level(x: f32, max: u8) -> u8 {
+    x.round().clamp(0.0, f32::from(max)) as u8
+}
+
+fn quantize_q4k_q5k(dtype: DType, blk: &[f32], out: &mut Vec<u8>) {
+    let max_q: u8 = if dtype == DType::Q5K { 31 } else { 15 };
+    let subs: Vec<&[f32]> = blk.chunks_exact(QK).collect();
+    let ranges: Vec<(f32, f32)> = subs
+        .iter()
+        .map(|sub| {
+            let min = sub.iter().copied().fold(0f32, f32::min);
+            let max = sub.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            ((max - min) / f32::from(max_q), -min)
+        })
+        .collect();
+    let d = f16::from_f32(ranges.iter().fold(0f32, |a, r| a.max(r.0)) / 63.0);
+    let dmin = f16::from_f32(ranges.iter().fold(0f32, |a, r| a.max(r.1)) / 63.0);
+    let sixbit = |x: f32, unit: f16| if unit.to_f32() > 0.0 { level(x / unit.to_f32(), 63) } else { 0 };
+    let sc: Vec<u8> = ranges.iter().map(|r| sixbit(r.0, d)).collect();
+    let m: Vec<u8> = ranges.iter().map(|r| sixbit(r.1, dmin)).collect();
+    out.extend_from_slice(&d.to_le_bytes());
+    out.extend_from_slice(&dmin.to_le_bytes());
+    out.extend((0..4).map(|j| sc[j] | ((sc[j + 4] >> 4) << 6)));
+    out.extend((0..4).map(|j| m[j] | ((m[j + 4] >> 4) << 6)));
+    out.extend((0..4).map(|j| (sc[j + 4] & 0x0f) | ((m[j + 4] & 0x0f) << 4)));
+    let q: Vec<Vec<u8>> = subs
+        .iter()
+        .enumerate()
+        .map(|(j, sub)| {
+            let (dl, ml) = (d.to_f32() * f32::from(sc[j]), dmin.to_f32() * f32::from(m[j]));
+            sub.iter().map(|&v| if dl > 0.0 { level((v + ml) / dl, max_q) } else { 0 }).collect()
+        })
+        .collect();
+    if dtype == DType::Q5K {
+        out.extend((0..QK).map(|l| (0..8).fold(0u8, |qh, j| qh | (((q[j][l] >> 4) & 1) << j))));
+    }
+    for pair in q.chunks_exact(2) {
+        out.extend((0..QK).map(|l| (pair[0][l] & 0x0f) | ((pair[1][l] & 0x0f) << 4)));
+    }
+}
+
+fn quantize_q6k(blk: &[f32], out: &mut Vec<u8>) {
+    let group_max: Vec<f32> = blk
+        .chunks_exact(16)
+        .map(|g| g.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a }))
+        .collect();
+    let amax = group_max.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = f16::from_f32(amax / 32.0 / 127.0);
+    let scales: Vec<i8> =
+        group_max
+            .iter()
+            .map(|g| {
+                if d.to_f32() > 0.0 {
+                    (g.abs() / 32.0 / d.to_f32()).round().clamp(0.0, 127.0) as i8
+                } else {
+                    0
+                }
+            })
+            .collect();
+    let q: Vec<u8> = blk
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let unit = d.to_f32() * f32::from(scales[i / 16]);
+            let x = if unit > 0.0 { (v / unit).round().clamp(-32.0, 31.0) } else { 0.0 };
+            (x as i8 + 32) as u8
+        })
+        .collect();
+    let mut ql = [0u8; 128];
+    let mut qh = [0u8; 64];
+    for (i, &q) in q.iter().enumerate() {
+        let (h, r) = (i / 128, i % 128);
+        ql[64 * h + r % 64] |= (q & 0x0f) << (4 * (r / 64));
+        qh[32 * h + r % 32] |= (q >> 4) << (2 * (r / 32));
+    }
+    out.extend_from_slice(&ql);
+    out.extend_from_slice(&qh);
+    out.extend(scales.iter().map(|&s| s as u8));
+    out.extend_from_slice(&d.to_le_bytes());
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ impl Rng {
     }
 }
 
-const WEIGHT_TYPES: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1];
+const WEIGHT_TYPES: [DType; 12] = pagoda::gpu::shader::WEIGHT_DTYPES;
 
 fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> (Weight, Vec<f32>) {
     let bytes = quantize(dtype, &Rng::new(seed).vec(rows * cols));
@@ -66,8 +66,11 @@ fn assert_dot_close(got: f32, x: &[f32], w: &[f32], what: &str) {
 #[test]
 fn linear_matches_dequantized_f64_reference() {
     for dtype in WEIGHT_TYPES {
-        let shapes: &[(usize, usize, usize)] = if dtype.is_quantized() {
-            &[(1, 32, 1), (3, 96, 5), (5, 160, 70), (9, 64, 33)]
+        let b = dtype.block_len();
+        let shapes: &[(usize, usize, usize)] = if b == 256 {
+            &[(1, 256, 1), (3, 768, 5), (5, 512, 70), (1, 1280, 33)]
+        } else if dtype.is_quantized() {
+            &[(1, 32, 1), (3, 96, 5), (5, 160, 70), (9, 64, 33), (1, 256 * 2 + 32, 1)]
         } else {
             &[(1, 1, 1), (1, 37, 5), (3, 13, 1), (5, 150, 70), (9, 8, 33), (4, 7, 3)]
         };
@@ -87,8 +90,8 @@ fn linear_matches_dequantized_f64_reference() {
 
 #[test]
 fn linear_rows_are_bitwise_independent_of_the_batch() {
-    let (k, n) = (96, 45);
     for dtype in WEIGHT_TYPES {
+        let (k, n) = if dtype.block_len() == 256 { (512, 45) } else { (96, 45) };
         let (w, _) = weight(dtype, n, k, 7);
         let batch = Rng::new(8).vec(64 * k);
         let row = 11;
@@ -142,7 +145,11 @@ fn weight_above_the_binding_limit_is_split_and_still_correct() {
 fn embedding_gathers_dequantized_rows() {
     let c = ctx();
     for dtype in WEIGHT_TYPES {
-        let (vocab, d) = if dtype.is_quantized() { (40, 96) } else { (40, 37) };
+        let (vocab, d) = match dtype.block_len() {
+            256 => (40, 512),
+            32 => (40, 96),
+            _ => (40, 37),
+        };
         let (w, wf) = weight(dtype, vocab, d, 21);
         let ids = [3u32, 0, 39, 3, 17];
         let idt = c.upload_u32(&[ids.len()], &ids).unwrap();

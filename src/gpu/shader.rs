@@ -72,8 +72,20 @@ pub const MAX_BLOCK_SIZE: u32 = 64;
 /// Row tiles the linear kernels are built with: 1 for decode, 4 for prefill.
 pub const LINEAR_ROW_TILES: [u32; 2] = [1, 4];
 /// Weight element types the linear and embedding kernels read.
-pub const WEIGHT_DTYPES: [DType; 6] =
-    [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1];
+pub const WEIGHT_DTYPES: [DType; 12] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::IQ4NL,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
 
 /// One specialisation of one kernel family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -120,18 +132,30 @@ pub enum KernelVariant {
     },
 }
 
-/// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`).
+/// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
+/// after the shared pieces the format uses: `w8.wgsl` (the W8/W32 types), `wbits.wgsl` (bit
+/// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), and
+/// `wblock_groups.wgsl` (a block as four groups) for formats without a `w_block` of their own.
 fn weight_snippet(dtype: DType) -> String {
-    let dense_block = include_str!("../../shaders/wblock_groups.wgsl");
-    let (format, block) = match dtype {
-        DType::F32 => (include_str!("../../shaders/wfmt_f32.wgsl"), dense_block),
-        DType::F16 => (include_str!("../../shaders/wfmt_f16.wgsl"), dense_block),
-        DType::BF16 => (include_str!("../../shaders/wfmt_bf16.wgsl"), dense_block),
-        DType::Q8_0 => (include_str!("../../shaders/wfmt_q8_0.wgsl"), ""),
-        DType::Q4_0 => (include_str!("../../shaders/wfmt_q4_0.wgsl"), ""),
-        DType::Q4_1 => (include_str!("../../shaders/wfmt_q4_1.wgsl"), ""),
+    let w8 = include_str!("../../shaders/w8.wgsl");
+    let groups = include_str!("../../shaders/wblock_groups.wgsl");
+    let bits = include_str!("../../shaders/wbits.wgsl");
+    let k_scales = include_str!("../../shaders/wk_scales.wgsl");
+    let parts: &[&str] = match dtype {
+        DType::F32 => &[w8, include_str!("../../shaders/wfmt_f32.wgsl"), groups],
+        DType::F16 => &[w8, include_str!("../../shaders/wfmt_f16.wgsl"), groups],
+        DType::BF16 => &[w8, include_str!("../../shaders/wfmt_bf16.wgsl"), groups],
+        DType::Q8_0 => &[w8, include_str!("../../shaders/wfmt_q8_0.wgsl")],
+        DType::Q4_0 => &[w8, bits, include_str!("../../shaders/wfmt_q4_0.wgsl")],
+        DType::Q4_1 => &[w8, bits, include_str!("../../shaders/wfmt_q4_1.wgsl")],
+        DType::Q5_0 => &[w8, bits, include_str!("../../shaders/wfmt_q5_0.wgsl")],
+        DType::Q5_1 => &[w8, bits, include_str!("../../shaders/wfmt_q5_1.wgsl")],
+        DType::IQ4NL => &[w8, bits, include_str!("../../shaders/wfmt_iq4_nl.wgsl")],
+        DType::Q4K => &[w8, bits, k_scales, include_str!("../../shaders/wfmt_q4_k.wgsl"), groups],
+        DType::Q5K => &[w8, bits, k_scales, include_str!("../../shaders/wfmt_q5_k.wgsl"), groups],
+        DType::Q6K => &[w8, bits, include_str!("../../shaders/wfmt_q6_k.wgsl"), groups],
     };
-    format!("{}{format}{block}", include_str!("../../shaders/w8.wgsl"))
+    parts.concat()
 }
 
 impl KernelVariant {

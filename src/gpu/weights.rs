@@ -3,7 +3,7 @@
 
 use super::GpuError;
 use super::context::GpuContext;
-use crate::dtype::{DType, QK};
+use crate::dtype::DType;
 
 /// A contiguous range of rows of a weight in one buffer.
 #[derive(Debug, Clone)]
@@ -16,8 +16,10 @@ pub(crate) struct WeightPart {
 /// A `[rows, cols]` weight matrix on the device, in its stored type.
 ///
 /// Layout per row (what the shaders read): f32 as is; f16 and bf16 two per word, rows padded to
-/// an even length; Q4_1 blocks as GGUF stores them (20 bytes); Q8_0 and Q4_0 blocks with two
-/// zero bytes after the f16 scale (36 and 20 bytes) so every block starts on a word.
+/// an even length; Q4_1, Q5_1, Q4_K and Q5_K blocks as GGUF stores them (20, 24, 144 and 176
+/// bytes); Q8_0, Q4_0, Q5_0 and IQ4_NL blocks with two zero bytes after the f16 scale (36, 20,
+/// 24 and 20 bytes) so every block starts on a word; Q6_K blocks with their trailing f16 scale
+/// moved to the front and padded to a word (212 bytes).
 #[derive(Debug, Clone)]
 pub struct Weight {
     name: String,
@@ -59,25 +61,44 @@ pub(crate) fn row_words(dtype: DType, cols: usize) -> usize {
     match dtype {
         DType::F32 => cols,
         DType::F16 | DType::BF16 => cols.div_ceil(2),
-        DType::Q8_0 => cols / QK * 9,
-        DType::Q4_0 | DType::Q4_1 => cols / QK * 5,
+        _ => cols / dtype.block_len() * block_words(dtype),
+    }
+}
+
+/// u32 words per stored block of a quantized type.
+fn block_words(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => 0,
+        DType::Q8_0 => 9,
+        DType::Q4_0 | DType::Q4_1 | DType::IQ4NL => 5,
+        DType::Q5_0 | DType::Q5_1 => 6,
+        DType::Q4K => 36,
+        DType::Q5K => 44,
+        DType::Q6K => 53,
     }
 }
 
 fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
     match dtype {
-        DType::F32 | DType::Q4_1 => out.extend_from_slice(row),
+        DType::F32 | DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => out.extend_from_slice(row),
         DType::F16 | DType::BF16 => {
             out.extend_from_slice(row);
             if !row.len().is_multiple_of(4) {
                 out.extend_from_slice(&[0, 0]);
             }
         }
-        DType::Q8_0 | DType::Q4_0 => {
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::IQ4NL => {
             for block in row.chunks_exact(dtype.block_bytes()) {
                 out.extend_from_slice(&block[..2]);
                 out.extend_from_slice(&[0, 0]);
                 out.extend_from_slice(&block[2..]);
+            }
+        }
+        DType::Q6K => {
+            for block in row.chunks_exact(dtype.block_bytes()) {
+                out.extend_from_slice(&block[208..]);
+                out.extend_from_slice(&[0, 0]);
+                out.extend_from_slice(&block[..208]);
             }
         }
     }

@@ -1,0 +1,50 @@
+// Weight format IQ4_NL: GGUF blocks of 32 padded to 5 words as Q4_0 (word 0 the f16 scale d,
+// words 1..4 the nibbles in Q4_0's order); each nibble indexes the non-linear table below;
+// w = d * IQ4_VALUES[q].
+var<private> IQ4_VALUES: array<f32, 16> = array<f32, 16>(
+    -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0,
+);
+
+fn w_row_words(k: u32) -> u32 {
+    return k / 32u * 5u;
+}
+
+// The table values of the four nibbles at `shift` of w.
+fn iq4_values(w: u32, shift: u32) -> vec4<f32> {
+    let q = vec4<u32>(q4_nibbles(w, shift));
+    return vec4<f32>(IQ4_VALUES[q.x], IQ4_VALUES[q.y], IQ4_VALUES[q.z], IQ4_VALUES[q.w]);
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    let base = rb + k / 32u * 5u;
+    let j = k % 32u;
+    let jj = j % 16u;
+    let d = unpack2x16float(W[base]).x;
+    let q = (W[base + 1u + jj / 4u] >> (8u * (jj % 4u) + 4u * (j / 16u))) & 15u;
+    return d * IQ4_VALUES[q];
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let base = rb + g / 4u * 5u;
+    let q = g % 4u;
+    let o = base + 1u + 2u * (q % 2u);
+    let shift = 4u * (q / 2u);
+    let d = unpack2x16float(W[base]).x;
+    return W8(d * iq4_values(W[o], shift), d * iq4_values(W[o + 1u], shift));
+}
+
+// A whole block: the scale read once and each of the four nibble words once.
+fn w_block(rb: u32, b: u32) -> W32 {
+    let o = rb + 5u * b;
+    let d = unpack2x16float(W[o]).x;
+    let q0 = W[o + 1u];
+    let q1 = W[o + 2u];
+    let q2 = W[o + 3u];
+    let q3 = W[o + 4u];
+    return W32(
+        W8(d * iq4_values(q0, 0u), d * iq4_values(q1, 0u)),
+        W8(d * iq4_values(q2, 0u), d * iq4_values(q3, 0u)),
+        W8(d * iq4_values(q0, 4u), d * iq4_values(q1, 4u)),
+        W8(d * iq4_values(q2, 4u), d * iq4_values(q3, 4u)),
+    );
+}

@@ -1,0 +1,24 @@
+// Weight format Q4_K: GGUF super-blocks of 256 in 36 words: the K header (wk_scales.wgsl), then
+// words 4..35 the 128 bytes qs; sub-block j (32 weights) is the low nibbles of bytes
+// 32 (j / 2) .. 32 (j / 2) + 31 for even j, their high nibbles for odd j; w = (d sc) q - dmin m.
+fn w_row_words(k: u32) -> u32 {
+    return k / 256u * 36u;
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    let base = rb + k / 256u * 36u;
+    let j = k % 256u / 32u;
+    let l = k % 32u;
+    let s = k_sub_scale(base, j);
+    let q = (W[base + 4u + 8u * (j / 2u) + l / 4u] >> (8u * (l % 4u) + 4u * (j % 2u))) & 15u;
+    return s.x * f32(q) - s.y;
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let base = rb + g / 32u * 36u;
+    let j = g % 32u / 4u;
+    let o = base + 4u + 8u * (j / 2u) + 2u * (g % 4u);
+    let shift = 4u * (j % 2u);
+    let s = k_sub_scale(base, j);
+    return W8(s.x * q4_nibbles(W[o], shift) - s.y, s.x * q4_nibbles(W[o + 1u], shift) - s.y);
+}

@@ -1,0 +1,28 @@
+// Weight format Q5_K: GGUF super-blocks of 256 in 44 words: the K header (wk_scales.wgsl), words
+// 4..11 the 32 bytes qh (bit j of byte l: the fifth bit of weight l of sub-block j), words 12..43
+// the 128 bytes qs as Q4_K; w = (d sc) q - dmin m.
+fn w_row_words(k: u32) -> u32 {
+    return k / 256u * 44u;
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    let base = rb + k / 256u * 44u;
+    let j = k % 256u / 32u;
+    let l = k % 32u;
+    let s = k_sub_scale(base, j);
+    let low = (W[base + 12u + 8u * (j / 2u) + l / 4u] >> (8u * (l % 4u) + 4u * (j % 2u))) & 15u;
+    let high = ((W[base + 4u + l / 4u] >> (8u * (l % 4u) + j)) & 1u) * 16u;
+    return s.x * f32(low + high) - s.y;
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let base = rb + g / 32u * 44u;
+    let j = g % 32u / 4u;
+    let p = g % 4u;
+    let o = base + 12u + 8u * (j / 2u) + 2u * p;
+    let h = base + 4u + 2u * p;
+    let shift = 4u * (j % 2u);
+    let s = k_sub_scale(base, j);
+    return W8(s.x * (q4_nibbles(W[o], shift) + k5_high(W[h], j)) - s.y,
+              s.x * (q4_nibbles(W[o + 1u], shift) + k5_high(W[h + 1u], j)) - s.y);
+}

@@ -1,0 +1,57 @@
+//! pagoda's CPU dequantization of every quantized GGUF type it reads is bit-identical to the
+//! `gguf` package's `gguf.quants.dequantize` on random blocks (assets/dequant_reference.json,
+//! made by scripts/make-dequant-reference.py).
+
+use pagoda::dtype::{DType, dequantize, quantize};
+use serde_json::Value;
+
+const TYPES: [DType; 9] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::IQ4NL,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
+fn reference() -> Value {
+    let text = include_str!("../assets/dequant_reference.json");
+    serde_json::from_str(text).unwrap()
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+#[test]
+fn dequantize_is_bit_identical_to_the_gguf_package() {
+    let reference = reference();
+    for dtype in TYPES {
+        let entry = &reference[dtype.name()];
+        let bytes = hex_bytes(entry["bytes"].as_str().unwrap());
+        let expected: Vec<u32> =
+            entry["f32_bits"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let got: Vec<u32> = dequantize(dtype, &bytes).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got.len(), expected.len(), "{}", dtype.name());
+        let first_diff = got.iter().zip(&expected).position(|(a, b)| a != b);
+        assert_eq!(first_diff, None, "{}: first differing weight", dtype.name());
+    }
+}
+
+#[test]
+fn quantize_round_trips_within_a_step_of_each_block() {
+    for dtype in TYPES {
+        let n = dtype.block_len() * 3;
+        let values: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0).collect();
+        let bytes = quantize(dtype, &values);
+        assert_eq!(bytes.len(), dtype.bytes_for(n).unwrap(), "{}", dtype.name());
+        let back = dequantize(dtype, &bytes);
+        // The coarsest type here (4 bits over a range of 2.5, a 6-bit scale on top) stays
+        // within 0.25 of each value.
+        let worst = values.iter().zip(&back).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 0.25, "{}: worst error {worst}", dtype.name());
+    }
+}
