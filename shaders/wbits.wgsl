@@ -23,3 +23,9 @@ fn q6_high(w: u32, shift: u32) -> vec4<f32> {
     let v = w >> shift;
     return vec4<f32>(f32((v & 3u) * 16u), f32(((v >> 8u) & 3u) * 16u), f32(((v >> 16u) & 3u) * 16u), f32(((v >> 24u) & 3u) * 16u));
 }
+
+// Q2_K/Q3_K: the two bits at `shift` of each byte.
+fn q2_quad(w: u32, shift: u32) -> vec4<f32> {
+    let v = w >> shift;
+    return vec4<f32>(f32(v & 3u), f32((v >> 8u) & 3u), f32((v >> 16u) & 3u), f32((v >> 24u) & 3u));
+}

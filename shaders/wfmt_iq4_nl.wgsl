@@ -1,18 +1,8 @@
 // Weight format IQ4_NL: GGUF blocks of 32 padded to 5 words as Q4_0 (word 0 the f16 scale d,
-// words 1..4 the nibbles in Q4_0's order); each nibble indexes the non-linear table below;
+// words 1..4 the nibbles in Q4_0's order); each nibble indexes wiq4.wgsl's table;
 // w = d * IQ4_VALUES[q].
-var<private> IQ4_VALUES: array<f32, 16> = array<f32, 16>(
-    -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0,
-);
-
 fn w_row_words(k: u32) -> u32 {
     return k / 32u * 5u;
-}
-
-// The table values of the four nibbles at `shift` of w.
-fn iq4_values(w: u32, shift: u32) -> vec4<f32> {
-    let q = vec4<u32>(q4_nibbles(w, shift));
-    return vec4<f32>(IQ4_VALUES[q.x], IQ4_VALUES[q.y], IQ4_VALUES[q.z], IQ4_VALUES[q.w]);
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {

@@ -17,6 +17,15 @@
 //!   `w = (d * sc) * q - dmin * m`.
 //! - Q5_K: 256 weights in 176 bytes: Q4_K's header, `qh: [u8; 32]` (bit `j` of byte `l` is
 //!   the fifth bit of weight `l` of sub-block `j`), then `qs` as Q4_K.
+//! - Q2_K: 256 weights in 84 bytes: `scales: [u8; 16]` (per 16 weights: scale in the low
+//!   nibble, minimum in the high one), `qs: [u8; 64]`, `d: f16`, `dmin: f16`; weight
+//!   `128 h + 32 s + l` is bits `2 s..` of `qs[32 h + l]`; `w = (d * sc) * q - dmin * m`.
+//! - Q3_K: 256 weights in 110 bytes: `hmask: [u8; 32]`, `qs: [u8; 64]` (low two bits, as
+//!   Q2_K), 12 bytes of 6-bit signed scales per 16 weights, `d: f16`; bit `b` of `hmask[l]`
+//!   belongs to weight `32 b + l` and, when clear, subtracts 4; `w = (d * scale) * q`.
+//! - IQ4_XS: 256 weights in 136 bytes: `d: f16`, `scales_h: u16`, `scales_l: [u8; 4]` (6-bit
+//!   signed scales of eight sub-blocks of 32), `qs: [u8; 128]` (sub-block `j` in bytes
+//!   `16 j..`, nibbles as Q4_0) indexing [`IQ4_VALUES`]; `w = (d * scale) * table[q]`.
 //! - Q6_K: 256 weights in 210 bytes: `ql: [u8; 128]`, `qh: [u8; 64]`, `scales: [i8; 16]`
 //!   (one per 16 weights), `d: f16`; weight `128 h + r` takes nibble `r / 64` of
 //!   `ql[64 h + r % 64]` and bits `2 (r / 32)..` of `qh[32 h + r % 32]`;
@@ -51,6 +60,12 @@ pub enum DType {
     Q5K,
     /// GGUF 6-bit super-blocks of 256 with 8-bit scales per 16 weights.
     Q6K,
+    /// GGUF 2-bit super-blocks of 256 with 4-bit scales and minimums per 16 weights.
+    Q2K,
+    /// GGUF 3-bit super-blocks of 256 with 6-bit scales per 16 weights.
+    Q3K,
+    /// GGUF 4-bit super-blocks of 256 indexing IQ4_NL's table, 6-bit scales per 32 weights.
+    IQ4XS,
 }
 
 /// Weights per quantization block (the sub-block of the K-quants).
@@ -66,7 +81,7 @@ impl DType {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
             Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::IQ4NL => QK,
-            Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
+            Self::Q4K | Self::Q5K | Self::Q6K | Self::Q2K | Self::Q3K | Self::IQ4XS => QK_K,
         }
     }
 
@@ -83,6 +98,9 @@ impl DType {
             Self::Q4K => 144,
             Self::Q5K => 176,
             Self::Q6K => 210,
+            Self::Q2K => 84,
+            Self::Q3K => 110,
+            Self::IQ4XS => 136,
         }
     }
 
@@ -111,6 +129,9 @@ impl DType {
             Self::Q4K => "q4_k",
             Self::Q5K => "q5_k",
             Self::Q6K => "q6_k",
+            Self::Q2K => "q2_k",
+            Self::Q3K => "q3_k",
+            Self::IQ4XS => "iq4_xs",
         }
     }
 }
@@ -155,6 +176,9 @@ pub fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f32> {
             }
             DType::Q4K | DType::Q5K => dequantize_q4k_q5k(dtype, blk, &mut out),
             DType::Q6K => dequantize_q6k(blk, &mut out),
+            DType::Q2K => dequantize_q2k(blk, &mut out),
+            DType::Q3K => dequantize_q3k(blk, &mut out),
+            DType::IQ4XS => dequantize_iq4xs(blk, &mut out),
         }
     }
     out
@@ -200,6 +224,56 @@ fn dequantize_q4k_q5k(dtype: DType, blk: &[u8], out: &mut Vec<f32>) {
     }
 }
 
+/// Bits `2 s..2 s + 1` of the Q2_K/Q3_K low-bit array `qs` for weight `i` (0..256).
+fn q2_at(qs: &[u8], i: usize) -> u8 {
+    let (h, s, l) = (i / 128, i % 128 / 32, i % 32);
+    (qs[32 * h + l] >> (2 * s)) & 3
+}
+
+fn dequantize_q2k(blk: &[u8], out: &mut Vec<f32>) {
+    let (scales, qs, d, dmin) = (&blk[..16], &blk[16..80], half_at(blk, 80), half_at(blk, 82));
+    for i in 0..QK_K {
+        let sc = scales[i / 16];
+        let (dl, ml) = (d * f32::from(sc & 0x0f), dmin * f32::from(sc >> 4));
+        out.push(dl * f32::from(q2_at(qs, i)) - ml);
+    }
+}
+
+/// The signed 6-bit scale of weights `16 k..16 k + 15` from Q3_K's 12 packed bytes.
+pub fn q3k_scale(scales: &[u8], k: usize) -> i8 {
+    let low = (scales[k % 8] >> (4 * (k / 8))) & 0x0f;
+    let high = (scales[8 + k % 4] >> (2 * (k / 4))) & 3;
+    (low | (high << 4)) as i8 - 32
+}
+
+fn dequantize_q3k(blk: &[u8], out: &mut Vec<f32>) {
+    let (hmask, qs, scales, d) = (&blk[..32], &blk[32..96], &blk[96..108], half_at(blk, 108));
+    for i in 0..QK_K {
+        let dl = d * f32::from(q3k_scale(scales, i / 16));
+        let high_clear = ((hmask[i % 32] >> (i / 32)) & 1) ^ 1;
+        let q = q2_at(qs, i) as i8 - ((high_clear << 2) as i8);
+        out.push(dl * f32::from(q));
+    }
+}
+
+/// The signed 6-bit scale of IQ4_XS sub-block `j` (0..8).
+pub fn iq4xs_scale(scales_h: u16, scales_l: &[u8], j: usize) -> i8 {
+    let low = (scales_l[j / 2] >> (4 * (j % 2))) & 0x0f;
+    let high = ((scales_h >> (2 * j)) & 3) as u8;
+    (low | (high << 4)) as i8 - 32
+}
+
+fn dequantize_iq4xs(blk: &[u8], out: &mut Vec<f32>) {
+    let (d, scales_h, scales_l, qs) =
+        (half_at(blk, 0), u16::from_le_bytes([blk[2], blk[3]]), &blk[4..8], &blk[8..]);
+    for j in 0..QK_K / QK {
+        let dl = d * f32::from(iq4xs_scale(scales_h, scales_l, j));
+        let sub = &qs[16 * j..16 * (j + 1)];
+        out.extend(sub.iter().map(|&q| dl * f32::from(IQ4_VALUES[usize::from(q & 0x0f)])));
+        out.extend(sub.iter().map(|&q| dl * f32::from(IQ4_VALUES[usize::from(q >> 4)])));
+    }
+}
+
 fn dequantize_q6k(blk: &[u8], out: &mut Vec<f32>) {
     let (ql, qh, scales, d) = (&blk[..128], &blk[128..192], &blk[192..208], half_at(blk, 208));
     for i in 0..QK_K {
@@ -231,7 +305,7 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
                 out.extend(blk.iter().map(|v| (v * id).round() as i8 as u8));
             }
             DType::Q4_0 => {
-                let max = blk.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let max = signed_max(blk);
                 let d = max / -8.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -249,7 +323,7 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
                 out.extend((0..QK / 2).map(|j| q(blk[j]) | (q(blk[j + QK / 2]) << 4)));
             }
             DType::Q5_0 => {
-                let max = blk.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let max = signed_max(blk);
                 let d = max / -16.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -267,7 +341,7 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
                 push_q5(&q, &mut out);
             }
             DType::IQ4NL => {
-                let max = blk.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let max = signed_max(blk);
                 let d = max / -127.0;
                 let dh = f16::from_f32(d);
                 out.extend_from_slice(&dh.to_le_bytes());
@@ -276,6 +350,9 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
             }
             DType::Q4K | DType::Q5K => quantize_q4k_q5k(dtype, blk, &mut out),
             DType::Q6K => quantize_q6k(blk, &mut out),
+            DType::Q2K => quantize_q2k(blk, &mut out),
+            DType::Q3K => quantize_q3k(blk, &mut out),
+            DType::IQ4XS => quantize_iq4xs(blk, &mut out),
         }
     }
     out
@@ -337,11 +414,101 @@ fn quantize_q4k_q5k(dtype: DType, blk: &[f32], out: &mut Vec<u8>) {
     }
 }
 
-fn quantize_q6k(blk: &[f32], out: &mut Vec<u8>) {
-    let group_max: Vec<f32> = blk
+/// The value of largest magnitude, with its sign.
+fn signed_max(values: &[f32]) -> f32 {
+    values.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a })
+}
+
+/// A signed scale for each group (`max / levels`), an f16 super-scale over them, and each
+/// group's scale in `-32..=31` units of it.
+fn six_bit_scales(groups: &[f32], levels: f32) -> (f16, Vec<i8>) {
+    let scale_f: Vec<f32> = groups.iter().map(|&g| g / levels).collect();
+    let d = f16::from_f32(scale_f.iter().fold(0f32, |a, v| a.max(v.abs())) / 31.0);
+    let unit = d.to_f32();
+    let scales =
+        scale_f.iter().map(|&s| if unit > 0.0 { (s / unit).round().clamp(-32.0, 31.0) as i8 } else { 0 });
+    (d, scales.collect())
+}
+
+fn quantize_q2k(blk: &[f32], out: &mut Vec<u8>) {
+    let ranges: Vec<(f32, f32)> = blk
         .chunks_exact(16)
-        .map(|g| g.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a }))
+        .map(|g| {
+            let min = g.iter().copied().fold(0f32, f32::min);
+            let max = g.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            ((max - min) / 3.0, -min)
+        })
         .collect();
+    let d = f16::from_f32(ranges.iter().fold(0f32, |a, r| a.max(r.0)) / 15.0);
+    let dmin = f16::from_f32(ranges.iter().fold(0f32, |a, r| a.max(r.1)) / 15.0);
+    let four_bit = |x: f32, unit: f16| if unit.to_f32() > 0.0 { level(x / unit.to_f32(), 15) } else { 0 };
+    let scales: Vec<(u8, u8)> = ranges.iter().map(|r| (four_bit(r.0, d), four_bit(r.1, dmin))).collect();
+    out.extend(scales.iter().map(|&(sc, m)| sc | (m << 4)));
+    let q: Vec<u8> = blk
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let (sc, m) = scales[i / 16];
+            let (dl, ml) = (d.to_f32() * f32::from(sc), dmin.to_f32() * f32::from(m));
+            if dl > 0.0 { level((v + ml) / dl, 3) } else { 0 }
+        })
+        .collect();
+    out.extend(pack_q2(&q));
+    out.extend_from_slice(&d.to_le_bytes());
+    out.extend_from_slice(&dmin.to_le_bytes());
+}
+
+/// The Q2_K/Q3_K low-bit array of 256 two-bit values (inverse of `q2_at`).
+fn pack_q2(q: &[u8]) -> [u8; 64] {
+    let mut qs = [0u8; 64];
+    for (i, &q) in q.iter().enumerate() {
+        let (h, s, l) = (i / 128, i % 128 / 32, i % 32);
+        qs[32 * h + l] |= (q & 3) << (2 * s);
+    }
+    qs
+}
+
+fn quantize_q3k(blk: &[f32], out: &mut Vec<u8>) {
+    let groups: Vec<f32> = blk.chunks_exact(16).map(signed_max).collect();
+    let (d, scales) = six_bit_scales(&groups, -4.0);
+    let u: Vec<u8> = blk
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let unit = d.to_f32() * f32::from(scales[i / 16]);
+            let q = if unit != 0.0 { (v / unit).round().clamp(-4.0, 3.0) } else { 0.0 };
+            (q + 4.0) as u8
+        })
+        .collect();
+    let mut hmask = [0u8; 32];
+    for (i, &u) in u.iter().enumerate() {
+        hmask[i % 32] |= (u >> 2) << (i / 32);
+    }
+    out.extend_from_slice(&hmask);
+    out.extend(pack_q2(&u));
+    let stored: Vec<u8> = scales.iter().map(|&s| (s + 32) as u8).collect();
+    out.extend((0..8).map(|i| (stored[i] & 0x0f) | ((stored[i + 8] & 0x0f) << 4)));
+    out.extend((0..4).map(|i| (0..4).fold(0u8, |b, t| b | ((stored[i + 4 * t] >> 4) << (2 * t)))));
+    out.extend_from_slice(&d.to_le_bytes());
+}
+
+fn quantize_iq4xs(blk: &[f32], out: &mut Vec<u8>) {
+    let groups: Vec<f32> = blk.chunks_exact(QK).map(signed_max).collect();
+    let (d, scales) = six_bit_scales(&groups, -127.0);
+    let stored: Vec<u8> = scales.iter().map(|&s| (s + 32) as u8).collect();
+    let scales_h = stored.iter().enumerate().fold(0u16, |h, (j, &s)| h | (u16::from(s >> 4) << (2 * j)));
+    out.extend_from_slice(&d.to_le_bytes());
+    out.extend_from_slice(&scales_h.to_le_bytes());
+    out.extend((0..4).map(|j| (stored[2 * j] & 0x0f) | ((stored[2 * j + 1] & 0x0f) << 4)));
+    for (j, sub) in blk.chunks_exact(QK).enumerate() {
+        let dl = d.to_f32() * f32::from(scales[j]);
+        let q = |v: f32| nearest_iq4(v, dl);
+        out.extend((0..QK / 2).map(|l| q(sub[l]) | (q(sub[l + QK / 2]) << 4)));
+    }
+}
+
+fn quantize_q6k(blk: &[f32], out: &mut Vec<u8>) {
+    let group_max: Vec<f32> = blk.chunks_exact(16).map(signed_max).collect();
     let amax = group_max.iter().fold(0f32, |a, v| a.max(v.abs()));
     let d = f16::from_f32(amax / 32.0 / 127.0);
     let scales: Vec<i8> =

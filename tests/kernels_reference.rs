@@ -37,7 +37,7 @@ impl Rng {
     }
 }
 
-const WEIGHT_TYPES: [DType; 12] = pagoda::gpu::shader::WEIGHT_DTYPES;
+const WEIGHT_TYPES: &[DType] = &pagoda::gpu::shader::WEIGHT_DTYPES;
 
 fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> (Weight, Vec<f32>) {
     let bytes = quantize(dtype, &Rng::new(seed).vec(rows * cols));
@@ -65,7 +65,7 @@ fn assert_dot_close(got: f32, x: &[f32], w: &[f32], what: &str) {
 
 #[test]
 fn linear_matches_dequantized_f64_reference() {
-    for dtype in WEIGHT_TYPES {
+    for &dtype in WEIGHT_TYPES {
         let b = dtype.block_len();
         let shapes: &[(usize, usize, usize)] = if b == 256 {
             &[(1, 256, 1), (3, 768, 5), (5, 512, 70), (1, 1280, 33)]
@@ -90,7 +90,7 @@ fn linear_matches_dequantized_f64_reference() {
 
 #[test]
 fn linear_rows_are_bitwise_independent_of_the_batch() {
-    for dtype in WEIGHT_TYPES {
+    for &dtype in WEIGHT_TYPES {
         let (k, n) = if dtype.block_len() == 256 { (512, 45) } else { (96, 45) };
         let (w, _) = weight(dtype, n, k, 7);
         let batch = Rng::new(8).vec(64 * k);
@@ -144,7 +144,7 @@ fn weight_above_the_binding_limit_is_split_and_still_correct() {
 #[test]
 fn embedding_gathers_dequantized_rows() {
     let c = ctx();
-    for dtype in WEIGHT_TYPES {
+    for &dtype in WEIGHT_TYPES {
         let (vocab, d) = match dtype.block_len() {
             256 => (40, 512),
             32 => (40, 96),

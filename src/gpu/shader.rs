@@ -72,7 +72,7 @@ pub const MAX_BLOCK_SIZE: u32 = 64;
 /// Row tiles the linear kernels are built with: 1 for decode, 4 for prefill.
 pub const LINEAR_ROW_TILES: [u32; 2] = [1, 4];
 /// Weight element types the linear and embedding kernels read.
-pub const WEIGHT_DTYPES: [DType; 12] = [
+pub const WEIGHT_DTYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -85,6 +85,9 @@ pub const WEIGHT_DTYPES: [DType; 12] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::Q2K,
+    DType::Q3K,
+    DType::IQ4XS,
 ];
 
 /// One specialisation of one kernel family.
@@ -134,13 +137,15 @@ pub enum KernelVariant {
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
 /// after the shared pieces the format uses: `w8.wgsl` (the W8/W32 types), `wbits.wgsl` (bit
-/// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), and
+/// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl`
+/// (the IQ4 table), and
 /// `wblock_groups.wgsl` (a block as four groups) for formats without a `w_block` of their own.
 fn weight_snippet(dtype: DType) -> String {
     let w8 = include_str!("../../shaders/w8.wgsl");
     let groups = include_str!("../../shaders/wblock_groups.wgsl");
     let bits = include_str!("../../shaders/wbits.wgsl");
     let k_scales = include_str!("../../shaders/wk_scales.wgsl");
+    let iq4 = include_str!("../../shaders/wiq4.wgsl");
     let parts: &[&str] = match dtype {
         DType::F32 => &[w8, include_str!("../../shaders/wfmt_f32.wgsl"), groups],
         DType::F16 => &[w8, include_str!("../../shaders/wfmt_f16.wgsl"), groups],
@@ -150,10 +155,13 @@ fn weight_snippet(dtype: DType) -> String {
         DType::Q4_1 => &[w8, bits, include_str!("../../shaders/wfmt_q4_1.wgsl")],
         DType::Q5_0 => &[w8, bits, include_str!("../../shaders/wfmt_q5_0.wgsl")],
         DType::Q5_1 => &[w8, bits, include_str!("../../shaders/wfmt_q5_1.wgsl")],
-        DType::IQ4NL => &[w8, bits, include_str!("../../shaders/wfmt_iq4_nl.wgsl")],
+        DType::IQ4NL => &[w8, bits, iq4, include_str!("../../shaders/wfmt_iq4_nl.wgsl")],
         DType::Q4K => &[w8, bits, k_scales, include_str!("../../shaders/wfmt_q4_k.wgsl"), groups],
         DType::Q5K => &[w8, bits, k_scales, include_str!("../../shaders/wfmt_q5_k.wgsl"), groups],
         DType::Q6K => &[w8, bits, include_str!("../../shaders/wfmt_q6_k.wgsl"), groups],
+        DType::Q2K => &[w8, bits, include_str!("../../shaders/wfmt_q2_k.wgsl"), groups],
+        DType::Q3K => &[w8, bits, include_str!("../../shaders/wfmt_q3_k.wgsl"), groups],
+        DType::IQ4XS => &[w8, bits, iq4, include_str!("../../shaders/wfmt_iq4_xs.wgsl"), groups],
     };
     parts.concat()
 }

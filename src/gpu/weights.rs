@@ -19,7 +19,8 @@ pub(crate) struct WeightPart {
 /// an even length; Q4_1, Q5_1, Q4_K and Q5_K blocks as GGUF stores them (20, 24, 144 and 176
 /// bytes); Q8_0, Q4_0, Q5_0 and IQ4_NL blocks with two zero bytes after the f16 scale (36, 20,
 /// 24 and 20 bytes) so every block starts on a word; Q6_K blocks with their trailing f16 scale
-/// moved to the front and padded to a word (212 bytes).
+/// moved to the front and padded to a word (212 bytes), Q3_K likewise (112 bytes); Q2_K and
+/// IQ4_XS as GGUF stores them (84 and 136 bytes).
 #[derive(Debug, Clone)]
 pub struct Weight {
     name: String,
@@ -75,12 +76,17 @@ fn block_words(dtype: DType) -> usize {
         DType::Q4K => 36,
         DType::Q5K => 44,
         DType::Q6K => 53,
+        DType::Q2K => 21,
+        DType::Q3K => 28,
+        DType::IQ4XS => 34,
     }
 }
 
 fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
     match dtype {
-        DType::F32 | DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => out.extend_from_slice(row),
+        DType::F32 | DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K | DType::Q2K | DType::IQ4XS => {
+            out.extend_from_slice(row)
+        }
         DType::F16 | DType::BF16 => {
             out.extend_from_slice(row);
             if !row.len().is_multiple_of(4) {
@@ -94,11 +100,12 @@ fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
                 out.extend_from_slice(&block[2..]);
             }
         }
-        DType::Q6K => {
+        DType::Q6K | DType::Q3K => {
+            let scale_at = dtype.block_bytes() - 2;
             for block in row.chunks_exact(dtype.block_bytes()) {
-                out.extend_from_slice(&block[208..]);
+                out.extend_from_slice(&block[scale_at..]);
                 out.extend_from_slice(&[0, 0]);
-                out.extend_from_slice(&block[..208]);
+                out.extend_from_slice(&block[..scale_at]);
             }
         }
     }

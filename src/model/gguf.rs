@@ -78,7 +78,7 @@ pub enum GgufError {
     },
     /// A ggml tensor type that exists but pagoda does not load.
     #[error(
-        "tensor {name:?} has type {type_name}, which pagoda does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K)"
+        "tensor {name:?} has type {type_name}, which pagoda does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)"
     )]
     UnsupportedTensorType {
         /// The tensor.
@@ -275,10 +275,13 @@ pub fn ggml_type_id(dtype: DType) -> u32 {
         DType::Q5_0 => 6,
         DType::Q5_1 => 7,
         DType::Q8_0 => 8,
+        DType::Q2K => 10,
+        DType::Q3K => 11,
         DType::Q4K => 12,
         DType::Q5K => 13,
         DType::Q6K => 14,
         DType::IQ4NL => 20,
+        DType::IQ4XS => 23,
         DType::BF16 => 30,
     }
 }
@@ -292,10 +295,13 @@ fn dtype_of(type_id: u32) -> Option<DType> {
         6 => Some(DType::Q5_0),
         7 => Some(DType::Q5_1),
         8 => Some(DType::Q8_0),
+        10 => Some(DType::Q2K),
+        11 => Some(DType::Q3K),
         12 => Some(DType::Q4K),
         13 => Some(DType::Q5K),
         14 => Some(DType::Q6K),
         20 => Some(DType::IQ4NL),
+        23 => Some(DType::IQ4XS),
         30 => Some(DType::BF16),
         _ => None,
     }

@@ -1,0 +1,34 @@
+// Weight format IQ4_XS: GGUF super-blocks of 256 in 34 words: word 0 holds the f16 d (low half)
+// and scales_h (high half: two high bits per sub-block), word 1 scales_l (four low bits per
+// sub-block), words 2..33 the 128 bytes qs; sub-block j (32 weights) is bytes 16 j .. 16 j + 15
+// in Q4_0's nibble order, indexing wiq4.wgsl's table; w = (d scale) IQ4_VALUES[q].
+fn w_row_words(k: u32) -> u32 {
+    return k / 256u * 34u;
+}
+
+// d times the signed 6-bit scale of sub-block j of the super-block at `base`.
+fn iq4xs_scale(base: u32, j: u32) -> f32 {
+    let w0 = W[base];
+    let high = (w0 >> (16u + 2u * j)) & 3u;
+    let low = (W[base + 1u] >> (4u * j)) & 15u;
+    return unpack2x16float(w0).x * (f32(low | (high << 4u)) - 32.0);
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    let base = rb + k / 256u * 34u;
+    let j = k % 256u / 32u;
+    let jj = k % 32u;
+    let b = jj % 16u;
+    let q = (W[base + 2u + 4u * j + b / 4u] >> (8u * (b % 4u) + 4u * (jj / 16u))) & 15u;
+    return iq4xs_scale(base, j) * IQ4_VALUES[q];
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let base = rb + g / 32u * 34u;
+    let j = g % 32u / 4u;
+    let q = g % 4u;
+    let o = base + 2u + 4u * j + 2u * (q % 2u);
+    let shift = 4u * (q / 2u);
+    let dl = iq4xs_scale(base, j);
+    return W8(dl * iq4_values(W[o], shift), dl * iq4_values(W[o + 1u], shift));
+}

@@ -1,0 +1,33 @@
+// Weight format Q2_K: GGUF super-blocks of 256 in 21 words: words 0..3 the 16 scale bytes (per 16
+// weights: scale in the low nibble, minimum in the high one), words 4..19 the 64 bytes qs, word
+// 20 the f16 d (low half) and dmin (high half). Weight 128 h + 32 s + l is the two bits at 2 s of
+// qs[32 h + l]; w = (d sc) q - dmin m.
+fn w_row_words(k: u32) -> u32 {
+    return k / 256u * 21u;
+}
+
+// (d * scale, dmin * min) of weights 16 group .. 16 group + 15 of the super-block at `base`.
+fn q2k_scale(base: u32, group: u32) -> vec2<f32> {
+    let byte = (W[base + group / 4u] >> (8u * (group % 4u))) & 255u;
+    let dm = unpack2x16float(W[base + 20u]);
+    return vec2<f32>(dm.x * f32(byte & 15u), dm.y * f32(byte >> 4u));
+}
+
+// q of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
+fn q2k_quad(base: u32, i: u32) -> vec4<f32> {
+    return q2_quad(W[base + 4u + (32u * (i / 128u) + i % 32u) / 4u], 2u * (i % 128u / 32u));
+}
+
+fn w_elem(rb: u32, k: u32) -> f32 {
+    let base = rb + k / 256u * 21u;
+    let i = k % 256u;
+    let s = q2k_scale(base, i / 16u);
+    return s.x * q2k_quad(base, i - i % 4u)[i % 4u] - s.y;
+}
+
+fn w_group(rb: u32, g: u32) -> W8 {
+    let base = rb + g / 32u * 21u;
+    let i = g % 32u * 8u;
+    let s = q2k_scale(base, i / 16u);
+    return W8(s.x * q2k_quad(base, i) - s.y, s.x * q2k_quad(base, i + 4u) - s.y);
+}
