@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use pagoda::engine::bench::run_engine_workload;
 use pagoda::executor::sim::SimConfig;
 use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
-use pagoda::gpu::{BackendChoice, FeatureMask, GpuContext, GpuOptions};
+use pagoda::gpu::{BackendChoice, FeatureMask, GpuContext, GpuOptions, resident_bytes};
+use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
 use pagoda::{
     CacheConfig, ChatMessage, CompletionOutput, Engine, EngineConfig, ExecutorKind, KvCacheDtype, Prompt,
@@ -604,7 +605,28 @@ fn info(args: InfoArgs) -> Result<(), String> {
         c.tie_word_embeddings,
         if model.chat_template.is_some() { "yes" } else { "no" },
     );
+    print_weight_types(&model.weights);
     Ok(())
+}
+
+/// The stored weight types with their tensor counts, bytes in the file and bytes on the GPU
+/// (weights stay in their stored type there, blocks padded to whole words).
+fn print_weight_types(weights: &WeightFile) {
+    let mut by_type: std::collections::BTreeMap<&str, (usize, u64, u64)> = Default::default();
+    for tensor in weights.tensors() {
+        let cols = tensor.shape.last().copied().unwrap_or(1).max(1);
+        let rows = tensor.num_elements() / cols;
+        let entry = by_type.entry(tensor.dtype.name()).or_default();
+        entry.0 += 1;
+        entry.1 += tensor.data.len() as u64;
+        entry.2 += resident_bytes(tensor.dtype, rows, cols);
+    }
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let (count, file, gpu) = by_type.values().fold((0, 0, 0), |a, v| (a.0 + v.0, a.1 + v.1, a.2 + v.2));
+    println!("  weights: {count} tensors, {:.1} MiB in the file, {:.1} MiB on the GPU", mib(file), mib(gpu));
+    for (name, (count, file, gpu)) in by_type {
+        println!("    {name:<7} {count:>4} tensors {:>9.1} MiB file {:>9.1} MiB GPU", mib(file), mib(gpu));
+    }
 }
 
 /// Parses a byte count with an optional binary suffix (K, M, G, T; `iB`/`B` allowed).

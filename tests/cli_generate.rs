@@ -119,6 +119,9 @@ fn info_describes_the_model() {
     let text = String::from_utf8(output.stdout).unwrap();
     assert!(text.contains("architecture llama, 2 layers, hidden 64"), "{text}");
     assert!(text.contains("chat template yes"), "{text}");
+    // The tiny model: embedding, 2 × 9 layer tensors, the final norm, all f32.
+    assert!(text.contains("weights: 20 tensors"), "{text}");
+    assert!(text.contains("    f32       20 tensors"), "{text}");
 }
 
 #[test]

@@ -73,7 +73,7 @@ pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{KernelVariant, KvFormat, LinearPath};
 pub use step::{ReadbackId, Step, StepOutput};
 pub use tensor::{Elem, Tensor};
-pub use weights::Weight;
+pub use weights::{Weight, resident_bytes};
 
 /// Why a GPU operation failed.
 #[derive(Debug, thiserror::Error)]

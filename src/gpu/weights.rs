@@ -66,6 +66,12 @@ pub(crate) fn row_words(dtype: DType, cols: usize) -> usize {
     }
 }
 
+/// Bytes a `[rows, cols]` weight of `dtype` takes in GPU memory (quantized stays quantized;
+/// blocks are padded to whole words).
+pub fn resident_bytes(dtype: DType, rows: usize, cols: usize) -> u64 {
+    4 * (rows * row_words(dtype, cols)) as u64
+}
+
 /// u32 words per stored block of a quantized type.
 fn block_words(dtype: DType) -> usize {
     match dtype {

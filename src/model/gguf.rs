@@ -535,6 +535,15 @@ impl GgufFile {
             data: &self.map[info.file_offset..info.file_offset + info.num_bytes],
         })
     }
+
+    /// Every tensor of the file, in file order.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
+        self.tensors.iter().map(|t| TensorView {
+            dtype: t.dtype,
+            shape: &t.shape,
+            data: &self.map[t.file_offset..t.file_offset + t.num_bytes],
+        })
+    }
 }
 
 fn wrong_type(key: &str, expected: &'static str, found: &MetadataValue) -> GgufError {

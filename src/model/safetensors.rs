@@ -172,6 +172,15 @@ impl SafetensorsFiles {
         self.entries.contains_key(name)
     }
 
+    /// Every tensor of the checkpoint, in no particular order.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
+        self.entries.values().map(|e| TensorView {
+            dtype: e.dtype,
+            shape: &e.shape,
+            data: &self.maps[e.shard][e.start..e.end],
+        })
+    }
+
     /// The named tensor, or `MissingTensor`.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, SafetensorsError> {
         let e = self.entries.get(name).ok_or_else(|| SafetensorsError::MissingTensor(name.to_owned()))?;

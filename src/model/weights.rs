@@ -83,6 +83,14 @@ impl WeightFile {
         })
     }
 
+    /// Every tensor of the file(s).
+    pub fn tensors(&self) -> Box<dyn Iterator<Item = TensorView<'_>> + '_> {
+        match self {
+            Self::Gguf(g) => Box::new(g.tensors()),
+            Self::Safetensors(s) => Box::new(s.tensors()),
+        }
+    }
+
     fn has_tensor(&self, name: &str) -> bool {
         match self {
             Self::Gguf(g) => g.has_tensor(name),
