@@ -1,7 +1,9 @@
 //! Kernel throughput on the selected adapter (`PAGODA_*` env as for the engine).
 //!
 //! Linear layers at SmolLM2-135M's shapes for M = 1, 8, 32, 256 and weights in f32, f16, Q8_0
-//! and Q4_1; paged-attention decode at contexts 128, 1024, 4096 for batches of 1, 8, 32.
+//! and Q4_1; decode GEMV (M = 1) of the quantized types llama.cpp's mixes hold (Q4_1, Q5_0,
+//! Q4_K, Q5_K, Q6_K) at those shapes and at a 7B model's 4096 × 4096, its bytes the weights
+//! alone (so bytes/s reads as weight bandwidth); paged-attention decode at contexts 128, 1024, 4096 for batches of 1, 8, 32.
 //! Criterion's "elements" are FLOPs (so elem/s reads as FLOP/s) and its bytes are the weight
 //! (or KV) bytes plus activations each iteration touches. One iteration is one submitted step
 //! holding `reps` identical dispatches, so submit overhead is amortised.
@@ -65,6 +67,41 @@ fn bench_linear(c: &mut Criterion, ctx: &GpuContext) {
     group.finish();
 }
 
+/// Decode GEMV per quantized type: the default model's shapes whose rows make whole blocks
+/// (K-quants need K a multiple of 256: the 1536-wide down projection) and 4096 × 4096.
+fn bench_quantized_gemv(c: &mut Criterion, ctx: &GpuContext) {
+    let mut group = c.benchmark_group("gemv_quant");
+    group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    let shapes = LINEAR_SHAPES.into_iter().chain([(4096, 4096, "proj_7b")]);
+    for (k, n, name) in shapes {
+        for dtype in [DType::Q4_1, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+            if !k.is_multiple_of(dtype.block_len()) {
+                continue;
+            }
+            let bytes = quantize(dtype, &values(n * k));
+            let w = ctx.upload_weight(name, dtype, n, k, &bytes).expect("upload");
+            let x = ctx.upload_f32(&[1, k], &values(k)).expect("x");
+            let y = ctx.tensor(Elem::F32, &[1, n]).expect("y");
+            let flops = 2 * (n * k) as u64;
+            let reps = reps_for(flops);
+            group.throughput(Throughput::ElementsAndBytes {
+                elements: flops * reps as u64,
+                bytes: (bytes.len() * reps) as u64,
+            });
+            group.bench_function(BenchmarkId::new(dtype.name(), format!("{name}_k{k}_n{n}")), |b| {
+                b.iter(|| {
+                    let mut step = ctx.step();
+                    for _ in 0..reps {
+                        step.linear(&x, &w, &y).expect("linear");
+                    }
+                    black_box(step.submit().expect("submit"));
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
     let (heads, kv_heads, head_dim, block_size) = (9usize, 3usize, 64usize, 16usize);
     let mut group = c.benchmark_group("paged_attention_decode");
@@ -111,6 +148,7 @@ fn kernels(c: &mut Criterion) {
     let caps = ctx.capabilities();
     eprintln!("{}\n{}", caps.device_summary(), caps.variant_summary());
     bench_linear(c, &ctx);
+    bench_quantized_gemv(c, &ctx);
     bench_attention(c, &ctx);
 }
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prints the path of llama.cpp's `llama-quantize`, building it once into the pagoda cache from
+# the llama.cpp vendored in the llama-cpp-python source distribution (pinned below; a CPU
+# build of that one target, a few minutes on two cores). Needs a C++ compiler; installs the
+# `cmake` Python package when no cmake is on PATH.
+set -euo pipefail
+version=0.3.36
+cache="${PAGODA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pagoda}"
+tools="$cache/tools"
+binary="$tools/llama-quantize-$version"
+if [ ! -x "$binary" ]; then
+    mkdir -p "$tools"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    if ! command -v cmake >/dev/null; then
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore cmake >&2
+    fi
+    sdist="$tools/llama_cpp_python-$version.tar.gz"
+    if [ ! -f "$sdist" ]; then
+        echo "llama-quantize: downloading llama-cpp-python==$version (source, about 75 MB)" >&2
+        # pip prepares the metadata of a source distribution with its build backend.
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore scikit-build-core >&2
+        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python --no-build-isolation \
+            --dest "$tmp" "llama-cpp-python==$version" >&2
+        mv "$tmp/llama_cpp_python-$version.tar.gz" "$sdist"
+    fi
+    tar -xzf "$sdist" -C "$tmp"
+    src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
+    echo "llama-quantize: building (a few minutes)" >&2
+    cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DBUILD_SHARED_LIBS=OFF >/dev/null
+    cmake --build "$tmp/build" --target llama-quantize -j "$(nproc)" >/dev/null
+    cp "$tmp/build/bin/llama-quantize" "$binary"
+fi
+echo "$binary"
