@@ -235,7 +235,7 @@ mod tests {
         let text = render(&metrics, &exposition(MetricsPrefix::Pagoda));
         let label = "model_name=\"m\\\"x\",engine=\"0\"";
         for line in [
-            format!("# TYPE pagoda:prompt_tokens_total counter"),
+            "# TYPE pagoda:prompt_tokens_total counter".to_owned(),
             format!("pagoda:prompt_tokens_total{{{label}}} 12"),
             format!("pagoda:num_preemptions_total{{{label}}} 3"),
             format!("pagoda:kv_cache_usage_perc{{{label}}} 0.25"),

@@ -45,13 +45,13 @@ impl Default for KvEventsConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KvEventsConfigError {
     /// Not JSON of the expected shape.
-    #[error("--kv-events-config is not a valid KVEventsConfig JSON object: {0}")]
+    #[error("not a valid KVEventsConfig JSON object: {0}")]
     Json(String),
     /// An unknown publisher.
-    #[error("--kv-events-config: publisher {0:?} is unknown; use \"zmq\" or \"null\"")]
+    #[error("KVEventsConfig: publisher {0:?} is unknown; use \"zmq\" or \"null\"")]
     Publisher(String),
     /// An endpoint that is not `tcp://host:port`.
-    #[error("--kv-events-config: {field} {endpoint:?} is not a tcp://HOST:PORT endpoint")]
+    #[error("KVEventsConfig: {field} {endpoint:?} is not a tcp://HOST:PORT endpoint")]
     Endpoint {
         /// `endpoint` or `replay_endpoint`.
         field: &'static str,
@@ -59,7 +59,7 @@ pub enum KvEventsConfigError {
         endpoint: String,
     },
     /// A size that must be at least 1.
-    #[error("--kv-events-config: {0} must be at least 1")]
+    #[error("KVEventsConfig: {0} must be at least 1")]
     Zero(&'static str),
 }
 

@@ -161,11 +161,11 @@ struct Sender {
 
 impl Sender {
     async fn run(mut self, connect_to: Option<String>) {
-        if let Some(endpoint) = connect_to {
-            if let Err(error) = self.socket.connect(&endpoint).await {
-                tracing::error!(%endpoint, %error, "cannot connect the KV event publisher; no events will be sent");
-                return;
-            }
+        if let Some(endpoint) = connect_to
+            && let Err(error) = self.socket.connect(&endpoint).await
+        {
+            tracing::error!(%endpoint, %error, "cannot connect the KV event publisher; no events will be sent");
+            return;
         }
         let mut sequence: u64 = 0;
         while let Some(batch) = self.queue.pop().await {
