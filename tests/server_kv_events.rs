@@ -1,8 +1,8 @@
 //! KV-cache events on the wire: a Python subscriber (pyzmq + msgpack, as a router writes
 //! one) follows a server through a workload with evictions, preemptions and a prefix-cache
 //! reset; the set of cached hashes it rebuilds equals the pool's exactly, each with a token
-//! chain whose chained hash is that hash; sequence numbers have no gap and replay returns
-//! what was missed.
+//! chain whose chained hash is that hash; sequence numbers have no gap, and a replay from
+//! the first batch the subscriber lacks returns what it missed.
 //!
 //! Skipped (with a message) when `python3` lacks `zmq` or `msgpack`, unless
 //! `PAGODA_REQUIRE_PYTHON=1` (as `scripts/test.sh` sets it).
@@ -103,8 +103,8 @@ fn a_python_subscriber_rebuilds_exactly_the_cached_set_through_evictions_preempt
     assert!(subscriber.wait().unwrap().success());
 
     eprintln!(
-        "subscriber: {} batches, {} received live, {} missed and replayed; events {}",
-        report["num_batches"], report["num_live"], report["num_missed"], report["events"]
+        "subscriber: {} batches, {} received live, {} replayed from the first one it lacked; events {}",
+        report["num_batches"], report["num_live"], report["num_replayed"], report["events"]
     );
     let events = &report["events"];
     assert!(events["BlockStored"].as_u64().unwrap() > 0);
