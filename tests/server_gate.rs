@@ -103,7 +103,7 @@ fn past_the_deadline_a_drain_ends_streams_with_an_error_chunk() {
         })
         .collect();
     let plain = server.send("POST", "/v1/completions", Some(&completion(400, false)));
-    while server.state.num_in_flight() < 4 {
+    while server.state.engine().num_live_requests() < 4 {
         std::thread::yield_now();
     }
     assert_eq!(server.block_on(server.state.drain(Duration::ZERO)), 4);

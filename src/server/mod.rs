@@ -173,8 +173,9 @@ impl ServerState {
     }
 
     /// Stops admitting (new `/v1/*` requests get 503, `/health` 503), waits until the
-    /// requests in flight finish or `timeout` passes, then aborts what is left, whose streams
-    /// end with an error chunk. Returns how many requests it aborted.
+    /// requests in flight finish or `timeout` passes, then aborts what is left (and what a
+    /// handler admitted just before the drain adds later), whose streams end with an error
+    /// chunk. Returns how many requests were live at the deadline.
     pub async fn drain(&self, timeout: Duration) -> usize {
         self.draining.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
@@ -184,10 +185,12 @@ impl ServerState {
         let left = self.engine.num_live_requests();
         if left > 0 {
             tracing::warn!(requests = left, "shutdown deadline passed; aborting the requests in flight");
-            self.engine.abort_all();
-            while self.num_in_flight() > 0 {
-                tokio::time::sleep(DRAIN_POLL).await;
+        }
+        while self.num_in_flight() > 0 {
+            if self.engine.num_live_requests() > 0 {
+                self.engine.abort_all();
             }
+            tokio::time::sleep(DRAIN_POLL).await;
         }
         left
     }
