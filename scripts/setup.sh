@@ -2,8 +2,9 @@
 # Installs what pagoda needs on a fresh Debian/Ubuntu machine: a Vulkan driver when the
 # machine has none (Mesa's lavapipe runs on the CPU) and the default model.
 # With --test it also installs what the tests need: Xvfb and xwd for the visualizer's
-# window test, a C and C++ compiler for the C ABI's tests, and the `openai` Python package
-# for the client test.
+# window test, a C and C++ compiler for the C ABI's tests, the `openai` Python package for the
+# client test, `pyzmq` and `msgpack` for the KV-event subscriber test, and `prometheus-client`
+# for the metrics test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +33,8 @@ if [ "${1:-}" = "--test" ]; then
     if ! command -v cc >/dev/null || ! command -v c++ >/dev/null; then
         apt_install gcc g++ libc6-dev
     fi
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        openai pyzmq msgpack prometheus-client
 fi
 
 scripts/fetch-model.sh >/dev/null

@@ -5,8 +5,10 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh --test
 export PAGODA_MODEL_GGUF="$(scripts/fetch-model.sh)"
-# The visualizer's window test starts its own Xvfb; here it must not skip.
+# The visualizer's window test starts its own Xvfb, and the KV-event test its Python
+# subscriber; here neither may skip.
 export PAGODA_REQUIRE_XVFB=1
+export PAGODA_REQUIRE_PYTHON=1
 
 cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
@@ -22,6 +24,8 @@ PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
 # The official openai Python package against `pagoda serve` on the default model.
 cargo build --bin pagoda
 python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# vLLM's metric names through prometheus_client's parser.
+python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 
 # The C ABI: header current, C and C++ examples and misuse tests under AddressSanitizer,
 # the library without default features.

@@ -190,12 +190,15 @@ impl Engine {
         let model = ModelFiles::open(&path)?;
         fit_to_model(&mut config, &model);
         let executor: Box<dyn ModelExecutor + Send> = match config.executor {
-            ExecutorKind::Sim => Box::new(SimExecutor::new(SimConfig {
-                vocab_size: model.tokenizer.vocab_size() as u32,
-                eos_token_id: model.tokenizer.eos_token_id(),
-                seed: config.seed,
-                cost: CostModel::default(),
-            })?),
+            ExecutorKind::Sim => Box::new(
+                SimExecutor::new(SimConfig {
+                    vocab_size: model.tokenizer.vocab_size() as u32,
+                    eos_token_id: model.tokenizer.eos_token_id(),
+                    seed: config.seed,
+                    cost: CostModel::default(),
+                })?
+                .with_realtime(config.sim_realtime),
+            ),
             ExecutorKind::Wgpu => {
                 let context = GpuContext::new(&config.gpu)?;
                 let executor = WgpuExecutor::new(
@@ -254,6 +257,11 @@ impl Engine {
     /// Everything measured so far, with the scheduler's current stats.
     pub fn metrics(&self) -> EngineMetrics {
         EngineMetrics { scheduler: self.scheduler.stats(), ..self.metrics.clone() }
+    }
+
+    /// Forgets every cached block hash; refused (false) while any block is in use.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.scheduler.reset_prefix_cache()
     }
 
     /// True while some request is waiting or running.

@@ -60,6 +60,14 @@ enum KvDtypeArg {
     F32,
 }
 
+/// Metric name prefixes on the command line.
+#[cfg(feature = "server")]
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum MetricsPrefixArg {
+    Pagoda,
+    Vllm,
+}
+
 /// Executors on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ExecutorArg {
@@ -112,6 +120,9 @@ struct EngineArgs {
     /// The real model on the GPU, or the simulated model (tokenizer from --model).
     #[arg(long, value_enum, default_value_t = ExecutorArg::Wgpu)]
     executor: ExecutorArg,
+    /// With --executor sim, take each step's simulated time in wall-clock time.
+    #[arg(long)]
+    sim_realtime: bool,
     #[command(flatten)]
     gpu: GpuArgs,
 }
@@ -190,6 +201,7 @@ impl EngineArgs {
             max_waiting_requests: None,
             gpu: self.gpu.options()?,
             show_progress: std::io::stderr().is_terminal(),
+            sim_realtime: self.sim_realtime,
         })
     }
 }
@@ -317,8 +329,27 @@ struct ServeArgs {
     /// Seed for requests that bring none.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Metric names' prefix: `vllm` names every metric exactly as vLLM does.
+    #[arg(long, value_enum, default_value_t = MetricsPrefixArg::Pagoda)]
+    metrics_prefix: MetricsPrefixArg,
+    /// Publish KV-cache events: vLLM's KVEventsConfig as JSON, e.g.
+    /// '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"}'.
+    #[arg(long, value_parser = parse_kv_events_config)]
+    kv_events_config: Option<pagoda::server::kv_events::KvEventsConfig>,
+    /// Seconds a SIGTERM waits for requests in flight before aborting them.
+    #[arg(long, default_value_t = 25)]
+    shutdown_timeout: u64,
+    /// Requests to /v1/* must send `Authorization: Bearer KEY` (env PAGODA_API_KEY).
+    #[arg(long)]
+    api_key: Option<String>,
     #[command(flatten)]
     engine: EngineArgs,
+}
+
+/// `--kv-events-config`'s JSON, checked.
+#[cfg(feature = "server")]
+fn parse_kv_events_config(json: &str) -> Result<pagoda::server::kv_events::KvEventsConfig, String> {
+    pagoda::server::kv_events::KvEventsConfig::parse(json).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -493,23 +524,75 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     });
     config.model = Some(model_path);
     let engine = Engine::new(config).map_err(|e| e.to_string())?;
-    let state = std::sync::Arc::new(
-        pagoda::server::ServerState::new(engine, model_name.clone()).map_err(|e| e.to_string())?,
-    );
+    let options = pagoda::server::ServerOptions {
+        api_key: args
+            .api_key
+            .clone()
+            .or_else(|| std::env::var("PAGODA_API_KEY").ok())
+            .filter(|key| !key.is_empty()),
+        metrics_prefix: match args.metrics_prefix {
+            MetricsPrefixArg::Pagoda => pagoda::server::prometheus::MetricsPrefix::Pagoda,
+            MetricsPrefixArg::Vllm => pagoda::server::prometheus::MetricsPrefix::Vllm,
+        },
+        kv_events: args.kv_events_config.clone().unwrap_or_default(),
+    };
+    let shutdown_timeout = std::time::Duration::from_secs(args.shutdown_timeout);
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
+        let state = std::sync::Arc::new(
+            pagoda::server::ServerState::with_options(engine, model_name.clone(), options)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
         let address = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|e| format!("cannot listen on {address}: {e}"))?;
         tracing::info!(%address, model = %model_name, "serving the OpenAI API");
+        let (drained, stop) = tokio::sync::oneshot::channel();
+        let draining = std::sync::Arc::clone(&state);
+        tokio::spawn(async move {
+            termination().await;
+            tracing::info!(
+                timeout_s = shutdown_timeout.as_secs(),
+                "draining: no new requests; finishing those in flight"
+            );
+            let aborted = draining.drain(shutdown_timeout).await;
+            tracing::info!(aborted, "drained; shutting down");
+            let _ = drained.send(());
+        });
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            let _ = stop.await;
         };
-        pagoda::server::serve(listener, pagoda::server::router(state), shutdown)
+        pagoda::server::serve(listener, pagoda::server::router(std::sync::Arc::clone(&state)), shutdown)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        state.close_kv_events().await;
+        Ok(())
     })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+#[cfg(feature = "server")]
+async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch for SIGTERM; only Ctrl-C drains");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn bench(args: BenchArgs) -> Result<(), String> {

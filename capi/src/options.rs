@@ -98,6 +98,7 @@ impl EngineOptions {
                 linear_strategy: None,
             },
             show_progress: false,
+            sim_realtime: false,
         })
     }
 }

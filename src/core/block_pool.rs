@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::core::block_hash::BlockHash;
-use crate::core::events::{EventLog, KvEvent};
+use crate::core::events::{CacheEvent, EventLog, KvEvent};
 
 /// Index of a KV block in the pool; block 0 is the null block.
 pub type BlockId = u32;
@@ -166,6 +166,7 @@ pub struct BlockPool {
     cached: HashMap<BlockHash, Vec<BlockId>>,
     enable_caching: bool,
     events: EventLog,
+    cache_events: EventLog<CacheEvent>,
 }
 
 impl BlockPool {
@@ -175,7 +176,15 @@ impl BlockPool {
             .map(|id| KvBlock { block_id: id as BlockId, ref_cnt: 0, block_hash: None })
             .collect();
         let free_queue = FreeBlockQueue::new(num_blocks, (1..num_blocks).map(|id| id as BlockId));
-        Self { blocks, free_queue, cached: HashMap::new(), enable_caching, events }
+        let cache_events = EventLog::default();
+        Self { blocks, free_queue, cached: HashMap::new(), enable_caching, events, cache_events }
+    }
+
+    /// The log of changes to the set of cached hashes (off until started). The pool records
+    /// removals and resets; whoever enters blocks records what it stored (it knows their
+    /// tokens).
+    pub fn cache_event_log(&self) -> &EventLog<CacheEvent> {
+        &self.cache_events
     }
 
     /// Blocks in the pool, the null block included.
@@ -287,17 +296,29 @@ impl BlockPool {
 
     /// Removes a block's hash from the prefix cache; returns true when it had one.
     pub fn evict_hash(&mut self, id: BlockId) -> bool {
-        let Some(hash) = self.blocks[id as usize].block_hash.take() else {
+        let Some((hash, last)) = self.take_hash(id) else {
             return false;
         };
+        if last {
+            self.cache_events.emit(|| CacheEvent::Removed { block_hashes: vec![hash] });
+        }
+        true
+    }
+
+    /// Takes a block's hash out of the prefix cache: the hash, and whether no other block
+    /// holds it any more.
+    fn take_hash(&mut self, id: BlockId) -> Option<(BlockHash, bool)> {
+        let hash = self.blocks[id as usize].block_hash.take()?;
+        let mut last = false;
         if let Some(ids) = self.cached.get_mut(&hash) {
             ids.retain(|&other| other != id);
             if ids.is_empty() {
                 self.cached.remove(&hash);
+                last = true;
             }
         }
         self.events.emit(|| KvEvent::Evict { block_id: id, block_hash: hash });
-        true
+        Some((hash, last))
     }
 
     /// Moves a free block to the head of the free queue (it holds nothing worth keeping).
@@ -319,9 +340,10 @@ impl BlockPool {
             .map(|block| block.block_id)
             .collect();
         for id in hashed {
-            self.evict_hash(id);
+            self.take_hash(id);
         }
         self.cached.clear();
+        self.cache_events.emit(|| CacheEvent::Cleared);
         true
     }
 }
@@ -373,6 +395,22 @@ mod tests {
         assert_eq!(pool.get_new_blocks(3).unwrap(), vec![2, 3, 1]);
         assert_eq!(pool.get_cached_block(11), None);
         assert_eq!(pool.block(1).unwrap().block_hash, None);
+    }
+
+    #[test]
+    fn records_a_removal_when_the_last_block_of_a_hash_loses_it_and_one_clear_on_reset() {
+        let mut pool = BlockPool::new(5, true, EventLog::default());
+        pool.cache_event_log().start();
+        let got = pool.get_new_blocks(3).unwrap();
+        pool.cache_blocks([(got[0], 7), (got[1], 7), (got[2], 9)]);
+        pool.free_blocks(got.clone());
+        assert!(pool.evict_hash(got[0]));
+        assert!(pool.cache_event_log().take().is_empty());
+        assert!(pool.evict_hash(got[1]));
+        assert_eq!(pool.cache_event_log().take(), vec![CacheEvent::Removed { block_hashes: vec![7] }]);
+        assert!(pool.reset_prefix_cache());
+        assert_eq!(pool.cache_event_log().take(), vec![CacheEvent::Cleared]);
+        assert!(pool.cached_blocks().is_empty());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::block_hash::BlockHash;
 use crate::core::block_pool::BlockId;
 use crate::core::metrics::SchedulerStats;
-use crate::request::{FinishReason, RequestId, RequestStatus};
+use crate::request::{FinishReason, RequestId, RequestStatus, TokenId};
 
 /// One change to the KV cache or the queues.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,28 +97,61 @@ pub enum KvEvent {
     },
 }
 
+/// A change to the set of block hashes in the prefix cache, as a KV-cache-aware router
+/// tracks it (vLLM's `BlockStored`, `BlockRemoved` and `AllBlocksCleared`).
+///
+/// A hash is stored when it enters the cache (no block held it) and removed when its last
+/// block loses it, so replaying the events rebuilds exactly the set of cached hashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheEvent {
+    /// Consecutive full blocks of one request entered the prefix cache.
+    Stored {
+        /// Their hashes, in table order.
+        block_hashes: Vec<BlockHash>,
+        /// The hash of the block before the first one; `None` for a request's first block.
+        parent_block_hash: Option<BlockHash>,
+        /// Their tokens, `block_size` per block, in order.
+        token_ids: Vec<TokenId>,
+    },
+    /// These hashes left the prefix cache.
+    Removed {
+        /// The hashes.
+        block_hashes: Vec<BlockHash>,
+    },
+    /// The whole prefix cache was reset.
+    Cleared,
+}
+
 /// Where the core records its events: nowhere by default, at the cost of one relaxed atomic
 /// load per would-be event, or, once started, into a log that the scheduler's owner drains
-/// whenever it likes (through `Scheduler::event_log`). Recording is a push under an
+/// whenever it likes (through `Scheduler::event_log` for [`KvEvent`]s and
+/// `Scheduler::cache_event_log` for [`CacheEvent`]s). Recording is a push under an
 /// uncontended lock, so a watched engine pays next to nothing per event and nothing per step.
-#[derive(Clone, Default)]
-pub struct EventLog {
-    inner: Arc<LogInner>,
+#[derive(Clone)]
+pub struct EventLog<E = KvEvent> {
+    inner: Arc<LogInner<E>>,
 }
 
-#[derive(Default)]
-struct LogInner {
+struct LogInner<E> {
     recording: AtomicBool,
-    events: Mutex<Vec<KvEvent>>,
+    events: Mutex<Vec<E>>,
 }
 
-impl std::fmt::Debug for EventLog {
+impl<E> Default for EventLog<E> {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(LogInner { recording: AtomicBool::new(false), events: Mutex::new(Vec::new()) }),
+        }
+    }
+}
+
+impl<E> std::fmt::Debug for EventLog<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventLog").field("recording", &self.is_recording()).finish()
     }
 }
 
-impl EventLog {
+impl<E> EventLog<E> {
     /// Records every event from now on.
     pub fn start(&self) {
         self.inner.recording.store(true, Ordering::Relaxed);
@@ -136,7 +169,7 @@ impl EventLog {
     }
 
     /// Records the event built by `make`; builds nothing when not recording.
-    pub fn emit(&self, make: impl FnOnce() -> KvEvent) {
+    pub fn emit(&self, make: impl FnOnce() -> E) {
         if self.is_recording() {
             let event = make();
             self.events().push(event);
@@ -144,7 +177,7 @@ impl EventLog {
     }
 
     /// Every event recorded since the last call, in order.
-    pub fn take(&self) -> Vec<KvEvent> {
+    pub fn take(&self) -> Vec<E> {
         let mut events = self.events();
         if events.is_empty() {
             return Vec::new();
@@ -153,7 +186,7 @@ impl EventLog {
         std::mem::replace(&mut *events, Vec::with_capacity(capacity))
     }
 
-    fn events(&self) -> std::sync::MutexGuard<'_, Vec<KvEvent>> {
+    fn events(&self) -> std::sync::MutexGuard<'_, Vec<E>> {
         self.inner.events.lock().unwrap_or_else(|poison| poison.into_inner())
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::config::CacheConfig;
 use crate::core::block_pool::{BlockId, BlockPool};
-use crate::core::events::{EventLog, KvEvent};
+use crate::core::events::{CacheEvent, EventLog, KvEvent};
 use crate::core::id_map::IdMap;
 use crate::request::{Request, RequestId};
 
@@ -79,6 +79,12 @@ impl KvCacheManager {
     /// The block pool.
     pub fn pool(&self) -> &BlockPool {
         &self.pool
+    }
+
+    /// The log of changes to the set of cached hashes (off until started; the caller
+    /// drains it): blocks stored with their tokens, hashes removed, resets.
+    pub fn cache_event_log(&self) -> EventLog<CacheEvent> {
+        self.pool.cache_event_log().clone()
     }
 
     /// Blocks in the free queue.
@@ -180,6 +186,9 @@ impl KvCacheManager {
             return;
         }
         let range = table.num_cached_blocks..num_full_blocks;
+        if self.pool.cache_event_log().is_recording() {
+            record_stored(&self.pool, request, range.clone(), self.block_size);
+        }
         let pairs = range.clone().map(|i| (table.block_ids[i], request.block_hashes[i]));
         self.pool.cache_blocks(pairs);
         table.num_cached_blocks = num_full_blocks;
@@ -248,5 +257,26 @@ impl KvCacheManager {
             .filter(|&&id| self.pool.block(id).is_some_and(|block| block.ref_cnt == 0))
             .count();
         (num_new_blocks + free_hits <= self.pool.num_free_blocks()).then_some(num_new_blocks)
+    }
+}
+
+/// Records, before blocks `range` of `request` are entered into `pool`, one
+/// [`CacheEvent::Stored`] per run of consecutive blocks whose hash the cache does not hold
+/// yet, with the hash before the run as parent and the run's tokens.
+fn record_stored(pool: &BlockPool, request: &Request, range: std::ops::Range<usize>, block_size: usize) {
+    let is_new = |i: usize| !pool.cached_blocks().contains_key(&request.block_hashes[i]);
+    let mut start = range.start;
+    while start < range.end {
+        if !is_new(start) {
+            start += 1;
+            continue;
+        }
+        let end = (start..range.end).find(|&i| !is_new(i)).unwrap_or(range.end);
+        pool.cache_event_log().emit(|| CacheEvent::Stored {
+            block_hashes: request.block_hashes[start..end].to_vec(),
+            parent_block_hash: start.checked_sub(1).map(|parent| request.block_hashes[parent]),
+            token_ids: request.tokens(start * block_size..end * block_size),
+        });
+        start = end;
     }
 }

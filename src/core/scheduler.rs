@@ -8,7 +8,7 @@ use crate::config::{CacheConfig, InvalidBlockPolicy, SchedulerConfig, Scheduling
 use crate::core::block_hash::extend_block_hashes;
 use crate::core::block_pool::BlockId;
 use crate::core::events::{
-    BlockSnapshot, BlockState, CachedEntry, EventLog, KvEvent, KvSnapshot, RequestSnapshot,
+    BlockSnapshot, BlockState, CacheEvent, CachedEntry, EventLog, KvEvent, KvSnapshot, RequestSnapshot,
 };
 use crate::core::id_map::IdMap;
 use crate::core::kv_cache_manager::{CacheConfigError, ComputedBlocks, KvCacheManager};
@@ -449,6 +449,12 @@ impl Scheduler {
     /// A handle to the log of KV events (off until started; the caller drains it).
     pub fn event_log(&self) -> EventLog {
         self.events.clone()
+    }
+
+    /// A handle to the log of changes to the set of cached block hashes (off until started;
+    /// the caller drains it): what a KV-cache-aware router follows.
+    pub fn cache_event_log(&self) -> EventLog<CacheEvent> {
+        self.kv.cache_event_log()
     }
 
     /// The whole state of the cache and queues (O(blocks + requests); for observers).

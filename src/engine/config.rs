@@ -39,6 +39,10 @@ pub struct EngineConfig {
     pub gpu: GpuOptions,
     /// Draw progress bars while the model loads.
     pub show_progress: bool,
+    /// With the simulated executor, take each step's simulated time in wall-clock time (so
+    /// a simulated server's latencies look like a GPU's).
+    #[serde(default)]
+    pub sim_realtime: bool,
 }
 
 /// Builds an [`EngineConfig`] knob by knob; `Engine::builder()` starts one.

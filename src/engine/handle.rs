@@ -4,9 +4,12 @@
 //! channel, steps while any request is live, and sends each request's outputs to that
 //! request's stream. A stream dropped before its request finished aborts the request, so a
 //! client that goes away frees its KV blocks. The thread sleeps while nothing is live.
+//! When asked, it also hands each step's prefix-cache changes to a sink (a KV event
+//! publisher) on the same thread, so they arrive in order and nothing waits on a reader.
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -15,6 +18,7 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use super::metrics::EngineMetrics;
 use super::{CompletionOutput, Engine, EngineError, Prompt, RequestOutput};
+use crate::core::events::{CacheEvent, EventLog};
 use crate::request::{RequestId, TokenId};
 use crate::sampling::SamplingParams;
 
@@ -27,27 +31,53 @@ enum Command {
         reply: oneshot::Sender<Result<(RequestId, Vec<TokenId>), EngineError>>,
     },
     Abort(RequestId),
+    AbortAll,
+    Call(Box<dyn FnOnce(&mut Engine) + Send>),
     Shutdown,
 }
+
+/// Takes the prefix-cache changes of each engine step (or command) that made some, on the
+/// engine thread, in order; it must not block.
+pub type CacheEventSink = Box<dyn FnMut(Vec<CacheEvent>) + Send>;
 
 /// A handle to an engine running on its own thread; cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct AsyncEngine {
     commands: mpsc::Sender<Command>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    live: Arc<AtomicUsize>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl AsyncEngine {
     /// Moves `engine` onto a new thread named `pagoda-engine`.
     pub fn spawn(engine: Engine) -> std::io::Result<Self> {
+        Self::start(engine, None)
+    }
+
+    /// Like [`AsyncEngine::spawn`], and starts the engine's log of prefix-cache changes:
+    /// after every step (or command) that changed the set of cached blocks, `sink` gets
+    /// the changes on the engine thread.
+    pub fn spawn_with_cache_events(engine: Engine, sink: CacheEventSink) -> std::io::Result<Self> {
+        engine.scheduler().cache_event_log().start();
+        Self::start(engine, Some(sink))
+    }
+
+    fn start(engine: Engine, sink: Option<CacheEventSink>) -> std::io::Result<Self> {
         let (commands, receiver) = mpsc::channel();
         let metrics = Arc::new(Mutex::new(engine.metrics()));
-        let thread_metrics = Arc::clone(&metrics);
-        let thread = std::thread::Builder::new()
-            .name("pagoda-engine".into())
-            .spawn(move || EngineThread::new(engine, thread_metrics).run(&receiver))?;
-        Ok(Self { commands, metrics, thread: Mutex::new(Some(thread)) })
+        let live = Arc::new(AtomicUsize::new(0));
+        let engine_log = engine.scheduler().cache_event_log();
+        let thread = EngineThread {
+            engine,
+            streams: HashMap::new(),
+            metrics: Arc::clone(&metrics),
+            live: Arc::clone(&live),
+            cache_events: sink.map(|sink| (engine_log, sink)),
+        };
+        let thread =
+            std::thread::Builder::new().name("pagoda-engine".into()).spawn(move || thread.run(&receiver))?;
+        Ok(Self { commands, metrics, live, thread: Mutex::new(Some(thread)) })
     }
 
     /// Queues a request and returns the stream of its outputs.
@@ -74,6 +104,30 @@ impl AsyncEngine {
     pub fn abort(&self, request_id: RequestId) {
         // A stopped engine has no requests left to abort.
         let _ = self.commands.send(Command::Abort(request_id));
+    }
+
+    /// Aborts every live request; their streams end with an `abort` output.
+    pub fn abort_all(&self) {
+        let _ = self.commands.send(Command::AbortAll);
+    }
+
+    /// Requests added and not yet finished (their streams have outputs still to come).
+    pub fn num_live_requests(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` on the engine between two steps and returns what it returns, e.g.
+    /// `engine.call(|engine| engine.reset_prefix_cache())`.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Engine) -> R + Send + 'static,
+    ) -> Result<R, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Call(Box::new(move |engine: &mut Engine| {
+            let _ = reply.send(f(engine));
+        }));
+        self.commands.send(command).map_err(|_| EngineError::Stopped)?;
+        answer.await.map_err(|_| EngineError::Stopped)
     }
 
     /// The metrics after the engine thread's latest step or command.
@@ -116,6 +170,8 @@ impl std::fmt::Debug for Command {
         match self {
             Self::Add { prompt, .. } => f.debug_struct("Add").field("prompt", prompt).finish_non_exhaustive(),
             Self::Abort(id) => f.debug_tuple("Abort").field(id).finish(),
+            Self::AbortAll => f.write_str("AbortAll"),
+            Self::Call(_) => f.write_str("Call"),
             Self::Shutdown => f.write_str("Shutdown"),
         }
     }
@@ -184,13 +240,11 @@ struct EngineThread {
     engine: Engine,
     streams: HashMap<RequestId, tokio_mpsc::UnboundedSender<RequestOutput>>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    live: Arc<AtomicUsize>,
+    cache_events: Option<(EventLog<CacheEvent>, CacheEventSink)>,
 }
 
 impl EngineThread {
-    fn new(engine: Engine, metrics: Arc<Mutex<EngineMetrics>>) -> Self {
-        Self { engine, streams: HashMap::new(), metrics }
-    }
-
     /// Handles commands and steps until shut down or every handle is gone.
     fn run(mut self, commands: &mpsc::Receiver<Command>) {
         loop {
@@ -225,6 +279,18 @@ impl EngineThread {
             if changed {
                 self.publish_metrics();
             }
+            self.publish_cache_events();
+            self.live.store(self.streams.len(), Ordering::Release);
+        }
+    }
+
+    /// Hands the prefix-cache changes made since the last call to the sink.
+    fn publish_cache_events(&mut self) {
+        if let Some((log, sink)) = &mut self.cache_events {
+            let events = log.take();
+            if !events.is_empty() {
+                sink(events);
+            }
         }
     }
 
@@ -242,13 +308,15 @@ impl EngineThread {
                     Ok((request_id, prompt_token_ids))
                 });
                 let request_id = added.as_ref().ok().map(|&(id, _)| id);
-                let delivered = reply.send(added).is_ok();
+                // Live before the caller hears of it, so a drain never misses it.
                 if let Some(request_id) = request_id {
-                    if delivered {
-                        self.streams.insert(request_id, outputs);
-                    } else {
-                        self.engine.abort(request_id);
-                    }
+                    self.streams.insert(request_id, outputs);
+                    self.live.store(self.streams.len(), Ordering::Release);
+                }
+                let delivered = reply.send(added).is_ok();
+                if let Some(request_id) = request_id.filter(|_| !delivered) {
+                    self.streams.remove(&request_id);
+                    self.engine.abort(request_id);
                 }
             }
             Command::Abort(request_id) => {
@@ -256,6 +324,16 @@ impl EngineThread {
                     self.route(output);
                 }
             }
+            Command::AbortAll => {
+                let mut ids: Vec<RequestId> = self.streams.keys().copied().collect();
+                ids.sort_unstable();
+                for request_id in ids {
+                    if let Some(output) = self.engine.abort(request_id) {
+                        self.route(output);
+                    }
+                }
+            }
+            Command::Call(f) => f(&mut self.engine),
             Command::Shutdown => return false,
         }
         true

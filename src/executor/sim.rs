@@ -101,6 +101,7 @@ pub struct SimExecutor {
     sequences: HashMap<RequestId, SimSequence>,
     elapsed_s: f64,
     last_step_s: f64,
+    realtime: bool,
 }
 
 impl SimExecutor {
@@ -112,7 +113,13 @@ impl SimExecutor {
         if let Some(eos) = config.eos_token_id.filter(|&eos| eos >= config.vocab_size) {
             return Err(SimConfigError::EosOutsideVocab { eos, vocab_size: config.vocab_size });
         }
-        Ok(Self { config, sequences: HashMap::new(), elapsed_s: 0.0, last_step_s: 0.0 })
+        Ok(Self { config, sequences: HashMap::new(), elapsed_s: 0.0, last_step_s: 0.0, realtime: false })
+    }
+
+    /// Makes every step also take its simulated time in wall-clock time (it sleeps).
+    pub fn with_realtime(mut self, realtime: bool) -> Self {
+        self.realtime = realtime;
+        self
     }
 
     /// Its configuration.
@@ -228,6 +235,9 @@ impl ModelExecutor for SimExecutor {
         self.last_step_s =
             self.config.cost.step_seconds(scheduler_output.total_num_scheduled_tokens, num_kv_tokens_read);
         self.elapsed_s += self.last_step_s;
+        if self.realtime {
+            std::thread::sleep(std::time::Duration::from_secs_f64(self.last_step_s));
+        }
         Ok(output)
     }
 }

@@ -6,23 +6,60 @@
 //! client that disconnects drops its stream and the engine aborts the request and frees
 //! its KV blocks. A full waiting queue answers 503, bad JSON or parameters 400, both with
 //! an OpenAI-style error body.
+//!
+//! For routers in front of many replicas (llm-d, the Gateway API Inference Extension):
+//! vLLM's metric names ([`prometheus::MetricsPrefix::Vllm`]), vLLM's KV-cache events over
+//! ZeroMQ ([`kv_events`]), an API key on `/v1/*`, and a graceful drain
+//! ([`ServerState::drain`]): new requests get 503 and `/health` turns unhealthy while the
+//! requests in flight finish.
 
 pub mod error;
+mod gate;
+pub mod kv_events;
 pub mod openai;
 pub mod prometheus;
 mod routes;
 mod streaming;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
+use self::kv_events::{KvEventPublisher, KvEventsConfig, KvEventsConfigError, KvEventsError, PublisherKind};
+use self::prometheus::{CacheInfo, MetricsPrefix};
 use crate::engine::Engine;
 use crate::engine::handle::AsyncEngine;
 use crate::model::Tokenizer;
+
+/// How the server presents itself besides the OpenAI API.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// The key `/v1/*` requests must bring as `Authorization: Bearer <key>`; `None` leaves
+    /// them open. `/health` and `/metrics` are always open.
+    pub api_key: Option<String>,
+    /// The prefix of the metric names.
+    pub metrics_prefix: MetricsPrefix,
+    /// KV-cache event publishing (off by default).
+    pub kv_events: KvEventsConfig,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The engine thread could not be started.
+    #[error("cannot start the engine thread: {0}")]
+    Spawn(#[from] std::io::Error),
+    /// The KV event configuration is invalid.
+    #[error(transparent)]
+    KvEventsConfig(#[from] KvEventsConfigError),
+    /// The KV event sockets could not be set up.
+    #[error(transparent)]
+    KvEvents(#[from] KvEventsError),
+}
 
 /// Everything the handlers share.
 #[derive(Debug)]
@@ -33,20 +70,75 @@ pub struct ServerState {
     max_model_len: usize,
     created: u64,
     next_id: AtomicU64,
+    api_key: Option<String>,
+    metrics_prefix: MetricsPrefix,
+    cache_info: CacheInfo,
+    kv_events: Option<KvEventPublisher>,
+    draining: AtomicBool,
+    admitting: AtomicUsize,
 }
 
 impl ServerState {
-    /// Moves `engine` onto its own thread and serves it as `model_name`.
+    /// Moves `engine` onto its own thread and serves it as `model_name`, with the default
+    /// options.
     pub fn new(engine: Engine, model_name: impl Into<String>) -> std::io::Result<Self> {
+        Self::build(engine, model_name.into(), ServerOptions::default(), None)
+    }
+
+    /// Like [`ServerState::new`] with `options`; starts the KV event publisher when they
+    /// ask for one (so it must run inside a Tokio runtime).
+    pub async fn with_options(
+        engine: Engine,
+        model_name: impl Into<String>,
+        options: ServerOptions,
+    ) -> Result<Self, ServerError> {
+        let publisher = match options.kv_events.kind()? {
+            PublisherKind::Zmq => {
+                let block_size = engine.scheduler().kv_cache_manager().block_size();
+                let publisher = KvEventPublisher::start(&options.kv_events, block_size).await?;
+                tracing::info!(
+                    endpoint = publisher.endpoint(),
+                    replay = publisher.replay_endpoint(),
+                    "publishing KV cache events"
+                );
+                Some(publisher)
+            }
+            PublisherKind::Off | PublisherKind::Null => None,
+        };
+        Ok(Self::build(engine, model_name.into(), options, publisher)?)
+    }
+
+    fn build(
+        engine: Engine,
+        model_name: String,
+        options: ServerOptions,
+        publisher: Option<KvEventPublisher>,
+    ) -> std::io::Result<Self> {
         let tokenizer = Arc::clone(engine.tokenizer());
         let max_model_len = engine.scheduler().config().max_model_len;
+        let kv = engine.scheduler().kv_cache_manager();
+        let cache_info = CacheInfo {
+            block_size: kv.block_size(),
+            num_gpu_blocks: kv.pool().num_blocks(),
+            enable_prefix_caching: kv.enable_caching(),
+        };
+        let engine = match &publisher {
+            Some(publisher) => AsyncEngine::spawn_with_cache_events(engine, publisher.sink())?,
+            None => AsyncEngine::spawn(engine)?,
+        };
         Ok(Self {
-            engine: AsyncEngine::spawn(engine)?,
+            engine,
             tokenizer,
-            model_name: model_name.into(),
+            model_name,
             max_model_len,
             created: unix_seconds(),
             next_id: AtomicU64::new(0),
+            api_key: options.api_key,
+            metrics_prefix: options.metrics_prefix,
+            cache_info,
+            kv_events: publisher,
+            draining: AtomicBool::new(false),
+            admitting: AtomicUsize::new(0),
         })
     }
 
@@ -60,18 +152,80 @@ impl ServerState {
         &self.model_name
     }
 
+    /// The KV event PUB endpoint (with its bound port), when events are published.
+    pub fn kv_events_endpoint(&self) -> Option<String> {
+        self.kv_events.as_ref().map(|publisher| publisher.endpoint().to_owned())
+    }
+
+    /// The KV event replay endpoint (with its bound port), when there is one.
+    pub fn kv_events_replay_endpoint(&self) -> Option<String> {
+        self.kv_events.as_ref().and_then(|publisher| publisher.replay_endpoint().map(str::to_owned))
+    }
+
+    /// True once a drain has begun: `/v1/*` answers 503 and `/health` is unhealthy.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Requests in flight: those being admitted and those the engine has not finished.
+    pub fn num_in_flight(&self) -> usize {
+        self.admitting.load(Ordering::SeqCst) + self.engine.num_live_requests()
+    }
+
+    /// Stops admitting (new `/v1/*` requests get 503, `/health` 503), waits until the
+    /// requests in flight finish or `timeout` passes, then aborts what is left (and what a
+    /// handler admitted just before the drain adds later), whose streams end with an error
+    /// chunk. Returns how many requests were live at the deadline.
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        self.draining.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + timeout;
+        while self.num_in_flight() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        let left = self.engine.num_live_requests();
+        if left > 0 {
+            tracing::warn!(requests = left, "shutdown deadline passed; aborting the requests in flight");
+        }
+        while self.num_in_flight() > 0 {
+            if self.engine.num_live_requests() > 0 {
+                self.engine.abort_all();
+            }
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        left
+    }
+
+    /// Waits until the KV events of every step so far are sent (or dropped); call it after
+    /// [`AsyncEngine::call`], which returns once the engine handed over what came before.
+    pub async fn flush_kv_events(&self) {
+        if let Some(publisher) = &self.kv_events {
+            publisher.flush().await;
+        }
+    }
+
+    /// Sends the KV events still queued and closes the event sockets.
+    pub async fn close_kv_events(&self) {
+        if let Some(publisher) = &self.kv_events {
+            publisher.close().await;
+        }
+    }
+
     /// A fresh response id with `prefix`.
     fn next_response_id(&self, prefix: &str) -> String {
         format!("{prefix}-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 }
 
-/// The server's routes over `state`.
+/// How often a drain looks at the requests in flight.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
+
+/// The server's routes over `state`: `/v1/*` behind the API key and the drain gate.
 pub fn router(state: Arc<ServerState>) -> Router {
     Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/v1/models", get(routes::models))
+        .route_layer(from_fn_with_state(Arc::clone(&state), gate::gate))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
         .with_state(state)

@@ -1,72 +1,122 @@
-//! `/metrics` in the Prometheus text format, named as vLLM names its metrics (with a
-//! `pagoda:` prefix where vLLM has `vllm:`), so dashboards built for vLLM read them.
+//! `/metrics` in the Prometheus text format, named as vLLM names its metrics — under a
+//! `pagoda:` prefix by default, or exactly vLLM's `vllm:` names (`--metrics-prefix vllm`) so
+//! that routers and dashboards built for vLLM (the Gateway API Inference Extension's endpoint
+//! picker, llm-d) read a pagoda replica unchanged. Series carry vLLM's `model_name` and
+//! `engine` labels.
 
 use std::fmt::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::engine::metrics::{EngineMetrics, Histogram};
 
-/// The Prometheus exposition of `metrics`, every series labelled with `model_name`.
-pub fn render(metrics: &EngineMetrics, model_name: &str) -> String {
-    let label = format!("model_name=\"{}\"", escape_label(model_name));
-    let scheduler = &metrics.scheduler;
-    let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, value: f64| {
-        let _ = writeln!(
-            out,
-            "# HELP pagoda:{name} {help}\n# TYPE pagoda:{name} gauge\npagoda:{name}{{{label}}} {value}"
-        );
+/// The prefix of every metric name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricsPrefix {
+    /// `pagoda:`.
+    #[default]
+    Pagoda,
+    /// `vllm:`, vLLM's own names.
+    Vllm,
+}
+
+impl MetricsPrefix {
+    /// The prefix without its colon.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pagoda => "pagoda",
+            Self::Vllm => "vllm",
+        }
+    }
+}
+
+/// The KV cache's shape, for `cache_config_info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheInfo {
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Blocks in the pool, the null block included.
+    pub num_gpu_blocks: usize,
+    /// Whether full blocks are shared by prefix.
+    pub enable_prefix_caching: bool,
+}
+
+/// What `/metrics` shows besides the engine's metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exposition<'a> {
+    /// The names' prefix.
+    pub prefix: MetricsPrefix,
+    /// The served model's name (the `model_name` label).
+    pub model_name: &'a str,
+    /// The KV cache's shape.
+    pub cache: CacheInfo,
+    /// KV event batches dropped because the publisher lagged, when events are published.
+    pub kv_events_dropped: Option<u64>,
+}
+
+/// The Prometheus exposition of `metrics`.
+pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
+    let mut out = Writer {
+        out: String::new(),
+        prefix: exposition.prefix.as_str(),
+        labels: format!("model_name=\"{}\",engine=\"0\"", escape_label(exposition.model_name)),
     };
-    gauge(
+    let scheduler = &metrics.scheduler;
+    out.gauge(
         "num_requests_running",
         "Number of requests in model execution batches.",
         scheduler.num_running as f64,
     );
-    gauge(
+    out.gauge(
         "num_requests_waiting",
         "Number of requests waiting to be processed.",
         scheduler.num_waiting as f64,
     );
-    gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", scheduler.kv_cache_usage);
+    out.gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", scheduler.kv_cache_usage);
+    out.gauge(
+        "gpu_cache_usage_perc",
+        "GPU KV-cache usage. 1 means 100 percent usage (the name vLLM used before kv_cache_usage_perc).",
+        scheduler.kv_cache_usage,
+    );
 
-    let counters = [
-        (
-            "prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            scheduler.prefix_cache.queries,
-        ),
-        (
-            "prefix_cache_hits",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            scheduler.prefix_cache.hits,
-        ),
-        ("num_preemptions", "Cumulative number of preemptions from the engine.", scheduler.num_preemptions),
-        (
-            "num_recomputed_tokens",
-            "Tokens computed again after preemption or invalid blocks.",
-            scheduler.num_recomputed_tokens,
-        ),
-        ("prompt_tokens", "Number of prefill tokens processed.", metrics.prompt_tokens),
-        ("generation_tokens", "Number of generation tokens processed.", metrics.generation_tokens),
-    ];
-    for (name, help, value) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP pagoda:{name}_total {help}\n# TYPE pagoda:{name}_total counter\npagoda:{name}_total{{{label}}} {value}"
+    out.counter(
+        "prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        scheduler.prefix_cache.queries,
+    );
+    out.counter(
+        "prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        scheduler.prefix_cache.hits,
+    );
+    out.counter(
+        "num_preemptions",
+        "Cumulative number of preemptions from the engine.",
+        scheduler.num_preemptions,
+    );
+    out.counter(
+        "num_recomputed_tokens",
+        "Tokens computed again after preemption or invalid blocks.",
+        scheduler.num_recomputed_tokens,
+    );
+    out.counter("prompt_tokens", "Number of prefill tokens processed.", metrics.prompt_tokens);
+    out.counter("generation_tokens", "Number of generation tokens processed.", metrics.generation_tokens);
+    if let Some(dropped) = exposition.kv_events_dropped {
+        out.counter(
+            "kv_events_dropped_batches",
+            "KV-cache event batches dropped because the publisher lagged max_queue_size behind.",
+            dropped,
         );
     }
 
-    let _ = writeln!(
-        out,
-        "# HELP pagoda:request_success_total Count of successfully processed requests.\n# TYPE pagoda:request_success_total counter"
-    );
     let finished = &metrics.finished;
+    out.header("request_success_total", "Count of successfully processed requests.", "counter");
     for (reason, value) in [
         ("stop", finished.stop),
         ("length", finished.length),
         ("abort", finished.abort),
         ("error", finished.error),
     ] {
-        let _ = writeln!(out, "pagoda:request_success_total{{finished_reason=\"{reason}\",{label}}} {value}");
+        out.sample("request_success_total", &format!("finished_reason=\"{reason}\""), value);
     }
 
     let histograms = [
@@ -81,25 +131,81 @@ pub fn render(metrics: &EngineMetrics, model_name: &str) -> String {
             &metrics.inter_token_latency,
         ),
         (
+            "time_per_output_token_seconds",
+            "Histogram of time per output token in seconds (the name vLLM used before inter_token_latency_seconds).",
+            &metrics.inter_token_latency,
+        ),
+        (
             "e2e_request_latency_seconds",
             "Histogram of end to end request latency in seconds.",
             &metrics.e2e_request_latency,
         ),
     ];
     for (name, help, histogram) in histograms {
-        write_histogram(&mut out, name, help, histogram, &label);
+        out.histogram(name, help, histogram);
     }
-    out
+
+    let cache = exposition.cache;
+    out.header("cache_config_info", "Information of the LLMEngine CacheConfig", "gauge");
+    let _ = writeln!(
+        out.out,
+        "{}:cache_config_info{{block_size=\"{}\",enable_prefix_caching=\"{}\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{}\",engine=\"0\"}} 1.0",
+        out.prefix,
+        cache.block_size,
+        if cache.enable_prefix_caching { "True" } else { "False" },
+        cache.num_gpu_blocks,
+    );
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |elapsed| elapsed.as_secs_f64());
+    out.header("lora_requests_info", "Running stats on lora requests.", "gauge");
+    let _ = writeln!(
+        out.out,
+        "{}:lora_requests_info{{max_lora=\"\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"}} {now:?}",
+        out.prefix,
+    );
+    out.out
 }
 
-fn write_histogram(out: &mut String, name: &str, help: &str, histogram: &Histogram, label: &str) {
-    let _ = writeln!(out, "# HELP pagoda:{name} {help}\n# TYPE pagoda:{name} histogram");
-    for (bound, count) in histogram.bounds.iter().zip(&histogram.cumulative_counts) {
-        let _ = writeln!(out, "pagoda:{name}_bucket{{le=\"{bound:?}\",{label}}} {count}");
+/// Appends series in the text format.
+struct Writer {
+    out: String,
+    prefix: &'static str,
+    labels: String,
+}
+
+impl Writer {
+    fn header(&mut self, name: &str, help: &str, kind: &str) {
+        let prefix = self.prefix;
+        let _ = writeln!(self.out, "# HELP {prefix}:{name} {help}\n# TYPE {prefix}:{name} {kind}");
     }
-    let _ = writeln!(out, "pagoda:{name}_bucket{{le=\"+Inf\",{label}}} {}", histogram.count);
-    let _ = writeln!(out, "pagoda:{name}_sum{{{label}}} {}", histogram.sum);
-    let _ = writeln!(out, "pagoda:{name}_count{{{label}}} {}", histogram.count);
+
+    /// One sample with `extra` labels before the common ones.
+    fn sample(&mut self, name: &str, extra: &str, value: impl std::fmt::Display) {
+        let (prefix, labels) = (self.prefix, &self.labels);
+        let separator = if extra.is_empty() { "" } else { "," };
+        let _ = writeln!(self.out, "{prefix}:{name}{{{extra}{separator}{labels}}} {value}");
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, value: f64) {
+        self.header(name, help, "gauge");
+        self.sample(name, "", value);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, value: u64) {
+        let name = format!("{name}_total");
+        self.header(&name, help, "counter");
+        self.sample(&name, "", value);
+    }
+
+    fn histogram(&mut self, name: &str, help: &str, histogram: &Histogram) {
+        self.header(name, help, "histogram");
+        let bucket = format!("{name}_bucket");
+        for (bound, count) in histogram.bounds.iter().zip(&histogram.cumulative_counts) {
+            self.sample(&bucket, &format!("le=\"{bound:?}\""), count);
+        }
+        self.sample(&bucket, "le=\"+Inf\"", histogram.count);
+        self.sample(&format!("{name}_sum"), "", histogram.sum);
+        self.sample(&format!("{name}_count"), "", histogram.count);
+    }
 }
 
 /// Escapes a Prometheus label value.
@@ -111,29 +217,50 @@ fn escape_label(value: &str) -> String {
 mod tests {
     use super::*;
 
+    fn exposition(prefix: MetricsPrefix) -> Exposition<'static> {
+        Exposition {
+            prefix,
+            model_name: "m\"x",
+            cache: CacheInfo { block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: true },
+            kv_events_dropped: Some(2),
+        }
+    }
+
     #[test]
     fn renders_vllm_compatible_series() {
         let mut metrics = EngineMetrics { prompt_tokens: 12, ..EngineMetrics::default() };
         metrics.scheduler.num_preemptions = 3;
         metrics.scheduler.kv_cache_usage = 0.25;
         metrics.time_to_first_token.observe(0.003);
-        let text = render(&metrics, "m\"x");
-        let label = "model_name=\"m\\\"x\"";
-        assert!(text.contains(&format!("pagoda:prompt_tokens_total{{{label}}} 12\n")));
-        assert!(text.contains(&format!("pagoda:num_preemptions_total{{{label}}} 3\n")));
-        assert!(text.contains(&format!("pagoda:kv_cache_usage_perc{{{label}}} 0.25\n")));
-        assert!(
-            text.contains(&format!("pagoda:time_to_first_token_seconds_bucket{{le=\"0.001\",{label}}} 0\n"))
+        let text = render(&metrics, &exposition(MetricsPrefix::Pagoda));
+        let label = "model_name=\"m\\\"x\",engine=\"0\"";
+        for line in [
+            "# TYPE pagoda:prompt_tokens_total counter".to_owned(),
+            format!("pagoda:prompt_tokens_total{{{label}}} 12"),
+            format!("pagoda:num_preemptions_total{{{label}}} 3"),
+            format!("pagoda:kv_cache_usage_perc{{{label}}} 0.25"),
+            format!("pagoda:kv_events_dropped_batches_total{{{label}}} 2"),
+            format!("pagoda:time_to_first_token_seconds_bucket{{le=\"0.001\",{label}}} 0"),
+            format!("pagoda:time_to_first_token_seconds_bucket{{le=\"0.005\",{label}}} 1"),
+            format!("pagoda:time_to_first_token_seconds_bucket{{le=\"+Inf\",{label}}} 1"),
+            format!("pagoda:time_to_first_token_seconds_count{{{label}}} 1"),
+            format!("pagoda:request_success_total{{finished_reason=\"stop\",{label}}} 0"),
+            "pagoda:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",num_cpu_blocks=\"None\",num_gpu_blocks=\"64\",engine=\"0\"} 1.0".to_owned(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn vllm_prefix_names_every_series_as_vllm_does() {
+        let text = render(&EngineMetrics::default(), &exposition(MetricsPrefix::Vllm));
+        assert!(text.lines().filter(|l| !l.starts_with('#')).all(|l| l.starts_with("vllm:")));
+        let lora = text.lines().find(|l| l.starts_with("vllm:lora_requests_info{")).unwrap();
+        let (labels, value) = lora.split_once("} ").unwrap();
+        assert_eq!(
+            labels,
+            "vllm:lora_requests_info{max_lora=\"\",running_lora_adapters=\"\",waiting_lora_adapters=\"\""
         );
-        assert!(
-            text.contains(&format!("pagoda:time_to_first_token_seconds_bucket{{le=\"0.005\",{label}}} 1\n"))
-        );
-        assert!(
-            text.contains(&format!("pagoda:time_to_first_token_seconds_bucket{{le=\"+Inf\",{label}}} 1\n"))
-        );
-        assert!(text.contains(&format!("pagoda:time_to_first_token_seconds_count{{{label}}} 1\n")));
-        assert!(
-            text.contains(&format!("pagoda:request_success_total{{finished_reason=\"stop\",{label}}} 0\n"))
-        );
+        assert!(value.parse::<f64>().unwrap() > 1.7e9);
     }
 }

@@ -136,14 +136,20 @@ pub async fn models(State(state): State<Arc<ServerState>>) -> Json<ModelList> {
     })
 }
 
-/// `GET /health`.
-pub async fn health() -> StatusCode {
-    StatusCode::OK
+/// `GET /health`: 200, or 503 once a drain has begun (so routers stop sending).
+pub async fn health(State(state): State<Arc<ServerState>>) -> StatusCode {
+    if state.is_draining() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK }
 }
 
 /// `GET /metrics`.
 pub async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
-    let text = prometheus::render(&state.engine.metrics(), &state.model_name);
+    let exposition = prometheus::Exposition {
+        prefix: state.metrics_prefix,
+        model_name: &state.model_name,
+        cache: state.cache_info,
+        kv_events_dropped: state.kv_events.as_ref().map(|publisher| publisher.dropped_batches()),
+    };
+    let text = prometheus::render(&state.engine.metrics(), &exposition);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 

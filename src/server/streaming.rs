@@ -1,14 +1,17 @@
 //! Server-sent event streams: one JSON chunk per output, an optional usage chunk, then
-//! `[DONE]`. Dropping the response (a client that went away) drops the request streams,
-//! which aborts their requests.
+//! `[DONE]`. A request the server ended (aborted by a drain's deadline, or failed) sends an
+//! OpenAI-style error chunk in place of its last chunk. Dropping the response (a client that
+//! went away) drops the request streams, which aborts their requests.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
+use super::error::ApiError;
 use super::openai::{
     ChatChunkChoice, ChatCompletionChunk, CompletionChoice, CompletionResponse, ResponseMessage, Usage,
 };
@@ -16,6 +19,7 @@ use super::routes::{chat_logprobs, choice_usage, completion_logprobs};
 use super::{ServerState, unix_seconds};
 use crate::engine::RequestOutput;
 use crate::engine::handle::RequestStream;
+use crate::request::{FinishReason, RequestId};
 
 /// Turns outputs into the JSON of one endpoint's chunks.
 pub(super) trait Streamer: Send + 'static {
@@ -69,7 +73,12 @@ pub(super) fn sse_response(
                         Some((index, output)) => {
                             usage[index] =
                                 choice_usage(index, n, output.num_prompt_tokens, output.num_output_tokens);
-                            streamer.chunk(index, &output)
+                            match output.finish_reason {
+                                Some(reason @ (FinishReason::Abort | FinishReason::Error)) => {
+                                    Some(ended_early(output.request_id, reason))
+                                }
+                                _ => streamer.chunk(index, &output),
+                            }
                         }
                         None => {
                             phase = if include_usage { Phase::Usage } else { Phase::Done };
@@ -94,6 +103,15 @@ pub(super) fn sse_response(
         },
     );
     sse(events)
+}
+
+/// The error chunk of a request the server ended before it finished.
+fn ended_early(request_id: RequestId, reason: FinishReason) -> String {
+    let (status, why) = match reason {
+        FinishReason::Abort => (StatusCode::SERVICE_UNAVAILABLE, "was aborted (the server is shutting down)"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "failed"),
+    };
+    ApiError::new(status, format!("request {request_id} {why}")).to_json()
 }
 
 fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pagoda::Engine;
-use pagoda::server::{ServerState, router, serve};
+use pagoda::server::{ServerOptions, ServerState, router, serve};
 use serde_json::Value;
 
 /// The model name the test servers serve.
@@ -26,9 +26,14 @@ pub struct TestServer {
 impl TestServer {
     /// Serves `engine` on 127.0.0.1 at a free port.
     pub fn start(engine: Engine) -> Self {
+        Self::start_with(engine, ServerOptions::default())
+    }
+
+    /// Serves `engine` with `options` on 127.0.0.1 at a free port.
+    pub fn start_with(engine: Engine, options: ServerOptions) -> Self {
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let state = Arc::new(ServerState::new(engine, MODEL).unwrap());
+        let state = Arc::new(runtime.block_on(ServerState::with_options(engine, MODEL, options)).unwrap());
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         runtime.spawn(serve(listener, router(Arc::clone(&state)), std::future::pending()));
@@ -57,16 +62,12 @@ impl TestServer {
 
     /// Opens a connection and sends a request, leaving the response unread.
     pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> TcpStream {
-        let mut stream = TcpStream::connect(self.addr).unwrap();
-        let body = body.unwrap_or("");
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        )
-        .unwrap();
-        stream
+        send_request(self.addr, method, path, body, &[])
+    }
+
+    /// Runs `future` on the server's runtime.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
     }
 
     /// The value of one Prometheus series line `name` (labels included) from `/metrics`.
@@ -90,9 +91,44 @@ impl TestServer {
     }
 }
 
+/// Opens a connection to `addr` and sends a request with `headers` (`"Name: value"`),
+/// leaving the response unread.
+pub fn send_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[&str],
+) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let body = body.unwrap_or("");
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    stream
+}
+
+/// Sends one request with `headers` and reads the whole response: (status, body).
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[&str],
+) -> (u16, String) {
+    let mut stream = send_request(addr, method, path, body, headers);
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    parse_response(&raw)
+}
+
 /// A series name with the test model label, e.g. `series("num_requests_running", "")`.
 pub fn series(name: &str, extra_labels: &str) -> String {
-    format!("pagoda:{name}{{{extra_labels}model_name=\"{MODEL}\"}}")
+    format!("pagoda:{name}{{{extra_labels}model_name=\"{MODEL}\",engine=\"0\"}}")
 }
 
 /// Splits a raw HTTP/1.1 response into status and (de-chunked) body.

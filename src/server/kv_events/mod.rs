@@ -1,0 +1,11 @@
+//! KV-cache events over ZeroMQ, as vLLM publishes them, for KV-cache-aware routers
+//! (llm-d): `--kv-events-config` ([`KvEventsConfig`]), the msgpack wire format
+//! ([`wire`]) and the publisher with its replay socket ([`KvEventPublisher`]).
+
+pub mod config;
+pub mod publisher;
+pub mod queue;
+pub mod wire;
+
+pub use config::{KvEventsConfig, KvEventsConfigError, PublisherKind};
+pub use publisher::{KvEventPublisher, KvEventsError};
