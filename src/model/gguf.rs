@@ -515,6 +515,17 @@ impl GgufFile {
             .map(Some)
     }
 
+    /// A float array (`tokenizer.ggml.scores`, ...), `None` when absent.
+    pub fn get_float_array(&self, key: &str) -> Result<Option<Vec<f64>>, GgufError> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let items = v.as_array().ok_or_else(|| wrong_type(key, "an array of numbers", v))?;
+        items
+            .iter()
+            .map(|i| i.as_f64().ok_or_else(|| wrong_type(key, "an array of numbers", i)))
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
     /// Every tensor's info, in file order.
     pub fn tensor_infos(&self) -> &[TensorInfo] {
         &self.tensors

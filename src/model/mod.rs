@@ -6,6 +6,7 @@ pub mod files;
 pub mod gguf;
 pub mod llama;
 pub mod safetensors;
+pub mod sentencepiece;
 pub mod tensor;
 pub mod testing;
 pub mod tokenizer;

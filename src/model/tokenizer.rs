@@ -1,6 +1,7 @@
-//! Text to token ids and back: from an HF `tokenizer.json`, or a byte-level BPE
-//! `tokenizers::Tokenizer` rebuilt from GGUF `tokenizer.ggml.*` metadata with the model's
-//! pre-tokenizer and control tokens.
+//! Text to token ids and back: from an HF `tokenizer.json`, or a `tokenizers::Tokenizer`
+//! rebuilt from GGUF `tokenizer.ggml.*` metadata: byte-level BPE (`gpt2`) with the model's
+//! pre-tokenizer and control tokens, or a SentencePiece vocabulary (`llama`, see
+//! [`super::sentencepiece`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::gguf::{GgufError, GgufFile};
+use super::sentencepiece::{SentencePieceVocab, token_type};
 
 /// Why a tokenizer could not be built or used.
 #[derive(Debug, thiserror::Error)]
@@ -26,8 +28,8 @@ pub enum TokenizerError {
     /// The GGUF file has no `tokenizer.ggml.*` vocabulary.
     #[error("the GGUF file has no tokenizer (metadata key {0:?} is missing)")]
     MissingGgufTokenizer(String),
-    /// A GGUF tokenizer model other than byte-level BPE.
-    #[error("unsupported GGUF tokenizer model {0:?} (supported: gpt2 byte-level BPE)")]
+    /// A GGUF tokenizer model other than byte-level BPE or SentencePiece.
+    #[error("unsupported GGUF tokenizer model {0:?} (supported: gpt2 byte-level BPE, llama SentencePiece)")]
     UnsupportedModel(String),
     /// A GGUF pre-tokenizer name pagoda does not know.
     #[error("unsupported GGUF pre-tokenizer {0:?}")]
@@ -50,11 +52,6 @@ pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
 }
-
-/// GGUF `tokenizer.ggml.token_type` of a control token.
-const TOKEN_TYPE_CONTROL: i64 = 3;
-/// GGUF `tokenizer.ggml.token_type` of a user-defined token (always matched as a whole).
-const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
 /// Llama 3's split.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -107,17 +104,13 @@ impl Tokenizer {
         Self::assemble(def, with_special, bos_token_id, eos_token_id, add_bos_token)
     }
 
-    /// Build from a GGUF file's `tokenizer.ggml.*` metadata (byte-level BPE).
+    /// Build from a GGUF file's `tokenizer.ggml.*` metadata: byte-level BPE (`gpt2`) or a
+    /// SentencePiece vocabulary (`llama`).
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
         let missing = |k: &str| TokenizerError::MissingGgufTokenizer(k.to_owned());
         let model = gguf.get_str("tokenizer.ggml.model")?.ok_or_else(|| missing("tokenizer.ggml.model"))?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(model.to_owned()));
-        }
         let tokens =
             gguf.get_str_array("tokenizer.ggml.tokens")?.ok_or_else(|| missing("tokenizer.ggml.tokens"))?;
-        let merges =
-            gguf.get_str_array("tokenizer.ggml.merges")?.ok_or_else(|| missing("tokenizer.ggml.merges"))?;
         let types = gguf.get_int_array("tokenizer.ggml.token_type")?.unwrap_or_default();
         if !types.is_empty() && types.len() != tokens.len() {
             return Err(TokenizerError::Invalid(format!(
@@ -126,42 +119,45 @@ impl Tokenizer {
                 tokens.len()
             )));
         }
-        let pre = gguf.get_str("tokenizer.ggml.pre")?.unwrap_or("default");
         let token_id = |k: &str| -> Result<Option<u32>, TokenizerError> {
             Ok(gguf.get_int(k)?.and_then(|v| u32::try_from(v).ok()).filter(|&v| (v as usize) < tokens.len()))
         };
         let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
         let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
-        let add_bos_token = gguf.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false);
-
-        let mut vocab = serde_json::Map::with_capacity(tokens.len());
-        for (id, &t) in tokens.iter().enumerate() {
-            vocab.entry(t.to_owned()).or_insert(json!(id));
-        }
-        let added: Vec<Value> = tokens
-            .iter()
-            .enumerate()
-            .filter_map(|(id, &t)| {
-                let ty = types.get(id).copied().unwrap_or(1);
-                (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED).then(|| {
-                    json!({"id": id, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
-                           "normalized": false, "special": ty == TOKEN_TYPE_CONTROL})
-                })
-            })
-            .collect();
-        let def = json!({
-            "version": "1.0",
-            "truncation": null,
-            "padding": null,
-            "added_tokens": added,
-            "normalizer": null,
-            "pre_tokenizer": gguf_pre_tokenizer(pre)?,
-            "post_processor": null,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-                      "vocab": vocab, "merges": merges},
-        });
+        let def = match model {
+            "gpt2" => {
+                let merges = gguf
+                    .get_str_array("tokenizer.ggml.merges")?
+                    .ok_or_else(|| missing("tokenizer.ggml.merges"))?;
+                let pre = gguf.get_str("tokenizer.ggml.pre")?.unwrap_or("default");
+                byte_level_definition(&tokens, &types, &merges, pre)?
+            }
+            "llama" => {
+                let scores = gguf
+                    .get_float_array("tokenizer.ggml.scores")?
+                    .ok_or_else(|| missing("tokenizer.ggml.scores"))?;
+                if scores.len() != tokens.len() {
+                    return Err(TokenizerError::Invalid(format!(
+                        "tokenizer.ggml.scores has {} entries for {} tokens",
+                        scores.len(),
+                        tokens.len()
+                    )));
+                }
+                let unk_id = token_id("tokenizer.ggml.unknown_token_id")?
+                    .or_else(|| types.iter().position(|&t| t == token_type::UNKNOWN).map(|id| id as u32));
+                let add_space_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
+                SentencePieceVocab {
+                    pieces: &tokens,
+                    scores: &scores,
+                    types: &types,
+                    unk_id,
+                    add_space_prefix,
+                }
+                .definition()
+            }
+            other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
+        };
+        let add_bos_token = gguf.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(model == "llama");
         let with_special = build(&def)?;
         Self::assemble(def, with_special, bos_token_id, eos_token_id, add_bos_token)
     }
@@ -288,6 +284,43 @@ impl Tokenizer {
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default()
     }
+}
+
+/// The `tokenizer.json` definition of a GGUF byte-level BPE vocabulary.
+fn byte_level_definition(
+    tokens: &[&str],
+    types: &[i64],
+    merges: &[&str],
+    pre: &str,
+) -> Result<Value, TokenizerError> {
+    let mut vocab = serde_json::Map::with_capacity(tokens.len());
+    for (id, &t) in tokens.iter().enumerate() {
+        vocab.entry(t.to_owned()).or_insert(json!(id));
+    }
+    let added: Vec<Value> = tokens
+        .iter()
+        .enumerate()
+        .filter_map(|(id, &t)| {
+            let ty = types.get(id).copied().unwrap_or(token_type::NORMAL);
+            (ty == token_type::CONTROL || ty == token_type::USER_DEFINED).then(|| {
+                json!({"id": id, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
+                       "normalized": false, "special": ty == token_type::CONTROL})
+            })
+        })
+        .collect();
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": gguf_pre_tokenizer(pre)?,
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                  "vocab": vocab, "merges": merges},
+    }))
 }
 
 fn read_json(path: &Path) -> Result<Value, TokenizerError> {
