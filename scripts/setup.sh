@@ -3,8 +3,8 @@
 # machine has none (Mesa's lavapipe runs on the CPU) and the default model.
 # With --test it also installs what the tests need: Xvfb and xwd for the visualizer's
 # window test, a C and C++ compiler for the C ABI's tests, the `openai` Python package for the
-# client test, `pyzmq` and `msgpack` for the KV-event subscriber test, and `prometheus-client`
-# for the metrics test.
+# client test, `pyzmq` and `msgpack` for the KV-event subscriber test, `prometheus-client`
+# for the metrics test, and `gguf` to write the SentencePiece vocabulary test file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +34,7 @@ if [ "${1:-}" = "--test" ]; then
         apt_install gcc g++ libc6-dev
     fi
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-        openai pyzmq msgpack prometheus-client
+        openai pyzmq msgpack prometheus-client gguf==0.19.0
 fi
 
 scripts/fetch-model.sh >/dev/null

@@ -5,6 +5,10 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh --test
 export PAGODA_MODEL_GGUF="$(scripts/fetch-model.sh)"
+# Llama 2's SentencePiece vocabulary as a GGUF, and the default model in llama.cpp's mixes
+# (the first run builds llama-quantize: a few minutes).
+export PAGODA_SPM_GGUF="$(python3 scripts/llama2-vocab.py gguf)"
+export PAGODA_MIX_DIR="$(scripts/make-mixes.sh)"
 # The visualizer's window test starts its own Xvfb, and the KV-event test its Python
 # subscriber; here neither may skip.
 export PAGODA_REQUIRE_XVFB=1

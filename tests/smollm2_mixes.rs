@@ -1,0 +1,79 @@
+//! The default model requantized by llama.cpp's `llama-quantize` into the mixes people
+//! download (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, IQ4_XS, Q5_0; scripts/make-mixes.sh, directory in
+//! `PAGODA_MIX_DIR`): each loads with its tensors kept in their stored types, and its greedy
+//! continuation of the fixture prompts with an f32 KV cache equals the fp32 reference's
+//! (assets/smollm2-mixes-greedy.json, made by scripts/make-mix-reference.py with np_llama.py).
+
+use std::path::PathBuf;
+
+use pagoda::config::KvCacheDtype;
+use pagoda::model::ModelFiles;
+use pagoda::{Engine, Prompt, SamplingParams};
+use serde_json::Value;
+
+/// Below this reference margin (top-1 minus top-2 logit) pagoda's f32 summation order may
+/// pick the other token; no step of the committed references is that close.
+const MIN_MARGIN: f64 = 1e-3;
+
+fn reference() -> Value {
+    serde_json::from_str(include_str!("../assets/smollm2-mixes-greedy.json")).unwrap()
+}
+
+fn mix_path(mix: &str) -> PathBuf {
+    let dir = std::env::var_os("PAGODA_MIX_DIR")
+        .map(PathBuf::from)
+        .expect("PAGODA_MIX_DIR names the directory scripts/make-mixes.sh prints");
+    let path = dir.join(format!("SmolLM2-135M-Instruct.{mix}.gguf"));
+    assert!(path.is_file(), "{} is missing: run scripts/make-mixes.sh", path.display());
+    path
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
+}
+
+/// The quantized types llama-quantize writes into each mix of the default model (its
+/// 576-wide rows are no whole K-quant super-blocks and fall back to 32-blocks).
+fn expected_types(mix: &str) -> &'static [&'static str] {
+    match mix {
+        "Q4_K_M" => &["q4_k", "q5_0", "q6_k", "q8_0"],
+        "Q5_K_M" => &["q5_1", "q5_k", "q6_k", "q8_0"],
+        "Q6_K" => &["q6_k", "q8_0"],
+        "Q3_K_M" => &["q4_0", "q4_k", "q5_0", "q5_1", "q5_k", "q8_0"],
+        "IQ4_XS" => &["iq4_nl", "iq4_xs", "q5_k", "q8_0"],
+        "Q5_0" => &["q5_0", "q8_0"],
+        other => panic!("unknown mix {other}"),
+    }
+}
+
+#[test]
+fn every_mix_loads_and_generates_the_reference_tokens() {
+    let reference = reference();
+    let tokens = reference["tokens"].as_u64().unwrap() as usize;
+    for (mix, entry) in reference["mixes"].as_object().unwrap() {
+        let path = mix_path(mix);
+        let files = ModelFiles::open(&path).unwrap();
+        let mut types: Vec<&str> =
+            files.weights.tensors().map(|t| t.dtype.name()).filter(|&name| name != "f32").collect();
+        types.sort_unstable();
+        types.dedup();
+        assert_eq!(types, expected_types(mix), "{mix}: stored types");
+        let mut engine = Engine::builder().model(&path).kv_cache_dtype(KvCacheDtype::F32).build().unwrap();
+        let cases = entry["cases"].as_array().unwrap();
+        let prompts: Vec<Prompt> = cases.iter().map(|c| Prompt::TokenIds(ids(&c["prompt_ids"]))).collect();
+        let params = SamplingParams { temperature: 0.0, max_tokens: tokens, ..SamplingParams::default() };
+        let completions = engine.generate(prompts, &params).unwrap();
+        for (case, completion) in cases.iter().zip(&completions) {
+            let expected = ids(&case["generated_ids"]);
+            let margins: Vec<f64> =
+                case["step_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
+            let checked = margins.iter().position(|&m| m < MIN_MARGIN).unwrap_or(expected.len());
+            assert_eq!(
+                completion.token_ids[..checked.min(completion.token_ids.len())],
+                expected[..checked],
+                "{mix} prompt {}",
+                case["id"]
+            );
+        }
+    }
+}
