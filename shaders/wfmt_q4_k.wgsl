@@ -22,3 +22,18 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let s = k_sub_scale(base, j);
     return W8(s.x * q4_nibbles(W[o], shift) - s.y, s.x * q4_nibbles(W[o + 1u], shift) - s.y);
 }
+
+// A whole sub-block of 32: its scale and minimum decoded once, its eight words read once.
+fn w_block(rb: u32, b: u32) -> W32 {
+    let base = rb + b / 8u * 36u;
+    let j = b % 8u;
+    let o = base + 4u + 8u * (j / 2u);
+    let shift = 4u * (j % 2u);
+    let s = k_sub_scale(base, j);
+    return W32(
+        W8(s.x * q4_nibbles(W[o], shift) - s.y, s.x * q4_nibbles(W[o + 1u], shift) - s.y),
+        W8(s.x * q4_nibbles(W[o + 2u], shift) - s.y, s.x * q4_nibbles(W[o + 3u], shift) - s.y),
+        W8(s.x * q4_nibbles(W[o + 4u], shift) - s.y, s.x * q4_nibbles(W[o + 5u], shift) - s.y),
+        W8(s.x * q4_nibbles(W[o + 6u], shift) - s.y, s.x * q4_nibbles(W[o + 7u], shift) - s.y),
+    );
+}
