@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pagoda::engine::bench::run_engine_workload;
+use pagoda::executor::fault::Fault;
 use pagoda::executor::sim::SimConfig;
 use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
 use pagoda::gpu::{BackendChoice, FeatureMask, GpuContext, GpuOptions};
@@ -111,6 +112,10 @@ struct EngineArgs {
     /// The real model on the GPU, or the simulated model (tokenizer from --model).
     #[arg(long, value_enum, default_value_t = ExecutorArg::Wgpu)]
     executor: ExecutorArg,
+    /// Fault injection for the simulated model: fail step STEP, `STEP:transient` or
+    /// `STEP:device-lost` (repeatable).
+    #[arg(long, value_name = "STEP:KIND")]
+    sim_fault: Vec<Fault>,
     #[command(flatten)]
     gpu: GpuArgs,
 }
@@ -189,6 +194,7 @@ impl EngineArgs {
             max_waiting_requests: None,
             gpu: self.gpu.options()?,
             show_progress: std::io::stderr().is_terminal(),
+            sim_faults: self.sim_fault.clone(),
         })
     }
 }
@@ -489,12 +495,20 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {address}: {e}"))?;
         tracing::info!(%address, model = %model_name, "serving the OpenAI API");
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+        let engine_state = std::sync::Arc::clone(&state);
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = engine_state.engine().stopped() => {}
+            }
         };
-        pagoda::server::serve(listener, pagoda::server::router(state), shutdown)
+        pagoda::server::serve(listener, pagoda::server::router(std::sync::Arc::clone(&state)), shutdown)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        match state.engine().device_lost() {
+            Some(reason) => Err(format!("the engine stopped: {reason}")),
+            None => Ok(()),
+        }
     })
 }
 

@@ -307,6 +307,19 @@ impl Scheduler {
         outputs
     }
 
+    /// Undoes the bookkeeping of a step the executor failed: each scheduled request's
+    /// `num_computed_tokens` goes back to where the step started, and the blocks the step
+    /// was to fill leave the prefix cache (their contents were never computed).
+    pub fn discard_step(&mut self, scheduler_output: &SchedulerOutput) {
+        for (&request_id, &num_tokens) in &scheduler_output.num_scheduled_tokens {
+            let Some(request) = self.requests.get_mut(&request_id) else {
+                continue;
+            };
+            request.num_computed_tokens = request.num_computed_tokens.saturating_sub(num_tokens);
+            self.kv.discard_uncomputed(request_id, request.num_computed_tokens);
+        }
+    }
+
     /// Finishes (typically aborts) the given requests wherever they are; each is reported
     /// in the next `SchedulerOutput.finished_req_ids`. Unknown ids are skipped. Returns how
     /// many were finished.

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
-use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 
 use super::metrics::EngineMetrics;
 use super::{CompletionOutput, Engine, EngineError, Prompt, RequestOutput};
@@ -35,6 +35,7 @@ enum Command {
 pub struct AsyncEngine {
     commands: mpsc::Sender<Command>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    device_lost: watch::Receiver<Option<String>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -44,10 +45,25 @@ impl AsyncEngine {
         let (commands, receiver) = mpsc::channel();
         let metrics = Arc::new(Mutex::new(engine.metrics()));
         let thread_metrics = Arc::clone(&metrics);
+        let (lost_sender, device_lost) = watch::channel(engine.device_lost().map(str::to_owned));
         let thread = std::thread::Builder::new()
             .name("pagoda-engine".into())
-            .spawn(move || EngineThread::new(engine, thread_metrics).run(&receiver))?;
-        Ok(Self { commands, metrics, thread: Mutex::new(Some(thread)) })
+            .spawn(move || EngineThread::new(engine, thread_metrics, lost_sender).run(&receiver))?;
+        Ok(Self { commands, metrics, device_lost, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Why the engine stopped for good (its device was lost), if it did; new requests
+    /// are then refused with [`EngineError::DeviceLost`].
+    pub fn device_lost(&self) -> Option<String> {
+        self.device_lost.borrow().clone()
+    }
+
+    /// Resolves once the engine can serve nothing more: its device was lost or its
+    /// thread ended.
+    pub async fn stopped(&self) {
+        let mut device_lost = self.device_lost.clone();
+        // An error means the thread is gone, which is a stop too.
+        let _ = device_lost.wait_for(Option::is_some).await;
     }
 
     /// Queues a request and returns the stream of its outputs.
@@ -184,11 +200,16 @@ struct EngineThread {
     engine: Engine,
     streams: HashMap<RequestId, tokio_mpsc::UnboundedSender<RequestOutput>>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    device_lost: watch::Sender<Option<String>>,
 }
 
 impl EngineThread {
-    fn new(engine: Engine, metrics: Arc<Mutex<EngineMetrics>>) -> Self {
-        Self { engine, streams: HashMap::new(), metrics }
+    fn new(
+        engine: Engine,
+        metrics: Arc<Mutex<EngineMetrics>>,
+        device_lost: watch::Sender<Option<String>>,
+    ) -> Self {
+        Self { engine, streams: HashMap::new(), metrics, device_lost }
     }
 
     /// Handles commands and steps until shut down or every handle is gone.
@@ -210,10 +231,19 @@ impl EngineThread {
                 }
             }
             if self.engine.has_unfinished_requests() {
-                let outputs = self.engine.step().unwrap_or_else(|error| {
-                    tracing::error!(%error, "engine step failed; failing every live request");
-                    self.engine.fail_all()
-                });
+                let outputs = match self.engine.step() {
+                    Ok(outputs) => outputs,
+                    Err(EngineError::StepFailed { outputs, .. }) => {
+                        if let Some(reason) = self.engine.device_lost() {
+                            self.device_lost.send_replace(Some(reason.to_owned()));
+                        }
+                        outputs
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "engine step failed; failing every live request");
+                        self.engine.fail_all()
+                    }
+                };
                 // Published before any client sees this step's outputs, so a finished
                 // response is always already counted.
                 self.publish_metrics();

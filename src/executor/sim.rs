@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
+use crate::executor::fault::FaultPlan;
 use crate::executor::{ExecutorError, ModelExecutor};
 use crate::request::{RequestId, TokenId};
 
@@ -101,6 +102,7 @@ pub struct SimExecutor {
     sequences: HashMap<RequestId, SimSequence>,
     elapsed_s: f64,
     last_step_s: f64,
+    faults: FaultPlan,
 }
 
 impl SimExecutor {
@@ -112,7 +114,20 @@ impl SimExecutor {
         if let Some(eos) = config.eos_token_id.filter(|&eos| eos >= config.vocab_size) {
             return Err(SimConfigError::EosOutsideVocab { eos, vocab_size: config.vocab_size });
         }
-        Ok(Self { config, sequences: HashMap::new(), elapsed_s: 0.0, last_step_s: 0.0 })
+        Ok(Self {
+            config,
+            sequences: HashMap::new(),
+            elapsed_s: 0.0,
+            last_step_s: 0.0,
+            faults: FaultPlan::default(),
+        })
+    }
+
+    /// The same executor, failing the steps `faults` names (each after forgetting the
+    /// requests the scheduler finished, before computing anything).
+    pub fn with_faults(mut self, faults: FaultPlan) -> Self {
+        self.faults = faults;
+        self
     }
 
     /// Its configuration.
@@ -186,6 +201,7 @@ impl ModelExecutor for SimExecutor {
         for request_id in &scheduler_output.finished_req_ids {
             self.sequences.remove(request_id);
         }
+        self.faults.next_step()?;
         let scheduled = |request_id: RequestId| {
             scheduler_output.num_scheduled_tokens.get(&request_id).copied().ok_or_else(|| {
                 ExecutorError::InvalidBatch(format!("request {request_id} has no scheduled token count"))

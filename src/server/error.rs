@@ -46,7 +46,7 @@ impl ApiError {
     /// OpenAI's error type name for the status.
     fn kind(&self) -> &'static str {
         match self.status {
-            StatusCode::BAD_REQUEST => "invalid_request_error",
+            StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::SERVICE_UNAVAILABLE => "service_unavailable_error",
             _ => "server_error",
@@ -62,10 +62,11 @@ impl From<EngineError> for ApiError {
             | EngineError::TokenOutOfVocab { .. }
             | EngineError::Tokenizer(_)
             | EngineError::Chat(_) => StatusCode::BAD_REQUEST,
-            EngineError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Overloaded { .. } | EngineError::DeviceLost(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Model(_)
             | EngineError::Config(_)
             | EngineError::Executor(_)
+            | EngineError::StepFailed { .. }
             | EngineError::Gpu(_)
             | EngineError::Sim(_)
             | EngineError::UnknownRequest(_)
@@ -75,16 +76,26 @@ impl From<EngineError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = ErrorBody {
+impl ApiError {
+    fn body(&self) -> ErrorBody<'_> {
+        ErrorBody {
             error: ErrorDetail {
                 message: &self.message,
                 kind: self.kind(),
                 param: self.param.as_deref(),
                 code: Some(self.status.as_u16()),
             },
-        };
-        (self.status, Json(body)).into_response()
+        }
+    }
+
+    /// The JSON body alone, for an error sent inside an event stream.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.body()).unwrap_or_default()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
     }
 }

@@ -4,10 +4,12 @@
 //!
 //! Handlers talk to an [`AsyncEngine`]; each request gets its own output stream, so a
 //! client that disconnects drops its stream and the engine aborts the request and frees
-//! its KV blocks. A full waiting queue answers 503, bad JSON or parameters 400, both with
-//! an OpenAI-style error body.
+//! its KV blocks. A full waiting queue or a lost device answers 503, bad JSON or
+//! parameters 400, a body over the limit 413 ([`limits::ServerLimits`]), all with an
+//! OpenAI-style error body; `/health` answers 503 once the device is lost.
 
 pub mod error;
+pub mod limits;
 pub mod openai;
 pub mod prometheus;
 mod routes;
@@ -18,11 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 use crate::engine::Engine;
 use crate::engine::handle::AsyncEngine;
 use crate::model::Tokenizer;
+use limits::ServerLimits;
 
 /// Everything the handlers share.
 #[derive(Debug)]
@@ -31,6 +35,7 @@ pub struct ServerState {
     tokenizer: Arc<Tokenizer>,
     model_name: String,
     max_model_len: usize,
+    limits: ServerLimits,
     created: u64,
     next_id: AtomicU64,
 }
@@ -45,9 +50,21 @@ impl ServerState {
             tokenizer,
             model_name: model_name.into(),
             max_model_len,
+            limits: ServerLimits::default(),
             created: unix_seconds(),
             next_id: AtomicU64::new(0),
         })
+    }
+
+    /// The same state with other request limits.
+    pub fn with_limits(mut self, limits: ServerLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// What one request may ask for.
+    pub fn limits(&self) -> &ServerLimits {
+        &self.limits
     }
 
     /// The engine behind the server.
@@ -68,12 +85,14 @@ impl ServerState {
 
 /// The server's routes over `state`.
 pub fn router(state: Arc<ServerState>) -> Router {
+    let max_body_bytes = state.limits.max_body_bytes;
     Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/v1/models", get(routes::models))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
 

@@ -1,14 +1,17 @@
 //! Server-sent event streams: one JSON chunk per output, an optional usage chunk, then
-//! `[DONE]`. Dropping the response (a client that went away) drops the request streams,
+//! `[DONE]`; a request the engine failed ends its stream with an error event in OpenAI's
+//! shape (`{"error": {...}}`) and `[DONE]`. Dropping the response (a client that went away) drops the request streams,
 //! which aborts their requests.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
+use super::error::ApiError;
 use super::openai::{
     ChatChunkChoice, ChatCompletionChunk, CompletionChoice, CompletionResponse, ResponseMessage, Usage,
 };
@@ -16,6 +19,7 @@ use super::routes::{chat_logprobs, choice_usage, completion_logprobs};
 use super::{ServerState, unix_seconds};
 use crate::engine::RequestOutput;
 use crate::engine::handle::RequestStream;
+use crate::request::{FinishReason, RequestId};
 
 /// Turns outputs into the JSON of one endpoint's chunks.
 pub(super) trait Streamer: Send + 'static {
@@ -66,6 +70,10 @@ pub(super) fn sse_response(
                         chunk
                     }
                     Phase::Outputs => match merged.next().await {
+                        Some((_, output)) if output.finish_reason == Some(FinishReason::Error) => {
+                            phase = Phase::Done;
+                            Some(failed_request(output.request_id).to_json())
+                        }
                         Some((index, output)) => {
                             usage[index] =
                                 choice_usage(index, n, output.num_prompt_tokens, output.num_output_tokens);
@@ -94,6 +102,14 @@ pub(super) fn sse_response(
         },
     );
     sse(events)
+}
+
+/// The error a request that the engine failed answers with (a 500 in OpenAI's shape).
+pub(super) fn failed_request(request_id: RequestId) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("request {request_id} failed: the engine could not run its step; retry later"),
+    )
 }
 
 fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
