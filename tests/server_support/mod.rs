@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pagoda::Engine;
+use pagoda::server::limits::ServerLimits;
 use pagoda::server::{ServerState, router, serve};
 use serde_json::Value;
 
@@ -26,9 +27,14 @@ pub struct TestServer {
 impl TestServer {
     /// Serves `engine` on 127.0.0.1 at a free port.
     pub fn start(engine: Engine) -> Self {
+        Self::start_with_limits(engine, ServerLimits::default())
+    }
+
+    /// Serves `engine` with request `limits` on 127.0.0.1 at a free port.
+    pub fn start_with_limits(engine: Engine, limits: ServerLimits) -> Self {
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let state = Arc::new(ServerState::new(engine, MODEL).unwrap());
+        let state = Arc::new(ServerState::new(engine, MODEL).unwrap().with_limits(limits));
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         runtime.spawn(serve(listener, router(Arc::clone(&state)), std::future::pending()));
