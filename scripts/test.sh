@@ -12,6 +12,10 @@ cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 cargo test --all-targets
 
+# A short fuzz pass with another seed than cargo test's own (scripts/fuzz.sh 1000000 for
+# the long run).
+scripts/fuzz.sh 3000 --seed 1
+
 # The kernel suite again under each forced fallback: no shader-f16, no subgroups, neither,
 # and WebGPU's default limits (the SmolLM2 parity test builds these configurations itself).
 for features in f16 subgroup f16,subgroup; do
