@@ -16,6 +16,10 @@ cargo test --all-targets
 # the long run).
 scripts/fuzz.sh 3000 --seed 1
 
+# A short soak on each executor (cargo test ran 5 s on the simulated model; scripts/soak.sh
+# without arguments is the long one).
+scripts/soak.sh 20 20
+
 # The kernel suite again under each forced fallback: no shader-f16, no subgroups, neither,
 # and WebGPU's default limits (the SmolLM2 parity test builds these configurations itself).
 for features in f16 subgroup f16,subgroup; do

@@ -7,8 +7,9 @@
 //! (`scripts/fuzz.sh` does that). An execution over [`HANG_SECONDS`] counts as a hang;
 //! one growing the heap by more than [`RUNAWAY_BYTES`] as a runaway allocation, and a
 //! single allocation over 1 GiB aborts the run naming the execution. Failing inputs are
-//! written to `target/fuzz-failures/`. A run is deterministic: the same seed and count
-//! give the same inputs.
+//! written to `target/fuzz-failures/`; `--replay FILE TARGET` runs one again and prints
+//! its outcome or panic. A run is deterministic: the same seed and count give the same
+//! inputs.
 
 mod fuzz_support;
 
@@ -16,6 +17,7 @@ use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fuzz_support::alloc::{self, Counting};
@@ -40,11 +42,12 @@ const MAX_POOL: usize = 512;
 struct Options {
     runs: u64,
     seed: u64,
+    replay: Option<PathBuf>,
     filters: Vec<String>,
 }
 
 fn options() -> Result<Options, String> {
-    let mut options = Options { runs: DEFAULT_RUNS, seed: 0, filters: Vec::new() };
+    let mut options = Options { runs: DEFAULT_RUNS, seed: 0, replay: None, filters: Vec::new() };
     if let Some(runs) = std::env::var_os("PAGODA_FUZZ_RUNS") {
         options.runs = runs.to_string_lossy().parse().map_err(|_| "PAGODA_FUZZ_RUNS is not a number")?;
     }
@@ -56,12 +59,20 @@ fn options() -> Result<Options, String> {
         match arg.as_str() {
             "--runs" => options.runs = number("--runs")?,
             "--seed" => options.seed = number("--seed")?,
+            "--replay" => options.replay = Some(args.next().ok_or("--replay needs a file")?.into()),
             // Flags cargo's test runner passes to every test binary.
             flag if flag.starts_with('-') => {}
             filter => options.filters.push(filter.to_owned()),
         }
     }
     Ok(options)
+}
+
+/// The message of the last panic, taken by the runner.
+static LAST_PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+fn take_panic() -> String {
+    LAST_PANIC.lock().map(|mut last| last.take()).ok().flatten().unwrap_or_default()
 }
 
 #[derive(Default)]
@@ -157,11 +168,23 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    std::panic::set_hook(Box::new(|_| {}));
+    std::panic::set_hook(Box::new(|info| {
+        if let Ok(mut last) = LAST_PANIC.lock() {
+            *last = Some(info.to_string());
+        }
+    }));
     let mut failed = false;
     for mut target in targets::all() {
         let name = target.name();
         if !options.filters.is_empty() && !options.filters.iter().any(|f| name == f) {
+            continue;
+        }
+        if let Some(path) = &options.replay {
+            let input = std::fs::read(path).unwrap_or_default();
+            match catch_unwind(AssertUnwindSafe(|| target.run(&input))) {
+                Ok(outcome) => println!("{name}: {outcome}"),
+                Err(_) => println!("{name}: panicked: {}", take_panic()),
+            }
             continue;
         }
         let started = Instant::now();

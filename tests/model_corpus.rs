@@ -180,6 +180,7 @@ fn gguf_cases(dir: &Path) -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ("tensor type Q5_K", one_tensor(b"t", &[256], 13, 0, 256), "Gguf::UnsupportedTensorType"),
         ("tensor type IQ4_XS", one_tensor(b"t", &[256], 23, 0, 256), "Gguf::UnsupportedTensorType"),
         ("tensor of 2^60 elements", one_tensor(b"t", &[1 << 30, 1 << 30], 0, 0, 64), "Gguf::TensorPastEnd"),
+        ("tensor of 2^62 f32, 2^64 bytes", one_tensor(b"t", &[1 << 62], 0, 0, 64), "Gguf::BadTensorDims"),
         ("tensor of 2^80 elements", one_tensor(b"t", &[1 << 40, 1 << 40], 0, 0, 64), "Gguf::BadTensorDims"),
         ("Q8_0 row of 31", one_tensor(b"t", &[31, 2], 8, 0, 256), "Gguf::BadTensorDims"),
         ("offset not aligned", one_tensor(b"t", &[4], 0, 1, 64), "Gguf::MisalignedTensor"),
