@@ -3,7 +3,10 @@
 //!
 //! A template comes from a stranger's model file, so rendering is bounded: at most
 //! [`TEMPLATE_FUEL`] instructions, [`TEMPLATE_RECURSION_LIMIT`] levels of recursion and
-//! [`MAX_RENDERED_BYTES`] of output; past any of them it stops with an error.
+//! [`MAX_RENDERED_BYTES`] of output; past any of them it stops with an error, whose
+//! message is cut to [`MAX_ERROR_BYTES`]. minijinja caps one string repetition at 100 MB
+//! but has no cap on intermediate values, so a template that keeps doubling a string can
+//! still allocate a lot before its fuel runs out.
 
 use std::path::Path;
 
@@ -19,6 +22,8 @@ pub const TEMPLATE_FUEL: u64 = 5_000_000;
 pub const TEMPLATE_RECURSION_LIMIT: usize = 200;
 /// Bytes one rendering may produce.
 pub const MAX_RENDERED_BYTES: usize = 16 << 20;
+/// Longest error message a template's failure is reported with, in bytes.
+pub const MAX_ERROR_BYTES: usize = 1024;
 /// GGUF metadata key holding the chat template.
 pub const GGUF_CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
 
@@ -82,7 +87,7 @@ impl ChatTemplate {
         env.set_recursion_limit(TEMPLATE_RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, clip(&msg).to_owned()))
         });
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|e| ChatError::Syntax(e.to_string()))?;
@@ -141,9 +146,18 @@ impl ChatTemplate {
             Ok(_) => String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string())),
             Err(_) if out.overflowed => Err(ChatError::OutputTooLarge),
             Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::OutOfFuel),
-            Err(e) => Err(ChatError::Render(e.to_string())),
+            Err(e) => Err(ChatError::Render(clip(&e.to_string()).to_owned())),
         }
     }
+}
+
+/// At most [`MAX_ERROR_BYTES`] of an error message (a template may raise one of megabytes).
+fn clip(message: &str) -> &str {
+    let mut end = message.len().min(MAX_ERROR_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
 }
 
 /// Collects rendered bytes and refuses any past [`MAX_RENDERED_BYTES`].
@@ -197,6 +211,9 @@ mod tests {
         let huge = "{% set s = 'x' * 10000000 %}{% for i in range(10) %}{{ s }}{% endfor %}";
         let t = ChatTemplate::new(huge, "", "").unwrap();
         assert!(matches!(t.render(&user, false), Err(ChatError::OutputTooLarge)));
+        let raised = "{{ raise_exception('é' * 1000000) }}";
+        let t = ChatTemplate::new(raised, "", "").unwrap();
+        assert!(matches!(t.render(&user, false), Err(ChatError::Render(m)) if m.len() <= MAX_ERROR_BYTES));
         let recursive = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
         let t = ChatTemplate::new(recursive, "", "").unwrap();
         assert!(matches!(t.render(&user, false), Err(ChatError::Render(m)) if m.contains("recursion")));
