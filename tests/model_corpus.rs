@@ -419,6 +419,14 @@ fn hf_cases() -> Vec<(&'static str, &'static str, Option<Vec<u8>>, &'static str)
             "Tokenizer::Invalid",
         ),
         (
+            "tokenizer.json merges without the continuing_subword_prefix",
+            "tokenizer.json",
+            Some(edited_json("tokenizer.json", |v| {
+                v["model"]["continuing_subword_prefix"] = json!("##########")
+            })),
+            "Tokenizer::Invalid",
+        ),
+        (
             "tokenizer_config.json template syntax error",
             "tokenizer_config.json",
             Some(edited_json("tokenizer_config.json", set("chat_template", json!("{% if %}")))),
