@@ -12,7 +12,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -287,6 +287,63 @@ fn library(engine: &mut Engine, exchange: &Exchange) -> Result<Answer, String> {
     Ok((texts, reasons, tokens))
 }
 
+/// What the clients sent and what checking it against the library found.
+#[derive(Default)]
+struct Tally {
+    requests: usize,
+    sequences: usize,
+    dropped: usize,
+    checked: usize,
+    tokens_checked: u64,
+    mismatches: Vec<String>,
+}
+
+impl Tally {
+    /// Counts `exchange` and, unless it was dropped, checks it against `engine` alone.
+    fn check(&mut self, engine: &mut Engine, exchange: &Exchange) -> Result<(), String> {
+        self.requests += 1;
+        self.sequences += exchange.n;
+        if exchange.dropped {
+            self.dropped += 1;
+            return Ok(());
+        }
+        let (texts, reasons, tokens) = library(engine, exchange)?;
+        self.checked += 1;
+        self.tokens_checked += tokens;
+        if texts != exchange.texts
+            || reasons != exchange.finish_reasons
+            || Some(tokens) != exchange.completion_tokens
+        {
+            self.mismatches.push(format!(
+                "{} {:?} n={} {:?}: server {:?} {:?} {:?}, library {texts:?} {reasons:?} {tokens}",
+                if exchange.chat { "chat" } else { "completion" },
+                exchange.prompt,
+                exchange.n,
+                exchange.params,
+                exchange.texts,
+                exchange.finish_reasons,
+                exchange.completion_tokens
+            ));
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, other: Tally) {
+        self.requests += other.requests;
+        self.sequences += other.sequences;
+        self.dropped += other.dropped;
+        self.checked += other.checked;
+        self.tokens_checked += other.tokens_checked;
+        self.mismatches.extend(other.mismatches);
+    }
+}
+
+/// The library engine answers are checked against.
+fn library_engine(model: &Path, executor: ExecutorKind) -> Result<Engine, String> {
+    let config = EngineConfig { model: Some(model.to_owned()), executor, ..EngineConfig::default() };
+    Engine::new(config).map_err(|e| e.to_string())
+}
+
 fn run(options: &Options) -> Result<(), String> {
     let tiny = tempfile::tempdir().map_err(|e| e.to_string())?;
     let model = match options.executor {
@@ -301,27 +358,40 @@ fn run(options: &Options) -> Result<(), String> {
     let addr = server.addr;
     let started = Instant::now();
     let deadline = started + options.duration;
+    // The simulated model is cheap: each client checks its answers as they come, against
+    // its own engine. The real model is checked once the clients are done, on one engine.
+    let inline = options.executor == ExecutorKind::Sim;
     let clients: Vec<_> = (0..options.clients)
         .map(|client| {
             let seed = options.seed.wrapping_mul(1000).wrapping_add(client as u64);
-            std::thread::spawn(move || -> Result<Vec<Exchange>, String> {
+            let model = model.clone();
+            let executor = options.executor;
+            std::thread::spawn(move || -> Result<(Tally, Vec<Exchange>), String> {
+                let mut engine = if inline { Some(library_engine(&model, executor)?) } else { None };
                 let mut rng = ChaCha8Rng::seed_from_u64(seed);
-                let mut done = Vec::new();
+                let mut tally = Tally::default();
+                let mut pending = Vec::new();
                 while Instant::now() < deadline {
                     let (mut exchange, stream) = random_request(&mut rng);
                     send(addr, &mut exchange, stream)?;
-                    done.push(exchange);
+                    match engine.as_mut() {
+                        Some(engine) => tally.check(engine, &exchange)?,
+                        None => pending.push(exchange),
+                    }
                 }
-                Ok(done)
+                Ok((tally, pending))
             })
         })
         .collect();
     let warm_up = options.duration / 4;
     std::thread::sleep(warm_up);
     let rss_warm = rss_kib(pid);
-    let mut exchanges = Vec::new();
+    let mut tally = Tally::default();
+    let mut pending = Vec::new();
     for client in clients {
-        exchanges.extend(client.join().map_err(|_| "a client panicked")??);
+        let (client_tally, client_pending) = client.join().map_err(|_| "a client panicked")??;
+        tally.add(client_tally);
+        pending.extend(client_pending);
     }
     let elapsed = started.elapsed();
 
@@ -334,62 +404,40 @@ fn run(options: &Options) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let rss_end = rss_kib(pid);
-    let sequences: usize = exchanges.iter().map(|e| e.n).sum();
     let finished = ["stop", "length", "abort", "error"].map(|reason| {
         text.lines()
             .filter(|l| l.contains("request_success_total{") && l.contains(&format!("\"{reason}\"")))
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
             .sum::<f64>()
     });
-    let dropped = exchanges.iter().filter(|e| e.dropped).count();
-    let checked: Vec<&Exchange> = exchanges.iter().filter(|e| !e.dropped).collect();
-
-    let mut engine = Engine::new(EngineConfig {
-        model: Some(model.clone()),
-        executor: options.executor,
-        ..EngineConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let mut mismatches = Vec::new();
-    let mut tokens_checked = 0;
-    for exchange in &checked {
-        let (texts, reasons, tokens) = library(&mut engine, exchange)?;
-        tokens_checked += tokens;
-        if texts != exchange.texts
-            || reasons != exchange.finish_reasons
-            || Some(tokens) != exchange.completion_tokens
-        {
-            mismatches.push(format!(
-                "{} {:?} n={} {:?}: server {:?} {:?} {:?}, library {texts:?} {reasons:?} {tokens}",
-                if exchange.chat { "chat" } else { "completion" },
-                exchange.prompt,
-                exchange.n,
-                exchange.params,
-                exchange.texts,
-                exchange.finish_reasons,
-                exchange.completion_tokens
-            ));
+    if !pending.is_empty() {
+        let mut engine = library_engine(&model, options.executor)?;
+        for exchange in &pending {
+            tally.check(&mut engine, exchange)?;
         }
     }
     let drift =
         if rss_warm == 0 { 0.0 } else { (rss_end as f64 - rss_warm as f64) / rss_warm as f64 * 100.0 };
     let executor = if options.executor == ExecutorKind::Sim { "sim" } else { "wgpu" };
     println!(
-        "soak {executor}: {} clients for {:.0} s: {} requests ({} sequences, {dropped} dropped mid-stream), {} checked against the library alone ({tokens_checked} tokens), {} mismatches",
+        "soak {executor}: {} clients for {:.0} s: {} requests ({} sequences, {} dropped mid-stream), {} checked against the library alone ({} tokens), {} mismatches",
         options.clients,
         elapsed.as_secs_f64(),
-        exchanges.len(),
-        sequences,
-        checked.len(),
-        mismatches.len()
+        tally.requests,
+        tally.sequences,
+        tally.dropped,
+        tally.checked,
+        tally.tokens_checked,
+        tally.mismatches.len()
     );
     println!(
-        "soak {executor}: finished stop {} + length {} + abort {} + error {} = {} for {sequences} sequences sent; kv_cache_usage_perc {}, running {}, waiting {}",
+        "soak {executor}: finished stop {} + length {} + abort {} + error {} = {} for {} sequences sent; kv_cache_usage_perc {}, running {}, waiting {}",
         finished[0],
         finished[1],
         finished[2],
         finished[3],
         finished.iter().sum::<f64>(),
+        tally.sequences,
         metric(&text, "kv_cache_usage_perc"),
         metric(&text, "num_requests_running"),
         metric(&text, "num_requests_waiting"),
@@ -398,8 +446,8 @@ fn run(options: &Options) -> Result<(), String> {
         "soak {executor}: resident memory {rss_warm} KiB after warm-up ({:.0} s), {rss_end} KiB at the end: drift {drift:+.1}%",
         warm_up.as_secs_f64()
     );
-    let mut failures = mismatches;
-    if finished.iter().sum::<f64>() != sequences as f64 || finished[3] != 0.0 {
+    let mut failures = tally.mismatches;
+    if finished.iter().sum::<f64>() != tally.sequences as f64 || finished[3] != 0.0 {
         failures.push("finished + aborted requests differ from the sequences sent, or some failed".into());
     }
     if metric(&text, "kv_cache_usage_perc") != 0.0 || metric(&text, "num_requests_running") != 0.0 {

@@ -183,6 +183,8 @@ impl Target for GgufTokenizer {
 struct HfDirectory {
     dir: tempfile::TempDir,
     files: Vec<(String, Vec<u8>)>,
+    /// The file a run mutated and has not restored yet (it panicked).
+    dirty: Option<usize>,
 }
 
 impl HfDirectory {
@@ -192,7 +194,7 @@ impl HfDirectory {
         for (name, bytes) in &files {
             std::fs::write(dir.path().join(name), bytes).expect("a tiny model file");
         }
-        Self { dir, files }
+        Self { dir, files, dirty: None }
     }
 
     fn path(&self, index: usize) -> PathBuf {
@@ -235,14 +237,19 @@ impl Target for HfDirectory {
         let Some((&index, body)) = input.split_first() else {
             return "empty".into();
         };
+        if let Some(dirty) = self.dirty.take() {
+            std::fs::write(self.path(dirty), &self.files[dirty].1).expect("the file is restored");
+        }
         let index = index as usize % self.files.len();
         let path = self.path(index);
         std::fs::write(&path, body).expect("the mutated file is written");
+        self.dirty = Some(index);
         let result = ModelFiles::open(self.dir.path()).map_err(|e| e.to_string()).and_then(|model| {
             exercise(&model.tokenizer).map_err(|e| e.to_string())?;
             model.chat_template.as_ref().map_or(Ok(()), render).map_err(|e| e.to_string())
         });
         std::fs::write(&path, &self.files[index].1).expect("the file is restored");
+        self.dirty = None;
         outcome(result)
     }
 }
