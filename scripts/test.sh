@@ -18,6 +18,15 @@ cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
 cargo test --all-targets
 
+# A short fuzz pass with another seed than cargo test's own (scripts/fuzz.sh 1000000 for
+# the long run).
+scripts/fuzz.sh 3000 --seed 1
+
+# A short soak on each executor (cargo test ran 5 s on the simulated model; scripts/soak.sh
+# without arguments is the long one): 64 clients for 20 s on the simulated model, 8 for
+# 10 s on the default model (lavapipe is slow).
+scripts/soak.sh 20 10 8
+
 # The kernel suite again under each forced fallback: no shader-f16, no subgroups, neither,
 # and WebGPU's default limits (the SmolLM2 parity test builds these configurations itself).
 for features in f16 subgroup f16,subgroup; do

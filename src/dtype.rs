@@ -109,9 +109,13 @@ impl DType {
         self.block_len() > 1
     }
 
-    /// Bytes taken by `n` elements; `None` when `n` is not a whole number of blocks.
+    /// Bytes taken by `n` elements; `None` when `n` is not a whole number of blocks or the
+    /// byte count overflows.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_len()).then(|| n / self.block_len() * self.block_bytes())
+        if !n.is_multiple_of(self.block_len()) {
+            return None;
+        }
+        (n / self.block_len()).checked_mul(self.block_bytes())
     }
 
     /// The lower-case name (`q4_1`, `f16`, ...).

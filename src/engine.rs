@@ -30,6 +30,7 @@ pub use self::output::{CompletionOutput, RequestOutput};
 use self::stop::StopStrings;
 use crate::core::output::EngineCoreOutput;
 use crate::core::scheduler::{AddRequestError, Scheduler, SchedulerConfigError};
+use crate::executor::fault::FaultPlan;
 use crate::executor::sim::{CostModel, SimConfig, SimConfigError, SimExecutor};
 use crate::executor::wgpu::WgpuExecutor;
 use crate::executor::{ExecutorError, ModelExecutor};
@@ -104,9 +105,22 @@ pub enum EngineError {
     /// The scheduler or cache configuration is invalid.
     #[error("invalid engine configuration: {0}")]
     Config(#[from] SchedulerConfigError),
-    /// The executor failed a step or could not be built.
+    /// The executor could not be built.
     #[error(transparent)]
     Executor(#[from] ExecutorError),
+    /// The executor failed a step: every live request was finished with an error (their
+    /// last outputs are here) and its blocks freed. After a lost device the engine refuses
+    /// all further work; after any other failure it goes on serving new requests.
+    #[error("a step failed ({source}); {} live requests ended with an error", outputs.len())]
+    StepFailed {
+        /// What the executor reported.
+        source: ExecutorError,
+        /// The last output of every request that was live, finish reason `error`.
+        outputs: Vec<RequestOutput>,
+    },
+    /// The device was lost at an earlier step; the engine can do nothing more.
+    #[error("the engine stopped: {0}")]
+    DeviceLost(String),
     /// The GPU could not be set up.
     #[error(transparent)]
     Gpu(#[from] GpuError),
@@ -161,6 +175,7 @@ pub struct Engine {
     seeds: ChaCha8Rng,
     max_waiting_requests: Option<usize>,
     metrics: EngineMetrics,
+    device_lost: Option<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -197,7 +212,8 @@ impl Engine {
                     seed: config.seed,
                     cost: CostModel::default(),
                 })?
-                .with_realtime(config.sim_realtime),
+                .with_realtime(config.sim_realtime)
+                .with_faults(FaultPlan::new(config.sim_faults.iter().copied())),
             ),
             ExecutorKind::Wgpu => {
                 let context = GpuContext::new(&config.gpu)?;
@@ -241,6 +257,7 @@ impl Engine {
             seeds: ChaCha8Rng::seed_from_u64(config.seed),
             max_waiting_requests: config.max_waiting_requests,
             metrics: EngineMetrics::default(),
+            device_lost: None,
         })
     }
 
@@ -262,6 +279,11 @@ impl Engine {
     /// Forgets every cached block hash; refused (false) while any block is in use.
     pub fn reset_prefix_cache(&mut self) -> bool {
         self.scheduler.reset_prefix_cache()
+    }
+
+    /// Why the engine stopped for good (its device was lost), if it did.
+    pub fn device_lost(&self) -> Option<&str> {
+        self.device_lost.as_deref()
     }
 
     /// True while some request is waiting or running.
@@ -310,6 +332,9 @@ impl Engine {
         prompt_token_ids: Vec<TokenId>,
         mut params: SamplingParams,
     ) -> Result<RequestId, EngineError> {
+        if let Some(reason) = &self.device_lost {
+            return Err(EngineError::DeviceLost(reason.clone()));
+        }
         params.validate()?;
         self.check_token_ids(&prompt_token_ids)?;
         if let Some(limit) = self.max_waiting_requests {
@@ -357,10 +382,26 @@ impl Engine {
     }
 
     /// Runs one scheduler step and returns an output for every request that produced
-    /// text or tokens or finished.
+    /// text or tokens or finished. When the executor fails the step, every live request
+    /// ends with an error ([`EngineError::StepFailed`] carries their last outputs); a lost
+    /// device also stops the engine for good ([`Engine::device_lost`]).
     pub fn step(&mut self) -> Result<Vec<RequestOutput>, EngineError> {
+        if let Some(reason) = &self.device_lost {
+            return Err(EngineError::DeviceLost(reason.clone()));
+        }
         let scheduler_output = self.scheduler.schedule();
-        let runner_output = self.executor.execute(&scheduler_output)?;
+        let runner_output = match self.executor.execute(&scheduler_output) {
+            Ok(output) => output,
+            Err(source) => {
+                tracing::error!(error = %source, "engine step failed; failing every live request");
+                self.scheduler.discard_step(&scheduler_output);
+                let outputs = self.fail_all();
+                if source.is_device_lost() {
+                    self.device_lost = Some(source.to_string());
+                }
+                return Err(EngineError::StepFailed { source, outputs });
+            }
+        };
         let core_outputs = self.scheduler.update_from_output(&scheduler_output, &runner_output);
         let now = Instant::now();
         let mut outputs = Vec::with_capacity(core_outputs.len());

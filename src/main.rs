@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pagoda::engine::bench::run_engine_workload;
+use pagoda::executor::fault::Fault;
 use pagoda::executor::sim::SimConfig;
 use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
 use pagoda::gpu::{BackendChoice, FeatureMask, GpuContext, GpuOptions, resident_bytes};
@@ -123,6 +124,10 @@ struct EngineArgs {
     /// With --executor sim, take each step's simulated time in wall-clock time.
     #[arg(long)]
     sim_realtime: bool,
+    /// Fault injection for the simulated model: fail step STEP, `STEP:transient` or
+    /// `STEP:device-lost` (repeatable).
+    #[arg(long, value_name = "STEP:KIND")]
+    sim_fault: Vec<Fault>,
     #[command(flatten)]
     gpu: GpuArgs,
 }
@@ -202,6 +207,7 @@ impl EngineArgs {
             gpu: self.gpu.options()?,
             show_progress: std::io::stderr().is_terminal(),
             sim_realtime: self.sim_realtime,
+            sim_faults: self.sim_fault.clone(),
         })
     }
 }
@@ -561,14 +567,21 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             tracing::info!(aborted, "drained; shutting down");
             let _ = drained.send(());
         });
-        let shutdown = async {
-            let _ = stop.await;
+        let engine_state = std::sync::Arc::clone(&state);
+        let shutdown = async move {
+            tokio::select! {
+                _ = stop => {}
+                () = engine_state.engine().stopped() => {}
+            }
         };
         pagoda::server::serve(listener, pagoda::server::router(std::sync::Arc::clone(&state)), shutdown)
             .await
             .map_err(|e| e.to_string())?;
         state.close_kv_events().await;
-        Ok(())
+        match state.engine().device_lost() {
+            Some(reason) => Err(format!("the engine stopped: {reason}")),
+            None => Ok(()),
+        }
     })
 }
 

@@ -295,6 +295,70 @@ fn invalid_blocks_under_fail_finish_with_an_error() {
     assert_eq!(out.finished_req_ids, HashSet::from([1]));
 }
 
+#[test]
+fn invalid_blocks_under_fail_evict_every_later_block_of_the_request() {
+    let config = SchedulerConfig {
+        invalid_block_policy: InvalidBlockPolicy::Fail,
+        long_prefill_token_threshold: 16,
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::new(config, cache(12)).unwrap();
+    let prompt = tokens(0, 64);
+    s.add_request(request(1, prompt.clone(), 6)).unwrap();
+    s.add_request(request(2, prompt.clone(), 6)).unwrap();
+    for _ in 0..4 {
+        fake_step(&mut s);
+    }
+    let a_table = s.kv_cache_manager().get_block_ids(1).to_vec();
+    let b_table = s.kv_cache_manager().get_block_ids(2).to_vec();
+    assert_eq!(a_table, vec![1, 3, 5, 7]);
+    assert_eq!(b_table, vec![1, 2, 4, 6, 8]);
+    let cached = |s: &Scheduler, block: BlockId| s.snapshot().blocks[block as usize].block_hash;
+    let hashes: Vec<_> = a_table.iter().map(|&id| cached(&s, id).unwrap()).collect();
+    assert_eq!(s.kv_cache_manager().pool().cached_blocks()[&hashes[2]], vec![4, 5]);
+
+    let failed = s.handle_invalid_blocks(&HashSet::from([3]));
+    assert_eq!(
+        failed.iter().map(|o| (o.request_id, o.finish_reason)).collect::<Vec<_>>(),
+        vec![(1, Some(FinishReason::Error))]
+    );
+    assert!(cached(&s, 1).is_some());
+    for id in [3, 5, 7] {
+        assert_eq!(cached(&s, id), None, "block {id}");
+    }
+    let pool = s.kv_cache_manager().pool();
+    for (index, hash) in hashes.iter().enumerate().skip(1) {
+        assert_eq!(pool.cached_blocks()[hash], vec![b_table[index]]);
+    }
+    assert_eq!(free_queue(&s)[..3], [3, 5, 7]);
+
+    s.add_request(request(3, prompt, 1)).unwrap();
+    let out = s.schedule();
+    assert_eq!(out.scheduled_new_reqs[0].block_ids[..3], [1, 2, 4]);
+}
+
+#[test]
+fn without_prefix_caching_the_prefix_cache_counters_stay_at_zero() {
+    let mut cache_config = cache(7);
+    cache_config.enable_prefix_caching = false;
+    let config = SchedulerConfig { max_num_batched_tokens: 1024, ..SchedulerConfig::default() };
+    let mut s = Scheduler::new(config, cache_config).unwrap();
+    let (sim_config, mut executor) = sim();
+    let prompt = tokens(0, 40);
+    s.add_request(request(1, prompt.clone(), 20)).unwrap();
+    s.add_request(request(2, prompt.clone(), 20)).unwrap();
+    let mut generated = HashMap::new();
+    while s.has_unfinished_requests() {
+        sim_step(&mut s, &mut executor, &mut generated);
+    }
+    let stats = s.stats();
+    assert_eq!(stats.num_preemptions, 1);
+    assert_eq!(stats.prefix_cache, Default::default());
+    assert_eq!(stats.preempted_prefix_cache, Default::default());
+    assert_eq!(generated[&1], alone_output(&sim_config, &prompt, 20));
+    assert_eq!(generated[&2], generated[&1]);
+}
+
 fn run_with_tokens(
     params: SamplingParams,
     sampled: &[TokenId],

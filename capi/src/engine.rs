@@ -2,7 +2,7 @@
 
 use std::ffi::{CString, c_char, c_void};
 
-use pagoda::{Engine, Prompt, RequestOutput};
+use pagoda::{Engine, EngineError, Prompt, RequestOutput};
 
 use crate::args::{chat_messages, optional_str, required_str, sampling_params, write_out};
 use crate::handles::{self, EngineSlot, PagodaEngine};
@@ -193,10 +193,12 @@ fn step(slot: &EngineSlot) -> Result<Stepped, Failure> {
     if hosted.engine.has_unfinished_requests() {
         match hosted.engine.step() {
             Ok(stepped) => outputs.extend(stepped),
-            Err(error) => {
-                outputs.extend(hosted.engine.fail_all());
-                result = Err(error.into());
+            Err(EngineError::StepFailed { source, outputs: ended }) => {
+                let message = format!("a step failed ({source}); {} live requests ended", ended.len());
+                outputs.extend(ended);
+                result = Err(Failure::new(PagodaStatus::Device, message));
             }
+            Err(error) => result = Err(error.into()),
         }
     }
     Ok(Stepped { ticket: hosted.take_ticket(), outputs, result })

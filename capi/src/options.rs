@@ -99,6 +99,7 @@ impl EngineOptions {
             },
             show_progress: false,
             sim_realtime: false,
+            sim_faults: Vec::new(),
         })
     }
 }

@@ -70,7 +70,11 @@ impl From<EngineError> for Failure {
             | EngineError::Sim(_) => PagodaStatus::InvalidArgument,
             EngineError::Rejected(_) | EngineError::Overloaded { .. } => PagodaStatus::Rejected,
             EngineError::Tokenizer(_) | EngineError::Chat(_) | EngineError::Model(_) => PagodaStatus::Model,
-            EngineError::Executor(_) | EngineError::Gpu(_) | EngineError::Stopped => PagodaStatus::Device,
+            EngineError::Executor(_)
+            | EngineError::Gpu(_)
+            | EngineError::Stopped
+            | EngineError::StepFailed { .. }
+            | EngineError::DeviceLost(_) => PagodaStatus::Device,
             EngineError::UnknownRequest(_) => PagodaStatus::UnknownRequest,
         };
         Self::new(status, error.to_string())

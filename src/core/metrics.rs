@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Prefix-cache lookups, counted in tokens, as vLLM counts them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrefixCacheStats {
-    /// Lookups (one per admitted request).
+    /// Lookups (one per admitted request; none while prefix caching is off).
     pub requests: u64,
     /// Tokens looked up.
     pub queries: u64,

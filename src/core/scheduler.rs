@@ -307,6 +307,19 @@ impl Scheduler {
         outputs
     }
 
+    /// Undoes the bookkeeping of a step the executor failed: each scheduled request's
+    /// `num_computed_tokens` goes back to where the step started, and the blocks the step
+    /// was to fill leave the prefix cache (their contents were never computed).
+    pub fn discard_step(&mut self, scheduler_output: &SchedulerOutput) {
+        for (&request_id, &num_tokens) in &scheduler_output.num_scheduled_tokens {
+            let Some(request) = self.requests.get_mut(&request_id) else {
+                continue;
+            };
+            request.num_computed_tokens = request.num_computed_tokens.saturating_sub(num_tokens);
+            self.kv.discard_uncomputed(request_id, request.num_computed_tokens);
+        }
+    }
+
     /// Finishes (typically aborts) the given requests wherever they are; each is reported
     /// in the next `SchedulerOutput.finished_req_ids`. Unknown ids are skipped. Returns how
     /// many were finished.
@@ -343,8 +356,10 @@ impl Scheduler {
     /// Reacts to KV blocks found corrupt or lost. Under policy `recompute` each request whose
     /// computed tokens reach into an invalid block has `num_computed_tokens` cut to that
     /// block's start and stays RUNNING with its blocks; under `fail` it finishes with an
-    /// error (returned here). Either way the invalid blocks leave the prefix cache. Call it
-    /// between `update_from_output` and the next `schedule`.
+    /// error (returned here), and every block of its table from the first invalid one on
+    /// leaves the prefix cache too (as vLLM evicts `block_ids[idx:]`), so no later block
+    /// can be hit through a duplicate of an evicted one. Either way the invalid blocks leave
+    /// the prefix cache. Call it between `update_from_output` and the next `schedule`.
     pub fn handle_invalid_blocks(&mut self, invalid_block_ids: &HashSet<BlockId>) -> Vec<EngineCoreOutput> {
         if invalid_block_ids.is_empty() {
             return Vec::new();
@@ -378,6 +393,10 @@ impl Scheduler {
                     self.kv.uncache_from(request_id, first_invalid);
                 }
                 InvalidBlockPolicy::Fail => {
+                    let later_blocks = self.kv.get_block_ids(request_id)[first_invalid..].to_vec();
+                    for block_id in later_blocks {
+                        self.kv.evict_block(block_id);
+                    }
                     self.running.retain(|&id| id != request_id);
                     let request = self.requests.get_mut(&request_id).expect("running requests are live");
                     request.status = RequestStatus::FinishedError;
@@ -609,7 +628,9 @@ impl Scheduler {
             request.status = RequestStatus::Running;
             request.num_computed_tokens = num_hit_tokens;
             if resumed {
-                self.stats.preempted_prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                if self.kv.enable_caching() {
+                    self.stats.preempted_prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                }
                 let lost = self.computed_before_preemption.remove(&request_id).unwrap_or(0);
                 self.stats.num_recomputed_tokens += lost.saturating_sub(num_hit_tokens) as u64;
                 self.events.emit(|| KvEvent::Resume { request_id, num_cached_tokens: num_hit_tokens });
@@ -621,7 +642,9 @@ impl Scheduler {
                     num_computed_tokens: num_hit_tokens,
                 });
             } else {
-                self.stats.prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                if self.kv.enable_caching() {
+                    self.stats.prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                }
                 request.num_cached_tokens = num_hit_tokens;
                 output.scheduled_new_reqs.push(NewRequestData {
                     req_id: request_id,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Engine, EngineError};
 use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+use crate::executor::fault::Fault;
 use crate::gpu::GpuOptions;
 
 /// Which executor runs the model.
@@ -43,6 +44,9 @@ pub struct EngineConfig {
     /// a simulated server's latencies look like a GPU's).
     #[serde(default)]
     pub sim_realtime: bool,
+    /// Steps the simulated executor fails (fault injection; ignored by the wgpu executor).
+    #[serde(default)]
+    pub sim_faults: Vec<Fault>,
 }
 
 /// Builds an [`EngineConfig`] knob by knob; `Engine::builder()` starts one.
@@ -155,6 +159,12 @@ impl EngineBuilder {
     /// Refuse new requests while this many are waiting.
     pub fn max_waiting_requests(mut self, limit: usize) -> Self {
         self.config.max_waiting_requests = Some(limit);
+        self
+    }
+
+    /// Steps the simulated executor fails (fault injection).
+    pub fn sim_faults(mut self, faults: impl IntoIterator<Item = Fault>) -> Self {
+        self.config.sim_faults = faults.into_iter().collect();
         self
     }
 

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
-use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 
 use super::metrics::EngineMetrics;
 use super::{CompletionOutput, Engine, EngineError, Prompt, RequestOutput};
@@ -46,6 +46,7 @@ pub struct AsyncEngine {
     commands: mpsc::Sender<Command>,
     metrics: Arc<Mutex<EngineMetrics>>,
     live: Arc<AtomicUsize>,
+    device_lost: watch::Receiver<Option<String>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -68,16 +69,32 @@ impl AsyncEngine {
         let metrics = Arc::new(Mutex::new(engine.metrics()));
         let live = Arc::new(AtomicUsize::new(0));
         let engine_log = engine.scheduler().cache_event_log();
+        let (lost_sender, device_lost) = watch::channel(engine.device_lost().map(str::to_owned));
         let thread = EngineThread {
             engine,
             streams: HashMap::new(),
             metrics: Arc::clone(&metrics),
             live: Arc::clone(&live),
             cache_events: sink.map(|sink| (engine_log, sink)),
+            device_lost: lost_sender,
         };
         let thread =
             std::thread::Builder::new().name("pagoda-engine".into()).spawn(move || thread.run(&receiver))?;
-        Ok(Self { commands, metrics, live, thread: Mutex::new(Some(thread)) })
+        Ok(Self { commands, metrics, live, device_lost, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Why the engine stopped for good (its device was lost), if it did; new requests
+    /// are then refused with [`EngineError::DeviceLost`].
+    pub fn device_lost(&self) -> Option<String> {
+        self.device_lost.borrow().clone()
+    }
+
+    /// Resolves once the engine can serve nothing more: its device was lost or its
+    /// thread ended.
+    pub async fn stopped(&self) {
+        let mut device_lost = self.device_lost.clone();
+        // An error means the thread is gone, which is a stop too.
+        let _ = device_lost.wait_for(Option::is_some).await;
     }
 
     /// Queues a request and returns the stream of its outputs.
@@ -242,6 +259,7 @@ struct EngineThread {
     metrics: Arc<Mutex<EngineMetrics>>,
     live: Arc<AtomicUsize>,
     cache_events: Option<(EventLog<CacheEvent>, CacheEventSink)>,
+    device_lost: watch::Sender<Option<String>>,
 }
 
 impl EngineThread {
@@ -264,10 +282,19 @@ impl EngineThread {
                 }
             }
             if self.engine.has_unfinished_requests() {
-                let outputs = self.engine.step().unwrap_or_else(|error| {
-                    tracing::error!(%error, "engine step failed; failing every live request");
-                    self.engine.fail_all()
-                });
+                let outputs = match self.engine.step() {
+                    Ok(outputs) => outputs,
+                    Err(EngineError::StepFailed { outputs, .. }) => {
+                        if let Some(reason) = self.engine.device_lost() {
+                            self.device_lost.send_replace(Some(reason.to_owned()));
+                        }
+                        outputs
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "engine step failed; failing every live request");
+                        self.engine.fail_all()
+                    }
+                };
                 // Published before any client sees this step's outputs, so a finished
                 // response is always already counted.
                 self.publish_metrics();

@@ -1,5 +1,6 @@
 //! Executors turn a `SchedulerOutput` into sampled tokens.
 
+pub mod fault;
 pub mod sim;
 pub mod wgpu;
 pub mod workload;
@@ -16,10 +17,21 @@ pub trait ModelExecutor {
 /// Why a step could not be executed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
-    /// The GPU reported an error (out of memory, lost device, validation).
+    /// The step failed on the device (out of memory, validation, a failed submit); the
+    /// device still works, so later steps may succeed.
     #[error("device error: {0}")]
     Device(String),
+    /// The device is gone: no later step can succeed.
+    #[error("the device was lost: {0}")]
+    DeviceLost(String),
     /// The scheduler output asked for something the executor cannot do.
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+}
+
+impl ExecutorError {
+    /// True when the device is gone and the engine must stop.
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, Self::DeviceLost(_))
+    }
 }

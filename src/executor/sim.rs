@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
+use crate::executor::fault::FaultPlan;
 use crate::executor::{ExecutorError, ModelExecutor};
 use crate::request::{RequestId, TokenId};
 
@@ -102,6 +103,7 @@ pub struct SimExecutor {
     elapsed_s: f64,
     last_step_s: f64,
     realtime: bool,
+    faults: FaultPlan,
 }
 
 impl SimExecutor {
@@ -113,12 +115,26 @@ impl SimExecutor {
         if let Some(eos) = config.eos_token_id.filter(|&eos| eos >= config.vocab_size) {
             return Err(SimConfigError::EosOutsideVocab { eos, vocab_size: config.vocab_size });
         }
-        Ok(Self { config, sequences: HashMap::new(), elapsed_s: 0.0, last_step_s: 0.0, realtime: false })
+        Ok(Self {
+            config,
+            sequences: HashMap::new(),
+            elapsed_s: 0.0,
+            last_step_s: 0.0,
+            realtime: false,
+            faults: FaultPlan::default(),
+        })
     }
 
     /// Makes every step also take its simulated time in wall-clock time (it sleeps).
     pub fn with_realtime(mut self, realtime: bool) -> Self {
         self.realtime = realtime;
+        self
+    }
+
+    /// The same executor, failing the steps `faults` names (each after forgetting the
+    /// requests the scheduler finished, before computing anything).
+    pub fn with_faults(mut self, faults: FaultPlan) -> Self {
+        self.faults = faults;
         self
     }
 
@@ -193,6 +209,7 @@ impl ModelExecutor for SimExecutor {
         for request_id in &scheduler_output.finished_req_ids {
             self.sequences.remove(request_id);
         }
+        self.faults.next_step()?;
         let scheduled = |request_id: RequestId| {
             scheduler_output.num_scheduled_tokens.get(&request_id).copied().ok_or_else(|| {
                 ExecutorError::InvalidBatch(format!("request {request_id} has no scheduled token count"))

@@ -82,12 +82,16 @@ impl std::fmt::Debug for WgpuExecutor {
 }
 
 fn device(e: GpuError, what: &str) -> ExecutorError {
-    ExecutorError::Device(format!("{what}: {e}"))
+    match e {
+        GpuError::DeviceLost(reason) => ExecutorError::DeviceLost(format!("{what}: {reason}")),
+        other => ExecutorError::Device(format!("{what}: {other}")),
+    }
 }
 
 fn from_llama(e: LlamaError) -> ExecutorError {
     match e {
         LlamaError::InvalidBatch(m) => ExecutorError::InvalidBatch(m),
+        LlamaError::Gpu(GpuError::DeviceLost(reason)) => ExecutorError::DeviceLost(reason),
         other => ExecutorError::Device(other.to_string()),
     }
 }
@@ -178,6 +182,11 @@ impl WgpuExecutor {
     /// Blocks in the KV pools (the null block included): what the scheduler should use.
     pub fn num_gpu_blocks(&self) -> usize {
         self.num_gpu_blocks
+    }
+
+    /// The device it runs on.
+    pub fn context(&self) -> &GpuContext {
+        &self.ctx
     }
 
     /// The loaded model.

@@ -1,7 +1,7 @@
 //! The device: instance, adapter and device creation, and the pipeline cache.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::GpuError;
 use super::caps::Capabilities;
@@ -14,6 +14,30 @@ pub struct GpuContext {
     pub(crate) queue: wgpu::Queue,
     caps: Capabilities,
     pipelines: Mutex<HashMap<KernelVariant, Kernel>>,
+    health: Arc<DeviceHealth>,
+}
+
+/// What the device reported outside any error scope: that it was lost, or an error no
+/// scope caught (wgpu's default handler would panic on it).
+#[derive(Debug, Default)]
+struct DeviceHealth {
+    lost: Mutex<Option<String>>,
+    uncaptured: Mutex<Option<String>>,
+}
+
+impl DeviceHealth {
+    fn set(slot: &Mutex<Option<String>>, message: String) {
+        let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        slot.get_or_insert(message);
+    }
+
+    fn lost(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    fn take_uncaptured(&self) -> Option<String> {
+        self.uncaptured.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
+    }
 }
 
 /// A compiled kernel variant and the layout of its bind group 0.
@@ -81,6 +105,17 @@ impl GpuContext {
             ..Default::default()
         }))
         .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
+        let health = Arc::new(DeviceHealth::default());
+        let on_lost = Arc::clone(&health);
+        device.set_device_lost_callback(move |reason, message| {
+            tracing::error!(?reason, %message, "the GPU device was lost");
+            DeviceHealth::set(&on_lost.lost, format!("{reason:?}: {message}"));
+        });
+        let on_error = Arc::clone(&health);
+        device.on_uncaptured_error(Arc::new(move |error| {
+            tracing::error!(%error, "GPU error outside any error scope");
+            DeviceHealth::set(&on_error.uncaptured, error.to_string());
+        }));
         let caps = Capabilities {
             adapter_name: info.name.clone(),
             backend: format!("{:?}", info.backend),
@@ -99,7 +134,7 @@ impl GpuContext {
             limits,
             forced_linear: options.linear_strategy,
         };
-        Ok(Self { device, queue, caps, pipelines: Mutex::new(HashMap::new()) })
+        Ok(Self { device, queue, caps, pipelines: Mutex::new(HashMap::new()), health })
     }
 
     /// What the device offers after masking, and the variant choices that follow from it.
@@ -149,9 +184,33 @@ impl GpuContext {
 
     /// Waits until all submitted work is done.
     pub fn wait_idle(&self) -> Result<(), GpuError> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map(|_| ())
-            .map_err(|e| GpuError::Device(e.to_string()))
+        let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
+        self.check_health()?;
+        polled.map(|_| ()).map_err(|e| GpuError::Device(e.to_string()))
+    }
+
+    /// Why the device was lost, once it was.
+    pub fn device_lost(&self) -> Option<String> {
+        self.health.lost()
+    }
+
+    /// Destroys the device, as a driver reset or an unplugged GPU would lose it: every later
+    /// step fails with [`GpuError::DeviceLost`]. For testing the failure path.
+    pub fn lose_device(&self) {
+        self.device.destroy();
+        // Losing the device completes in maintenance, once the queue is empty.
+        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    /// `DeviceLost` once the device is gone; `Device` for an error no scope caught since the
+    /// last check.
+    pub(crate) fn check_health(&self) -> Result<(), GpuError> {
+        if let Some(reason) = self.health.lost() {
+            return Err(GpuError::DeviceLost(reason));
+        }
+        match self.health.take_uncaptured() {
+            Some(error) => Err(GpuError::Device(error)),
+            None => Ok(()),
+        }
     }
 }

@@ -102,7 +102,10 @@ pub enum GpuError {
     /// Out of device memory.
     #[error("out of device memory: {0}")]
     OutOfMemory(String),
-    /// A validation error or lost device while running.
+    /// A validation or other error while running; the device still works.
     #[error("device error: {0}")]
     Device(String),
+    /// The device is gone (driver reset, GPU removed, destroyed): nothing more can run.
+    #[error("the device was lost: {0}")]
+    DeviceLost(String),
 }

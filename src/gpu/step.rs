@@ -122,6 +122,7 @@ impl Step<'_> {
     /// for the readbacks.
     pub fn submit(self) -> Result<StepOutput, GpuError> {
         let ctx = self.ctx;
+        ctx.check_health()?;
         let device = &ctx.device;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
@@ -185,6 +186,7 @@ impl Step<'_> {
         }
         ctx.queue.submit([encoder.finish()]);
         if let Some(err) = pollster::block_on(scope.pop()) {
+            ctx.check_health()?;
             return Err(GpuError::Device(err.to_string()));
         }
         for buf in &staging {
@@ -193,7 +195,10 @@ impl Step<'_> {
         ctx.wait_idle()?;
         let mut data = Vec::with_capacity(staging.len());
         for (buf, r) in staging.iter().zip(&self.readbacks) {
-            let view = buf.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
+            let view = buf
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| ctx.check_health().err().unwrap_or_else(|| GpuError::Device(e.to_string())))?;
             data.push(view[..r.size as usize].to_vec());
             drop(view);
             buf.unmap();

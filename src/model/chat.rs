@@ -1,5 +1,12 @@
 //! Chat templates (Jinja, rendered with minijinja the way HF transformers renders them:
 //! `trim_blocks` and `lstrip_blocks` on, `raise_exception` available, Python string methods).
+//!
+//! A template comes from a stranger's model file, so rendering is bounded: at most
+//! [`TEMPLATE_FUEL`] instructions, [`TEMPLATE_RECURSION_LIMIT`] levels of recursion and
+//! [`MAX_RENDERED_BYTES`] of output; past any of them it stops with an error, whose
+//! message is cut to [`MAX_ERROR_BYTES`]. minijinja caps one string repetition at 100 MB
+//! but has no cap on intermediate values, so a template that keeps doubling a string can
+//! still allocate a lot before its fuel runs out.
 
 use std::path::Path;
 
@@ -9,6 +16,14 @@ use serde::{Deserialize, Serialize};
 use super::gguf::{GgufError, GgufFile};
 
 const TEMPLATE_NAME: &str = "chat";
+/// Instructions one rendering may execute (a real template needs a few hundred per message).
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+/// Levels of recursion (loops, macros, includes) one rendering may reach.
+pub const TEMPLATE_RECURSION_LIMIT: usize = 200;
+/// Bytes one rendering may produce.
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
+/// Longest error message a template's failure is reported with, in bytes.
+pub const MAX_ERROR_BYTES: usize = 1024;
 /// GGUF metadata key holding the chat template.
 pub const GGUF_CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
 
@@ -40,6 +55,12 @@ pub enum ChatError {
     /// Rendering failed (including the template's own `raise_exception`).
     #[error("chat template failed: {0}")]
     Render(String),
+    /// Rendering ran more than [`TEMPLATE_FUEL`] instructions.
+    #[error("chat template stopped: it ran more than {TEMPLATE_FUEL} instructions")]
+    OutOfFuel,
+    /// Rendering produced more than [`MAX_RENDERED_BYTES`].
+    #[error("chat template stopped: its output exceeds {MAX_RENDERED_BYTES} bytes")]
+    OutputTooLarge,
     /// Reading `tokenizer_config.json` failed.
     #[error("cannot read chat template: {0}")]
     Read(String),
@@ -62,9 +83,11 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_recursion_limit(TEMPLATE_RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, clip(&msg).to_owned()))
         });
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|e| ChatError::Syntax(e.to_string()))?;
@@ -118,7 +141,43 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        template.render(ctx).map_err(|e| ChatError::Render(e.to_string()))
+        let mut out = BoundedWriter { bytes: Vec::new(), overflowed: false };
+        match template.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string())),
+            Err(_) if out.overflowed => Err(ChatError::OutputTooLarge),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::OutOfFuel),
+            Err(e) => Err(ChatError::Render(clip(&e.to_string()).to_owned())),
+        }
+    }
+}
+
+/// At most [`MAX_ERROR_BYTES`] of an error message (a template may raise one of megabytes).
+fn clip(message: &str) -> &str {
+    let mut end = message.len().min(MAX_ERROR_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
+/// Collects rendered bytes and refuses any past [`MAX_RENDERED_BYTES`].
+struct BoundedWriter {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("rendered output too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -141,6 +200,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.render(&[ChatMessage::new("user", "  hi ")], false).unwrap(), "<s>hi");
+    }
+
+    #[test]
+    fn endless_loops_huge_output_and_deep_recursion_stop_with_errors() {
+        let user = [ChatMessage::new("user", "hi")];
+        let endless = "{% for m in messages %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(endless, "", "").unwrap();
+        assert!(matches!(t.render(&user, false), Err(ChatError::OutOfFuel)));
+        let huge = "{% set s = 'x' * 10000000 %}{% for i in range(10) %}{{ s }}{% endfor %}";
+        let t = ChatTemplate::new(huge, "", "").unwrap();
+        assert!(matches!(t.render(&user, false), Err(ChatError::OutputTooLarge)));
+        let raised = "{{ raise_exception('é' * 1000000) }}";
+        let t = ChatTemplate::new(raised, "", "").unwrap();
+        assert!(matches!(t.render(&user, false), Err(ChatError::Render(m)) if m.len() <= MAX_ERROR_BYTES));
+        let recursive = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+        let t = ChatTemplate::new(recursive, "", "").unwrap();
+        assert!(matches!(t.render(&user, false), Err(ChatError::Render(m)) if m.contains("recursion")));
     }
 
     #[test]

@@ -20,6 +20,14 @@ const MAGIC: &[u8; 4] = b"GGUF";
 /// Alignment of the data section when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: usize = 32;
 const ALIGNMENT_KEY: &str = "general.alignment";
+/// Longest metadata string or name the reader accepts, in bytes.
+pub const MAX_STRING_BYTES: u64 = 64 << 20;
+/// Most elements of one metadata array the reader accepts.
+pub const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// Deepest nesting of metadata arrays the reader accepts.
+pub const MAX_ARRAY_DEPTH: usize = 4;
+/// Most tensors or metadata pairs the reader accepts.
+pub const MAX_ENTRIES: u64 = 1 << 20;
 
 /// Why a GGUF file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +59,19 @@ pub enum GgufError {
         /// The file's length.
         file_len: usize,
     },
+    /// A count or length beyond what the reader accepts (checked before allocating).
+    #[error("{what} claims {len}, more than the limit of {limit}")]
+    TooLarge {
+        /// What claimed it.
+        what: String,
+        /// The claimed count or length.
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Metadata arrays nested deeper than [`MAX_ARRAY_DEPTH`].
+    #[error("metadata key {0:?} nests arrays deeper than {MAX_ARRAY_DEPTH} levels")]
+    NestingTooDeep(String),
     /// A metadata value of a type id outside the GGUF spec.
     #[error("metadata key {key:?} has unknown value type {type_id}")]
     UnknownValueType {
@@ -331,7 +352,25 @@ pub struct GgufFile {
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
     data_offset: usize,
-    map: Mmap,
+    map: FileBytes,
+}
+
+/// The file's bytes: a memory map of a file on disk, or bytes already in memory.
+#[derive(Debug)]
+enum FileBytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Mapped(map) => map,
+            Self::Owned(bytes) => bytes,
+        }
+    }
 }
 
 impl GgufFile {
@@ -351,10 +390,15 @@ impl GgufFile {
         }
         // SAFETY: the map is read-only; pagoda never writes model files while they are open.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::parse(map)
+        Self::parse(FileBytes::Mapped(map))
     }
 
-    fn parse(map: Mmap) -> Result<Self, GgufError> {
+    /// Parse a GGUF file held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, GgufError> {
+        Self::parse(FileBytes::Owned(bytes))
+    }
+
+    fn parse(map: FileBytes) -> Result<Self, GgufError> {
         let mut r = Reader { buf: &map, pos: 0 };
         let magic = r.take(4, "magic")?;
         if magic != MAGIC {
@@ -364,14 +408,14 @@ impl GgufFile {
         if !(2..=3).contains(&version) {
             return Err(GgufError::UnsupportedVersion(version));
         }
-        let tensor_count = r.u64("tensor count")?;
-        let kv_count = r.u64("metadata count")?;
+        let tensor_count = r.count("tensor count", MAX_ENTRIES)?;
+        let kv_count = r.count("metadata count", MAX_ENTRIES)?;
         let mut metadata = HashMap::new();
         let mut metadata_keys = Vec::new();
         for i in 0..kv_count {
             let key = r.string(&format!("metadata key #{i}"))?;
             let type_id = r.u32(&format!("type of metadata {key:?}"))?;
-            let value = r.value(type_id, &key)?;
+            let value = r.value(type_id, &key, 0)?;
             if metadata.insert(key.clone(), value).is_none() {
                 metadata_keys.push(key);
             }
@@ -594,9 +638,20 @@ impl<'a> Reader<'a> {
         self.array(what).map(u64::from_le_bytes)
     }
 
-    fn len(&mut self, what: &str, min_item_bytes: usize) -> Result<usize, GgufError> {
-        let start = self.pos;
+    /// A count that may not exceed `limit`.
+    fn count(&mut self, what: &str, limit: u64) -> Result<u64, GgufError> {
         let n = self.u64(what)?;
+        if n > limit {
+            return Err(GgufError::TooLarge { what: what.to_owned(), len: n, limit });
+        }
+        Ok(n)
+    }
+
+    /// A length of items of at least `min_item_bytes` each that may not exceed `limit`
+    /// nor run past the end of the file.
+    fn len(&mut self, what: &str, min_item_bytes: usize, limit: u64) -> Result<usize, GgufError> {
+        let start = self.pos;
+        let n = self.count(what, limit)?;
         let remaining = (self.buf.len() - self.pos) as u64;
         if n.saturating_mul(min_item_bytes as u64) > remaining {
             return Err(GgufError::Truncated {
@@ -609,12 +664,12 @@ impl<'a> Reader<'a> {
     }
 
     fn string(&mut self, what: &str) -> Result<String, GgufError> {
-        let n = self.len(what, 1)?;
+        let n = self.len(what, 1, MAX_STRING_BYTES)?;
         let bytes = self.take(n, what)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::InvalidUtf8 { what: what.to_owned() })
     }
 
-    fn value(&mut self, type_id: u32, key: &str) -> Result<MetadataValue, GgufError> {
+    fn value(&mut self, type_id: u32, key: &str, depth: usize) -> Result<MetadataValue, GgufError> {
         let what = format!("value of metadata {key:?}");
         Ok(match type_id {
             0 => MetadataValue::U8(u8::from_le_bytes(self.array(&what)?)),
@@ -627,6 +682,9 @@ impl<'a> Reader<'a> {
             7 => MetadataValue::Bool(self.take(1, &what)?[0] != 0),
             8 => MetadataValue::String(self.string(&what)?),
             9 => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(GgufError::NestingTooDeep(key.to_owned()));
+                }
                 let element_type = self.u32(&what)?;
                 let min_bytes = match element_type {
                     0 | 1 | 7 => 1,
@@ -641,8 +699,9 @@ impl<'a> Reader<'a> {
                         });
                     }
                 };
-                let n = self.len(&what, min_bytes)?;
-                let items = (0..n).map(|_| self.value(element_type, key)).collect::<Result<_, _>>()?;
+                let n = self.len(&what, min_bytes, MAX_ARRAY_LEN)?;
+                let items =
+                    (0..n).map(|_| self.value(element_type, key, depth + 1)).collect::<Result<_, _>>()?;
                 MetadataValue::Array { element_type, items }
             }
             10 => MetadataValue::U64(u64::from_le_bytes(self.array(&what)?)),

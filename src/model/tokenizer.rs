@@ -329,9 +329,40 @@ fn read_json(path: &Path) -> Result<Value, TokenizerError> {
     serde_json::from_str(&text).map_err(|e| TokenizerError::Invalid(format!("{}: {e}", path.display())))
 }
 
+/// Builds a `tokenizers` tokenizer from a tokenizer.json definition, after the checks it
+/// would otherwise fail with a panic (or worse) on hostile input; a panic left in it
+/// becomes an error too.
 fn build(def: &Value) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    check_bpe_merges(def)?;
     let bytes = serde_json::to_vec(def).map_err(|e| TokenizerError::Invalid(e.to_string()))?;
-    tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TokenizerError::Invalid(e.to_string()))
+    std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes))
+        .map_err(|_| {
+            TokenizerError::Invalid("the tokenizer definition made the tokenizers crate panic".into())
+        })?
+        .map_err(|e| TokenizerError::Invalid(e.to_string()))
+}
+
+/// With a `continuing_subword_prefix`, the tokenizers crate cuts that prefix off the second
+/// token of every BPE merge without checking it is there (an overflow, or a cut inside a
+/// UTF-8 character): refuse such merges first.
+fn check_bpe_merges(def: &Value) -> Result<(), TokenizerError> {
+    let model = &def["model"];
+    let Some(prefix) = model["continuing_subword_prefix"].as_str().filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    for merge in model["merges"].as_array().into_iter().flatten() {
+        let second = match merge {
+            Value::String(pair) => pair.split_once(' ').map(|(_, second)| second),
+            Value::Array(pair) => pair.get(1).and_then(Value::as_str),
+            _ => None,
+        };
+        if let Some(second) = second.filter(|second| !second.starts_with(prefix)) {
+            return Err(TokenizerError::Invalid(format!(
+                "BPE merge {merge}: {second:?} does not start with the continuing_subword_prefix {prefix:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name, in tokenizer.json form.

@@ -46,7 +46,9 @@ impl ApiError {
     /// OpenAI's error type name for the status.
     fn kind(&self) -> &'static str {
         match self.status {
-            StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED => "invalid_request_error",
+            StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED | StatusCode::PAYLOAD_TOO_LARGE => {
+                "invalid_request_error"
+            }
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::SERVICE_UNAVAILABLE => "service_unavailable_error",
             _ => "server_error",
@@ -62,10 +64,11 @@ impl From<EngineError> for ApiError {
             | EngineError::TokenOutOfVocab { .. }
             | EngineError::Tokenizer(_)
             | EngineError::Chat(_) => StatusCode::BAD_REQUEST,
-            EngineError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Overloaded { .. } | EngineError::DeviceLost(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Model(_)
             | EngineError::Config(_)
             | EngineError::Executor(_)
+            | EngineError::StepFailed { .. }
             | EngineError::Gpu(_)
             | EngineError::Sim(_)
             | EngineError::UnknownRequest(_)

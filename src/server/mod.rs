@@ -4,8 +4,9 @@
 //!
 //! Handlers talk to an [`AsyncEngine`]; each request gets its own output stream, so a
 //! client that disconnects drops its stream and the engine aborts the request and frees
-//! its KV blocks. A full waiting queue answers 503, bad JSON or parameters 400, both with
-//! an OpenAI-style error body.
+//! its KV blocks. A full waiting queue or a lost device answers 503, bad JSON or
+//! parameters 400, a body over the limit 413 ([`limits::ServerLimits`]), all with an
+//! OpenAI-style error body; `/health` answers 503 once the device is lost.
 //!
 //! For routers in front of many replicas (llm-d, the Gateway API Inference Extension):
 //! vLLM's metric names ([`prometheus::MetricsPrefix::Vllm`]), vLLM's KV-cache events over
@@ -16,6 +17,7 @@
 pub mod error;
 mod gate;
 pub mod kv_events;
+pub mod limits;
 pub mod openai;
 pub mod prometheus;
 mod routes;
@@ -26,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
@@ -34,6 +37,7 @@ use self::prometheus::{CacheInfo, MetricsPrefix};
 use crate::engine::Engine;
 use crate::engine::handle::AsyncEngine;
 use crate::model::Tokenizer;
+use limits::ServerLimits;
 
 /// How the server presents itself besides the OpenAI API.
 #[derive(Debug, Clone, Default)]
@@ -68,6 +72,7 @@ pub struct ServerState {
     tokenizer: Arc<Tokenizer>,
     model_name: String,
     max_model_len: usize,
+    limits: ServerLimits,
     created: u64,
     next_id: AtomicU64,
     api_key: Option<String>,
@@ -131,6 +136,7 @@ impl ServerState {
             tokenizer,
             model_name,
             max_model_len,
+            limits: ServerLimits::default(),
             created: unix_seconds(),
             next_id: AtomicU64::new(0),
             api_key: options.api_key,
@@ -140,6 +146,17 @@ impl ServerState {
             draining: AtomicBool::new(false),
             admitting: AtomicUsize::new(0),
         })
+    }
+
+    /// The same state with other request limits.
+    pub fn with_limits(mut self, limits: ServerLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// What one request may ask for.
+    pub fn limits(&self) -> &ServerLimits {
+        &self.limits
     }
 
     /// The engine behind the server.
@@ -221,6 +238,7 @@ const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// The server's routes over `state`: `/v1/*` behind the API key and the drain gate.
 pub fn router(state: Arc<ServerState>) -> Router {
+    let max_body_bytes = state.limits.max_body_bytes;
     Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat_completions))
@@ -228,6 +246,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route_layer(from_fn_with_state(Arc::clone(&state), gate::gate))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::join_all;
@@ -16,7 +17,7 @@ use super::openai::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ModelCard, ModelList,
     PromptInput, ResponseMessage, TopLogprob, Usage,
 };
-use super::streaming::{ChatStreamer, CompletionStreamer, sse_response};
+use super::streaming::{ChatStreamer, CompletionStreamer, failed_request, sse_response};
 use super::{ServerState, prometheus, unix_seconds};
 use crate::core::output::TokenLogprobs;
 use crate::engine::handle::RequestStream;
@@ -26,8 +27,11 @@ use crate::request::{FinishReason, TokenId};
 use crate::sampling::SamplingParams;
 
 /// `POST /v1/completions`.
-pub async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Result<Response, ApiError> {
-    let request: CompletionRequest = parse_body(&body)?;
+pub async fn completions(
+    State(state): State<Arc<ServerState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let request: CompletionRequest = parse_body(&state, body)?;
     check_model(&state, request.model.as_deref())?;
     request.check_unsupported()?;
     let prompts: Vec<Prompt> = match request.prompt {
@@ -41,6 +45,7 @@ pub async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> 
     }
     let params = request.sampling.to_params(request.max_tokens.unwrap_or(16), request.logprobs)?;
     let n = request.sampling.num_choices()?;
+    state.limits.check(prompts.len(), n, &params)?;
     let streams = start(&state, prompts, &params, n).await?;
     let id = state.next_response_id("cmpl");
     if request.stream {
@@ -77,9 +82,9 @@ pub async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Arc<ServerState>>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let request: ChatCompletionRequest = parse_body(&body)?;
+    let request: ChatCompletionRequest = parse_body(&state, body)?;
     check_model(&state, request.model.as_deref())?;
     if request.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", "messages"));
@@ -90,6 +95,7 @@ pub async fn chat_completions(
     let max_tokens = max_tokens.unwrap_or(state.max_model_len);
     let params = request.sampling.to_params(max_tokens, logprobs)?;
     let n = request.sampling.num_choices()?;
+    state.limits.check(1, n, &params)?;
     let streams = start(&state, vec![Prompt::Chat(messages)], &params, n).await?;
     let id = state.next_response_id("chatcmpl");
     if request.stream {
@@ -136,9 +142,16 @@ pub async fn models(State(state): State<Arc<ServerState>>) -> Json<ModelList> {
     })
 }
 
-/// `GET /health`: 200, or 503 once a drain has begun (so routers stop sending).
-pub async fn health(State(state): State<Arc<ServerState>>) -> StatusCode {
-    if state.is_draining() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK }
+/// `GET /health`: 200 while the engine serves; 503 once a drain has begun (so routers stop
+/// sending) or the device was lost.
+pub async fn health(State(state): State<Arc<ServerState>>) -> Result<StatusCode, ApiError> {
+    if let Some(reason) = state.engine.device_lost() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the engine stopped: {reason}")));
+    }
+    if state.is_draining() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down"));
+    }
+    Ok(StatusCode::OK)
 }
 
 /// `GET /metrics`.
@@ -153,9 +166,17 @@ pub async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
-/// Parses a JSON body, answering 400 with serde's message when it does not fit.
-fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
+/// Parses a JSON body, answering 413 when it is over the limit and 400 with serde's
+/// message when it does not fit.
+fn parse_body<T: DeserializeOwned>(
+    state: &ServerState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => state.limits.body_too_large(),
+        status => ApiError::new(status, format!("cannot read the request body: {}", rejection.body_text())),
+    })?;
+    serde_json::from_slice(&body)
         .map_err(|error| ApiError::bad_request(format!("invalid request body: {error}"), "body"))
 }
 
@@ -191,11 +212,14 @@ async fn start(
     Ok(streams)
 }
 
-/// A request the engine failed is a 500.
+/// A request the engine failed is a 500 (so is one that ended any other unexpected way).
 fn check_completed(completions: &[CompletionOutput]) -> Result<(), ApiError> {
     match completions.iter().find(|c| {
         c.finish_reason != Some(FinishReason::Stop) && c.finish_reason != Some(FinishReason::Length)
     }) {
+        Some(completion) if completion.finish_reason == Some(FinishReason::Error) => {
+            Err(failed_request(completion.request_id))
+        }
         Some(completion) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("request {} ended with {:?}", completion.request_id, completion.finish_reason),

@@ -1,7 +1,8 @@
 //! Server-sent event streams: one JSON chunk per output, an optional usage chunk, then
-//! `[DONE]`. A request the server ended (aborted by a drain's deadline, or failed) sends an
-//! OpenAI-style error chunk in place of its last chunk. Dropping the response (a client that
-//! went away) drops the request streams, which aborts their requests.
+//! `[DONE]`. A request the engine failed ends its stream with an error event in OpenAI's
+//! shape (`{"error": {...}}`) and `[DONE]`; one the server aborted (a drain's deadline) sends
+//! such an error chunk in place of its last chunk. Dropping the response (a client that went
+//! away) drops the request streams, which aborts their requests.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -70,13 +71,15 @@ pub(super) fn sse_response(
                         chunk
                     }
                     Phase::Outputs => match merged.next().await {
+                        Some((_, output)) if output.finish_reason == Some(FinishReason::Error) => {
+                            phase = Phase::Done;
+                            Some(failed_request(output.request_id).to_json())
+                        }
                         Some((index, output)) => {
                             usage[index] =
                                 choice_usage(index, n, output.num_prompt_tokens, output.num_output_tokens);
                             match output.finish_reason {
-                                Some(reason @ (FinishReason::Abort | FinishReason::Error)) => {
-                                    Some(ended_early(output.request_id, reason))
-                                }
+                                Some(FinishReason::Abort) => Some(aborted_early(output.request_id)),
                                 _ => streamer.chunk(index, &output),
                             }
                         }
@@ -105,13 +108,18 @@ pub(super) fn sse_response(
     sse(events)
 }
 
-/// The error chunk of a request the server ended before it finished.
-fn ended_early(request_id: RequestId, reason: FinishReason) -> String {
-    let (status, why) = match reason {
-        FinishReason::Abort => (StatusCode::SERVICE_UNAVAILABLE, "was aborted (the server is shutting down)"),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, "failed"),
-    };
-    ApiError::new(status, format!("request {request_id} {why}")).to_json()
+/// The error chunk of a request the server aborted before it finished (a drain's deadline).
+fn aborted_early(request_id: RequestId) -> String {
+    let message = format!("request {request_id} was aborted (the server is shutting down)");
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message).to_json()
+}
+
+/// The error a request that the engine failed answers with (a 500 in OpenAI's shape).
+pub(super) fn failed_request(request_id: RequestId) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("request {request_id} failed: the engine could not run its step; retry later"),
+    )
 }
 
 fn sse(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {

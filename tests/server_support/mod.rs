@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pagoda::Engine;
+use pagoda::server::limits::ServerLimits;
 use pagoda::server::{ServerOptions, ServerState, router, serve};
 use serde_json::Value;
 
@@ -31,9 +32,19 @@ impl TestServer {
 
     /// Serves `engine` with `options` on 127.0.0.1 at a free port.
     pub fn start_with(engine: Engine, options: ServerOptions) -> Self {
+        Self::start_configured(engine, options, ServerLimits::default())
+    }
+
+    /// Serves `engine` with request `limits` on 127.0.0.1 at a free port.
+    pub fn start_with_limits(engine: Engine, limits: ServerLimits) -> Self {
+        Self::start_configured(engine, ServerOptions::default(), limits)
+    }
+
+    fn start_configured(engine: Engine, options: ServerOptions, limits: ServerLimits) -> Self {
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let state = Arc::new(runtime.block_on(ServerState::with_options(engine, MODEL, options)).unwrap());
+        let state = runtime.block_on(ServerState::with_options(engine, MODEL, options)).unwrap();
+        let state = Arc::new(state.with_limits(limits));
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         runtime.spawn(serve(listener, router(Arc::clone(&state)), std::future::pending()));
