@@ -27,10 +27,14 @@ if [ ! -x "$binary" ]; then
     tar -xzf "$sdist" -C "$tmp"
     src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
     echo "llama-quantize: building (a few minutes)" >&2
-    cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
+    log="$tmp/build.log"
+    if ! { cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DBUILD_SHARED_LIBS=OFF >/dev/null
-    cmake --build "$tmp/build" --target llama-quantize -j "$(nproc)" >/dev/null
+        -DBUILD_SHARED_LIBS=OFF && cmake --build "$tmp/build" --target llama-quantize -j "$(nproc)"; } >"$log" 2>&1
+    then
+        tail -n 40 "$log" >&2
+        exit 1
+    fi
     cp "$tmp/build/bin/llama-quantize" "$binary"
 fi
 echo "$binary"

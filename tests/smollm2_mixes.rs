@@ -1,15 +1,19 @@
 //! The default model requantized by llama.cpp's `llama-quantize` into the mixes people
-//! download (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, IQ4_XS, Q5_0; scripts/make-mixes.sh, directory in
+//! download (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, IQ4_XS, Q5_0, Q2_K; scripts/make-mixes.sh, directory in
 //! `PAGODA_MIX_DIR`): each loads with its tensors kept in their stored types, and its greedy
 //! continuation of the fixture prompts with an f32 KV cache equals the fp32 reference's
-//! (assets/smollm2-mixes-greedy.json, made by scripts/make-mix-reference.py with np_llama.py).
+//! (assets/smollm2-mixes-greedy.json, made by scripts/make-mix-reference.py with np_llama.py);
+//! and the real blocks of each quantized type in them dequantize bit-identically to
+//! `gguf.quants.dequantize`.
 
 use std::path::PathBuf;
 
 use pagoda::config::KvCacheDtype;
 use pagoda::model::ModelFiles;
+use pagoda::model::gguf::GgufFile;
 use pagoda::{Engine, Prompt, SamplingParams};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Below this reference margin (top-1 minus top-2 logit) pagoda's f32 summation order may
 /// pick the other token; no step of the committed references is that close.
@@ -28,6 +32,10 @@ fn mix_path(mix: &str) -> PathBuf {
     path
 }
 
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn ids(value: &Value) -> Vec<u32> {
     value.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
 }
@@ -42,6 +50,7 @@ fn expected_types(mix: &str) -> &'static [&'static str] {
         "Q3_K_M" => &["q4_0", "q4_k", "q5_0", "q5_1", "q5_k", "q8_0"],
         "IQ4_XS" => &["iq4_nl", "iq4_xs", "q5_k", "q8_0"],
         "Q5_0" => &["q5_0", "q8_0"],
+        "Q2_K" => &["q3_k", "q4_0", "q8_0"],
         other => panic!("unknown mix {other}"),
     }
 }
@@ -74,6 +83,23 @@ fn every_mix_loads_and_generates_the_reference_tokens() {
                 "{mix} prompt {}",
                 case["id"]
             );
+        }
+    }
+}
+
+#[test]
+fn real_blocks_dequantize_bit_identically_to_the_gguf_package() {
+    let reference = reference();
+    for (mix, entry) in reference["mixes"].as_object().unwrap() {
+        let path = mix_path(mix);
+        let file_sha = sha256_hex(&std::fs::read(&path).unwrap());
+        assert_eq!(file_sha, entry["sha256"].as_str().unwrap(), "{mix}: not the file the reference was made from");
+        let gguf = GgufFile::open(&path).unwrap();
+        for (dtype, expected) in entry["dequantized"].as_object().unwrap() {
+            let tensor = gguf.tensor(expected["tensor"].as_str().unwrap()).unwrap();
+            assert_eq!(tensor.dtype.name(), dtype);
+            let values: Vec<u8> = tensor.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert_eq!(sha256_hex(&values), expected["sha256"].as_str().unwrap(), "{mix}: {dtype} values");
         }
     }
 }
