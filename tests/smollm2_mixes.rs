@@ -93,7 +93,11 @@ fn real_blocks_dequantize_bit_identically_to_the_gguf_package() {
     for (mix, entry) in reference["mixes"].as_object().unwrap() {
         let path = mix_path(mix);
         let file_sha = sha256_hex(&std::fs::read(&path).unwrap());
-        assert_eq!(file_sha, entry["sha256"].as_str().unwrap(), "{mix}: not the file the reference was made from");
+        assert_eq!(
+            file_sha,
+            entry["sha256"].as_str().unwrap(),
+            "{mix}: not the file the reference was made from"
+        );
         let gguf = GgufFile::open(&path).unwrap();
         for (dtype, expected) in entry["dequantized"].as_object().unwrap() {
             let tensor = gguf.tensor(expected["tensor"].as_str().unwrap()).unwrap();

@@ -17,14 +17,19 @@ pub struct KvEventsConfig {
     pub replay_endpoint: Option<String>,
     /// Batches (one per engine step with changes) kept for replay.
     pub buffer_steps: usize,
-    /// vLLM's ZeroMQ send high-water mark. Accepted for compatibility: the pure-Rust ZeroMQ
-    /// keeps its own per-subscriber queue (100,000 messages) and drops beyond it.
+    /// vLLM's ZeroMQ send high-water mark. The pure-Rust ZeroMQ keeps a fixed queue of
+    /// [`ZMQ_QUEUE_MESSAGES`] per subscriber (vLLM's default `hwm`) and drops beyond it, so
+    /// that is the only value accepted.
     pub hwm: usize,
     /// Batches waiting to be sent; past it the oldest is dropped (and counted).
     pub max_queue_size: usize,
     /// The first frame of every message (subscribers filter on it).
     pub topic: String,
 }
+
+/// Messages the ZeroMQ transport queues per subscriber before it drops (its fixed
+/// high-water mark, equal to vLLM's default `hwm`).
+pub const ZMQ_QUEUE_MESSAGES: usize = 100_000;
 
 impl Default for KvEventsConfig {
     fn default() -> Self {
@@ -34,7 +39,7 @@ impl Default for KvEventsConfig {
             endpoint: "tcp://*:5557".into(),
             replay_endpoint: None,
             buffer_steps: 10_000,
-            hwm: 100_000,
+            hwm: ZMQ_QUEUE_MESSAGES,
             max_queue_size: 100_000,
             topic: String::new(),
         }
@@ -61,6 +66,12 @@ pub enum KvEventsConfigError {
     /// A size that must be at least 1.
     #[error("KVEventsConfig: {0} must be at least 1")]
     Zero(&'static str),
+    /// A high-water mark the ZeroMQ transport cannot honour.
+    #[error(
+        "KVEventsConfig: hwm {0} is not supported: pagoda's ZeroMQ transport queues a fixed {ZMQ_QUEUE_MESSAGES} \
+         messages per subscriber (vLLM's default); leave hwm out or set it to that"
+    )]
+    Hwm(usize),
 }
 
 /// What a valid configuration asks for.
@@ -97,12 +108,13 @@ impl KvEventsConfig {
         if let Some(replay) = &self.replay_endpoint {
             check_endpoint("replay_endpoint", replay)?;
         }
-        for (name, value) in
-            [("buffer_steps", self.buffer_steps), ("max_queue_size", self.max_queue_size), ("hwm", self.hwm)]
-        {
+        for (name, value) in [("buffer_steps", self.buffer_steps), ("max_queue_size", self.max_queue_size)] {
             if value == 0 {
                 return Err(KvEventsConfigError::Zero(name));
             }
+        }
+        if self.hwm != ZMQ_QUEUE_MESSAGES {
+            return Err(KvEventsConfigError::Hwm(self.hwm));
         }
         Ok(kind)
     }
@@ -169,5 +181,7 @@ mod tests {
             KvEventsConfig::parse(&on(r#""max_queue_size": 0"#)),
             Err(KvEventsConfigError::Zero("max_queue_size"))
         );
+        assert_eq!(KvEventsConfig::parse(&on(r#""hwm": 1000"#)), Err(KvEventsConfigError::Hwm(1000)));
+        assert!(KvEventsConfig::parse(&on(r#""hwm": 100000"#)).is_ok());
     }
 }
