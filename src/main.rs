@@ -10,7 +10,7 @@ use pagoda::engine::bench::run_engine_workload;
 use pagoda::executor::fault::Fault;
 use pagoda::executor::sim::SimConfig;
 use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
-use pagoda::gpu::{BackendChoice, FeatureMask, GpuContext, GpuOptions, resident_bytes};
+use pagoda::gpu::{GpuContext, GpuOptions, resident_bytes};
 use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
 use pagoda::{
@@ -153,21 +153,13 @@ struct GpuArgs {
 impl GpuArgs {
     /// The GPU options these flags describe.
     fn options(&self) -> Result<GpuOptions, String> {
-        let backend =
-            self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
-        let disable_features = self
-            .disable_features
-            .as_deref()
-            .map(FeatureMask::parse)
-            .transpose()
-            .map_err(|e| e.to_string())?;
-        Ok(GpuOptions {
-            backend,
-            adapter: self.adapter.clone(),
-            disable_features: disable_features.unwrap_or_default(),
-            webgpu_default_limits: self.webgpu_limits,
-            ..GpuOptions::default()
-        })
+        GpuOptions::from_names(
+            self.backend.as_deref(),
+            self.adapter.as_deref(),
+            self.disable_features.as_deref(),
+            self.webgpu_limits,
+        )
+        .map_err(|e| e.to_string())
     }
 }
 

@@ -3,22 +3,13 @@
 //! made by scripts/make-dequant-reference.py).
 
 use pagoda::dtype::{DType, dequantize, quantize};
+use pagoda::gpu::shader::WEIGHT_DTYPES;
 use serde_json::Value;
 
-const TYPES: [DType; 12] = [
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::IQ4NL,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::Q2K,
-    DType::Q3K,
-    DType::IQ4XS,
-];
+/// Every quantized type the GPU kernels read.
+fn quantized_types() -> impl Iterator<Item = DType> {
+    WEIGHT_DTYPES.into_iter().filter(|dtype| dtype.is_quantized())
+}
 
 fn reference() -> Value {
     let text = include_str!("../assets/dequant_reference.json");
@@ -32,7 +23,7 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
 #[test]
 fn dequantize_is_bit_identical_to_the_gguf_package() {
     let reference = reference();
-    for dtype in TYPES {
+    for dtype in quantized_types() {
         let entry = &reference[dtype.name()];
         let bytes = hex_bytes(entry["bytes"].as_str().unwrap());
         let expected: Vec<u32> =
@@ -46,7 +37,7 @@ fn dequantize_is_bit_identical_to_the_gguf_package() {
 
 #[test]
 fn quantize_round_trips_within_a_step_of_each_block() {
-    for dtype in TYPES {
+    for dtype in quantized_types() {
         let n = dtype.block_len() * 3;
         let values: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0).collect();
         let bytes = quantize(dtype, &values);

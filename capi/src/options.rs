@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use pagoda::gpu::{BackendChoice, FeatureMask, GpuOptions};
+use pagoda::gpu::GpuOptions;
 use pagoda::{CacheConfig, EngineConfig, ExecutorKind, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 use serde::Deserialize;
 
@@ -56,14 +56,13 @@ impl EngineOptions {
     pub fn into_config(self) -> Result<EngineConfig, String> {
         let cache_defaults = CacheConfig::default();
         let scheduler_defaults = SchedulerConfig::default();
-        let backend =
-            self.backend.as_deref().map(BackendChoice::parse).transpose().map_err(|e| e.to_string())?;
-        let disable_features = self
-            .disable_features
-            .as_deref()
-            .map(FeatureMask::parse)
-            .transpose()
-            .map_err(|e| e.to_string())?;
+        let gpu = GpuOptions::from_names(
+            self.backend.as_deref(),
+            self.adapter.as_deref(),
+            self.disable_features.as_deref(),
+            self.webgpu_limits.unwrap_or(false),
+        )
+        .map_err(|e| e.to_string())?;
         Ok(EngineConfig {
             model: self.model,
             cache: CacheConfig {
@@ -90,13 +89,7 @@ impl EngineOptions {
             executor: self.executor.unwrap_or_default(),
             seed: self.seed.unwrap_or(0),
             max_waiting_requests: None,
-            gpu: GpuOptions {
-                backend,
-                adapter: self.adapter,
-                disable_features: disable_features.unwrap_or_default(),
-                webgpu_default_limits: self.webgpu_limits.unwrap_or(false),
-                linear_strategy: None,
-            },
+            gpu,
             show_progress: false,
             sim_realtime: false,
             sim_faults: Vec::new(),

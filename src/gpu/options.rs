@@ -97,6 +97,24 @@ pub struct GpuOptions {
 }
 
 impl GpuOptions {
+    /// Options from their user-facing names (the CLI's flags, the C ABI's JSON): a backend
+    /// name, an adapter name substring or index, a comma list of features to leave unused,
+    /// and whether to stay within WebGPU's default limits.
+    pub fn from_names(
+        backend: Option<&str>,
+        adapter: Option<&str>,
+        disable_features: Option<&str>,
+        webgpu_limits: bool,
+    ) -> Result<Self, GpuError> {
+        Ok(Self {
+            backend: backend.map(BackendChoice::parse).transpose()?,
+            adapter: adapter.map(str::to_owned),
+            disable_features: disable_features.map(FeatureMask::parse).transpose()?.unwrap_or_default(),
+            webgpu_default_limits: webgpu_limits,
+            linear_strategy: None,
+        })
+    }
+
     /// These options with unset fields filled from the `PAGODA_*` environment variables.
     pub fn resolved(&self) -> Result<Self, GpuError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
