@@ -177,8 +177,8 @@ fn gguf_cases(dir: &Path) -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ("tensor with 9 dims", one_tensor(b"t", &[1; 9], 0, 0, 4), "Gguf::BadTensorDims"),
         ("tensor type 4 (retired)", one_tensor(b"t", &[8], 4, 0, 64), "Gguf::UnknownTensorType"),
         ("tensor type 99", one_tensor(b"t", &[8], 99, 0, 64), "Gguf::UnknownTensorType"),
-        ("tensor type Q5_K", one_tensor(b"t", &[256], 13, 0, 256), "Gguf::UnsupportedTensorType"),
-        ("tensor type IQ4_XS", one_tensor(b"t", &[256], 23, 0, 256), "Gguf::UnsupportedTensorType"),
+        ("tensor type IQ2_XXS", one_tensor(b"t", &[256], 16, 0, 256), "Gguf::UnsupportedTensorType"),
+        ("tensor type TQ1_0", one_tensor(b"t", &[256], 34, 0, 256), "Gguf::UnsupportedTensorType"),
         ("tensor of 2^60 elements", one_tensor(b"t", &[1 << 30, 1 << 30], 0, 0, 64), "Gguf::TensorPastEnd"),
         ("tensor of 2^62 f32, 2^64 bytes", one_tensor(b"t", &[1 << 62], 0, 0, 64), "Gguf::BadTensorDims"),
         ("tensor of 2^80 elements", one_tensor(b"t", &[1 << 40, 1 << 40], 0, 0, 64), "Gguf::BadTensorDims"),
@@ -228,9 +228,14 @@ fn gguf_cases(dir: &Path) -> Vec<(&'static str, Vec<u8>, &'static str)> {
             "Weights::ShapeMismatch",
         ),
         (
-            "tokenizer model llama",
-            with_meta(dir, "tokenizer.ggml.model", Some(s("llama"))),
+            "tokenizer model t5",
+            with_meta(dir, "tokenizer.ggml.model", Some(s("t5"))),
             "Tokenizer::UnsupportedModel",
+        ),
+        (
+            "SentencePiece vocabulary without scores",
+            with_meta(dir, "tokenizer.ggml.model", Some(s("llama"))),
+            "Tokenizer::MissingGgufTokenizer",
         ),
         (
             "no tokenizer model",
