@@ -6,6 +6,13 @@ fn q4_nibbles(w: u32, shift: u32) -> vec4<f32> {
     return vec4<f32>(f32(v & 15u), f32((v >> 8u) & 15u), f32((v >> 16u) & 15u), f32((v >> 24u) & 15u));
 }
 
+// Weight j (0..32) of a block of 16 nibble bytes in Q4_0's order starting at word `qs`: the
+// low nibble of byte j for j < 16, the high nibble of byte j - 16 otherwise.
+fn q4_nibble_at(qs: u32, j: u32) -> u32 {
+    let b = j % 16u;
+    return (W[qs + b / 4u] >> (8u * (b % 4u) + 4u * (j / 16u))) & 15u;
+}
+
 // Q5_0/Q5_1: the fifth bits of weights j..j+3 (bits j..j+3 of qh), as multiples of 16.
 fn q5_high(qh: u32, j: u32) -> vec4<f32> {
     let v = qh >> j;

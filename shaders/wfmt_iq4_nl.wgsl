@@ -8,10 +8,8 @@ fn w_row_words(k: u32) -> u32 {
 fn w_elem(rb: u32, k: u32) -> f32 {
     let base = rb + k / 32u * 5u;
     let j = k % 32u;
-    let jj = j % 16u;
     let d = unpack2x16float(W[base]).x;
-    let q = (W[base + 1u + jj / 4u] >> (8u * (jj % 4u) + 4u * (j / 16u))) & 15u;
-    return d * IQ4_VALUES[q];
+    return d * IQ4_VALUES[q4_nibble_at(base + 1u, j)];
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {

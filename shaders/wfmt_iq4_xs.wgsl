@@ -17,10 +17,7 @@ fn iq4xs_scale(base: u32, j: u32) -> f32 {
 fn w_elem(rb: u32, k: u32) -> f32 {
     let base = rb + k / 256u * 34u;
     let j = k % 256u / 32u;
-    let jj = k % 32u;
-    let b = jj % 16u;
-    let q = (W[base + 2u + 4u * j + b / 4u] >> (8u * (b % 4u) + 4u * (jj / 16u))) & 15u;
-    return iq4xs_scale(base, j) * IQ4_VALUES[q];
+    return iq4xs_scale(base, j) * IQ4_VALUES[q4_nibble_at(base + 2u + 4u * j, k % 32u)];
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {

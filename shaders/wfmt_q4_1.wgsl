@@ -7,9 +7,8 @@ fn w_row_words(k: u32) -> u32 {
 fn w_elem(rb: u32, k: u32) -> f32 {
     let base = rb + k / 32u * 5u;
     let j = k % 32u;
-    let jj = j % 16u;
     let dm = unpack2x16float(W[base]);
-    let q = (W[base + 1u + jj / 4u] >> (8u * (jj % 4u) + 4u * (j / 16u))) & 15u;
+    let q = q4_nibble_at(base + 1u, j);
     return dm.x * f32(q) + dm.y;
 }
 

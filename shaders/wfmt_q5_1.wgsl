@@ -8,9 +8,8 @@ fn w_row_words(k: u32) -> u32 {
 fn w_elem(rb: u32, k: u32) -> f32 {
     let base = rb + k / 32u * 6u;
     let j = k % 32u;
-    let jj = j % 16u;
     let dm = unpack2x16float(W[base]);
-    let low = (W[base + 2u + jj / 4u] >> (8u * (jj % 4u) + 4u * (j / 16u))) & 15u;
+    let low = q4_nibble_at(base + 2u, j);
     let high = ((W[base + 1u] >> j) & 1u) * 16u;
     return dm.x * f32(low + high) + dm.y;
 }
