@@ -4,6 +4,7 @@ pub mod chat;
 pub mod config;
 pub mod files;
 pub mod gguf;
+pub mod gguf_vocab;
 pub mod llama;
 pub mod safetensors;
 pub mod sentencepiece;

@@ -7,19 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-/// GGUF `tokenizer.ggml.token_type` values.
-pub mod token_type {
-    /// An ordinary piece.
-    pub const NORMAL: i64 = 1;
-    /// The unknown token.
-    pub const UNKNOWN: i64 = 2;
-    /// A control token (BOS, EOS, ...).
-    pub const CONTROL: i64 = 3;
-    /// A user-defined token, always matched as a whole.
-    pub const USER_DEFINED: i64 = 4;
-    /// A byte-fallback token `<0xNN>`.
-    pub const BYTE: i64 = 6;
-}
+use super::gguf_vocab::{added_tokens, token_type, type_of, vocab_map};
 
 /// A SentencePiece vocabulary as GGUF stores it.
 #[derive(Debug)]
@@ -37,29 +25,10 @@ pub struct SentencePieceVocab<'a> {
 }
 
 impl SentencePieceVocab<'_> {
-    fn token_type(&self, id: usize) -> i64 {
-        self.types.get(id).copied().unwrap_or(token_type::NORMAL)
-    }
-
     /// The `tokenizer.json` definition of this vocabulary.
     pub fn definition(&self) -> Value {
-        let mut vocab = serde_json::Map::with_capacity(self.pieces.len());
-        for (id, &piece) in self.pieces.iter().enumerate() {
-            vocab.entry(piece.to_owned()).or_insert(json!(id));
-        }
-        let added: Vec<Value> = (0..self.pieces.len())
-            .filter(|&id| {
-                matches!(
-                    self.token_type(id),
-                    token_type::UNKNOWN | token_type::CONTROL | token_type::USER_DEFINED
-                )
-            })
-            .map(|id| {
-                json!({"id": id, "content": self.pieces[id], "single_word": false, "lstrip": false,
-                       "rstrip": false, "normalized": false,
-                       "special": self.token_type(id) != token_type::USER_DEFINED})
-            })
-            .collect();
+        let vocab = vocab_map(self.pieces);
+        let added = added_tokens(self.pieces, self.types, &[token_type::UNKNOWN, token_type::CONTROL]);
         let mut normalizers =
             vec![json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"})];
         let mut decoders = vec![
@@ -98,7 +67,7 @@ impl SentencePieceVocab<'_> {
         }
         let mut merges: Vec<(f64, [&str; 2])> = Vec::new();
         for (id, &piece) in self.pieces.iter().enumerate() {
-            if !matches!(self.token_type(id), token_type::NORMAL | token_type::USER_DEFINED) {
+            if !matches!(type_of(self.types, id), token_type::NORMAL | token_type::USER_DEFINED) {
                 continue;
             }
             let score = self.scores.get(id).copied().unwrap_or(0.0);

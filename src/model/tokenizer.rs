@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::gguf::{GgufError, GgufFile};
-use super::sentencepiece::{SentencePieceVocab, token_type};
+use super::gguf_vocab::{added_tokens, token_type, vocab_map};
+use super::sentencepiece::SentencePieceVocab;
 
 /// Why a tokenizer could not be built or used.
 #[derive(Debug, thiserror::Error)]
@@ -293,21 +294,8 @@ fn byte_level_definition(
     merges: &[&str],
     pre: &str,
 ) -> Result<Value, TokenizerError> {
-    let mut vocab = serde_json::Map::with_capacity(tokens.len());
-    for (id, &t) in tokens.iter().enumerate() {
-        vocab.entry(t.to_owned()).or_insert(json!(id));
-    }
-    let added: Vec<Value> = tokens
-        .iter()
-        .enumerate()
-        .filter_map(|(id, &t)| {
-            let ty = types.get(id).copied().unwrap_or(token_type::NORMAL);
-            (ty == token_type::CONTROL || ty == token_type::USER_DEFINED).then(|| {
-                json!({"id": id, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
-                       "normalized": false, "special": ty == token_type::CONTROL})
-            })
-        })
-        .collect();
+    let vocab = vocab_map(tokens);
+    let added = added_tokens(tokens, types, &[token_type::CONTROL]);
     Ok(json!({
         "version": "1.0",
         "truncation": null,
