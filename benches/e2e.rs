@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::dtype::DType;
-use pagoda::executor::ModelExecutor;
 use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::testing::TinyLlama;
 use pagoda::model::{ModelFiles, default_model_path};
@@ -60,7 +60,7 @@ fn run(
         lens.push(sizes.prompt);
     }
     let start = Instant::now();
-    let mut sampled = exec.execute(&out).expect("prefill step").sampled_token_ids;
+    let mut sampled = exec.execute(&out, &mut StepMasks::none()).expect("prefill step").sampled_token_ids;
     let prefill = start.elapsed();
     let start = Instant::now();
     for _ in 0..sizes.decode_steps {
@@ -77,11 +77,15 @@ fn run(
             });
             lens[i] += 1;
         }
-        sampled = exec.execute(&out).expect("decode step").sampled_token_ids;
+        sampled = exec.execute(&out, &mut StepMasks::none()).expect("decode step").sampled_token_ids;
     }
     let decode = start.elapsed();
     let finished: HashSet<u64> = ids.into_iter().collect();
-    exec.execute(&SchedulerOutput { finished_req_ids: finished, ..Default::default() }).expect("finish step");
+    exec.execute(
+        &SchedulerOutput { finished_req_ids: finished, ..Default::default() },
+        &mut StepMasks::none(),
+    )
+    .expect("finish step");
     (prefill, decode)
 }
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use pagoda::core::scheduler::Scheduler;
-use pagoda::executor::ModelExecutor;
 use pagoda::executor::sim::{SimConfig, SimExecutor};
 use pagoda::executor::workload::BuiltinWorkload;
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::viz::feed::{self, FeedReceiver};
 use pagoda::viz::presets;
 use pagoda::viz::source::SchedulerProbe;
@@ -33,7 +33,7 @@ fn loaded_engine() -> (Scheduler, SimExecutor) {
 /// One engine step; returns false when everything finished.
 fn step(scheduler: &mut Scheduler, executor: &mut SimExecutor) -> bool {
     let output = scheduler.schedule();
-    let result = executor.execute(&output).unwrap();
+    let result = executor.execute(&output, &mut StepMasks::none()).unwrap();
     scheduler.update_from_output(&output, &result);
     scheduler.has_unfinished_requests()
 }

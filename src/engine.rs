@@ -29,7 +29,9 @@ use self::metrics::EngineMetrics;
 pub use self::output::{CompletionOutput, RequestOutput};
 use self::stop::StopStrings;
 use crate::core::output::EngineCoreOutput;
+use crate::core::output::SchedulerOutput;
 use crate::core::scheduler::{AddRequestError, Scheduler, SchedulerConfigError};
+use crate::executor::StepMasks;
 use crate::executor::fault::FaultPlan;
 use crate::executor::sim::{CostModel, SimConfig, SimConfigError, SimExecutor};
 use crate::executor::wgpu::WgpuExecutor;
@@ -39,7 +41,8 @@ use crate::model::chat::ChatError;
 use crate::model::tokenizer::TokenizerError;
 use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer, default_model_path};
 use crate::request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
-use crate::sampling::{SamplingParams, SamplingParamsError};
+use crate::sampling::{SamplingParams, SamplingParamsError, TokenMask};
+use crate::structured::{ConstraintError, ConstraintState, Grammars};
 
 /// What a request starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +85,9 @@ pub enum EngineError {
     /// A sampling parameter is out of range.
     #[error("invalid sampling parameters: {0}")]
     InvalidParams(#[from] SamplingParamsError),
+    /// The structured-output constraint does not compile.
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
     /// The scheduler refused the request (empty, too long, larger than the KV cache).
     #[error(transparent)]
     Rejected(#[from] AddRequestError),
@@ -154,6 +160,10 @@ struct RequestState {
     stop_strings: StopStrings,
     arrival: Instant,
     last_token: Option<Instant>,
+    /// Where its output stands in its structured-output constraint, if it has one.
+    constraint: Option<ConstraintState>,
+    /// Why its constraint failed; it ends with an error at its next output.
+    constraint_error: Option<ConstraintError>,
 }
 
 /// The text side of the model: tokenizer, chat template and stop tokens.
@@ -163,6 +173,7 @@ struct TextModel {
     chat_template: Option<ChatTemplate>,
     eos_token_id: Option<TokenId>,
     extra_eos_token_ids: Vec<TokenId>,
+    grammars: Grammars,
 }
 
 /// An LLM inference engine: a scheduler, an executor and a tokenizer.
@@ -241,13 +252,15 @@ impl Engine {
         fit_to_model(&mut config, &model);
         let scheduler = Scheduler::new(config.scheduler, config.cache)?;
         let eos_token_id = model.eos_token_id();
-        let extra_eos_token_ids =
+        let extra_eos_token_ids: Vec<TokenId> =
             model.config.eos_token_ids.iter().copied().filter(|&id| Some(id) != eos_token_id).collect();
+        let tokenizer = Arc::new(model.tokenizer);
         Ok(Self {
             scheduler,
             executor,
             text: TextModel {
-                tokenizer: Arc::new(model.tokenizer),
+                grammars: Grammars::new(tokenizer.clone(), eos_token_id, extra_eos_token_ids.clone()),
+                tokenizer,
                 chat_template: model.chat_template,
                 eos_token_id,
                 extra_eos_token_ids,
@@ -349,6 +362,10 @@ impl Engine {
         if !params.ignore_eos {
             params.stop_token_ids.extend(&self.text.extra_eos_token_ids);
         }
+        let constraint = match &params.structured_outputs {
+            Some(constraint) => Some(self.text.grammars.compile(constraint)?),
+            None => None,
+        };
         let state = RequestState {
             num_prompt_tokens: prompt_token_ids.len(),
             num_output_tokens: 0,
@@ -358,6 +375,8 @@ impl Engine {
             stop_strings: StopStrings::new(params.stop.clone(), params.include_stop_str_in_output),
             arrival: Instant::now(),
             last_token: None,
+            constraint,
+            constraint_error: None,
         };
         let request_id = self.next_request_id;
         let request =
@@ -390,7 +409,18 @@ impl Engine {
             return Err(EngineError::DeviceLost(reason.clone()));
         }
         let scheduler_output = self.scheduler.schedule();
-        let runner_output = match self.executor.execute(&scheduler_output) {
+        let constrained = self.constrained_samplers(&scheduler_output);
+        let executor = &mut self.executor;
+        let requests = &mut self.requests;
+        let executed = std::thread::scope(|scope| {
+            let mut masks = if constrained.is_empty() {
+                StepMasks::none()
+            } else {
+                StepMasks::pending(scope.spawn(move || constraint_masks(requests, constrained)))
+            };
+            executor.execute(&scheduler_output, &mut masks)
+        });
+        let runner_output = match executed {
             Ok(output) => output,
             Err(source) => {
                 tracing::error!(error = %source, "engine step failed; failing every live request");
@@ -411,6 +441,25 @@ impl Engine {
             }
         }
         Ok(outputs)
+    }
+
+    /// The constrained requests that sample this step, with the output tokens their
+    /// constraint has not consumed yet.
+    fn constrained_samplers(&self, scheduled: &SchedulerOutput) -> Vec<(RequestId, Vec<TokenId>)> {
+        let mut samplers = Vec::new();
+        for &id in scheduled.num_scheduled_tokens.keys() {
+            let Some(consumed) =
+                self.requests.get(&id).and_then(|s| s.constraint.as_ref()).map(|c| c.consumed())
+            else {
+                continue;
+            };
+            if let Some(request) =
+                self.scheduler.get_request(id).filter(|r| r.num_computed_tokens == r.num_tokens())
+            {
+                samplers.push((id, request.output_token_ids.get(consumed..).unwrap_or_default().to_vec()));
+            }
+        }
+        samplers
     }
 
     /// Runs `prompts` to completion with the same parameters; completions come back in
@@ -450,6 +499,10 @@ impl Engine {
         let Some(state) = self.requests.get_mut(&request_id) else {
             return Ok(None);
         };
+        if let Some(error) = state.constraint_error.take() {
+            tracing::warn!(request_id, %error, "ending a request whose constraint failed");
+            return Ok(self.finish_with(request_id, RequestStatus::FinishedError));
+        }
         let tokens = &core_output.new_token_ids;
         let stopped_by_token = core_output.finish_reason == Some(FinishReason::Stop);
         let visible_tokens = if stopped_by_token && !state.include_stop_str_in_output {
@@ -535,6 +588,31 @@ impl Engine {
             self.metrics.e2e_request_latency.observe((now - state.arrival).as_secs_f64());
         }
     }
+}
+
+/// The masks of `samplers` (request, output tokens its constraint has not consumed): each
+/// constraint follows its new tokens, then gives its mask. A constraint that fails moves
+/// its error into its request, which ends with it after this step (whatever the executor
+/// samples under the empty mask it gets is dropped).
+fn constraint_masks(
+    requests: &mut HashMap<RequestId, RequestState>,
+    samplers: Vec<(RequestId, Vec<TokenId>)>,
+) -> HashMap<RequestId, TokenMask> {
+    let mut masks = HashMap::with_capacity(samplers.len());
+    for (id, new_tokens) in samplers {
+        let Some(state) = requests.get_mut(&id) else { continue };
+        let Some(constraint) = state.constraint.as_mut() else { continue };
+        match constraint.follow(&new_tokens).and_then(|()| constraint.mask()) {
+            Ok(mask) => {
+                masks.insert(id, mask);
+            }
+            Err(error) => {
+                state.constraint_error = Some(error);
+                masks.insert(id, TokenMask::from_ids([]));
+            }
+        }
+    }
+    masks
 }
 
 /// Caps `max_model_len` at the model's context length.

@@ -15,6 +15,7 @@ pub mod request;
 pub mod sampling;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod structured;
 #[cfg(feature = "viz")]
 pub mod viz;
 

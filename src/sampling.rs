@@ -6,6 +6,9 @@
 //! candidates read back from the GPU) with a [`SamplingContext`] that carries the request's
 //! token history and seed.
 //!
+//! A constrained request (structured outputs) also carries a [`TokenMask`]: tokens outside
+//! it are ruled out before anything else, as vLLM applies its grammar bitmask to the logits.
+//!
 //! The pipeline follows vLLM V1: repetition / frequency / presence penalties, the
 //! `min_tokens` mask on stop tokens, then greedy argmax, or temperature, `min_p`, `top_k`,
 //! `top_p` and one draw. Each draw comes from a ChaCha8 stream keyed by the request's seed
@@ -20,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::output::TokenLogprobs;
 use crate::request::TokenId;
+use crate::structured::Constraint;
 
 /// The most top log-probabilities one request may ask for per token.
 pub const MAX_LOGPROBS: usize = 20;
@@ -60,6 +64,8 @@ pub struct SamplingParams {
     pub include_stop_str_in_output: bool,
     /// Leave special tokens out of the detokenized text.
     pub skip_special_tokens: bool,
+    /// Hold the output to a JSON schema, a regex, a list of choices or a grammar.
+    pub structured_outputs: Option<Constraint>,
 }
 
 impl Default for SamplingParams {
@@ -81,6 +87,7 @@ impl Default for SamplingParams {
             logprobs: None,
             include_stop_str_in_output: false,
             skip_special_tokens: true,
+            structured_outputs: None,
         }
     }
 }
@@ -199,6 +206,52 @@ pub struct SamplingContext<'a> {
     pub eos_token_id: Option<TokenId>,
     /// The request's seed: `params.seed`, or one the engine drew for it.
     pub seed: u64,
+    /// The tokens its constraint allows next, for a constrained request.
+    pub mask: Option<&'a TokenMask>,
+}
+
+/// A set of allowed token ids: bit `id % 32` of word `id / 32` (llguidance's layout). Ids
+/// past its end are not allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenMask {
+    words: Vec<u32>,
+}
+
+impl TokenMask {
+    /// The mask with these bit words.
+    pub fn from_words(words: Vec<u32>) -> Self {
+        Self { words }
+    }
+
+    /// Exactly the ids in `ids`.
+    pub fn from_ids(ids: impl IntoIterator<Item = TokenId>) -> Self {
+        let mut words = Vec::new();
+        for id in ids {
+            let word = id as usize / 32;
+            if word >= words.len() {
+                words.resize(word + 1, 0);
+            }
+            words[word] |= 1 << (id % 32);
+        }
+        Self { words }
+    }
+
+    /// True when `id` is allowed.
+    pub fn allows(&self, id: TokenId) -> bool {
+        self.words.get(id as usize / 32).is_some_and(|word| word & (1 << (id % 32)) != 0)
+    }
+
+    /// True when no id is allowed.
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|&word| word == 0)
+    }
+
+    /// The allowed ids, ascending.
+    pub fn ids(&self) -> impl Iterator<Item = TokenId> + '_ {
+        self.words.iter().enumerate().flat_map(|(index, &word)| {
+            (0..32).filter(move |bit| word & (1 << bit) != 0).map(move |bit| (index * 32 + bit) as TokenId)
+        })
+    }
 }
 
 /// One sampled token and, when asked for, its log-probabilities.
@@ -269,6 +322,13 @@ fn sample_pairs(
     index_of: impl Fn(TokenId) -> Option<usize>,
 ) -> SampledToken {
     let params = ctx.params;
+    if let Some(mask) = ctx.mask {
+        for (id, logit) in candidates.iter_mut() {
+            if !mask.allows(*id) {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+    }
     let raw = params.logprobs.map(|top_n| (candidates.clone(), top_n));
     if params.has_penalties() {
         penalize(&mut candidates, ctx, index_of);
@@ -364,14 +424,20 @@ fn penalize(
     }
 }
 
-/// Before `min_tokens` tokens exist, EOS and the stop tokens cannot be sampled.
+/// Before `min_tokens` tokens exist, EOS and the stop tokens cannot be sampled, unless
+/// a constraint allows nothing else (a complete structured output ends there).
 fn mask_stop_tokens(candidates: &mut [(TokenId, f32)], ctx: &SamplingContext<'_>) {
     let params = ctx.params;
     if ctx.output_token_ids.len() >= params.min_tokens {
         return;
     }
+    let is_stop = |id: &TokenId| Some(*id) == ctx.eos_token_id || params.stop_token_ids.contains(id);
+    if ctx.mask.is_some() && !candidates.iter().any(|(id, logit)| *logit > f32::NEG_INFINITY && !is_stop(id))
+    {
+        return;
+    }
     for (id, logit) in candidates.iter_mut() {
-        if Some(*id) == ctx.eos_token_id || params.stop_token_ids.contains(id) {
+        if is_stop(id) {
             *logit = f32::NEG_INFINITY;
         }
     }
@@ -445,6 +511,7 @@ mod tests {
             output_token_ids: output,
             eos_token_id: Some(0),
             seed: 7,
+            mask: None,
         }
     }
 

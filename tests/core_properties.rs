@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 use pagoda::core::block_pool::BlockId;
 use pagoda::core::events::{BlockState, KvSnapshot};
 use pagoda::core::scheduler::Scheduler;
-use pagoda::executor::ModelExecutor;
 use pagoda::executor::sim::{SimConfig, SimExecutor};
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::{
     CacheConfig, InvalidBlockPolicy, Request, RequestId, RequestStatus, SamplingParams, SchedulerConfig,
     SchedulingPolicy, TokenId,
@@ -254,7 +254,9 @@ fn run(
             scheduler.add_request(request).unwrap();
         }
         let output = scheduler.schedule();
-        let model_output = executor.execute(&output).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let model_output = executor
+            .execute(&output, &mut StepMasks::none())
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         for core_output in scheduler.update_from_output(&output, &model_output) {
             outputs.entry(core_output.request_id).or_default().extend(core_output.new_token_ids);
             if core_output.finish_reason.is_some() {

@@ -7,7 +7,7 @@ use std::path::Path;
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::dtype::DType;
 use pagoda::executor::wgpu::WgpuExecutor;
-use pagoda::executor::{ExecutorError, ModelExecutor};
+use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::ModelFiles;
 use pagoda::model::testing::TinyLlama;
@@ -56,7 +56,7 @@ fn a_destroyed_device_fails_the_step_with_device_lost_and_stops_the_engine() {
         pagoda::core::scheduler::Scheduler::new(config.scheduler.clone(), config.cache.clone()).unwrap();
     let request = pagoda::Request::new(0, vec![5, 6, 7], params.clone(), None, 0.0);
     probe.add_request(request).unwrap();
-    let error = executor.execute(&probe.schedule()).unwrap_err();
+    let error = executor.execute(&probe.schedule(), &mut StepMasks::none()).unwrap_err();
     assert!(matches!(error, ExecutorError::DeviceLost(_)), "{error:?}");
 
     let mut engine = Engine::with_executor(config, open(dir.path()), Box::new(executor)).unwrap();

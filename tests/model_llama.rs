@@ -8,8 +8,8 @@ use std::path::Path;
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::dtype::DType;
-use pagoda::executor::ModelExecutor;
 use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape};
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
 use pagoda::model::testing::TinyLlama;
@@ -276,7 +276,7 @@ fn run_greedy(
                 });
             }
         }
-        let result = exec.execute(&out).unwrap();
+        let result = exec.execute(&out, &mut StepMasks::none()).unwrap();
         let sampled: HashMap<u64, Vec<u32>> = result.sampled_token_ids;
         for (id, r) in reqs.iter_mut().enumerate().filter(|(_, r)| !r.done) {
             r.computed += out.num_scheduled_tokens.get(&(id as u64)).copied().unwrap_or(0);

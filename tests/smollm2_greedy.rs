@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
-use pagoda::executor::ModelExecutor;
 use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape};
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
 use pagoda::sampling::SamplingParams;
@@ -134,7 +134,8 @@ fn greedy(cases: &[GreedyCase], kv_cache_dtype: KvCacheDtype, max_tokens: &[usiz
             }
         }
         first = false;
-        let sampled: HashMap<u64, Vec<u32>> = exec.execute(&out).unwrap().sampled_token_ids;
+        let sampled: HashMap<u64, Vec<u32>> =
+            exec.execute(&out, &mut StepMasks::none()).unwrap().sampled_token_ids;
         for i in 0..cases.len() {
             if done[i] {
                 continue;

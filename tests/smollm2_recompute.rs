@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::metrics::SchedulerStats;
 use pagoda::core::scheduler::Scheduler;
-use pagoda::executor::ModelExecutor;
 use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::request::Request;
 use pagoda::sampling::SamplingParams;
@@ -84,7 +84,11 @@ fn run(
     while scheduler.has_unfinished_requests() {
         let plan = scheduler.schedule();
         computed += plan.total_num_scheduled_tokens;
-        let result = if plan.is_empty() { Default::default() } else { exec.execute(&plan).unwrap() };
+        let result = if plan.is_empty() {
+            Default::default()
+        } else {
+            exec.execute(&plan, &mut StepMasks::none()).unwrap()
+        };
         for out in scheduler.update_from_output(&plan, &result) {
             tokens.entry(out.request_id).or_default().extend(out.new_token_ids);
         }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use pagoda::core::output::{ModelRunnerOutput, SchedulerOutput};
 use pagoda::core::scheduler::Scheduler;
-use pagoda::executor::{ExecutorError, ModelExecutor};
+use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};
 use pagoda::viz::control::{MAX_SPEED, SimControl};
 use pagoda::viz::driver::{Arrival, Driver, LiveSinks, drive_live, run_to_step};
 use pagoda::viz::feed;
@@ -26,7 +26,11 @@ struct ConstantExecutor {
 }
 
 impl ModelExecutor for ConstantExecutor {
-    fn execute(&mut self, output: &SchedulerOutput) -> Result<ModelRunnerOutput, ExecutorError> {
+    fn execute(
+        &mut self,
+        output: &SchedulerOutput,
+        _masks: &mut StepMasks<'_>,
+    ) -> Result<ModelRunnerOutput, ExecutorError> {
         for id in &output.finished_req_ids {
             self.known_tokens.remove(id);
         }

@@ -1,17 +1,24 @@
 //! Executors turn a `SchedulerOutput` into sampled tokens.
 
 pub mod fault;
+pub mod masks;
 pub mod sim;
 pub mod wgpu;
 pub mod workload;
 
+pub use self::masks::StepMasks;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 
 /// Something that runs the model for one scheduler step.
 pub trait ModelExecutor {
     /// Compute every scheduled token and sample for each request whose known tokens are
-    /// all computed after this step.
-    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput, ExecutorError>;
+    /// all computed after this step. A constrained request (one with
+    /// `structured_outputs`) samples only among the tokens its mask in `masks` allows.
+    fn execute(
+        &mut self,
+        scheduler_output: &SchedulerOutput,
+        masks: &mut StepMasks<'_>,
+    ) -> Result<ModelRunnerOutput, ExecutorError>;
 }
 
 /// Why a step could not be executed.
@@ -27,6 +34,9 @@ pub enum ExecutorError {
     /// The scheduler output asked for something the executor cannot do.
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+    /// A constrained request came without its token mask.
+    #[error("request {0} has structured outputs but no token mask this step")]
+    MissingMask(crate::request::RequestId),
 }
 
 impl ExecutorError {

@@ -11,8 +11,9 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::executor::fault::FaultPlan;
-use crate::executor::{ExecutorError, ModelExecutor};
+use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
 use crate::request::{RequestId, TokenId};
+use crate::sampling::TokenMask;
 
 /// Simulated seconds per step: a fixed overhead, a cost per scheduled token and a cost per
 /// KV token read by attention.
@@ -89,10 +90,23 @@ pub fn next_token(config: &SimConfig, history: &[TokenId]) -> TokenId {
     (xxh3_64_with_seed(&bytes, config.seed) % u64::from(config.vocab_size)) as TokenId
 }
 
+/// The next token after `history` among the ids `mask` allows: [`next_token`] when allowed,
+/// else the allowed id its hash picks. A pure function of history and mask.
+pub fn next_allowed_token(config: &SimConfig, history: &[TokenId], mask: &TokenMask) -> TokenId {
+    let token = next_token(config, history);
+    if mask.allows(token) {
+        return token;
+    }
+    let allowed: Vec<TokenId> = mask.ids().filter(|&id| id < config.vocab_size).collect();
+    allowed.get(token as usize % allowed.len().max(1)).copied().unwrap_or(token)
+}
+
 #[derive(Debug)]
 struct SimSequence {
     token_ids: Vec<TokenId>,
     num_computed_tokens: usize,
+    /// Samples under a constraint's mask.
+    constrained: bool,
 }
 
 /// The simulated executor: keeps each request's token history and computed length.
@@ -165,6 +179,7 @@ impl SimExecutor {
         num_computed_tokens: usize,
         token_ids: &[TokenId],
         num_scheduled: usize,
+        masks: &mut StepMasks<'_>,
     ) -> Result<Option<TokenId>, ExecutorError> {
         let invalid = |why: String| ExecutorError::InvalidBatch(format!("request {request_id}: {why}"));
         let sequence =
@@ -198,14 +213,23 @@ impl SimExecutor {
         if sequence.num_computed_tokens < sequence.token_ids.len() {
             return Ok(None);
         }
-        let token = next_token(&self.config, &sequence.token_ids);
+        let token = if sequence.constrained {
+            let mask = masks.get(request_id).ok_or(ExecutorError::MissingMask(request_id))?;
+            next_allowed_token(&self.config, &sequence.token_ids, mask)
+        } else {
+            next_token(&self.config, &sequence.token_ids)
+        };
         sequence.token_ids.push(token);
         Ok(Some(token))
     }
 }
 
 impl ModelExecutor for SimExecutor {
-    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput, ExecutorError> {
+    fn execute(
+        &mut self,
+        scheduler_output: &SchedulerOutput,
+        masks: &mut StepMasks<'_>,
+    ) -> Result<ModelRunnerOutput, ExecutorError> {
         for request_id in &scheduler_output.finished_req_ids {
             self.sequences.remove(request_id);
         }
@@ -227,10 +251,13 @@ impl ModelExecutor for SimExecutor {
                     new.req_id
                 ))
             })?;
-            let sequence =
-                SimSequence { token_ids: new.prompt_token_ids.clone(), num_computed_tokens: start };
+            let sequence = SimSequence {
+                token_ids: new.prompt_token_ids.clone(),
+                num_computed_tokens: start,
+                constrained: new.sampling_params.structured_outputs.is_some(),
+            };
             self.sequences.insert(new.req_id, sequence);
-            if let Some(token) = self.run_tokens(new.req_id, false, start, tokens, num_scheduled)? {
+            if let Some(token) = self.run_tokens(new.req_id, false, start, tokens, num_scheduled, masks)? {
                 output.sampled_token_ids.insert(new.req_id, vec![token]);
             }
             num_kv_tokens_read += end;
@@ -244,6 +271,7 @@ impl ModelExecutor for SimExecutor {
                 start,
                 &cached.new_token_ids,
                 num_scheduled,
+                masks,
             )? {
                 output.sampled_token_ids.insert(cached.req_id, vec![token]);
             }

@@ -6,14 +6,16 @@
 
 use std::collections::HashMap;
 
-use super::{ExecutorError, ModelExecutor};
+use super::{ExecutorError, ModelExecutor, StepMasks};
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape, PREFILL_MIN_ROWS};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
 use crate::request::{RequestId, TokenId};
-use crate::sampling::{SampledToken, SamplingContext, SamplingParams, sample_candidates, sample_logits};
+use crate::sampling::{
+    SampledToken, SamplingContext, SamplingParams, TokenMask, sample_candidates, sample_logits,
+};
 
 /// What the executor remembers about one request between steps.
 #[derive(Debug)]
@@ -29,19 +31,28 @@ struct RequestState {
 
 impl RequestState {
     /// The sampler's view of this request before its next token.
-    fn sampling_context(&self, eos_token_id: Option<TokenId>) -> SamplingContext<'_> {
+    fn sampling_context<'a>(
+        &'a self,
+        eos_token_id: Option<TokenId>,
+        mask: Option<&'a TokenMask>,
+    ) -> SamplingContext<'a> {
         SamplingContext {
             params: &self.params,
             prompt_token_ids: &self.tokens[..self.prompt_len],
             output_token_ids: &self.tokens[self.prompt_len..],
             eos_token_id,
             seed: self.seed,
+            mask,
         }
     }
 
-    /// True when its next token needs the full logits row (anything but plain greedy).
+    /// True when its next token needs the full logits row (anything but plain greedy, or a
+    /// constraint, whose mask may rule out every GPU top-k candidate).
     fn needs_logits(&self) -> bool {
-        !self.params.is_greedy() || self.params.has_penalties() || self.params.logprobs.is_some()
+        !self.params.is_greedy()
+            || self.params.has_penalties()
+            || self.params.logprobs.is_some()
+            || self.params.structured_outputs.is_some()
     }
 
     /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks now.
@@ -306,7 +317,11 @@ impl WgpuExecutor {
 }
 
 impl ModelExecutor for WgpuExecutor {
-    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput, ExecutorError> {
+    fn execute(
+        &mut self,
+        scheduler_output: &SchedulerOutput,
+        masks: &mut StepMasks<'_>,
+    ) -> Result<ModelRunnerOutput, ExecutorError> {
         let scheduled = self.schedule(scheduler_output)?;
         if scheduled.is_empty() {
             return Ok(ModelRunnerOutput::default());
@@ -327,7 +342,11 @@ impl ModelExecutor for WgpuExecutor {
                 .requests
                 .get_mut(&s.req_id)
                 .ok_or_else(|| ExecutorError::InvalidBatch(format!("request {} lost its state", s.req_id)))?;
-            let ctx = state.sampling_context(self.eos_token_id);
+            let mask = match state.params.structured_outputs {
+                Some(_) => Some(masks.get(s.req_id).ok_or(ExecutorError::MissingMask(s.req_id))?),
+                None => None,
+            };
+            let ctx = state.sampling_context(self.eos_token_id, mask);
             let SampledToken { token_id, logprobs } = match &out.logits {
                 Some(logits) if state.needs_logits() => {
                     sample_logits(&logits[row * vocab..(row + 1) * vocab], &ctx)

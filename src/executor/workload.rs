@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::scheduler::{Scheduler, SchedulerConfigError};
 use crate::executor::sim::{SimConfig, SimConfigError, SimExecutor};
-use crate::executor::{ExecutorError, ModelExecutor};
+use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
 use crate::request::{Request, RequestId, TokenId};
 use crate::sampling::SamplingParams;
 
@@ -306,7 +306,7 @@ impl WorkloadRunner {
         } else {
             self.empty_steps = 0;
         }
-        let model_output = self.executor.execute(&scheduler_output)?;
+        let model_output = self.executor.execute(&scheduler_output, &mut StepMasks::none())?;
         self.clock_s += self.executor.last_step_seconds();
         for output in self.scheduler.update_from_output(&scheduler_output, &model_output) {
             let Some(timing) = self.timings.get_mut(&output.request_id) else {

@@ -59,6 +59,9 @@ impl ApiError {
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         let status = match &error {
+            EngineError::Constraint(error) => {
+                return Self::bad_request(error.to_string(), "structured_outputs");
+            }
             EngineError::InvalidParams(_)
             | EngineError::Rejected(_)
             | EngineError::TokenOutOfVocab { .. }

@@ -6,6 +6,7 @@ use super::error::ApiError;
 use crate::model::ChatMessage;
 use crate::request::{FinishReason, TokenId};
 use crate::sampling::SamplingParams;
+use crate::structured::{Constraint, StructuredOutputsParams};
 
 /// A string or a list of strings (`stop`).
 #[derive(Debug, Clone, Deserialize)]
@@ -76,6 +77,18 @@ pub struct SamplingFields {
     /// prompt's blocks computed once through the prefix cache; with a seed, choice `i` uses
     /// `seed + i` (as vLLM does).
     pub n: Option<usize>,
+    /// OpenAI's output format: `text`, `json_object` or `json_schema`.
+    pub response_format: Option<serde_json::Value>,
+    /// vLLM's constraint: one of `json`, `json_object`, `regex`, `choice`, `grammar`.
+    pub structured_outputs: Option<serde_json::Value>,
+    /// vLLM's older name for a JSON schema constraint.
+    pub guided_json: Option<serde_json::Value>,
+    /// vLLM's older name for a regex constraint.
+    pub guided_regex: Option<String>,
+    /// vLLM's older name for a choice constraint.
+    pub guided_choice: Option<Vec<String>>,
+    /// vLLM's older name for a grammar constraint.
+    pub guided_grammar: Option<String>,
 }
 
 /// Most choices one request may ask for per prompt.
@@ -87,6 +100,44 @@ impl SamplingFields {
         match self.n.unwrap_or(1) {
             n @ 1..=MAX_CHOICES => Ok(n),
             n => Err(ApiError::bad_request(format!("n = {n} is out of range 1..={MAX_CHOICES}"), "n")),
+        }
+    }
+
+    /// The request's structured-output constraint and the field that set it; a 400 when
+    /// two fields set one or a field does not parse.
+    pub fn constraint(&self) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+        let mut found = Vec::new();
+        if let Some(format) = &self.response_format {
+            if let Some(constraint) = response_format(format)? {
+                found.push((constraint, "response_format"));
+            }
+        }
+        if let Some(value) = &self.structured_outputs {
+            let constraint = serde_json::from_value(value.clone())
+                .map_err(|e| ApiError::bad_request(e.to_string(), "structured_outputs"))?;
+            found.push((constraint, "structured_outputs"));
+        }
+        if let Some(schema) = &self.guided_json {
+            let params = StructuredOutputsParams { json: Some(schema.clone()), ..Default::default() };
+            let constraint = Constraint::try_from(params)
+                .map_err(|e| ApiError::bad_request(e.to_string(), "guided_json"))?;
+            found.push((constraint, "guided_json"));
+        }
+        if let Some(regex) = &self.guided_regex {
+            found.push((Constraint::Regex(regex.clone()), "guided_regex"));
+        }
+        if let Some(choice) = &self.guided_choice {
+            found.push((Constraint::Choice(choice.clone()), "guided_choice"));
+        }
+        if let Some(grammar) = &self.guided_grammar {
+            found.push((Constraint::Grammar(grammar.clone()), "guided_grammar"));
+        }
+        match found.len() {
+            0 | 1 => Ok(found.pop()),
+            _ => Err(ApiError::bad_request(
+                format!("{} and {} both constrain the output; use one", found[0].1, found[1].1),
+                found[1].1,
+            )),
         }
     }
 
@@ -119,9 +170,31 @@ impl SamplingFields {
                 .include_stop_str_in_output
                 .unwrap_or(defaults.include_stop_str_in_output),
             skip_special_tokens: self.skip_special_tokens.unwrap_or(defaults.skip_special_tokens),
+            structured_outputs: self.constraint()?.map(|(constraint, _)| constraint),
         };
         params.validate().map_err(|error| ApiError::bad_request(error.to_string(), "sampling"))?;
         Ok(params)
+    }
+}
+
+/// The constraint of an OpenAI `response_format`: none for `text`, any object for
+/// `json_object`, the schema of `json_schema`.
+fn response_format(format: &serde_json::Value) -> Result<Option<Constraint>, ApiError> {
+    let blame = |message: String| ApiError::bad_request(message, "response_format");
+    match format.get("type").and_then(serde_json::Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Constraint::JsonObject)),
+        Some("json_schema") => {
+            let schema = format
+                .get("json_schema")
+                .and_then(|spec| spec.get("schema"))
+                .ok_or_else(|| blame("response_format json_schema needs json_schema.schema".into()))?;
+            Ok(Some(Constraint::JsonSchema(schema.clone())))
+        }
+        Some(other) => Err(blame(format!(
+            "response_format type {other:?} is not supported; use text, json_object or json_schema"
+        ))),
+        None => Err(blame("response_format needs a type".into())),
     }
 }
 

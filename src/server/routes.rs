@@ -15,13 +15,13 @@ use super::error::ApiError;
 use super::openai::{
     ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs, ChatTokenLogprob,
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ModelCard, ModelList,
-    PromptInput, ResponseMessage, TopLogprob, Usage,
+    PromptInput, ResponseMessage, SamplingFields, TopLogprob, Usage,
 };
 use super::streaming::{ChatStreamer, CompletionStreamer, failed_request, sse_response};
 use super::{ServerState, prometheus, unix_seconds};
 use crate::core::output::TokenLogprobs;
 use crate::engine::handle::RequestStream;
-use crate::engine::{CompletionOutput, Prompt};
+use crate::engine::{CompletionOutput, EngineError, Prompt};
 use crate::model::Tokenizer;
 use crate::request::{FinishReason, TokenId};
 use crate::sampling::SamplingParams;
@@ -46,7 +46,7 @@ pub async fn completions(
     let params = request.sampling.to_params(request.max_tokens.unwrap_or(16), request.logprobs)?;
     let n = request.sampling.num_choices()?;
     state.limits.check(prompts.len(), n, &params)?;
-    let streams = start(&state, prompts, &params, n).await?;
+    let streams = start(&state, prompts, &params, n, &request.sampling).await?;
     let id = state.next_response_id("cmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
@@ -96,7 +96,7 @@ pub async fn chat_completions(
     let params = request.sampling.to_params(max_tokens, logprobs)?;
     let n = request.sampling.num_choices()?;
     state.limits.check(1, n, &params)?;
-    let streams = start(&state, vec![Prompt::Chat(messages)], &params, n).await?;
+    let streams = start(&state, vec![Prompt::Chat(messages)], &params, n, &request.sampling).await?;
     let id = state.next_response_id("chatcmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
@@ -194,19 +194,28 @@ fn check_model(state: &ServerState, model: Option<&str>) -> Result<(), ApiError>
 
 /// Adds `n` requests per prompt, prompt by prompt (choice `i` of a seeded request draws
 /// from `seed + i`); on any error the ones already added are aborted (their streams are
-/// dropped).
+/// dropped). A constraint that does not compile is a 400 blaming the field that set it.
 async fn start(
     state: &ServerState,
     prompts: Vec<Prompt>,
     params: &SamplingParams,
     n: usize,
+    fields: &SamplingFields,
 ) -> Result<Vec<RequestStream>, ApiError> {
     let mut streams = Vec::with_capacity(prompts.len() * n);
     for prompt in prompts {
         for choice in 0..n as u64 {
             let params =
                 SamplingParams { seed: params.seed.map(|seed| seed.wrapping_add(choice)), ..params.clone() };
-            streams.push(state.engine.add_request(prompt.clone(), params).await?);
+            let stream = state.engine.add_request(prompt.clone(), params).await.map_err(|error| {
+                match (&error, fields.constraint()) {
+                    (EngineError::Constraint(e), Ok(Some((_, field)))) => {
+                        ApiError::bad_request(e.to_string(), field)
+                    }
+                    _ => ApiError::from(error),
+                }
+            })?;
+            streams.push(stream);
         }
     }
     Ok(streams)

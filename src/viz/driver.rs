@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::core::scheduler::{AddRequestError, Scheduler};
-use crate::executor::{ExecutorError, ModelExecutor};
+use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
 use crate::request::Request;
 use crate::viz::VizError;
 use crate::viz::control::SimControl;
@@ -93,7 +93,7 @@ impl<E: ModelExecutor> Driver<E> {
             }
         }
         let output = self.scheduler.schedule();
-        let runner_output = self.executor.execute(&output)?;
+        let runner_output = self.executor.execute(&output, &mut StepMasks::none())?;
         self.scheduler.update_from_output(&output, &runner_output);
         Ok(true)
     }

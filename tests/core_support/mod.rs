@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use pagoda::core::output::{EngineCoreOutput, ModelRunnerOutput, SchedulerOutput};
 use pagoda::core::scheduler::Scheduler;
-use pagoda::executor::ModelExecutor;
 use pagoda::executor::sim::{SimConfig, SimExecutor};
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::{CacheConfig, Request, RequestId, SamplingParams, SchedulerConfig, TokenId};
 
 /// A cache of `num_gpu_blocks` blocks of 16 tokens with prefix caching on.
@@ -69,7 +69,7 @@ pub fn sim_step(
     generated: &mut HashMap<RequestId, Vec<TokenId>>,
 ) -> SchedulerOutput {
     let output = scheduler.schedule();
-    let model_output = executor.execute(&output).unwrap();
+    let model_output = executor.execute(&output, &mut StepMasks::none()).unwrap();
     for core_output in scheduler.update_from_output(&output, &model_output) {
         generated.entry(core_output.request_id).or_default().extend(core_output.new_token_ids);
     }

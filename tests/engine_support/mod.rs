@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use pagoda::core::output::{ModelRunnerOutput, SchedulerOutput};
-use pagoda::executor::{ExecutorError, ModelExecutor};
+use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};
 use pagoda::model::testing::TinyLlama;
 use pagoda::model::{ModelFiles, Tokenizer};
 use pagoda::sampling::{SamplingContext, SamplingParams, sample_logits};
@@ -45,7 +45,11 @@ impl LogitsExecutor {
 }
 
 impl ModelExecutor for LogitsExecutor {
-    fn execute(&mut self, so: &SchedulerOutput) -> Result<ModelRunnerOutput, ExecutorError> {
+    fn execute(
+        &mut self,
+        so: &SchedulerOutput,
+        masks: &mut StepMasks<'_>,
+    ) -> Result<ModelRunnerOutput, ExecutorError> {
         std::thread::sleep(self.step_delay);
         for id in &so.finished_req_ids {
             self.requests.remove(id);
@@ -74,12 +78,17 @@ impl ModelExecutor for LogitsExecutor {
                 continue;
             }
             let logits = (self.logits)(&tracked.prompt, &tracked.output);
+            let mask = match tracked.params.structured_outputs {
+                Some(_) => Some(masks.get(id).ok_or(ExecutorError::MissingMask(id))?),
+                None => None,
+            };
             let ctx = SamplingContext {
                 params: &tracked.params,
                 prompt_token_ids: &tracked.prompt,
                 output_token_ids: &tracked.output,
                 eos_token_id: Some(EOS),
                 seed: tracked.params.seed.expect("the engine seeds every request"),
+                mask,
             };
             let sampled = sample_logits(&logits, &ctx);
             tracked.output.push(sampled.token_id);

@@ -1,0 +1,157 @@
+//! Compiling constraints for one model, and following one request's output through its
+//! constraint.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, OnceLock};
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{Value, json};
+
+use super::vocab::GuidanceVocab;
+use super::{Constraint, ConstraintError};
+use crate::model::Tokenizer;
+use crate::request::TokenId;
+use crate::sampling::TokenMask;
+
+/// Longest error message kept from llguidance (its messages may quote a whole grammar).
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// How JSON outputs are laid out: one space after `,` and `:` and no other whitespace, the
+/// layout of Python's `json.dumps`. Models write it naturally, and a sampled output cannot
+/// wander off into unbounded whitespace. A schema's own `x-guidance` options win.
+fn json_layout() -> Value {
+    json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " })
+}
+
+/// Compiles constraints over one model's vocabulary; llguidance's parser factory is built
+/// on the first constrained request (indexing the vocabulary takes a moment).
+pub struct Grammars {
+    tokenizer: Arc<Tokenizer>,
+    eos_token_id: Option<TokenId>,
+    extra_eos_token_ids: Vec<TokenId>,
+    factory: OnceLock<Result<ParserFactory, ConstraintError>>,
+}
+
+impl std::fmt::Debug for Grammars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grammars").field("eos_token_id", &self.eos_token_id).finish_non_exhaustive()
+    }
+}
+
+impl Grammars {
+    /// Constraints over `tokenizer`'s vocabulary; a finished output ends with `eos_token_id`
+    /// or one of `extra_eos_token_ids`.
+    pub fn new(
+        tokenizer: Arc<Tokenizer>,
+        eos_token_id: Option<TokenId>,
+        extra_eos_token_ids: Vec<TokenId>,
+    ) -> Self {
+        Self { tokenizer, eos_token_id, extra_eos_token_ids, factory: OnceLock::new() }
+    }
+
+    /// The parser factory, built on first use.
+    fn factory(&self) -> Result<&ParserFactory, ConstraintError> {
+        let built = self.factory.get_or_init(|| {
+            let eos = self.eos_token_id.ok_or(ConstraintError::NoEosToken)?;
+            let vocab = GuidanceVocab::new(self.tokenizer.clone(), eos, &self.extra_eos_token_ids);
+            let mut factory = ParserFactory::new_simple(&(Arc::new(vocab) as toktrie::TokEnv))
+                .map_err(|e| ConstraintError::Vocabulary(clip(&e.to_string())))?;
+            factory.quiet();
+            factory.limits_mut().verbose_errors = false;
+            Ok(factory)
+        });
+        built.as_ref().map_err(Clone::clone)
+    }
+
+    /// Compiles `constraint` into the state of a request that has generated nothing yet.
+    pub fn compile(&self, constraint: &Constraint) -> Result<ConstraintState, ConstraintError> {
+        let factory = self.factory()?;
+        let kind = constraint.kind();
+        let grammar = top_level_grammar(constraint)?;
+        let parser = catch_unwind(AssertUnwindSafe(|| factory.create_parser(grammar)))
+            .map_err(|_| ConstraintError::invalid(kind, "the grammar compiler failed on this input"))?
+            .map_err(|e| ConstraintError::invalid(kind, clip(&e.to_string())))?;
+        let matcher = Matcher::new(Ok(parser));
+        match matcher.get_error() {
+            Some(message) => Err(ConstraintError::invalid(kind, clip(&message))),
+            None => Ok(ConstraintState { matcher, consumed: 0 }),
+        }
+    }
+}
+
+/// llguidance's grammar for `constraint`.
+fn top_level_grammar(constraint: &Constraint) -> Result<TopLevelGrammar, ConstraintError> {
+    Ok(match constraint {
+        Constraint::JsonSchema(schema) => {
+            let mut schema = schema.clone();
+            if let Some(object) = schema.as_object_mut() {
+                object.entry("x-guidance").or_insert_with(json_layout);
+            } else if !schema.is_boolean() {
+                return Err(ConstraintError::invalid("json", "a JSON schema must be an object or a boolean"));
+            }
+            TopLevelGrammar::from_json_schema(schema)
+        }
+        Constraint::JsonObject => {
+            TopLevelGrammar::from_json_schema(json!({ "type": "object", "x-guidance": json_layout() }))
+        }
+        Constraint::Regex(regex) => TopLevelGrammar::from_regex(regex),
+        Constraint::Choice(choices) => {
+            if choices.is_empty() {
+                return Err(ConstraintError::invalid("choice", "the list of choices is empty"));
+            }
+            let escaped: Vec<String> = choices.iter().map(|c| regex_syntax::escape(c)).collect();
+            TopLevelGrammar::from_regex(&escaped.join("|"))
+        }
+        Constraint::Grammar(grammar) => TopLevelGrammar::from_lark(grammar.clone()),
+    })
+}
+
+/// At most [`MAX_MESSAGE_BYTES`] of `message`.
+fn clip(message: &str) -> String {
+    let mut end = message.len().min(MAX_MESSAGE_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message[..end].to_owned()
+}
+
+/// Where one request's output stands in its constraint.
+pub struct ConstraintState {
+    matcher: Matcher,
+    /// Output tokens the matcher has consumed.
+    consumed: usize,
+}
+
+impl std::fmt::Debug for ConstraintState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConstraintState").field("consumed", &self.consumed).finish_non_exhaustive()
+    }
+}
+
+impl ConstraintState {
+    /// Advances over `new_tokens`, the output tokens after the [`Self::consumed`] it has
+    /// seen.
+    pub fn follow(&mut self, new_tokens: &[TokenId]) -> Result<(), ConstraintError> {
+        if !new_tokens.is_empty() {
+            self.matcher
+                .consume_tokens(new_tokens)
+                .map_err(|e| ConstraintError::Failed(clip(&e.to_string())))?;
+            self.consumed += new_tokens.len();
+        }
+        Ok(())
+    }
+
+    /// The tokens that may come next; only the end-of-sequence tokens once the output is
+    /// complete.
+    pub fn mask(&mut self) -> Result<TokenMask, ConstraintError> {
+        let allowed =
+            self.matcher.compute_mask_or_eos().map_err(|e| ConstraintError::Failed(clip(&e.to_string())))?;
+        Ok(TokenMask::from_words(allowed.as_slice().to_vec()))
+    }
+
+    /// Output tokens consumed so far.
+    pub fn consumed(&self) -> usize {
+        self.consumed
+    }
+}
