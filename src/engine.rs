@@ -53,6 +53,14 @@ pub enum Prompt {
     TokenIds(Vec<TokenId>),
     /// A conversation, rendered with the model's chat template and an assistant turn opened.
     Chat(Vec<ChatMessage>),
+    /// A conversation with tool definitions (OpenAI's `tools`), which the chat template
+    /// receives as its `tools` variable.
+    ChatWithTools {
+        /// The conversation.
+        messages: Vec<ChatMessage>,
+        /// The tool definitions.
+        tools: Vec<serde_json::Value>,
+    },
 }
 
 impl From<&str> for Prompt {
@@ -274,6 +282,11 @@ impl Engine {
         })
     }
 
+    /// The model's chat template, if it has one.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.text.chat_template.as_ref()
+    }
+
     /// The model's tokenizer.
     pub fn tokenizer(&self) -> &Arc<Tokenizer> {
         &self.text.tokenizer
@@ -316,6 +329,10 @@ impl Engine {
             Prompt::Chat(messages) => {
                 let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
                 Ok(tokenizer.encode(&template.render(messages, true)?, true)?)
+            }
+            Prompt::ChatWithTools { messages, tools } => {
+                let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
+                Ok(tokenizer.encode(&template.render_with_tools(messages, Some(tools), true)?, true)?)
             }
         }
     }

@@ -13,6 +13,7 @@ use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
 use pagoda::gpu::{GpuContext, GpuOptions, resident_bytes};
 use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
+use pagoda::structured::Constraint;
 use pagoda::{
     CacheConfig, ChatMessage, CompletionOutput, Engine, EngineConfig, ExecutorKind, KvCacheDtype, Prompt,
     SamplingParams, SchedulerConfig, SchedulingPolicy,
@@ -255,11 +256,55 @@ struct SamplingArgs {
     /// Keep generating past EOS.
     #[arg(long)]
     ignore_eos: bool,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
+}
+
+/// Structured-output flags: at most one constraint on the output.
+#[derive(Debug, Clone, Args)]
+#[group(multiple = false)]
+struct ConstraintArgs {
+    /// Output JSON valid under the JSON Schema in this file.
+    #[arg(long, value_name = "FILE")]
+    json_schema: Option<PathBuf>,
+    /// Output any JSON object.
+    #[arg(long)]
+    json_object: bool,
+    /// Output text matching this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    regex: Option<String>,
+    /// Output exactly one of these comma-separated strings.
+    #[arg(long, value_name = "A,B,...", value_delimiter = ',')]
+    choice: Option<Vec<String>>,
+    /// Output a sentence of the Lark (or GBNF) grammar in this file.
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<PathBuf>,
+}
+
+impl ConstraintArgs {
+    /// The constraint the flags ask for, reading the schema or grammar file.
+    fn constraint(&self) -> Result<Option<Constraint>, String> {
+        let read =
+            |path: &PathBuf| std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
+        if let Some(path) = &self.json_schema {
+            let schema = serde_json::from_str(&read(path)?)
+                .map_err(|e| format!("{}: not a JSON schema: {e}", path.display()))?;
+            return Ok(Some(Constraint::JsonSchema(schema)));
+        }
+        if let Some(path) = &self.grammar {
+            return Ok(Some(Constraint::Grammar(read(path)?)));
+        }
+        Ok(match (&self.regex, &self.choice) {
+            (Some(regex), _) => Some(Constraint::Regex(regex.clone())),
+            (_, Some(choice)) => Some(Constraint::Choice(choice.clone())),
+            _ => self.json_object.then_some(Constraint::JsonObject),
+        })
+    }
 }
 
 impl SamplingArgs {
-    fn params(&self) -> SamplingParams {
-        SamplingParams {
+    fn params(&self) -> Result<SamplingParams, String> {
+        Ok(SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
@@ -272,8 +317,9 @@ impl SamplingArgs {
             min_tokens: self.min_tokens,
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
+            structured_outputs: self.constraint.constraint()?,
             ..SamplingParams::default()
-        }
+        })
     }
 }
 
@@ -433,10 +479,11 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
             false => Prompt::Text(text.clone()),
         })
         .collect();
+    let params = args.sampling.params()?;
     let mut engine =
         Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
     let started = std::time::Instant::now();
-    let completions = engine.generate(prompts, &args.sampling.params()).map_err(|e| e.to_string())?;
+    let completions = engine.generate(prompts, &params).map_err(|e| e.to_string())?;
     let seconds = started.elapsed().as_secs_f64();
     let prompt_tokens: usize = completions.iter().map(|c| c.prompt_token_ids.len()).sum();
     let output_tokens: usize = completions.iter().map(|c| c.token_ids.len()).sum();
@@ -471,9 +518,9 @@ fn completion_json(completion: &CompletionOutput) -> serde_json::Value {
 }
 
 fn chat(args: ChatArgs) -> Result<(), String> {
+    let params = args.sampling.params()?;
     let mut engine =
         Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
-    let params = args.sampling.params();
     let mut history: Vec<ChatMessage> =
         args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     eprintln!("Chatting with the model; an empty line or end of input quits, /reset starts over.");

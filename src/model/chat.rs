@@ -30,16 +30,23 @@ pub const GGUF_CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant's tool calls, in OpenAI's shape (`{"id", "type": "function",
+    /// "function": {"name", "arguments"}}`, the arguments as a JSON object).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<serde_json::Value>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
     /// A message with `role` and `content`.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into() }
+        Self { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
     }
 }
 
@@ -75,6 +82,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    source: String,
 }
 
 impl ChatTemplate {
@@ -91,7 +99,23 @@ impl ChatTemplate {
         });
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|e| ChatError::Syntax(e.to_string()))?;
-        Ok(Self { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned() })
+        Ok(Self {
+            env,
+            bos_token: bos_token.to_owned(),
+            eos_token: eos_token.to_owned(),
+            source: source.to_owned(),
+        })
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// True when the template reads a `tools` variable (so tool definitions reach the model
+    /// through it).
+    pub fn reads_tools(&self) -> bool {
+        self.source.contains("tools")
     }
 
     /// The template from a GGUF file's `tokenizer.chat_template`.
@@ -134,9 +158,21 @@ impl ChatTemplate {
     /// The prompt text for `messages`; with `add_generation_prompt`, ready for the
     /// assistant's reply.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// Like [`Self::render`], with `tools` (OpenAI tool definitions) in the template's
+    /// `tools` variable.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| ChatError::Render(e.to_string()))?;
         let ctx = minijinja::context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,

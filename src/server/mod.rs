@@ -22,6 +22,7 @@ pub mod openai;
 pub mod prometheus;
 mod routes;
 mod streaming;
+pub mod tools;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -34,9 +35,10 @@ use axum::routing::{get, post};
 
 use self::kv_events::{KvEventPublisher, KvEventsConfig, KvEventsConfigError, KvEventsError, PublisherKind};
 use self::prometheus::{CacheInfo, MetricsPrefix};
+use self::tools::ToolFormat;
 use crate::engine::Engine;
 use crate::engine::handle::AsyncEngine;
-use crate::model::Tokenizer;
+use crate::model::{ChatTemplate, Tokenizer};
 use limits::ServerLimits;
 
 /// How the server presents itself besides the OpenAI API.
@@ -81,6 +83,10 @@ pub struct ServerState {
     kv_events: Option<KvEventPublisher>,
     draining: AtomicBool,
     admitting: AtomicUsize,
+    /// How the model writes tool calls.
+    tool_format: ToolFormat,
+    /// True when the chat template renders `tools` itself.
+    template_reads_tools: bool,
 }
 
 impl ServerState {
@@ -120,6 +126,8 @@ impl ServerState {
         publisher: Option<KvEventPublisher>,
     ) -> std::io::Result<Self> {
         let tokenizer = Arc::clone(engine.tokenizer());
+        let tool_format = ToolFormat::of(engine.chat_template());
+        let template_reads_tools = engine.chat_template().is_some_and(ChatTemplate::reads_tools);
         let max_model_len = engine.scheduler().config().max_model_len;
         let kv = engine.scheduler().kv_cache_manager();
         let cache_info = CacheInfo {
@@ -145,6 +153,8 @@ impl ServerState {
             kv_events: publisher,
             draining: AtomicBool::new(false),
             admitting: AtomicUsize::new(0),
+            tool_format,
+            template_reads_tools,
         })
     }
 

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
+use super::tools::{Tool, ToolCallOut};
 use crate::model::ChatMessage;
 use crate::request::{FinishReason, TokenId};
 use crate::sampling::SamplingParams;
@@ -267,18 +268,26 @@ pub struct ContentPart {
 /// One message of a chat request.
 #[derive(Debug, Clone, Deserialize)]
 pub struct RequestMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// Its content.
-    pub content: MessageContent,
+    /// Its content (absent or null on an assistant message that only calls tools).
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    /// An assistant message's tool calls.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// The call a `tool` message answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
 }
 
 impl RequestMessage {
     /// The message as the chat template takes it.
     pub fn to_chat_message(&self) -> Result<ChatMessage, ApiError> {
         let content = match &self.content {
-            MessageContent::Text(text) => text.clone(),
-            MessageContent::Parts(parts) => {
+            None => String::new(),
+            Some(MessageContent::Text(text)) => text.clone(),
+            Some(MessageContent::Parts(parts)) => {
                 let mut text = String::new();
                 for part in parts {
                     match (&*part.kind, &part.text) {
@@ -294,8 +303,36 @@ impl RequestMessage {
                 text
             }
         };
-        Ok(ChatMessage::new(self.role.clone(), content))
+        let mut message = ChatMessage::new(self.role.clone(), content);
+        message.tool_call_id = self.tool_call_id.clone();
+        for call in self.tool_calls.iter().flatten() {
+            message.tool_calls.push(template_tool_call(call)?);
+        }
+        Ok(message)
     }
+}
+
+/// A tool call of a request message as chat templates read it: its `arguments` JSON text
+/// parsed into an object (as vLLM hands it to templates).
+fn template_tool_call(call: &serde_json::Value) -> Result<serde_json::Value, ApiError> {
+    let blame = |message: &str| ApiError::bad_request(message, "messages");
+    let function = call.get("function").ok_or_else(|| blame("a tool call needs a function"))?;
+    let name = function
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| blame("a tool call needs a function name"))?;
+    let arguments = match function.get("arguments") {
+        Some(serde_json::Value::String(text)) => {
+            serde_json::from_str(text).map_err(|_| blame("tool call arguments must be a JSON object"))?
+        }
+        Some(other) => other.clone(),
+        None => serde_json::json!({}),
+    };
+    Ok(serde_json::json!({
+        "id": call.get("id").cloned().unwrap_or_default(),
+        "type": "function",
+        "function": { "name": name, "arguments": arguments },
+    }))
 }
 
 /// `POST /v1/chat/completions`.
@@ -319,9 +356,44 @@ pub struct ChatCompletionRequest {
     pub stream: bool,
     /// Streaming options.
     pub stream_options: Option<StreamOptions>,
+    /// Functions the model may call.
+    #[serde(default)]
+    pub tools: Vec<Tool>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function": {"name"}}`.
+    pub tool_choice: Option<serde_json::Value>,
+    /// Allow more than one call in a reply (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// Sampling fields.
     #[serde(flatten)]
     pub sampling: SamplingFields,
+}
+
+/// Why a chat choice ended: the engine's reasons, and `tool_calls` when the reply was
+/// parsed into calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatFinishReason {
+    /// EOS, stop token or stop string.
+    Stop,
+    /// `max_tokens` or `max_model_len`.
+    Length,
+    /// Aborted.
+    Abort,
+    /// Failed.
+    Error,
+    /// The reply is tool calls.
+    ToolCalls,
+}
+
+impl From<FinishReason> for ChatFinishReason {
+    fn from(reason: FinishReason) -> Self {
+        match reason {
+            FinishReason::Stop => Self::Stop,
+            FinishReason::Length => Self::Length,
+            FinishReason::Abort => Self::Abort,
+            FinishReason::Error => Self::Error,
+        }
+    }
 }
 
 /// Token counts of a finished request.
@@ -434,6 +506,9 @@ pub struct ResponseMessage {
     /// The text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// The tool calls of the reply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
 }
 
 /// One choice of a chat response.
@@ -446,7 +521,7 @@ pub struct ChatChoice {
     /// Log-probabilities, when asked for.
     pub logprobs: Option<ChatLogprobs>,
     /// Why it ended.
-    pub finish_reason: Option<FinishReason>,
+    pub finish_reason: Option<ChatFinishReason>,
 }
 
 /// One choice of a streamed chat chunk.
@@ -459,7 +534,7 @@ pub struct ChatChunkChoice {
     /// Log-probabilities of this chunk's tokens, when asked for.
     pub logprobs: Option<ChatLogprobs>,
     /// Why it ended; `null` until then.
-    pub finish_reason: Option<FinishReason>,
+    pub finish_reason: Option<ChatFinishReason>,
 }
 
 /// A chat completion response.

@@ -13,11 +13,12 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use super::openai::{
-    ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs, ChatTokenLogprob,
-    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ModelCard, ModelList,
-    PromptInput, ResponseMessage, SamplingFields, TopLogprob, Usage,
+    ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatFinishReason, ChatLogprobs,
+    ChatTokenLogprob, CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ModelCard,
+    ModelList, PromptInput, ResponseMessage, SamplingFields, TopLogprob, Usage,
 };
 use super::streaming::{ChatStreamer, CompletionStreamer, failed_request, sse_response};
+use super::tools::{ParsedCall, Tool, ToolCallOut, ToolChoice, ToolFormat, conversation_for};
 use super::{ServerState, prometheus, unix_seconds};
 use crate::core::output::TokenLogprobs;
 use crate::engine::handle::RequestStream;
@@ -93,14 +94,33 @@ pub async fn chat_completions(
     let max_tokens = request.max_completion_tokens.or(request.max_tokens);
     let logprobs = request.logprobs.then(|| request.top_logprobs.unwrap_or(0));
     let max_tokens = max_tokens.unwrap_or(state.max_model_len);
-    let params = request.sampling.to_params(max_tokens, logprobs)?;
+    let mut params = request.sampling.to_params(max_tokens, logprobs)?;
+    let tool_choice = ToolChoice::parse(request.tool_choice.as_ref(), &request.tools)?;
+    let calls = (tool_choice != ToolChoice::None).then_some(state.tool_format);
+    if let Some(constraint) = forced_calls(&state, &request, &tool_choice) {
+        if params.structured_outputs.is_some() {
+            return Err(ApiError::bad_request(
+                "tool_choice forces a tool call, which cannot be combined with another output constraint",
+                "tool_choice",
+            ));
+        }
+        params.structured_outputs = Some(constraint);
+    }
     let n = request.sampling.num_choices()?;
     state.limits.check(1, n, &params)?;
-    let streams = start(&state, vec![Prompt::Chat(messages)], &params, n, &request.sampling).await?;
+    let prompt = match calls {
+        None => Prompt::Chat(messages),
+        Some(format) => {
+            let messages = conversation_for(state.template_reads_tools, format, messages, &request.tools);
+            let tools = request.tools.iter().map(|tool| serde_json::json!(tool)).collect();
+            Prompt::ChatWithTools { messages, tools }
+        }
+    };
+    let streams = start(&state, vec![prompt], &params, n, &request.sampling).await?;
     let id = state.next_response_id("chatcmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
-        let streamer = ChatStreamer::new(Arc::clone(&state), id, n, params.logprobs.is_some());
+        let streamer = ChatStreamer::new(Arc::clone(&state), id, n, params.logprobs.is_some(), calls);
         return Ok(sse_response(streams, n, include_usage, streamer));
     }
     let completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
@@ -108,13 +128,16 @@ pub async fn chat_completions(
     let choices = completions
         .iter()
         .enumerate()
-        .map(|(index, completion)| ChatChoice {
-            index,
-            message: ResponseMessage { role: Some("assistant"), content: Some(completion.text.clone()) },
-            logprobs: params
-                .logprobs
-                .map(|_| chat_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs)),
-            finish_reason: completion.finish_reason,
+        .map(|(index, completion)| {
+            let (message, finish_reason) = reply(&id, index, calls, completion);
+            ChatChoice {
+                index,
+                message,
+                logprobs: params
+                    .logprobs
+                    .map(|_| chat_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs)),
+                finish_reason,
+            }
         })
         .collect();
     let response = ChatCompletionResponse {
@@ -126,6 +149,57 @@ pub async fn chat_completions(
         usage: total_usage(&completions, n),
     };
     Ok(Json(response).into_response())
+}
+
+/// The grammar that `tool_choice: "required"` or a named function imposes on the reply.
+fn forced_calls(
+    state: &ServerState,
+    request: &ChatCompletionRequest,
+    choice: &ToolChoice,
+) -> Option<crate::structured::Constraint> {
+    let parallel = request.parallel_tool_calls.unwrap_or(true);
+    let tools: Vec<&Tool> = match choice {
+        ToolChoice::None | ToolChoice::Auto => return None,
+        ToolChoice::Required => request.tools.iter().collect(),
+        ToolChoice::Function(name) => request.tools.iter().filter(|t| &t.function.name == name).collect(),
+    };
+    Some(state.tool_format.constraint(&tools, parallel && matches!(choice, ToolChoice::Required)))
+}
+
+/// The calls of choice `index` in OpenAI's shape, with ids unique within the response.
+pub(super) fn tool_calls_out(response_id: &str, index: usize, calls: &[ParsedCall]) -> Vec<ToolCallOut> {
+    let stem = response_id.trim_start_matches("chatcmpl-");
+    calls.iter().enumerate().map(|(i, call)| call.to_openai(format!("call_{stem}_{index}_{i}"))).collect()
+}
+
+/// The assistant message of a finished choice: its tool calls when tools were offered and
+/// the reply parses as calls (finish reason `tool_calls`), else its text.
+pub(super) fn reply(
+    response_id: &str,
+    index: usize,
+    calls: Option<ToolFormat>,
+    completion: &CompletionOutput,
+) -> (ResponseMessage, Option<ChatFinishReason>) {
+    let finish_reason = completion.finish_reason.map(ChatFinishReason::from);
+    let parsed = calls
+        .filter(|_| completion.finish_reason == Some(FinishReason::Stop))
+        .and_then(|format| format.parse(&completion.text));
+    match parsed {
+        Some(parsed) => {
+            let tool_calls = tool_calls_out(response_id, index, &parsed);
+            let message =
+                ResponseMessage { role: Some("assistant"), content: None, tool_calls: Some(tool_calls) };
+            (message, Some(ChatFinishReason::ToolCalls))
+        }
+        None => {
+            let message = ResponseMessage {
+                role: Some("assistant"),
+                content: Some(completion.text.clone()),
+                tool_calls: None,
+            };
+            (message, finish_reason)
+        }
+    }
 }
 
 /// `GET /v1/models`.

@@ -14,9 +14,11 @@ use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
 use super::error::ApiError;
 use super::openai::{
-    ChatChunkChoice, ChatCompletionChunk, CompletionChoice, CompletionResponse, ResponseMessage, Usage,
+    ChatChunkChoice, ChatCompletionChunk, ChatFinishReason, CompletionChoice, CompletionResponse,
+    ResponseMessage, Usage,
 };
-use super::routes::{chat_logprobs, choice_usage, completion_logprobs};
+use super::routes::{chat_logprobs, choice_usage, completion_logprobs, tool_calls_out};
+use super::tools::{ToolCallOut, ToolFormat};
 use super::{ServerState, unix_seconds};
 use crate::engine::RequestOutput;
 use crate::engine::handle::RequestStream;
@@ -195,6 +197,18 @@ impl Streamer for CompletionStreamer {
     }
 }
 
+/// Where a streamed choice stands when tools were offered: its text is held while it may
+/// still become a tool call, sent as content once it cannot, and a call is sent whole as
+/// `delta.tool_calls` when the choice ends.
+enum CallScan {
+    /// The text so far could still open a call.
+    Undecided(String),
+    /// The reply opened a call: held until the end.
+    Calls(String),
+    /// The reply is plain text: streamed as it comes.
+    Text,
+}
+
 /// Chunks of `/v1/chat/completions`.
 pub(super) struct ChatStreamer {
     state: Arc<ServerState>,
@@ -202,13 +216,22 @@ pub(super) struct ChatStreamer {
     created: u64,
     num_choices: usize,
     logprobs: bool,
+    calls: Option<ToolFormat>,
+    scans: Vec<CallScan>,
 }
 
 impl ChatStreamer {
     /// A streamer for response `id` with `num_choices` choices, with log-probabilities when
-    /// asked for.
-    pub(super) fn new(state: Arc<ServerState>, id: String, num_choices: usize, logprobs: bool) -> Self {
-        Self { state, id, created: unix_seconds(), num_choices, logprobs }
+    /// asked for, parsing tool calls in `calls`' format when tools were offered.
+    pub(super) fn new(
+        state: Arc<ServerState>,
+        id: String,
+        num_choices: usize,
+        logprobs: bool,
+        calls: Option<ToolFormat>,
+    ) -> Self {
+        let scans = (0..num_choices).map(|_| CallScan::Undecided(String::new())).collect();
+        Self { state, id, created: unix_seconds(), num_choices, logprobs, calls, scans }
     }
 
     fn chunk_json(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> String {
@@ -222,13 +245,79 @@ impl ChatStreamer {
         };
         serde_json::to_string(&chunk).unwrap_or_default()
     }
+
+    /// The content, tool calls and finish reason that choice `index` sends for `output`,
+    /// holding text back while it may still open a call in `format`.
+    fn scan(&mut self, index: usize, format: ToolFormat, output: &RequestOutput) -> Delta {
+        let finish = output.finish_reason.map(ChatFinishReason::from);
+        let Some(scan) = self.scans.get_mut(index) else { return Delta::text(&output.new_text, finish) };
+        let undecided = matches!(scan, CallScan::Undecided(_));
+        let held = match scan {
+            CallScan::Text => return Delta::text(&output.new_text, finish),
+            CallScan::Undecided(held) | CallScan::Calls(held) => {
+                held.push_str(&output.new_text);
+                held
+            }
+        };
+        let opened = held.trim_start();
+        if undecided && opened.starts_with(format.opener()) {
+            let held = std::mem::take(held);
+            *scan = CallScan::Calls(held);
+        } else if undecided && !format.opener().starts_with(opened) {
+            let text = std::mem::take(held);
+            *scan = CallScan::Text;
+            return Delta::text(&text, finish);
+        }
+        if output.finish_reason.is_none() {
+            return Delta::default();
+        }
+        let (CallScan::Undecided(held) | CallScan::Calls(held)) = std::mem::replace(scan, CallScan::Text)
+        else {
+            return Delta::default();
+        };
+        let parsed =
+            (output.finish_reason == Some(FinishReason::Stop)).then(|| format.parse(&held)).flatten();
+        match parsed {
+            Some(calls) => {
+                let mut tool_calls = tool_calls_out(&self.id, index, &calls);
+                for (i, call) in tool_calls.iter_mut().enumerate() {
+                    call.index = Some(i);
+                }
+                Delta {
+                    content: None,
+                    tool_calls: Some(tool_calls),
+                    finish: Some(ChatFinishReason::ToolCalls),
+                }
+            }
+            None => Delta::text(&held, finish),
+        }
+    }
+}
+
+/// What one chat chunk carries for a choice.
+#[derive(Default)]
+struct Delta {
+    content: Option<String>,
+    tool_calls: Option<Vec<ToolCallOut>>,
+    finish: Option<ChatFinishReason>,
+}
+
+impl Delta {
+    /// `text` (none when empty) and `finish`.
+    fn text(text: &str, finish: Option<ChatFinishReason>) -> Self {
+        Self { content: (!text.is_empty()).then(|| text.to_owned()), tool_calls: None, finish }
+    }
 }
 
 impl Streamer for ChatStreamer {
     fn opening(&mut self) -> Vec<String> {
         (0..self.num_choices)
             .map(|index| {
-                let delta = ResponseMessage { role: Some("assistant"), content: Some(String::new()) };
+                let delta = ResponseMessage {
+                    role: Some("assistant"),
+                    content: Some(String::new()),
+                    tool_calls: None,
+                };
                 let choice = ChatChunkChoice { index, delta, logprobs: None, finish_reason: None };
                 self.chunk_json(vec![choice], None)
             })
@@ -239,15 +328,25 @@ impl Streamer for ChatStreamer {
         if !carries_something(output, self.logprobs) {
             return None;
         }
-        let content = (!output.new_text.is_empty()).then(|| output.new_text.clone());
+        let delta = match self.calls {
+            Some(format) => self.scan(index, format, output),
+            None => Delta::text(&output.new_text, output.finish_reason.map(ChatFinishReason::from)),
+        };
         let logprobs = self
             .logprobs
             .then(|| chat_logprobs(&self.state.tokenizer, &output.new_token_ids, &output.new_logprobs));
+        if delta.content.is_none()
+            && delta.tool_calls.is_none()
+            && delta.finish.is_none()
+            && logprobs.is_none()
+        {
+            return None;
+        }
         let choice = ChatChunkChoice {
             index,
-            delta: ResponseMessage { role: None, content },
+            delta: ResponseMessage { role: None, content: delta.content, tool_calls: delta.tool_calls },
             logprobs,
-            finish_reason: output.finish_reason,
+            finish_reason: delta.finish,
         };
         Some(self.chunk_json(vec![choice], None))
     }
