@@ -34,7 +34,7 @@ if [ "${1:-}" = "--test" ]; then
         apt_install gcc g++ libc6-dev
     fi
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-        openai pyzmq msgpack prometheus-client gguf==0.19.0
+        openai pyzmq msgpack prometheus-client jsonschema gguf==0.19.0
 fi
 
 scripts/fetch-model.sh >/dev/null

@@ -37,6 +37,9 @@ PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
 # The official openai Python package against `pagoda serve` on the default model.
 cargo build --bin pagoda
 python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# Structured outputs and tool calls through it: 200 schema-constrained replies validated by
+# the jsonschema package, regex/choice/grammar replies, tool call round trips.
+python3 tests/openai_structured.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # vLLM's metric names through prometheus_client's parser.
 python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 

@@ -136,9 +136,10 @@ impl ToolFormat {
         }
     }
 
-    /// The grammar of a reply made only of calls of `tools` (one, or one or more when
-    /// `parallel`).
+    /// The grammar of a reply made only of calls of `tools`: one, or with `parallel` up to
+    /// one per tool offered (a small model would otherwise repeat a call until `max_tokens`).
     pub fn constraint(self, tools: &[&Tool], parallel: bool) -> Constraint {
+        let max_calls = if parallel { tools.len().max(1) } else { 1 };
         let arguments_key = if self == Self::Llama3Json { "parameters" } else { "arguments" };
         let calls: Vec<Value> = tools
             .iter()
@@ -158,16 +159,15 @@ impl ToolFormat {
         let call = json!({ "anyOf": calls, "x-guidance": layout });
         let lark = match self {
             Self::Hermes => {
-                let repeat = if parallel { "(\"\\n\" call)*" } else { "" };
-                format!("start: call {repeat}\ncall: \"<tool_call>\\n\" %json {call} \"\\n</tool_call>\"\n")
+                let more = max_calls - 1;
+                format!(
+                    "start: call (\"\\n\" call) ~ 0..{more}\ncall: \"<tool_call>\\n\" %json {call} \"\\n</tool_call>\"\n"
+                )
             }
             Self::Llama3Json => format!("start: %json {call}\n"),
             Self::Mistral => {
-                let mut array =
-                    json!({ "type": "array", "items": call, "minItems": 1, "x-guidance": layout });
-                if !parallel {
-                    array["maxItems"] = json!(1);
-                }
+                let array =
+                    json!({ "type": "array", "items": call, "minItems": 1, "maxItems": max_calls, "x-guidance": layout });
                 format!("start: %json {array}\n")
             }
         };
