@@ -99,6 +99,75 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>, Expected)> {
         ("suffix", c, completion(json!({"suffix": "x"})), param("suffix")),
         ("best_of 3", c, completion(json!({"best_of": 3})), param("best_of")),
         ("logit_bias", c, completion(json!({"logit_bias": {"1": 5}})), param("logit_bias")),
+        (
+            "response_format xml",
+            c,
+            completion(json!({"response_format": {"type": "xml"}})),
+            param("response_format"),
+        ),
+        (
+            "json_schema without schema",
+            ch,
+            chat(json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})),
+            param("response_format"),
+        ),
+        (
+            "schema of an unknown type",
+            ch,
+            chat(
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "bogus"}}}}),
+            ),
+            param("response_format"),
+        ),
+        ("unclosed regex", c, completion(json!({"guided_regex": "(a"})), param("guided_regex")),
+        (
+            "grammar without its rule",
+            c,
+            completion(json!({"structured_outputs": {"grammar": "start: nope\n"}})),
+            param("structured_outputs"),
+        ),
+        (
+            "empty structured_outputs",
+            c,
+            completion(json!({"structured_outputs": {}})),
+            param("structured_outputs"),
+        ),
+        (
+            "two structured_outputs",
+            c,
+            completion(json!({"structured_outputs": {"regex": "a", "choice": ["a"]}})),
+            param("structured_outputs"),
+        ),
+        ("empty guided_choice", c, completion(json!({"guided_choice": []})), param("guided_choice")),
+        (
+            "response_format and guided_regex",
+            ch,
+            chat(json!({"response_format": {"type": "json_object"}, "guided_regex": "a+"})),
+            param("guided_regex"),
+        ),
+        (
+            "tool_choice naming no tool",
+            ch,
+            chat(
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+            ),
+            param("tool_choice"),
+        ),
+        (
+            "tool_choice required without tools",
+            ch,
+            chat(json!({"tool_choice": "required"})),
+            param("tool_choice"),
+        ),
+        ("a tool that is not a function", ch, chat(json!({"tools": [{"type": "retrieval"}]})), BODY),
+        (
+            "tool call arguments that are not JSON",
+            ch,
+            chat(
+                json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{"}}]}]}),
+            ),
+            param("messages"),
+        ),
         ("another model", c, completion(json!({"model": "gpt-4"})), (404, "not_found_error", Some("model"))),
         ("10 prompts × n 30", c, completion(json!({"prompt": vec!["a"; 10], "n": 30})), param("n")),
         (

@@ -166,8 +166,7 @@ impl ToolFormat {
             }
             Self::Llama3Json => format!("start: %json {call}\n"),
             Self::Mistral => {
-                let array =
-                    json!({ "type": "array", "items": call, "minItems": 1, "maxItems": max_calls, "x-guidance": layout });
+                let array = json!({ "type": "array", "items": call, "minItems": 1, "maxItems": max_calls, "x-guidance": layout });
                 format!("start: %json {array}\n")
             }
         };
