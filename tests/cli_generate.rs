@@ -125,6 +125,30 @@ fn info_describes_the_model() {
 }
 
 #[test]
+fn structured_output_flags_hold_the_output() {
+    let dir = tiny_dir();
+    let lines = json_lines(&pagoda(&sim_args(
+        dir.path(),
+        &["--choice", "north,south,east", "--max-tokens", "16", "go"],
+    )));
+    assert!(["north", "south", "east"].contains(&lines[0]["text"].as_str().unwrap()), "{}", lines[0]);
+    let lines =
+        json_lines(&pagoda(&sim_args(dir.path(), &["--regex", "[0-9]{3}", "--max-tokens", "16", "go"])));
+    let text = lines[0]["text"].as_str().unwrap();
+    assert!(text.len() == 3 && text.bytes().all(|b| b.is_ascii_digit()), "{text:?}");
+    let schema = dir.path().join("schema.json");
+    std::fs::write(&schema, r#"{"enum": ["on", "off"]}"#).unwrap();
+    let lines =
+        json_lines(&pagoda(&sim_args(dir.path(), &["--json-schema", schema.to_str().unwrap(), "go"])));
+    assert!(["\"on\"", "\"off\""].contains(&lines[0]["text"].as_str().unwrap()), "{}", lines[0]);
+    let output = pagoda(&sim_args(dir.path(), &["--regex", "(a", "go"]));
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid regex constraint"));
+    let output = pagoda(&sim_args(dir.path(), &["--regex", "a", "--choice", "a,b", "go"]));
+    assert!(!output.status.success(), "two constraints were accepted");
+}
+
+#[test]
 fn mistakes_give_clear_errors() {
     let dir = tiny_dir();
     let output = pagoda(&sim_args(dir.path(), &[]));

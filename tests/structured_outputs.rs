@@ -2,9 +2,12 @@
 //! hold the default model's output (greedy and sampled), a constrained request samples the
 //! same tokens alone, batched, chunked or preempted, and a bad constraint is a typed error.
 
+use std::sync::Arc;
+
 use pagoda::engine::EngineError;
-use pagoda::model::default_model_path;
-use pagoda::structured::{Constraint, ConstraintError};
+use pagoda::model::gguf::GgufFile;
+use pagoda::model::{Tokenizer, default_model_path};
+use pagoda::structured::{Constraint, ConstraintError, Grammars};
 use pagoda::{CacheConfig, Engine, ExecutorKind, FinishReason, SamplingParams};
 use serde_json::{Value, json};
 
@@ -64,10 +67,13 @@ fn is_cat(value: &Value) -> bool {
         && object["indoor"].is_boolean()
 }
 
+/// Says whether an output satisfies its constraint.
+type Validator = Box<dyn Fn(&str) -> bool>;
+
 #[test]
 fn the_default_model_keeps_to_each_kind_of_constraint() {
     let mut engine = engine(ExecutorKind::Wgpu, 512, 256);
-    let cases: Vec<(Constraint, Box<dyn Fn(&str) -> bool>)> = vec![
+    let cases: Vec<(Constraint, Validator)> = vec![
         (Constraint::JsonSchema(cat_schema()), Box::new(|text| serde_json::from_str(text).is_ok_and(|v| is_cat(&v)))),
         (
             Constraint::JsonObject,
@@ -205,6 +211,40 @@ fn structured_outputs_take_vllms_json_shape() {
     }
     let round_trip = serde_json::to_value(constrained(Constraint::Regex("a+".into()), 0.0, 0, 4)).unwrap();
     assert_eq!(round_trip["structured_outputs"], json!({"regex": "a+"}));
+}
+
+/// Over Llama 2's SentencePiece vocabulary (`PAGODA_SPM_GGUF`), a valid answer can be
+/// spelled through the constraint's masks, token by token; a lone space may be the `▁`
+/// piece as well as the byte token `<0x20>` (both spell it); only EOS follows the complete
+/// answer; a token that leaves the schema is ruled out.
+#[test]
+fn sentencepiece_vocabularies_take_constraints_too() {
+    let path =
+        std::env::var_os("PAGODA_SPM_GGUF").expect("PAGODA_SPM_GGUF: run scripts/llama2-vocab.py gguf");
+    let tokenizer = Tokenizer::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
+    let eos = tokenizer.eos_token_id();
+    let grammars = Grammars::new(Arc::new(tokenizer.clone()), eos, Vec::new());
+    let mut state = grammars.compile(&Constraint::JsonSchema(cat_schema())).unwrap();
+    let bytes = |id: u32| tokenizer.token_bytes(id).unwrap_or_default();
+    let space_piece = tokenizer.piece_to_id("\u{2581}").unwrap();
+    let mut rest: &[u8] = br#"{"name": "Tom", "age": 3, "color": "grey", "indoor": true}"#;
+    while !rest.is_empty() {
+        let mask = state.mask().unwrap();
+        if rest.starts_with(b" 3") {
+            assert!(mask.allows(space_piece), "the lone \u{2581} piece was ruled out");
+        }
+        let next = mask
+            .ids()
+            .filter(|&id| !bytes(id).is_empty() && rest.starts_with(bytes(id)))
+            .max_by_key(|&id| bytes(id).len())
+            .unwrap_or_else(|| panic!("no allowed token continues {:?}", String::from_utf8_lossy(rest)));
+        state.follow(&[next]).unwrap();
+        rest = &rest[bytes(next).len()..];
+    }
+    assert_eq!(state.mask().unwrap().ids().collect::<Vec<_>>(), vec![eos.unwrap()], "only EOS may follow");
+    let mut state = grammars.compile(&Constraint::JsonSchema(cat_schema())).unwrap();
+    let hello = tokenizer.encode("hello", false).unwrap()[0];
+    assert!(!state.mask().unwrap().allows(hello));
 }
 
 #[test]

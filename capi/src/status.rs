@@ -65,6 +65,7 @@ impl From<EngineError> for Failure {
     fn from(error: EngineError) -> Self {
         let status = match &error {
             EngineError::InvalidParams(_)
+            | EngineError::Constraint(_)
             | EngineError::TokenOutOfVocab { .. }
             | EngineError::Config(_)
             | EngineError::Sim(_) => PagodaStatus::InvalidArgument,

@@ -26,7 +26,7 @@ use crate::sampling::SamplingParams;
 enum Command {
     Add {
         prompt: Prompt,
-        params: SamplingParams,
+        params: Box<SamplingParams>,
         outputs: tokio_mpsc::UnboundedSender<RequestOutput>,
         reply: oneshot::Sender<Result<(RequestId, Vec<TokenId>), EngineError>>,
     },
@@ -105,7 +105,7 @@ impl AsyncEngine {
     ) -> Result<RequestStream, EngineError> {
         let (outputs, receiver) = tokio_mpsc::unbounded_channel();
         let (reply, answer) = oneshot::channel();
-        let command = Command::Add { prompt: prompt.into(), params, outputs, reply };
+        let command = Command::Add { prompt: prompt.into(), params: Box::new(params), outputs, reply };
         self.commands.send(command).map_err(|_| EngineError::Stopped)?;
         let (request_id, prompt_token_ids) = answer.await.map_err(|_| EngineError::Stopped)??;
         Ok(RequestStream {
@@ -331,7 +331,7 @@ impl EngineThread {
         match command {
             Command::Add { prompt, params, outputs, reply } => {
                 let added = self.engine.encode_prompt(&prompt).and_then(|prompt_token_ids| {
-                    let request_id = self.engine.add_tokens_request(prompt_token_ids.clone(), params)?;
+                    let request_id = self.engine.add_tokens_request(prompt_token_ids.clone(), *params)?;
                     Ok((request_id, prompt_token_ids))
                 });
                 let request_id = added.as_ref().ok().map(|&(id, _)| id);

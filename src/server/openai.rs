@@ -108,10 +108,10 @@ impl SamplingFields {
     /// two fields set one or a field does not parse.
     pub fn constraint(&self) -> Result<Option<(Constraint, &'static str)>, ApiError> {
         let mut found = Vec::new();
-        if let Some(format) = &self.response_format {
-            if let Some(constraint) = response_format(format)? {
-                found.push((constraint, "response_format"));
-            }
+        if let Some(format) = &self.response_format
+            && let Some(constraint) = response_format(format)?
+        {
+            found.push((constraint, "response_format"));
         }
         if let Some(value) = &self.structured_outputs {
             let constraint = serde_json::from_value(value.clone())

@@ -8,7 +8,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 
-use super::vocab::GuidanceVocab;
+use super::vocab::{GuidanceVocab, SameBytes};
 use super::{Constraint, ConstraintError};
 use crate::model::Tokenizer;
 use crate::request::TokenId;
@@ -30,7 +30,7 @@ pub struct Grammars {
     tokenizer: Arc<Tokenizer>,
     eos_token_id: Option<TokenId>,
     extra_eos_token_ids: Vec<TokenId>,
-    factory: OnceLock<Result<ParserFactory, ConstraintError>>,
+    factory: OnceLock<Result<(ParserFactory, Arc<SameBytes>), ConstraintError>>,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -50,8 +50,8 @@ impl Grammars {
         Self { tokenizer, eos_token_id, extra_eos_token_ids, factory: OnceLock::new() }
     }
 
-    /// The parser factory, built on first use.
-    fn factory(&self) -> Result<&ParserFactory, ConstraintError> {
+    /// The parser factory and the vocabulary's same-bytes groups, built on first use.
+    fn factory(&self) -> Result<&(ParserFactory, Arc<SameBytes>), ConstraintError> {
         let built = self.factory.get_or_init(|| {
             let eos = self.eos_token_id.ok_or(ConstraintError::NoEosToken)?;
             let vocab = GuidanceVocab::new(self.tokenizer.clone(), eos, &self.extra_eos_token_ids);
@@ -59,14 +59,14 @@ impl Grammars {
                 .map_err(|e| ConstraintError::Vocabulary(clip(&e.to_string())))?;
             factory.quiet();
             factory.limits_mut().verbose_errors = false;
-            Ok(factory)
+            Ok((factory, Arc::new(SameBytes::of(&self.tokenizer))))
         });
         built.as_ref().map_err(Clone::clone)
     }
 
     /// Compiles `constraint` into the state of a request that has generated nothing yet.
     pub fn compile(&self, constraint: &Constraint) -> Result<ConstraintState, ConstraintError> {
-        let factory = self.factory()?;
+        let (factory, same_bytes) = self.factory()?;
         let kind = constraint.kind();
         let grammar = top_level_grammar(constraint)?;
         let parser = catch_unwind(AssertUnwindSafe(|| factory.create_parser(grammar)))
@@ -75,7 +75,7 @@ impl Grammars {
         let matcher = Matcher::new(Ok(parser));
         match matcher.get_error() {
             Some(message) => Err(ConstraintError::invalid(kind, clip(&message))),
-            None => Ok(ConstraintState { matcher, consumed: 0 }),
+            None => Ok(ConstraintState { matcher, consumed: 0, same_bytes: Arc::clone(same_bytes) }),
         }
     }
 }
@@ -121,6 +121,7 @@ pub struct ConstraintState {
     matcher: Matcher,
     /// Output tokens the matcher has consumed.
     consumed: usize,
+    same_bytes: Arc<SameBytes>,
 }
 
 impl std::fmt::Debug for ConstraintState {
@@ -145,8 +146,9 @@ impl ConstraintState {
     /// The tokens that may come next; only the end-of-sequence tokens once the output is
     /// complete.
     pub fn mask(&mut self) -> Result<TokenMask, ConstraintError> {
-        let allowed =
+        let mut allowed =
             self.matcher.compute_mask_or_eos().map_err(|e| ConstraintError::Failed(clip(&e.to_string())))?;
+        self.same_bytes.widen(&mut allowed);
         Ok(TokenMask::from_words(allowed.as_slice().to_vec()))
     }
 

@@ -1,8 +1,9 @@
 //! The model's vocabulary as llguidance reads it: a token trie of each id's bytes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use toktrie::{TokRxInfo, TokTrie, TokenizerEnv};
+use toktrie::{SimpleVob, TokRxInfo, TokTrie, TokenizerEnv};
 
 use crate::model::Tokenizer;
 use crate::request::TokenId;
@@ -13,6 +14,43 @@ use crate::request::TokenId;
 pub struct GuidanceVocab {
     trie: TokTrie,
     tokenizer: Arc<Tokenizer>,
+}
+
+/// Groups of ordinary tokens that spell the same bytes (SentencePiece's `▁` and its byte
+/// token `<0x20>`, say). llguidance's trie marks one id of such a group in a mask; the
+/// others must follow it, or a model could never pick its own usual spelling.
+#[derive(Debug, Default)]
+pub struct SameBytes {
+    groups: Vec<Vec<TokenId>>,
+}
+
+impl SameBytes {
+    /// The groups of `tokenizer`'s vocabulary.
+    pub fn of(tokenizer: &Tokenizer) -> Self {
+        let mut by_bytes: HashMap<&[u8], Vec<TokenId>> = HashMap::new();
+        for id in 0..tokenizer.vocab_size() as TokenId {
+            match tokenizer.token_bytes(id) {
+                Some(bytes) if !bytes.is_empty() && !tokenizer.is_special(id) => {
+                    by_bytes.entry(bytes).or_default().push(id)
+                }
+                _ => {}
+            }
+        }
+        let mut groups: Vec<Vec<TokenId>> = by_bytes.into_values().filter(|ids| ids.len() > 1).collect();
+        groups.sort_unstable();
+        Self { groups }
+    }
+
+    /// Allows every token of a group one of whose tokens `mask` allows.
+    pub fn widen(&self, mask: &mut SimpleVob) {
+        for group in &self.groups {
+            if group.iter().any(|&id| mask.is_allowed(id)) {
+                for &id in group {
+                    mask.allow_token(id);
+                }
+            }
+        }
+    }
 }
 
 impl GuidanceVocab {

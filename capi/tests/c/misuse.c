@@ -123,6 +123,12 @@ int main(void) {
            PAGODA_STATUS_INVALID_ARGUMENT, "temprature");
     expect("add_text(negative temperature)", pagoda_engine_add_text(engine, "hi", "{\"temperature\": -1}", &id),
            PAGODA_STATUS_INVALID_ARGUMENT, "temperature");
+    expect("add_text(unclosed regex)",
+           pagoda_engine_add_text(engine, "hi", "{\"structured_outputs\": {\"regex\": \"(a\"}}", &id),
+           PAGODA_STATUS_INVALID_ARGUMENT, "regex");
+    expect("add_text(two constraints)",
+           pagoda_engine_add_text(engine, "hi", "{\"structured_outputs\": {\"regex\": \"a\", \"choice\": [\"a\"]}}", &id),
+           PAGODA_STATUS_INVALID_ARGUMENT, "exactly one");
     uint32_t out_of_vocab[2] = {1, 1000000000u};
     expect("add_tokens(out of vocabulary)", pagoda_engine_add_tokens(engine, out_of_vocab, 2, NULL, &id),
            PAGODA_STATUS_INVALID_ARGUMENT, "1000000000");
