@@ -30,6 +30,7 @@ pub use self::output::{CompletionOutput, RequestOutput};
 use self::stop::StopStrings;
 use crate::core::output::EngineCoreOutput;
 use crate::core::output::SchedulerOutput;
+use crate::core::request::{FinishReason, Request, RequestStatus};
 use crate::core::scheduler::{AddRequestError, Scheduler, SchedulerConfigError};
 use crate::executor::StepMasks;
 use crate::executor::fault::FaultPlan;
@@ -37,12 +38,12 @@ use crate::executor::sim::{CostModel, SimConfig, SimConfigError, SimExecutor};
 use crate::executor::wgpu::WgpuExecutor;
 use crate::executor::{ExecutorError, ModelExecutor};
 use crate::gpu::{GpuContext, GpuError};
+use crate::ids::{RequestId, TokenId};
 use crate::model::chat::ChatError;
 use crate::model::tokenizer::TokenizerError;
 use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer, default_model_path};
-use crate::request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
-use crate::sampling::{SamplingParams, SamplingParamsError, TokenMask};
-use crate::structured::{ConstraintError, ConstraintState, Grammars};
+use crate::sampling::{SamplingParams, SamplingParamsError};
+use crate::structured::{ConstraintError, ConstraintState, Grammars, TokenMask};
 
 /// What a request starts from.
 #[derive(Debug, Clone, PartialEq)]

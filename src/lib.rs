@@ -10,8 +10,8 @@ pub mod dtype;
 pub mod engine;
 pub mod executor;
 pub mod gpu;
+pub mod ids;
 pub mod model;
-pub mod request;
 pub mod sampling;
 #[cfg(feature = "server")]
 pub mod server;
@@ -20,9 +20,10 @@ pub mod structured;
 pub mod viz;
 
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+pub use core::request::{FinishReason, Request, RequestStatus};
 pub use engine::{
     CompletionOutput, Engine, EngineBuilder, EngineConfig, EngineError, ExecutorKind, Prompt, RequestOutput,
 };
+pub use ids::{RequestId, TokenId};
 pub use model::ChatMessage;
-pub use request::{FinishReason, Request, RequestId, RequestStatus, TokenId};
 pub use sampling::SamplingParams;

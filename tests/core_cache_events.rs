@@ -7,9 +7,10 @@ mod core_support;
 use std::collections::{HashMap, HashSet};
 
 use core_support::{request, scheduler, sim, sim_step, tokens};
-use pagoda::core::block_hash::{BlockHash, ROOT_BLOCK_HASH, hash_block};
+use pagoda::core::block_hash::{ROOT_BLOCK_HASH, hash_block};
 use pagoda::core::events::CacheEvent;
 use pagoda::core::scheduler::Scheduler;
+use pagoda::ids::BlockHash;
 use pagoda::{RequestId, RequestStatus, TokenId};
 
 const BLOCK_SIZE: usize = 16;

@@ -4,11 +4,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use pagoda::core::block_pool::BlockId;
 use pagoda::core::events::{BlockState, KvSnapshot};
 use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::sim::{SimConfig, SimExecutor};
 use pagoda::executor::{ModelExecutor, StepMasks};
+use pagoda::ids::BlockId;
 use pagoda::{
     CacheConfig, InvalidBlockPolicy, Request, RequestId, RequestStatus, SamplingParams, SchedulerConfig,
     SchedulingPolicy, TokenId,

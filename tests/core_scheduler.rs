@@ -6,11 +6,11 @@ use std::collections::{HashMap, HashSet};
 
 use core_support::*;
 use pagoda::core::block_hash::extend_block_hashes;
-use pagoda::core::block_pool::BlockId;
 use pagoda::core::events::{BlockState, EventLog, KvEvent};
 use pagoda::core::kv_cache_manager::{ComputedBlocks, KvCacheManager};
 use pagoda::core::output::ModelRunnerOutput;
 use pagoda::core::scheduler::{AddRequestError, Scheduler};
+use pagoda::ids::BlockId;
 use pagoda::{
     FinishReason, InvalidBlockPolicy, RequestStatus, SamplingParams, SchedulerConfig, SchedulingPolicy,
     TokenId,

@@ -16,7 +16,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 use engine_support::{random_logits, slow_engine};
-use pagoda::core::block_hash::{BlockHash, ROOT_BLOCK_HASH, hash_block};
+use pagoda::core::block_hash::{ROOT_BLOCK_HASH, hash_block};
+use pagoda::ids::BlockHash;
 use pagoda::server::ServerOptions;
 use pagoda::server::kv_events::KvEventsConfig;
 use pagoda::{CacheConfig, EngineConfig, TokenId};

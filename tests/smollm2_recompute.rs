@@ -8,11 +8,11 @@ use std::collections::HashMap;
 
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::metrics::SchedulerStats;
+use pagoda::core::request::Request;
 use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::wgpu::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
-use pagoda::request::Request;
 use pagoda::sampling::SamplingParams;
 use smollm2_support::{greedy_cases, smollm2};
 

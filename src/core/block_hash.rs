@@ -7,10 +7,8 @@
 
 use xxhash_rust::xxh3::Xxh3Default;
 
-use crate::request::{Request, TokenId};
-
-/// A full block's chained hash.
-pub type BlockHash = u128;
+use crate::core::request::Request;
+use crate::ids::{BlockHash, TokenId};
 
 /// The parent hash of a request's first block.
 pub const ROOT_BLOCK_HASH: BlockHash = 0x7061_676f_6461_2d6b_762d_626c_6f63_6b30;

@@ -2,11 +2,8 @@
 
 use std::collections::HashMap;
 
-use crate::core::block_hash::BlockHash;
 use crate::core::events::{CacheEvent, EventLog, KvEvent};
-
-/// Index of a KV block in the pool; block 0 is the null block.
-pub type BlockId = u32;
+use crate::ids::{BlockHash, BlockId};
 
 /// The null block: block-table padding points at it; it is never allocated, freed or cached.
 pub const NULL_BLOCK_ID: BlockId = 0;

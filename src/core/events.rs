@@ -9,10 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::block_hash::BlockHash;
-use crate::core::block_pool::BlockId;
 use crate::core::metrics::SchedulerStats;
-use crate::request::{FinishReason, RequestId, RequestStatus, TokenId};
+use crate::core::request::{FinishReason, RequestStatus};
+use crate::ids::{BlockHash, BlockId, RequestId, TokenId};
 
 /// One change to the KV cache or the queues.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -281,7 +280,7 @@ pub struct KvSnapshot {
 mod hex_hash {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::core::block_hash::BlockHash;
+    use crate::ids::BlockHash;
 
     pub fn serialize<S: Serializer>(hash: &BlockHash, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&format!("{hash:032x}"))
@@ -295,7 +294,7 @@ mod hex_hash {
     pub mod option {
         use serde::{Deserialize, Deserializer, Serializer};
 
-        use crate::core::block_hash::BlockHash;
+        use crate::ids::BlockHash;
 
         pub fn serialize<S: Serializer>(hash: &Option<BlockHash>, serializer: S) -> Result<S::Ok, S::Error> {
             match hash {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::request::RequestId;
+use crate::ids::RequestId;
 
 /// A Fibonacci-multiplicative hasher for integer keys.
 #[derive(Debug, Default, Clone, Copy)]

@@ -1,10 +1,11 @@
 //! The KV cache manager: each request's block table, prefix-cache lookups and allocation.
 
 use crate::config::CacheConfig;
-use crate::core::block_pool::{BlockId, BlockPool};
+use crate::core::block_pool::BlockPool;
 use crate::core::events::{CacheEvent, EventLog, KvEvent};
 use crate::core::id_map::IdMap;
-use crate::request::{Request, RequestId};
+use crate::core::request::Request;
+use crate::ids::{BlockId, RequestId};
 
 /// A cache configuration the manager cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,5 +7,6 @@ pub mod id_map;
 pub mod kv_cache_manager;
 pub mod metrics;
 pub mod output;
+pub mod request;
 pub mod request_queue;
 pub mod scheduler;

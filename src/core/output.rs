@@ -2,9 +2,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::core::block_pool::BlockId;
-use crate::request::{FinishReason, RequestId, TokenId};
-use crate::sampling::SamplingParams;
+use crate::core::request::FinishReason;
+use crate::ids::{BlockId, RequestId, TokenId};
+use crate::sampling::{SamplingParams, TokenLogprobs};
 
 /// A request scheduled for the first time (or, after preemption, see `CachedRequestData`).
 #[derive(Debug, Clone)]
@@ -59,15 +59,6 @@ impl SchedulerOutput {
     pub fn is_empty(&self) -> bool {
         self.total_num_scheduled_tokens == 0
     }
-}
-
-/// Log-probabilities of one generated token.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprobs {
-    /// Log-probability of the sampled token.
-    pub logprob: f32,
-    /// The most likely tokens and their log-probabilities, best first.
-    pub top: Vec<(TokenId, f32)>,
 }
 
 /// What the executor computed in one step.

@@ -4,7 +4,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::config::SchedulingPolicy;
-use crate::request::{Request, RequestId};
+use crate::core::request::Request;
+use crate::ids::RequestId;
 
 /// A request's place under PRIORITY: lower priority value first, then earlier arrival, then
 /// lower id.

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::config::{CacheConfig, InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
 use crate::core::block_hash::extend_block_hashes;
-use crate::core::block_pool::BlockId;
 use crate::core::events::{
     BlockSnapshot, BlockState, CacheEvent, CachedEntry, EventLog, KvEvent, KvSnapshot, RequestSnapshot,
 };
@@ -16,8 +15,9 @@ use crate::core::metrics::SchedulerStats;
 use crate::core::output::{
     CachedRequestData, EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput,
 };
+use crate::core::request::{Request, RequestStatus};
 use crate::core::request_queue::{PriorityKey, WaitingQueue};
-use crate::request::{Request, RequestId, RequestStatus};
+use crate::ids::{BlockId, RequestId};
 
 /// A configuration the scheduler cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::{Engine, EngineError};
 use crate::core::metrics::PrefixCacheStats;
 use crate::executor::workload::{Workload, WorkloadReport, mean, percentile};
-use crate::request::RequestId;
+use crate::ids::RequestId;
 use crate::sampling::SamplingParams;
 
 /// Per-request wall-clock timing.

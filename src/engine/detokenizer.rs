@@ -1,8 +1,8 @@
 //! Incremental detokenization that never splits a UTF-8 character.
 
+use crate::ids::TokenId;
 use crate::model::Tokenizer;
 use crate::model::tokenizer::TokenizerError;
-use crate::request::TokenId;
 
 /// Turns a request's output tokens into text one token at a time.
 ///

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 use super::metrics::EngineMetrics;
 use super::{CompletionOutput, Engine, EngineError, Prompt, RequestOutput};
 use crate::core::events::{CacheEvent, EventLog};
-use crate::request::{RequestId, TokenId};
+use crate::ids::{RequestId, TokenId};
 use crate::sampling::SamplingParams;
 
 /// What the engine thread is asked to do.

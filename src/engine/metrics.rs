@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::core::metrics::SchedulerStats;
-use crate::request::FinishReason;
+use crate::core::request::FinishReason;
 
 /// vLLM's time-to-first-token buckets, in seconds.
 pub const TTFT_BUCKETS: &[f64] = &[

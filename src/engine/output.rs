@@ -2,8 +2,9 @@
 
 use serde::Serialize;
 
-use crate::core::output::TokenLogprobs;
-use crate::request::{FinishReason, RequestId, TokenId};
+use crate::core::request::FinishReason;
+use crate::ids::{RequestId, TokenId};
+use crate::sampling::TokenLogprobs;
 
 /// What one step produced for one request: the new tokens and the new text.
 #[derive(Debug, Clone, PartialEq)]

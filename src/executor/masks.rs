@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::thread::ScopedJoinHandle;
 
-use crate::request::RequestId;
-use crate::sampling::TokenMask;
+use crate::ids::RequestId;
+use crate::structured::TokenMask;
 
 /// The allowed-token masks of the requests that sample this step under a constraint.
 ///

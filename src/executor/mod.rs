@@ -36,7 +36,7 @@ pub enum ExecutorError {
     InvalidBatch(String),
     /// A constrained request came without its token mask.
     #[error("request {0} has structured outputs but no token mask this step")]
-    MissingMask(crate::request::RequestId),
+    MissingMask(crate::ids::RequestId),
 }
 
 impl ExecutorError {

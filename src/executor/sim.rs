@@ -12,8 +12,8 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::executor::fault::FaultPlan;
 use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
-use crate::request::{RequestId, TokenId};
-use crate::sampling::TokenMask;
+use crate::ids::{RequestId, TokenId};
+use crate::structured::TokenMask;
 
 /// Simulated seconds per step: a fixed overhead, a cost per scheduled token and a cost per
 /// KV token read by attention.

@@ -10,12 +10,11 @@ use super::{ExecutorError, ModelExecutor, StepMasks};
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape, PREFILL_MIN_ROWS};
+use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
-use crate::request::{RequestId, TokenId};
-use crate::sampling::{
-    SampledToken, SamplingContext, SamplingParams, TokenMask, sample_candidates, sample_logits,
-};
+use crate::sampling::{SampledToken, SamplingContext, SamplingParams, sample_candidates, sample_logits};
+use crate::structured::TokenMask;
 
 /// What the executor remembers about one request between steps.
 #[derive(Debug)]

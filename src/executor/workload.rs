@@ -9,10 +9,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CacheConfig, SchedulerConfig};
+use crate::core::request::Request;
 use crate::core::scheduler::{Scheduler, SchedulerConfigError};
 use crate::executor::sim::{SimConfig, SimConfigError, SimExecutor};
 use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
-use crate::request::{Request, RequestId, TokenId};
+use crate::ids::{RequestId, TokenId};
 use crate::sampling::SamplingParams;
 
 /// One request of a workload.

@@ -20,6 +20,7 @@ pub mod kv_events;
 pub mod limits;
 pub mod openai;
 pub mod prometheus;
+mod responses;
 mod routes;
 mod streaming;
 pub mod tools;

@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::tools::{Tool, ToolCallOut};
+use crate::core::request::FinishReason;
+use crate::ids::TokenId;
 use crate::model::ChatMessage;
-use crate::request::{FinishReason, TokenId};
 use crate::sampling::SamplingParams;
 use crate::structured::{Constraint, StructuredOutputsParams};
 
@@ -284,8 +285,16 @@ pub struct RequestMessage {
 impl RequestMessage {
     /// The message as the chat template takes it.
     pub fn to_chat_message(&self) -> Result<ChatMessage, ApiError> {
+        let calls_tools =
+            self.role == "assistant" && self.tool_calls.as_ref().is_some_and(|calls| !calls.is_empty());
         let content = match &self.content {
-            None => String::new(),
+            None if calls_tools => String::new(),
+            None => {
+                return Err(ApiError::bad_request(
+                    "invalid request body: a message needs content (only an assistant message with tool_calls may leave it out)",
+                    "messages",
+                ));
+            }
             Some(MessageContent::Text(text)) => text.clone(),
             Some(MessageContent::Parts(parts)) => {
                 let mut text = String::new();

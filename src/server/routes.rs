@@ -13,18 +13,16 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use super::openai::{
-    ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatFinishReason, ChatLogprobs,
-    ChatTokenLogprob, CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ModelCard,
-    ModelList, PromptInput, ResponseMessage, SamplingFields, TopLogprob, Usage,
+    ChatChoice, ChatCompletionRequest, ChatCompletionResponse, CompletionChoice, CompletionRequest,
+    CompletionResponse, ModelCard, ModelList, PromptInput, SamplingFields, Usage,
 };
+use super::responses::{chat_logprobs, choice_usage, completion_logprobs, reply};
 use super::streaming::{ChatStreamer, CompletionStreamer, failed_request, sse_response};
-use super::tools::{ParsedCall, Tool, ToolCallOut, ToolChoice, ToolFormat, conversation_for};
+use super::tools::{Tool, ToolChoice, conversation_for};
 use super::{ServerState, prometheus, unix_seconds};
-use crate::core::output::TokenLogprobs;
+use crate::core::request::FinishReason;
 use crate::engine::handle::RequestStream;
 use crate::engine::{CompletionOutput, EngineError, Prompt};
-use crate::model::Tokenizer;
-use crate::request::{FinishReason, TokenId};
 use crate::sampling::SamplingParams;
 
 /// `POST /v1/completions`.
@@ -172,42 +170,6 @@ fn forced_calls(
     Some(state.tool_format.constraint(&tools, parallel && matches!(choice, ToolChoice::Required)))
 }
 
-/// The calls of choice `index` in OpenAI's shape, with ids unique within the response.
-pub(super) fn tool_calls_out(response_id: &str, index: usize, calls: &[ParsedCall]) -> Vec<ToolCallOut> {
-    let stem = response_id.trim_start_matches("chatcmpl-");
-    calls.iter().enumerate().map(|(i, call)| call.to_openai(format!("call_{stem}_{index}_{i}"))).collect()
-}
-
-/// The assistant message of a finished choice: its tool calls when tools were offered and
-/// the reply parses as calls (finish reason `tool_calls`), else its text.
-pub(super) fn reply(
-    response_id: &str,
-    index: usize,
-    calls: Option<ToolFormat>,
-    completion: &CompletionOutput,
-) -> (ResponseMessage, Option<ChatFinishReason>) {
-    let finish_reason = completion.finish_reason.map(ChatFinishReason::from);
-    let parsed = calls
-        .filter(|_| completion.finish_reason == Some(FinishReason::Stop))
-        .and_then(|format| format.parse(&completion.text));
-    match parsed {
-        Some(parsed) => {
-            let tool_calls = tool_calls_out(response_id, index, &parsed);
-            let message =
-                ResponseMessage { role: Some("assistant"), content: None, tool_calls: Some(tool_calls) };
-            (message, Some(ChatFinishReason::ToolCalls))
-        }
-        None => {
-            let message = ResponseMessage {
-                role: Some("assistant"),
-                content: Some(completion.text.clone()),
-                tool_calls: None,
-            };
-            (message, finish_reason)
-        }
-    }
-}
-
 /// `GET /v1/models`.
 pub async fn models(State(state): State<Arc<ServerState>>) -> Json<ModelList> {
     Json(ModelList {
@@ -323,67 +285,4 @@ fn total_usage(completions: &[CompletionOutput], n: usize) -> Usage {
     completions.iter().enumerate().fold(Usage::default(), |sum, (index, completion)| {
         sum + choice_usage(index, n, completion.prompt_token_ids.len(), completion.token_ids.len())
     })
-}
-
-/// The usage choice `index` adds when there are `n` choices per prompt: its prompt's tokens
-/// only for the prompt's first choice.
-pub(super) fn choice_usage(index: usize, n: usize, prompt_tokens: usize, completion_tokens: usize) -> Usage {
-    Usage::new(if index.is_multiple_of(n) { prompt_tokens } else { 0 }, completion_tokens)
-}
-
-/// One token's text (lossy for a partial UTF-8 character) and raw bytes.
-fn token_text(tokenizer: &Tokenizer, token: TokenId) -> (String, Vec<u8>) {
-    let bytes = tokenizer.token_bytes(token).map(<[u8]>::to_vec).unwrap_or_default();
-    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
-}
-
-/// Legacy completion log-probabilities of `token_ids`; `text_offset` starts at `offset`.
-pub(super) fn completion_logprobs(
-    tokenizer: &Tokenizer,
-    token_ids: &[TokenId],
-    logprobs: &[TokenLogprobs],
-    mut offset: usize,
-) -> CompletionLogprobs {
-    let mut out = CompletionLogprobs::default();
-    for (&token, entry) in token_ids.iter().zip(logprobs) {
-        let (text, _) = token_text(tokenizer, token);
-        out.text_offset.push(offset);
-        offset += text.len();
-        out.tokens.push(text);
-        out.token_logprobs.push(entry.logprob);
-        out.top_logprobs.push(
-            entry
-                .top
-                .iter()
-                .map(|&(id, logprob)| (token_text(tokenizer, id).0, serde_json::Value::from(logprob)))
-                .collect(),
-        );
-    }
-    out
-}
-
-/// Chat log-probabilities of `token_ids`.
-pub(super) fn chat_logprobs(
-    tokenizer: &Tokenizer,
-    token_ids: &[TokenId],
-    logprobs: &[TokenLogprobs],
-) -> ChatLogprobs {
-    let entry = |token: TokenId, logprob: f32| {
-        let (token, bytes) = token_text(tokenizer, token);
-        TopLogprob { token, logprob, bytes }
-    };
-    let content = token_ids
-        .iter()
-        .zip(logprobs)
-        .map(|(&token, logprobs)| {
-            let sampled = entry(token, logprobs.logprob);
-            ChatTokenLogprob {
-                token: sampled.token,
-                logprob: sampled.logprob,
-                bytes: sampled.bytes,
-                top_logprobs: logprobs.top.iter().map(|&(id, logprob)| entry(id, logprob)).collect(),
-            }
-        })
-        .collect();
-    ChatLogprobs { content }
 }

@@ -17,12 +17,13 @@ use super::openai::{
     ChatChunkChoice, ChatCompletionChunk, ChatFinishReason, CompletionChoice, CompletionResponse,
     ResponseMessage, Usage,
 };
-use super::routes::{chat_logprobs, choice_usage, completion_logprobs, tool_calls_out};
+use super::responses::{chat_logprobs, choice_usage, completion_logprobs, tool_calls_out};
 use super::tools::{ToolCallOut, ToolFormat};
 use super::{ServerState, unix_seconds};
+use crate::core::request::FinishReason;
 use crate::engine::RequestOutput;
 use crate::engine::handle::RequestStream;
-use crate::request::{FinishReason, RequestId};
+use crate::ids::RequestId;
 
 /// Turns outputs into the JSON of one endpoint's chunks.
 pub(super) trait Streamer: Send + 'static {

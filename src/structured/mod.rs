@@ -4,17 +4,19 @@
 //! A [`Constraint`] sits in the request's [`crate::sampling::SamplingParams`]. The engine
 //! compiles it with [llguidance](llguidance) over the model's own vocabulary
 //! ([`vocab::GuidanceVocab`]) into a [`ConstraintState`], which tracks the request's output
-//! tokens and gives, before each sampled token, the [`crate::sampling::TokenMask`] of the
+//! tokens and gives, before each sampled token, the [`crate::structured::TokenMask`] of the
 //! tokens that keep the output matchable. The mask applies before sampling, greedy included.
 //! The state follows the request's tokens, not the steps: after a preemption it has
 //! consumed the same tokens, so a recomputed or batched request samples the same output.
 
+pub mod mask;
 pub mod state;
 pub mod vocab;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::mask::TokenMask;
 pub use self::state::{ConstraintState, Grammars};
 
 /// What a request's output must match.

@@ -8,11 +8,11 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 
+use super::TokenMask;
 use super::vocab::{GuidanceVocab, SameBytes};
 use super::{Constraint, ConstraintError};
+use crate::ids::TokenId;
 use crate::model::Tokenizer;
-use crate::request::TokenId;
-use crate::sampling::TokenMask;
 
 /// Longest error message kept from llguidance (its messages may quote a whole grammar).
 const MAX_MESSAGE_BYTES: usize = 1024;

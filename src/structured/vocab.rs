@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use toktrie::{SimpleVob, TokRxInfo, TokTrie, TokenizerEnv};
 
+use crate::ids::TokenId;
 use crate::model::Tokenizer;
-use crate::request::TokenId;
 
 /// A [`Tokenizer`] seen through llguidance's [`TokenizerEnv`]: every id maps to the bytes
 /// it decodes to; control tokens are marked special (llguidance's `0xFF` prefix) so that no

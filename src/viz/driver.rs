@@ -6,9 +6,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::core::request::Request;
 use crate::core::scheduler::{AddRequestError, Scheduler};
 use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
-use crate::request::Request;
 use crate::viz::VizError;
 use crate::viz::control::SimControl;
 use crate::viz::feed::VizFeed;

@@ -107,7 +107,7 @@ pub fn file_arrivals(
             return Err(bad_line("the prompt has no tokens".to_string()));
         }
         let request_id = arrivals.len() as u64;
-        let request = crate::request::Request::new(
+        let request = crate::core::request::Request::new(
             request_id,
             ids,
             SamplingParams::greedy(max_tokens),

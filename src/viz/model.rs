@@ -3,8 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::block_pool::BlockId;
-use crate::request::RequestId;
+use crate::ids::{BlockId, RequestId};
 
 pub use crate::core::events::BlockState;
 

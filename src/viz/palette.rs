@@ -2,7 +2,7 @@
 
 use egui::Color32;
 
-use crate::request::RequestId;
+use crate::ids::RequestId;
 
 /// Background of the whole window.
 pub const BACKGROUND: Color32 = Color32::from_rgb(18, 20, 26);

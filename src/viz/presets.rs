@@ -3,8 +3,9 @@
 //! show up in a pool small enough to see block by block.
 
 use crate::config::{CacheConfig, SchedulerConfig};
+use crate::core::request::Request;
 use crate::executor::workload::{BuiltinWorkload, Workload};
-use crate::request::{Request, TokenId};
+use crate::ids::TokenId;
 use crate::sampling::SamplingParams;
 use crate::viz::driver::Arrival;
 

@@ -3,8 +3,8 @@
 
 use crate::core::events::{self, EventLog, KvEvent, KvSnapshot};
 use crate::core::metrics::SchedulerStats;
+use crate::core::request::RequestStatus;
 use crate::core::scheduler::Scheduler;
-use crate::request::RequestStatus;
 use crate::viz::model::{
     BlockState, BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord, VizEvent,
 };
@@ -204,7 +204,7 @@ pub fn convert_events(raw: &[KvEvent]) -> Vec<VizEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::FinishReason;
+    use crate::core::request::FinishReason;
 
     #[test]
     fn preemption_takes_the_victims_blocks_and_resume_its_hits() {

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::core::block_pool::BlockId;
+use crate::ids::BlockId;
 use crate::viz::model::{Counters, KvView, StepRecord, VizEvent};
 
 /// Counter samples kept for the time plots.

@@ -8,8 +8,7 @@ use egui::{
     StrokeKind, Ui, Vec2, pos2, vec2,
 };
 
-use crate::core::block_pool::BlockId;
-use crate::request::RequestId;
+use crate::ids::{BlockId, RequestId};
 use crate::viz::control::{MAX_SPEED, MIN_SPEED, SimControl};
 use crate::viz::model::{BlockState, BlockView, KvView, RequestPhase, RequestView, VizEvent};
 use crate::viz::palette;

@@ -10,8 +10,8 @@ use std::convert::Infallible;
 
 use rmp::encode::{self as mp, ByteBuf, ValueWriteError};
 
-use crate::core::block_hash::BlockHash;
 use crate::core::events::CacheEvent;
+use crate::ids::BlockHash;
 
 /// Where pagoda's blocks live, in vLLM's words.
 const MEDIUM: &str = "GPU";

@@ -2,13 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::block_hash::BlockHash;
+use crate::ids::{BlockHash, RequestId, TokenId};
 use crate::sampling::SamplingParams;
-
-/// Identifies a request inside one engine.
-pub type RequestId = u64;
-/// A token id of the model's vocabulary.
-pub type TokenId = u32;
 
 /// Where a request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,0 +1,111 @@
+//! Pieces of response bodies that plain and streamed answers share: choices' usage,
+//! log-probabilities, and the assistant message with its tool calls.
+
+use super::openai::{
+    ChatFinishReason, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, ResponseMessage, TopLogprob, Usage,
+};
+use super::tools::{ParsedCall, ToolCallOut, ToolFormat};
+use crate::core::request::FinishReason;
+use crate::engine::CompletionOutput;
+use crate::ids::TokenId;
+use crate::model::Tokenizer;
+use crate::sampling::TokenLogprobs;
+
+/// The calls of choice `index` in OpenAI's shape, with ids unique within the response.
+pub(super) fn tool_calls_out(response_id: &str, index: usize, calls: &[ParsedCall]) -> Vec<ToolCallOut> {
+    let stem = response_id.trim_start_matches("chatcmpl-");
+    calls.iter().enumerate().map(|(i, call)| call.to_openai(format!("call_{stem}_{index}_{i}"))).collect()
+}
+
+/// The assistant message of a finished choice: its tool calls when tools were offered and
+/// the reply parses as calls (finish reason `tool_calls`), else its text.
+pub(super) fn reply(
+    response_id: &str,
+    index: usize,
+    calls: Option<ToolFormat>,
+    completion: &CompletionOutput,
+) -> (ResponseMessage, Option<ChatFinishReason>) {
+    let finish_reason = completion.finish_reason.map(ChatFinishReason::from);
+    let parsed = calls
+        .filter(|_| completion.finish_reason == Some(FinishReason::Stop))
+        .and_then(|format| format.parse(&completion.text));
+    match parsed {
+        Some(parsed) => {
+            let tool_calls = tool_calls_out(response_id, index, &parsed);
+            let message =
+                ResponseMessage { role: Some("assistant"), content: None, tool_calls: Some(tool_calls) };
+            (message, Some(ChatFinishReason::ToolCalls))
+        }
+        None => {
+            let message = ResponseMessage {
+                role: Some("assistant"),
+                content: Some(completion.text.clone()),
+                tool_calls: None,
+            };
+            (message, finish_reason)
+        }
+    }
+}
+
+/// The usage choice `index` adds when there are `n` choices per prompt: its prompt's tokens
+/// only for the prompt's first choice.
+pub(super) fn choice_usage(index: usize, n: usize, prompt_tokens: usize, completion_tokens: usize) -> Usage {
+    Usage::new(if index.is_multiple_of(n) { prompt_tokens } else { 0 }, completion_tokens)
+}
+
+/// One token's text (lossy for a partial UTF-8 character) and raw bytes.
+fn token_text(tokenizer: &Tokenizer, token: TokenId) -> (String, Vec<u8>) {
+    let bytes = tokenizer.token_bytes(token).map(<[u8]>::to_vec).unwrap_or_default();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// Legacy completion log-probabilities of `token_ids`; `text_offset` starts at `offset`.
+pub(super) fn completion_logprobs(
+    tokenizer: &Tokenizer,
+    token_ids: &[TokenId],
+    logprobs: &[TokenLogprobs],
+    mut offset: usize,
+) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    for (&token, entry) in token_ids.iter().zip(logprobs) {
+        let (text, _) = token_text(tokenizer, token);
+        out.text_offset.push(offset);
+        offset += text.len();
+        out.tokens.push(text);
+        out.token_logprobs.push(entry.logprob);
+        out.top_logprobs.push(
+            entry
+                .top
+                .iter()
+                .map(|&(id, logprob)| (token_text(tokenizer, id).0, serde_json::Value::from(logprob)))
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Chat log-probabilities of `token_ids`.
+pub(super) fn chat_logprobs(
+    tokenizer: &Tokenizer,
+    token_ids: &[TokenId],
+    logprobs: &[TokenLogprobs],
+) -> ChatLogprobs {
+    let entry = |token: TokenId, logprob: f32| {
+        let (token, bytes) = token_text(tokenizer, token);
+        TopLogprob { token, logprob, bytes }
+    };
+    let content = token_ids
+        .iter()
+        .zip(logprobs)
+        .map(|(&token, logprobs)| {
+            let sampled = entry(token, logprobs.logprob);
+            ChatTokenLogprob {
+                token: sampled.token,
+                logprob: sampled.logprob,
+                bytes: sampled.bytes,
+                top_logprobs: logprobs.top.iter().map(|&(id, logprob)| entry(id, logprob)).collect(),
+            }
+        })
+        .collect();
+    ChatLogprobs { content }
+}
