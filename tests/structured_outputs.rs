@@ -248,6 +248,22 @@ fn sentencepiece_vocabularies_take_constraints_too() {
 }
 
 #[test]
+fn a_constraint_cut_by_max_tokens_ends_with_length_and_a_valid_prefix() {
+    let mut engine = engine(ExecutorKind::Sim, 64, 256);
+    for seed in 0..4 {
+        let params = constrained(Constraint::Regex("[0-9]{40}!".into()), 1.0, seed, 5);
+        let output = engine.generate([format!("count {seed}")], &params).unwrap().remove(0);
+        assert_eq!(output.finish_reason, Some(FinishReason::Length));
+        assert_eq!(output.token_ids.len(), 5);
+        assert!(
+            !output.text.is_empty() && output.text.bytes().all(|b| b.is_ascii_digit()),
+            "{:?}",
+            output.text
+        );
+    }
+}
+
+#[test]
 fn the_simulated_model_keeps_to_a_choice_and_stops() {
     let mut engine = engine(ExecutorKind::Sim, 64, 256);
     let choices: Vec<String> = ["alpha", "beta gamma", "delta"].map(String::from).to_vec();
