@@ -12,12 +12,12 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::sim::{SimConfig, SimExecutor};
-use pagoda::executor::workload::BuiltinWorkload;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::viz::feed::{self, FeedReceiver};
 use pagoda::viz::presets;
 use pagoda::viz::source::SchedulerProbe;
 use pagoda::viz::state::VizState;
+use pagoda::workload::BuiltinWorkload;
 
 fn loaded_engine() -> (Scheduler, SimExecutor) {
     let preset = presets::preset(BuiltinWorkload::MemoryPressure);

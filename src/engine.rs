@@ -7,7 +7,6 @@
 //! For async code, [`handle::AsyncEngine`] runs an engine on its own thread and gives each
 //! request a stream.
 
-pub mod bench;
 pub mod config;
 pub mod detokenizer;
 #[cfg(feature = "server")]
@@ -32,11 +31,10 @@ use crate::core::output::EngineCoreOutput;
 use crate::core::output::SchedulerOutput;
 use crate::core::request::{FinishReason, Request, RequestStatus};
 use crate::core::scheduler::{AddRequestError, Scheduler, SchedulerConfigError};
-use crate::executor::StepMasks;
 use crate::executor::fault::FaultPlan;
 use crate::executor::sim::{CostModel, SimConfig, SimConfigError, SimExecutor};
 use crate::executor::wgpu::WgpuExecutor;
-use crate::executor::{ExecutorError, ModelExecutor};
+use crate::executor::{ExecutorError, FailedStep, MaskJob, ModelExecutor, run_step};
 use crate::gpu::{GpuContext, GpuError};
 use crate::ids::{RequestId, TokenId};
 use crate::model::chat::ChatError;
@@ -44,6 +42,7 @@ use crate::model::tokenizer::TokenizerError;
 use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer, default_model_path};
 use crate::sampling::{SamplingParams, SamplingParamsError};
 use crate::structured::{ConstraintError, ConstraintState, Grammars, TokenMask};
+use crate::workload::report::{Latencies, Latency};
 
 /// What a request starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -168,7 +167,6 @@ struct RequestState {
     detokenizer: IncrementalDetokenizer,
     stop_strings: StopStrings,
     arrival: Instant,
-    last_token: Option<Instant>,
     /// Where its output stands in its structured-output constraint, if it has one.
     constraint: Option<ConstraintState>,
     /// Why its constraint failed; it ends with an error at its next output.
@@ -195,6 +193,10 @@ pub struct Engine {
     seeds: ChaCha8Rng,
     max_waiting_requests: Option<usize>,
     metrics: EngineMetrics,
+    /// Time to first token and inter-token latency, on the engine's clock.
+    latencies: Latencies,
+    /// Zero of the engine's clock.
+    started: Instant,
     device_lost: Option<String>,
 }
 
@@ -279,6 +281,8 @@ impl Engine {
             seeds: ChaCha8Rng::seed_from_u64(config.seed),
             max_waiting_requests: config.max_waiting_requests,
             metrics: EngineMetrics::default(),
+            latencies: Latencies::default(),
+            started: Instant::now(),
             device_lost: None,
         })
     }
@@ -392,7 +396,6 @@ impl Engine {
             detokenizer: IncrementalDetokenizer::new(params.skip_special_tokens),
             stop_strings: StopStrings::new(params.stop.clone(), params.include_stop_str_in_output),
             arrival: Instant::now(),
-            last_token: None,
             constraint,
             constraint_error: None,
         };
@@ -402,6 +405,7 @@ impl Engine {
         self.scheduler.add_request(request)?;
         self.next_request_id += 1;
         self.requests.insert(request_id, state);
+        self.latencies.arrive(request_id, self.clock_s(Instant::now()));
         Ok(request_id)
     }
 
@@ -426,23 +430,17 @@ impl Engine {
         if let Some(reason) = &self.device_lost {
             return Err(EngineError::DeviceLost(reason.clone()));
         }
-        let scheduler_output = self.scheduler.schedule();
-        let constrained = self.constrained_samplers(&scheduler_output);
-        let executor = &mut self.executor;
         let requests = &mut self.requests;
-        let executed = std::thread::scope(|scope| {
-            let mut masks = if constrained.is_empty() {
-                StepMasks::none()
-            } else {
-                StepMasks::pending(scope.spawn(move || constraint_masks(requests, constrained)))
-            };
-            executor.execute(&scheduler_output, &mut masks)
+        let stepped = run_step(&mut self.scheduler, self.executor.as_mut(), |scheduler, scheduled| {
+            let samplers = constrained_samplers(scheduler, requests, scheduled);
+            (!samplers.is_empty())
+                .then(|| Box::new(move || constraint_masks(requests, samplers)) as MaskJob<'_>)
         });
-        let runner_output = match executed {
-            Ok(output) => output,
-            Err(source) => {
+        let core_outputs = match stepped {
+            Ok((_, outputs)) => outputs,
+            Err(FailedStep { scheduled, error: source }) => {
                 tracing::error!(error = %source, "engine step failed; failing every live request");
-                self.scheduler.discard_step(&scheduler_output);
+                self.scheduler.discard_step(&scheduled);
                 let outputs = self.fail_all();
                 if source.is_device_lost() {
                     self.device_lost = Some(source.to_string());
@@ -450,7 +448,6 @@ impl Engine {
                 return Err(EngineError::StepFailed { source, outputs });
             }
         };
-        let core_outputs = self.scheduler.update_from_output(&scheduler_output, &runner_output);
         let now = Instant::now();
         let mut outputs = Vec::with_capacity(core_outputs.len());
         for core_output in core_outputs {
@@ -459,25 +456,6 @@ impl Engine {
             }
         }
         Ok(outputs)
-    }
-
-    /// The constrained requests that sample this step, with the output tokens their
-    /// constraint has not consumed yet.
-    fn constrained_samplers(&self, scheduled: &SchedulerOutput) -> Vec<(RequestId, Vec<TokenId>)> {
-        let mut samplers = Vec::new();
-        for &id in scheduled.num_scheduled_tokens.keys() {
-            let Some(consumed) =
-                self.requests.get(&id).and_then(|s| s.constraint.as_ref()).map(|c| c.consumed())
-            else {
-                continue;
-            };
-            if let Some(request) =
-                self.scheduler.get_request(id).filter(|r| r.num_computed_tokens == r.num_tokens())
-            {
-                samplers.push((id, request.output_token_ids.get(consumed..).unwrap_or_default().to_vec()));
-            }
-        }
-        samplers
     }
 
     /// Runs `prompts` to completion with the same parameters; completions come back in
@@ -507,6 +485,11 @@ impl Engine {
         Ok(completions)
     }
 
+    /// Seconds on the engine's clock at `instant`.
+    fn clock_s(&self, instant: Instant) -> f64 {
+        (instant - self.started).as_secs_f64()
+    }
+
     /// Turns one scheduler output into a request output (text, stops, metrics).
     fn process(
         &mut self,
@@ -532,17 +515,13 @@ impl Engine {
         for &token in visible_tokens {
             new_text.push_str(&state.detokenizer.push(&self.text.tokenizer, token)?);
         }
-        if state.num_output_tokens == 0 && !tokens.is_empty() {
-            self.metrics.prompt_tokens += state.num_prompt_tokens as u64;
-            self.metrics.time_to_first_token.observe((now - state.arrival).as_secs_f64());
-        } else if let Some(last) = state.last_token.filter(|_| !tokens.is_empty()) {
-            let gap = (now - last).as_secs_f64() / tokens.len() as f64;
-            for _ in 0..tokens.len() {
-                self.metrics.inter_token_latency.observe(gap);
+        match self.latencies.record(request_id, tokens.len(), (now - self.started).as_secs_f64()) {
+            Some(Latency::FirstToken(seconds)) => {
+                self.metrics.prompt_tokens += state.num_prompt_tokens as u64;
+                self.metrics.time_to_first_token.observe(seconds);
             }
-        }
-        if !tokens.is_empty() {
-            state.last_token = Some(now);
+            Some(Latency::InterToken(seconds)) => self.metrics.inter_token_latency.observe(seconds),
+            None => {}
         }
         state.num_output_tokens += tokens.len();
         self.metrics.generation_tokens += tokens.len() as u64;
@@ -601,11 +580,32 @@ impl Engine {
 
     /// Forgets a finished request and records its end.
     fn finish_metrics(&mut self, request_id: RequestId, reason: FinishReason, now: Instant) {
+        self.latencies.finish(request_id);
         if let Some(state) = self.requests.remove(&request_id) {
             self.metrics.finished.record(reason);
             self.metrics.e2e_request_latency.observe((now - state.arrival).as_secs_f64());
         }
     }
+}
+
+/// The constrained requests that sample in step `scheduled`, with the output tokens their
+/// constraint has not consumed yet.
+fn constrained_samplers(
+    scheduler: &Scheduler,
+    requests: &HashMap<RequestId, RequestState>,
+    scheduled: &SchedulerOutput,
+) -> Vec<(RequestId, Vec<TokenId>)> {
+    let mut samplers = Vec::new();
+    for &id in scheduled.num_scheduled_tokens.keys() {
+        let Some(consumed) = requests.get(&id).and_then(|s| s.constraint.as_ref()).map(|c| c.consumed())
+        else {
+            continue;
+        };
+        if let Some(request) = scheduler.get_request(id).filter(|r| r.num_computed_tokens == r.num_tokens()) {
+            samplers.push((id, request.output_token_ids.get(consumed..).unwrap_or_default().to_vec()));
+        }
+    }
+    samplers
 }
 
 /// The masks of `samplers` (request, output tokens its constraint has not consumed): each

@@ -18,6 +18,7 @@ pub mod server;
 pub mod structured;
 #[cfg(feature = "viz")]
 pub mod viz;
+pub mod workload;
 
 pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 pub use core::request::{FinishReason, Request, RequestStatus};

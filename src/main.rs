@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use pagoda::engine::bench::run_engine_workload;
 use pagoda::executor::fault::Fault;
 use pagoda::executor::sim::SimConfig;
-use pagoda::executor::workload::{BuiltinWorkload, WorkloadReport, run_workload};
 use pagoda::gpu::{GpuContext, GpuOptions, resident_bytes};
 use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
 use pagoda::structured::Constraint;
+use pagoda::workload::wall::run_engine_workload;
+use pagoda::workload::{BuiltinWorkload, WorkloadReport, run_workload};
 use pagoda::{
     CacheConfig, ChatMessage, CompletionOutput, Engine, EngineConfig, ExecutorKind, KvCacheDtype, Prompt,
     SamplingParams, SchedulerConfig, SchedulingPolicy,

@@ -2,7 +2,7 @@
 //! and their outputs do not depend on the schedule.
 
 use pagoda::executor::sim::SimConfig;
-use pagoda::executor::workload::{BuiltinWorkload, WorkloadRunner, run_workload};
+use pagoda::workload::{BuiltinWorkload, WorkloadRunner, run_workload};
 use pagoda::{CacheConfig, SchedulerConfig};
 
 fn cache(num_gpu_blocks: usize) -> CacheConfig {

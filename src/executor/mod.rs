@@ -3,10 +3,11 @@
 pub mod fault;
 pub mod masks;
 pub mod sim;
+pub mod step;
 pub mod wgpu;
-pub mod workload;
 
 pub use self::masks::StepMasks;
+pub use self::step::{FailedStep, MaskJob, run_step};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 
 /// Something that runs the model for one scheduler step.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::request::Request;
 use crate::core::scheduler::{AddRequestError, Scheduler};
-use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
+use crate::executor::{ExecutorError, ModelExecutor, run_step};
 use crate::viz::VizError;
 use crate::viz::control::SimControl;
 use crate::viz::feed::VizFeed;
@@ -92,9 +92,7 @@ impl<E: ModelExecutor> Driver<E> {
                 self.scheduler.add_request(arrival.request)?;
             }
         }
-        let output = self.scheduler.schedule();
-        let runner_output = self.executor.execute(&output, &mut StepMasks::none())?;
-        self.scheduler.update_from_output(&output, &runner_output);
+        run_step(&mut self.scheduler, &mut self.executor, |_, _| None).map_err(|failed| failed.error)?;
         Ok(true)
     }
 

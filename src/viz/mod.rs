@@ -24,13 +24,13 @@ use std::time::Duration;
 
 pub use self::engines::{sim_driver, wgpu_driver};
 use crate::executor::ModelExecutor;
-use crate::executor::workload::BuiltinWorkload;
 use crate::viz::control::SimControl;
 use crate::viz::driver::{Driver, LiveSinks};
 use crate::viz::model::StepRecord;
 use crate::viz::state::VizState;
 use crate::viz::trace::TraceWriter;
 use crate::viz::window::WindowOptions;
+use crate::workload::BuiltinWorkload;
 
 /// The engine the visualizer drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,13 +1,13 @@
-//! The core's built-in workloads (`executor::workload::BuiltinWorkload`) sized for watching:
+//! The core's built-in workloads (`workload::BuiltinWorkload`) sized for watching:
 //! how many requests, and the cache and scheduler that make sharing, eviction and preemption
 //! show up in a pool small enough to see block by block.
 
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::request::Request;
-use crate::executor::workload::{BuiltinWorkload, Workload};
 use crate::ids::TokenId;
 use crate::sampling::SamplingParams;
 use crate::viz::driver::Arrival;
+use crate::workload::{BuiltinWorkload, Workload};
 
 /// A workload's size and the cache and scheduler it is meant to run on.
 #[derive(Debug, Clone, PartialEq)]

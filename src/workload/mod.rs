@@ -1,0 +1,170 @@
+//! Workloads: arrivals of requests over time, run to completion through the engine's step
+//! and reported as throughput, latency, preemption and cache figures — on simulated time
+//! ([`sim`]: scheduler and simulated executor, what `pagoda bench --executor sim` and the
+//! visualizer run) or on wall-clock time ([`wall`]: a whole [`crate::Engine`]). Both runners
+//! admit arrivals the same way ([`Arrival::request`]) and keep latencies by one rule
+//! ([`report::Latencies`]).
+
+pub mod report;
+pub mod sim;
+pub mod wall;
+
+use std::str::FromStr;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+pub use self::report::WorkloadReport;
+pub use self::sim::{WorkloadError, WorkloadRunner, run_workload};
+use crate::core::request::Request;
+use crate::ids::{RequestId, TokenId};
+use crate::sampling::SamplingParams;
+
+/// One request of a workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Arrival {
+    /// Simulated seconds after the start.
+    pub time_s: f64,
+    /// The prompt.
+    pub prompt_token_ids: Vec<TokenId>,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// Lower runs first under PRIORITY.
+    pub priority: i32,
+    /// Keep generating past EOS (benchmarks usually do, so output lengths are as asked).
+    pub ignore_eos: bool,
+}
+
+impl Arrival {
+    /// How it samples: greedy for `max_tokens` tokens, past EOS when `ignore_eos`.
+    pub fn sampling_params(&self) -> SamplingParams {
+        SamplingParams { ignore_eos: self.ignore_eos, ..SamplingParams::greedy(self.max_tokens.max(1)) }
+    }
+
+    /// The scheduler's request for it, as `request_id`, stopping at `eos_token_id`.
+    pub fn request(&self, request_id: RequestId, eos_token_id: Option<TokenId>) -> Request {
+        let mut request = Request::new(
+            request_id,
+            self.prompt_token_ids.clone(),
+            self.sampling_params(),
+            eos_token_id,
+            self.time_s,
+        );
+        request.priority = self.priority;
+        request
+    }
+}
+
+/// A named list of arrivals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Its name.
+    pub name: String,
+    /// The requests, in any order.
+    pub arrivals: Vec<Arrival>,
+}
+
+impl Workload {
+    /// The same arrivals with every prompt made `input_len` tokens long (cut, or repeated
+    /// from its start) and every request generating `output_len` tokens at most; `None`
+    /// keeps what the workload drew.
+    pub fn with_lengths(mut self, input_len: Option<usize>, output_len: Option<usize>) -> Self {
+        for arrival in &mut self.arrivals {
+            if let Some(len) = input_len {
+                arrival.prompt_token_ids =
+                    arrival.prompt_token_ids.iter().copied().cycle().take(len).collect();
+            }
+            if let Some(len) = output_len {
+                arrival.max_tokens = len;
+            }
+        }
+        self
+    }
+}
+
+/// The built-in workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuiltinWorkload {
+    /// Independent prompts of 16..512 tokens and outputs of 16..256, Poisson arrivals at
+    /// 20 requests/s, priorities 0..4.
+    Random,
+    /// Four 256-token system prompts shared by all requests, each with a 16..128-token
+    /// question and 32..128 output tokens, 20 requests/s.
+    SharedPrefix,
+    /// Everything arrives at once with long outputs (256..512) so the KV cache overflows and
+    /// requests are preempted.
+    MemoryPressure,
+    /// Prompts of 1024..4096 tokens with short outputs, 2 requests/s: chunked prefill.
+    LongPrompt,
+}
+
+/// A workload name that is not built in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown workload {0:?}; known: random, shared-prefix, memory-pressure, long-prompt")]
+pub struct UnknownWorkload(pub String);
+
+impl BuiltinWorkload {
+    /// Every built-in workload.
+    pub const ALL: [Self; 4] = [Self::Random, Self::SharedPrefix, Self::MemoryPressure, Self::LongPrompt];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Random => "random",
+            Self::SharedPrefix => "shared-prefix",
+            Self::MemoryPressure => "memory-pressure",
+            Self::LongPrompt => "long-prompt",
+        }
+    }
+
+    /// `num_requests` arrivals drawn from `seed`, tokens in `3..vocab_size`.
+    pub fn generate(self, num_requests: usize, vocab_size: u32, seed: u64) -> Workload {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let low = 3.min(vocab_size.saturating_sub(1));
+        let tokens = |rng: &mut ChaCha8Rng, len: usize| -> Vec<TokenId> {
+            (0..len).map(|_| rng.random_range(low..vocab_size.max(low + 1))).collect()
+        };
+        let system_prompts: Vec<Vec<TokenId>> = (0..4).map(|_| tokens(&mut rng, 256)).collect();
+        let mut time_s = 0.0;
+        let arrivals = (0..num_requests)
+            .map(|_| {
+                let (rate, prompt, max_tokens, priority) = match self {
+                    Self::Random => {
+                        let len = rng.random_range(16..=512);
+                        (20.0, tokens(&mut rng, len), rng.random_range(16..=256), rng.random_range(0..4))
+                    }
+                    Self::SharedPrefix => {
+                        let system = &system_prompts[rng.random_range(0..system_prompts.len())];
+                        let len = rng.random_range(16..=128);
+                        let prompt = [system.clone(), tokens(&mut rng, len)].concat();
+                        (20.0, prompt, rng.random_range(32..=128), 0)
+                    }
+                    Self::MemoryPressure => {
+                        let len = rng.random_range(128..=512);
+                        (f64::INFINITY, tokens(&mut rng, len), rng.random_range(256..=512), 0)
+                    }
+                    Self::LongPrompt => {
+                        let len = rng.random_range(1024..=4096);
+                        (2.0, tokens(&mut rng, len), rng.random_range(16..=64), 0)
+                    }
+                };
+                let arrival =
+                    Arrival { time_s, prompt_token_ids: prompt, max_tokens, priority, ignore_eos: true };
+                let uniform: f64 = rng.random_range(f64::EPSILON..1.0);
+                time_s += -uniform.ln() / rate;
+                arrival
+            })
+            .collect();
+        Workload { name: self.name().to_owned(), arrivals }
+    }
+}
+
+impl FromStr for BuiltinWorkload {
+    type Err = UnknownWorkload;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|w| w.name() == name).ok_or_else(|| UnknownWorkload(name.to_owned()))
+    }
+}

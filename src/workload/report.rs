@@ -1,0 +1,183 @@
+//! What a workload run measured, and the latency bookkeeping every runner shares.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::metrics::SchedulerStats;
+use crate::ids::RequestId;
+
+/// What a workload run measured, in seconds of the runner's clock (simulated or wall).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadReport {
+    /// The workload.
+    pub workload: String,
+    /// Requests in it.
+    pub num_requests: usize,
+    /// Requests that finished.
+    pub num_finished: usize,
+    /// Requests refused at admission (too long for the model or the cache).
+    pub num_rejected: usize,
+    /// Scheduler steps.
+    pub num_steps: u64,
+    /// Seconds from the first arrival to the last token.
+    pub duration_s: f64,
+    /// Prompt tokens of the admitted requests.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub output_tokens: u64,
+    /// Requests finished per second.
+    pub request_throughput: f64,
+    /// Generated tokens per second.
+    pub output_throughput: f64,
+    /// Prompt and generated tokens per second.
+    pub total_throughput: f64,
+    /// Time to first token, median, seconds.
+    pub ttft_p50_s: f64,
+    /// Time to first token, 99th percentile, seconds.
+    pub ttft_p99_s: f64,
+    /// Inter-token latency, mean, seconds.
+    pub itl_mean_s: f64,
+    /// Inter-token latency, median, seconds.
+    pub itl_p50_s: f64,
+    /// Inter-token latency, 99th percentile, seconds.
+    pub itl_p99_s: f64,
+    /// Preemptions.
+    pub num_preemptions: u64,
+    /// Tokens computed a second time after preemptions.
+    pub num_recomputed_tokens: u64,
+    /// Prefix-cache hit rate over first admissions (hit tokens / looked-up tokens).
+    pub prefix_cache_hit_rate: f64,
+    /// Highest KV cache usage seen, 0..=1.
+    pub peak_kv_cache_usage: f64,
+}
+
+/// The counts a runner keeps while it runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Requests in the workload.
+    pub num_requests: usize,
+    /// Requests that finished.
+    pub num_finished: usize,
+    /// Requests refused at admission.
+    pub num_rejected: usize,
+    /// Prompt tokens of the admitted requests.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub output_tokens: u64,
+}
+
+impl WorkloadReport {
+    /// The report of a run of `workload` that took `duration_s`, from its counts, its
+    /// latencies and the scheduler's statistics over the run (`stats`, counters since the
+    /// run began).
+    pub fn new(
+        workload: &str,
+        counts: &RunCounts,
+        duration_s: f64,
+        latencies: &Latencies,
+        stats: &SchedulerStats,
+    ) -> Self {
+        let per_second = |count: f64| if duration_s > 0.0 { count / duration_s } else { 0.0 };
+        let mut ttfts = latencies.ttfts.clone();
+        let mut itls = latencies.itls.clone();
+        Self {
+            workload: workload.to_owned(),
+            num_requests: counts.num_requests,
+            num_finished: counts.num_finished,
+            num_rejected: counts.num_rejected,
+            num_steps: stats.num_steps,
+            duration_s,
+            prompt_tokens: counts.prompt_tokens,
+            output_tokens: counts.output_tokens,
+            request_throughput: per_second(counts.num_finished as f64),
+            output_throughput: per_second(counts.output_tokens as f64),
+            total_throughput: per_second((counts.prompt_tokens + counts.output_tokens) as f64),
+            ttft_p50_s: percentile(&mut ttfts, 0.50),
+            ttft_p99_s: percentile(&mut ttfts, 0.99),
+            itl_mean_s: mean(&itls),
+            itl_p50_s: percentile(&mut itls, 0.50),
+            itl_p99_s: percentile(&mut itls, 0.99),
+            num_preemptions: stats.num_preemptions,
+            num_recomputed_tokens: stats.num_recomputed_tokens,
+            prefix_cache_hit_rate: stats.prefix_cache.hit_rate(),
+            peak_kv_cache_usage: stats.peak_kv_cache_usage,
+        }
+    }
+}
+
+/// One latency a step's output recorded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Latency {
+    /// Time to first token: from arrival to the step that brought the first tokens.
+    FirstToken(f64),
+    /// Inter-token latency: from the previous step with tokens to this one.
+    InterToken(f64),
+}
+
+/// Time to first token and inter-token latency per request on one clock (seconds), by vLLM
+/// V1's rule: the step that brings a request's first tokens records one TTFT from its
+/// arrival; every later step that brings tokens records one ITL, the gap since the previous
+/// one, however many tokens it brought.
+#[derive(Debug, Clone, Default)]
+pub struct Latencies {
+    clocks: HashMap<RequestId, RequestClock>,
+    first_arrival_s: Option<f64>,
+    ttfts: Vec<f64>,
+    itls: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RequestClock {
+    arrival_s: f64,
+    last_tokens_s: Option<f64>,
+}
+
+impl Latencies {
+    /// Starts the clock of `request_id`, which arrived at `arrival_s`.
+    pub fn arrive(&mut self, request_id: RequestId, arrival_s: f64) {
+        self.clocks.insert(request_id, RequestClock { arrival_s, last_tokens_s: None });
+        self.first_arrival_s = Some(self.first_arrival_s.map_or(arrival_s, |first| first.min(arrival_s)));
+    }
+
+    /// Records a step at `now_s` that brought `num_tokens` tokens to `request_id`; returns
+    /// the latency it recorded (none without tokens or for an unknown request).
+    pub fn record(&mut self, request_id: RequestId, num_tokens: usize, now_s: f64) -> Option<Latency> {
+        let clock = self.clocks.get_mut(&request_id).filter(|_| num_tokens > 0)?;
+        let latency = match clock.last_tokens_s {
+            None => Latency::FirstToken(now_s - clock.arrival_s),
+            Some(last) => Latency::InterToken(now_s - last),
+        };
+        clock.last_tokens_s = Some(now_s);
+        match latency {
+            Latency::FirstToken(seconds) => self.ttfts.push(seconds),
+            Latency::InterToken(seconds) => self.itls.push(seconds),
+        }
+        Some(latency)
+    }
+
+    /// Stops the clock of a finished request.
+    pub fn finish(&mut self, request_id: RequestId) {
+        self.clocks.remove(&request_id);
+    }
+
+    /// The earliest arrival seen, if any.
+    pub fn first_arrival_s(&self) -> Option<f64> {
+        self.first_arrival_s
+    }
+}
+
+/// The mean of `values`; 0 when empty.
+pub fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() { 0.0 } else { values.iter().sum::<f64>() / values.len() as f64 }
+}
+
+/// Nearest-rank percentile of `values` (sorted in place); 0 when empty.
+pub fn percentile(values: &mut [f64], fraction: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = (fraction * values.len() as f64).ceil() as usize;
+    values[rank.clamp(1, values.len()) - 1]
+}

@@ -1,0 +1,171 @@
+//! A workload on simulated time: a scheduler and the simulated executor, one step at a time
+//! (the visualizer watches it between steps).
+
+use std::collections::HashMap;
+
+use super::report::{Latencies, RunCounts, WorkloadReport};
+use super::{Arrival, Workload};
+use crate::config::{CacheConfig, SchedulerConfig};
+use crate::core::scheduler::{Scheduler, SchedulerConfigError};
+use crate::executor::sim::{SimConfig, SimConfigError, SimExecutor};
+use crate::executor::{ExecutorError, run_step};
+use crate::ids::{RequestId, TokenId};
+
+/// Why a workload could not run to completion.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// The scheduler configuration is invalid.
+    #[error(transparent)]
+    Scheduler(#[from] SchedulerConfigError),
+    /// The simulated model configuration is invalid.
+    #[error(transparent)]
+    Sim(#[from] SimConfigError),
+    /// The executor failed a step.
+    #[error(transparent)]
+    Executor(#[from] ExecutorError),
+    /// Requests remain but nothing was scheduled for several steps.
+    #[error("no progress: {0} requests unfinished and nothing schedulable")]
+    Stalled(usize),
+}
+
+/// Steps a workload through a scheduler and the simulated executor, one step at a time
+/// (the visualizer watches it between steps).
+#[derive(Debug)]
+pub struct WorkloadRunner {
+    name: String,
+    scheduler: Scheduler,
+    executor: SimExecutor,
+    pending: Vec<(RequestId, Arrival)>,
+    eos_token_id: Option<TokenId>,
+    clock_s: f64,
+    latencies: Latencies,
+    outputs: HashMap<RequestId, Vec<TokenId>>,
+    counts: RunCounts,
+    empty_steps: usize,
+}
+
+const MAX_EMPTY_STEPS: usize = 3;
+
+impl WorkloadRunner {
+    /// A runner for `workload`; request ids are the arrivals' indices.
+    pub fn new(
+        workload: &Workload,
+        scheduler_config: SchedulerConfig,
+        cache_config: CacheConfig,
+        sim_config: SimConfig,
+    ) -> Result<Self, WorkloadError> {
+        let mut pending: Vec<(RequestId, Arrival)> =
+            workload.arrivals.iter().cloned().enumerate().map(|(i, a)| (i as RequestId, a)).collect();
+        pending.sort_by(|a, b| b.1.time_s.total_cmp(&a.1.time_s).then(b.0.cmp(&a.0)));
+        Ok(Self {
+            name: workload.name.clone(),
+            scheduler: Scheduler::new(scheduler_config, cache_config)?,
+            executor: SimExecutor::new(sim_config)?,
+            pending,
+            eos_token_id: sim_config.eos_token_id,
+            clock_s: 0.0,
+            latencies: Latencies::default(),
+            outputs: HashMap::new(),
+            counts: RunCounts { num_requests: workload.arrivals.len(), ..RunCounts::default() },
+            empty_steps: 0,
+        })
+    }
+
+    /// The scheduler (for snapshots and events).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Simulated seconds so far.
+    pub fn clock_seconds(&self) -> f64 {
+        self.clock_s
+    }
+
+    /// Tokens generated per request so far.
+    pub fn outputs(&self) -> &HashMap<RequestId, Vec<TokenId>> {
+        &self.outputs
+    }
+
+    /// True when every request finished or was rejected.
+    pub fn is_done(&self) -> bool {
+        self.pending.is_empty() && !self.scheduler.has_unfinished_requests()
+    }
+
+    /// Admits what has arrived and runs one step; returns false once everything is done.
+    pub fn step(&mut self) -> Result<bool, WorkloadError> {
+        if !self.scheduler.has_unfinished_requests()
+            && let Some((_, next)) = self.pending.last()
+        {
+            self.clock_s = self.clock_s.max(next.time_s);
+        }
+        self.admit_arrivals();
+        if self.is_done() {
+            return Ok(false);
+        }
+        let (scheduler_output, outputs) =
+            run_step(&mut self.scheduler, &mut self.executor, |_, _| None).map_err(|failed| failed.error)?;
+        if scheduler_output.is_empty() && scheduler_output.preempted_req_ids.is_empty() {
+            self.empty_steps += 1;
+            if self.empty_steps >= MAX_EMPTY_STEPS {
+                return Err(WorkloadError::Stalled(
+                    self.scheduler.num_running() + self.scheduler.num_waiting(),
+                ));
+            }
+        } else {
+            self.empty_steps = 0;
+        }
+        self.clock_s += self.executor.last_step_seconds();
+        for output in outputs {
+            let tokens = &output.new_token_ids;
+            self.latencies.record(output.request_id, tokens.len(), self.clock_s);
+            self.counts.output_tokens += tokens.len() as u64;
+            self.outputs.entry(output.request_id).or_default().extend(tokens);
+            if output.finish_reason.is_some() {
+                self.latencies.finish(output.request_id);
+                self.counts.num_finished += 1;
+            }
+        }
+        Ok(!self.is_done())
+    }
+
+    /// Runs to completion and reports.
+    pub fn run(mut self) -> Result<WorkloadReport, WorkloadError> {
+        while self.step()? {}
+        Ok(self.report())
+    }
+
+    /// The figures so far.
+    pub fn report(&self) -> WorkloadReport {
+        let duration_s = self.latencies.first_arrival_s().map_or(0.0, |first| self.clock_s - first);
+        WorkloadReport::new(&self.name, &self.counts, duration_s, &self.latencies, &self.scheduler.stats())
+    }
+
+    /// Adds every arrival whose time has come.
+    fn admit_arrivals(&mut self) {
+        while self.pending.last().is_some_and(|(_, arrival)| arrival.time_s <= self.clock_s) {
+            let Some((request_id, arrival)) = self.pending.pop() else {
+                break;
+            };
+            match self.scheduler.add_request(arrival.request(request_id, self.eos_token_id)) {
+                Ok(()) => {
+                    self.counts.prompt_tokens += arrival.prompt_token_ids.len() as u64;
+                    self.latencies.arrive(request_id, arrival.time_s);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "workload request rejected");
+                    self.counts.num_rejected += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Runs `workload` to completion on the simulated executor.
+pub fn run_workload(
+    workload: &Workload,
+    scheduler_config: SchedulerConfig,
+    cache_config: CacheConfig,
+    sim_config: SimConfig,
+) -> Result<WorkloadReport, WorkloadError> {
+    WorkloadRunner::new(workload, scheduler_config, cache_config, sim_config)?.run()
+}

@@ -1,0 +1,71 @@
+//! A workload run through a whole [`Engine`] on wall-clock time: what `pagoda bench`
+//! measures on a real executor.
+
+use std::time::{Duration, Instant};
+
+use super::Workload;
+use super::report::{Latencies, RunCounts, WorkloadReport};
+use crate::core::metrics::{PrefixCacheStats, SchedulerStats};
+use crate::engine::{Engine, EngineError};
+
+/// Adds each arrival when its time comes, steps until every request finished, and reports
+/// throughput and latencies in seconds (an arrival's clock starts at its scheduled time).
+pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<WorkloadReport, EngineError> {
+    let mut pending: Vec<_> = workload.arrivals.iter().collect();
+    pending.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
+    let before = engine.metrics().scheduler;
+    let start = Instant::now();
+    let mut latencies = Latencies::default();
+    let mut counts = RunCounts { num_requests: workload.arrivals.len(), ..RunCounts::default() };
+    let mut peak_usage: f64 = 0.0;
+    loop {
+        let now = start.elapsed().as_secs_f64();
+        while let Some(arrival) = pending.pop_if(|arrival| arrival.time_s <= now) {
+            match engine.add_tokens_request(arrival.prompt_token_ids.clone(), arrival.sampling_params()) {
+                Ok(request_id) => {
+                    latencies.arrive(request_id, arrival.time_s);
+                    counts.prompt_tokens += arrival.prompt_token_ids.len() as u64;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "benchmark request rejected");
+                    counts.num_rejected += 1;
+                }
+            }
+        }
+        if engine.has_unfinished_requests() {
+            let outputs = engine.step()?;
+            let now = start.elapsed().as_secs_f64();
+            peak_usage = peak_usage.max(engine.scheduler().kv_cache_manager().usage());
+            for output in outputs {
+                latencies.record(output.request_id, output.new_token_ids.len(), now);
+                counts.output_tokens += output.new_token_ids.len() as u64;
+                if output.finished() {
+                    latencies.finish(output.request_id);
+                    counts.num_finished += 1;
+                }
+            }
+        } else if let Some(next) = pending.last() {
+            std::thread::sleep(Duration::from_secs_f64((next.time_s - now).max(0.0)));
+        } else {
+            break;
+        }
+    }
+    let stats = since(&engine.metrics().scheduler, &before, peak_usage);
+    Ok(WorkloadReport::new(&workload.name, &counts, start.elapsed().as_secs_f64(), &latencies, &stats))
+}
+
+/// The counters of `after` since `before`, with the run's peak KV usage.
+fn since(after: &SchedulerStats, before: &SchedulerStats, peak_kv_cache_usage: f64) -> SchedulerStats {
+    SchedulerStats {
+        num_steps: after.num_steps - before.num_steps,
+        num_preemptions: after.num_preemptions - before.num_preemptions,
+        num_recomputed_tokens: after.num_recomputed_tokens - before.num_recomputed_tokens,
+        prefix_cache: PrefixCacheStats {
+            queries: after.prefix_cache.queries - before.prefix_cache.queries,
+            hits: after.prefix_cache.hits - before.prefix_cache.hits,
+            ..PrefixCacheStats::default()
+        },
+        peak_kv_cache_usage,
+        ..*after
+    }
+}
