@@ -10,7 +10,7 @@ use pagoda::core::output::{ModelRunnerOutput, SchedulerOutput};
 use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};
 use pagoda::viz::control::{MAX_SPEED, SimControl};
-use pagoda::viz::driver::{Arrival, Driver, LiveSinks, drive_live, run_to_step};
+use pagoda::viz::driver::{Driver, LiveSinks, RequestArrival, drive_live, run_to_step};
 use pagoda::viz::feed;
 use pagoda::viz::model::{BlockState, StepRecord, VizEvent};
 use pagoda::viz::offscreen::{OffscreenRenderer, RgbaImage};
@@ -58,13 +58,13 @@ impl ModelExecutor for ConstantExecutor {
     }
 }
 
-fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> Arrival {
+fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> RequestArrival {
     let mut params = SamplingParams::greedy(max_tokens);
     params.ignore_eos = true;
-    Arrival { at_s: 0.0, request: Request::new(id, prompt, params, None, id as f64) }
+    RequestArrival { at_s: 0.0, request: Request::new(id, prompt, params, None, id as f64) }
 }
 
-fn driver(num_gpu_blocks: usize, arrivals: Vec<Arrival>) -> Driver<ConstantExecutor> {
+fn driver(num_gpu_blocks: usize, arrivals: Vec<RequestArrival>) -> Driver<ConstantExecutor> {
     let cache = CacheConfig { block_size: 4, num_gpu_blocks, ..CacheConfig::default() };
     let sched = SchedulerConfig {
         max_num_batched_tokens: 64,

@@ -16,9 +16,10 @@ use crate::viz::model::StepRecord;
 use crate::viz::source::{EngineReport, RecordBuilder, SchedulerProbe};
 use crate::viz::trace::TraceWriter;
 
-/// A request and the engine time, seconds, at which it arrives.
+/// A request ready for the scheduler and the engine time, seconds, at which it arrives
+/// (a workload's [`crate::workload::Arrival`] once it has an id and an EOS token).
 #[derive(Debug, Clone)]
-pub struct Arrival {
+pub struct RequestArrival {
     /// Engine time of arrival, seconds.
     pub at_s: f64,
     /// The request.
@@ -44,7 +45,7 @@ pub struct Driver<E: ModelExecutor> {
     scheduler: Scheduler,
     executor: E,
     clock: EngineClock<E>,
-    pending: VecDeque<Arrival>,
+    pending: VecDeque<RequestArrival>,
     probe: SchedulerProbe,
     idle_s: f64,
 }
@@ -52,7 +53,12 @@ pub struct Driver<E: ModelExecutor> {
 impl<E: ModelExecutor> Driver<E> {
     /// A driver; `clock` reads the executor's engine time in seconds (simulated time for the
     /// sim executor, wall time for a real one). Arrivals are taken in time order.
-    pub fn new(scheduler: Scheduler, executor: E, clock: EngineClock<E>, mut arrivals: Vec<Arrival>) -> Self {
+    pub fn new(
+        scheduler: Scheduler,
+        executor: E,
+        clock: EngineClock<E>,
+        mut arrivals: Vec<RequestArrival>,
+    ) -> Self {
         arrivals.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         let probe = SchedulerProbe::attach(&scheduler);
         Self { scheduler, executor, clock, pending: arrivals.into(), probe, idle_s: 0.0 }

@@ -12,7 +12,7 @@ use crate::executor::wgpu::WgpuExecutor;
 use crate::gpu::{GpuContext, GpuOptions};
 use crate::model::{ModelFiles, Tokenizer, default_model_path};
 use crate::sampling::SamplingParams;
-use crate::viz::driver::{Arrival, Driver};
+use crate::viz::driver::{Driver, RequestArrival};
 use crate::viz::presets::{self, VizPreset};
 use crate::viz::{VizArgs, VizError};
 
@@ -94,7 +94,7 @@ pub fn file_arrivals(
     tokenizer: &Tokenizer,
     max_tokens: usize,
     eos_token_id: Option<u32>,
-) -> Result<Vec<Arrival>, VizError> {
+) -> Result<Vec<RequestArrival>, VizError> {
     let text = std::fs::read_to_string(path).map_err(|e| VizError::io(path, e))?;
     let mut arrivals = Vec::new();
     for (index, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
@@ -114,7 +114,7 @@ pub fn file_arrivals(
             eos_token_id,
             0.0,
         );
-        arrivals.push(Arrival { at_s: 0.0, request });
+        arrivals.push(RequestArrival { at_s: 0.0, request });
     }
     if arrivals.is_empty() {
         return Err(VizError::PromptLine {

@@ -3,10 +3,8 @@
 //! show up in a pool small enough to see block by block.
 
 use crate::config::{CacheConfig, SchedulerConfig};
-use crate::core::request::Request;
 use crate::ids::TokenId;
-use crate::sampling::SamplingParams;
-use crate::viz::driver::Arrival;
+use crate::viz::driver::RequestArrival;
 use crate::workload::{BuiltinWorkload, Workload};
 
 /// A workload's size and the cache and scheduler it is meant to run on.
@@ -48,25 +46,12 @@ pub fn preset(workload: BuiltinWorkload) -> VizPreset {
 /// The workload's requests as driver arrivals: ids are the arrivals' indices (as the core's
 /// workload runner numbers them), greedy with each arrival's output length, priority and EOS
 /// setting, stopping at `eos_token_id` unless told to ignore it.
-pub fn arrivals(workload: &Workload, eos_token_id: Option<TokenId>) -> Vec<Arrival> {
-    workload
-        .arrivals
-        .iter()
-        .enumerate()
-        .map(|(index, arrival)| {
-            let params = SamplingParams {
-                ignore_eos: arrival.ignore_eos,
-                ..SamplingParams::greedy(arrival.max_tokens)
-            };
-            let mut request = Request::new(
-                index as u64,
-                arrival.prompt_token_ids.clone(),
-                params,
-                eos_token_id,
-                arrival.time_s,
-            );
-            request.priority = arrival.priority;
-            Arrival { at_s: arrival.time_s, request }
+pub fn arrivals(workload: &Workload, eos_token_id: Option<TokenId>) -> Vec<RequestArrival> {
+    let requests = workload.arrivals.iter().enumerate();
+    requests
+        .map(|(index, arrival)| RequestArrival {
+            at_s: arrival.time_s,
+            request: arrival.request(index as u64, eos_token_id),
         })
         .collect()
 }
