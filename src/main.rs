@@ -343,9 +343,9 @@ struct ServeArgs {
     #[arg(long)]
     api_key: Option<String>,
     #[command(flatten)]
-    limits: LimitsArgs,
-    #[command(flatten)]
     engine: EngineArgs,
+    #[command(flatten)]
+    limits: LimitsArgs,
 }
 
 /// What one request may ask of `pagoda serve` (`ServerLimits`).

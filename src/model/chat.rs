@@ -4,7 +4,7 @@
 //! A template comes from a stranger's model file, so rendering is bounded: at most
 //! [`TEMPLATE_FUEL`] instructions, [`TEMPLATE_RECURSION_LIMIT`] levels of recursion,
 //! [`MAX_RENDERED_BYTES`] of output, and strings and lists of at most
-//! [`MAX_RENDERED_BYTES`] each and [`TEMPLATE_ALLOCATION_LIMIT`] in all (each charged
+//! [`MAX_RENDERED_BYTES`] each and [`TEMPLATE_ALLOCATION_LIMIT`] held at once (each charged
 //! before it is made: see `budget` for how); past any of them it stops with an error,
 //! whose message is cut to [`MAX_ERROR_BYTES`]. Templates that use `autoescape` or the
 //! reserved names `__pagoda*` are refused.
@@ -26,7 +26,8 @@ pub const TEMPLATE_FUEL: u64 = 5_000_000;
 pub const TEMPLATE_RECURSION_LIMIT: usize = 200;
 /// Bytes one rendering may produce, and the largest string or list it may make.
 pub const MAX_RENDERED_BYTES: usize = 16 << 20;
-/// Bytes of strings and lists one rendering may make in all, output included.
+/// Bytes of strings and lists one rendering may hold, output included: what it made,
+/// less the strings of 4 KiB or more it dropped since.
 pub const TEMPLATE_ALLOCATION_LIMIT: usize = 64 << 20;
 /// Longest error message a template's failure is reported with, in bytes.
 pub const MAX_ERROR_BYTES: usize = 1024;
@@ -67,10 +68,10 @@ pub enum ChatError {
     /// Rendering produced more than [`MAX_RENDERED_BYTES`].
     #[error("chat template stopped: its output exceeds {MAX_RENDERED_BYTES} bytes")]
     OutputTooLarge,
-    /// Rendering would have made a string or list over [`MAX_RENDERED_BYTES`], or more
-    /// than [`TEMPLATE_ALLOCATION_LIMIT`] bytes of them in all.
+    /// Rendering would have made a string or list over [`MAX_RENDERED_BYTES`], or held
+    /// more than [`TEMPLATE_ALLOCATION_LIMIT`] bytes of them.
     #[error(
-        "chat template stopped: it would make a value over {MAX_RENDERED_BYTES} bytes or {TEMPLATE_ALLOCATION_LIMIT} bytes of values in all"
+        "chat template stopped: it would make a value over {MAX_RENDERED_BYTES} bytes or hold over {TEMPLATE_ALLOCATION_LIMIT} bytes of values"
     )]
     MemoryLimit,
     /// Reading `tokenizer_config.json` failed.

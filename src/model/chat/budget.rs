@@ -44,7 +44,7 @@ const BUDGET_KEY: &str = "pagoda.allocation_budget";
 /// A rendering would allocate more than its budget allows.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the template would allocate more than {MAX_RENDERED_BYTES} bytes at once or {TEMPLATE_ALLOCATION_LIMIT} in all"
+    "the template would make a value over {MAX_RENDERED_BYTES} bytes or hold over {TEMPLATE_ALLOCATION_LIMIT} bytes of values"
 )]
 pub(super) struct OverBudget;
 
