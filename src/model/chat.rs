@@ -284,6 +284,8 @@ mod tests {
             ("text in a capture", &text_in_a_capture),
             ("copies kept alive", "{% for i in range(80) %}{% set ns.l = ns.l + [ns.s|upper] %}{% endfor %}"),
             ("slices kept alive", "{% for i in range(80) %}{% set ns.l = ns.l + [ns.s[1:]] %}{% endfor %}"),
+            ("a list looked for in a string", "{{ ([ns.s] * 40) in 'x' }}"),
+            ("a list tested as a string", "{{ ([ns.s] * 40) is startingwith 'x' }}"),
         ];
         for (name, attack) in attacks {
             let rendered = render(&format!("{start}{attack}")).map(|s| s.len());

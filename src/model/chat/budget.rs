@@ -168,6 +168,14 @@ fn guard(original: Value, bound: Bound) -> impl Fn(&State, Rest<Value>) -> Resul
     move |state: &State, args: Rest<Value>| charged(state, bound(&args), || original.call(state, &args))
 }
 
+/// The test `original`, called once its bound is charged.
+fn guard_test(original: Value, bound: Bound) -> impl Fn(&State, Rest<Value>) -> Result<bool, Error> {
+    move |state: &State, args: Rest<Value>| {
+        charge(state, bound(&args))?;
+        Ok(original.call(state, &args)?.is_true())
+    }
+}
+
 macro_rules! guarded_filters {
     ($env:ident: $($name:literal => $filter:path, $bound:expr;)*) => {
         $($env.add_filter($name, guard(Value::from_function($filter), $bound));)*
@@ -245,8 +253,8 @@ fn add_tests(env: &mut Environment<'static>) {
     env.add_test("sequence", tests::is_sequence);
     env.add_test("iterable", tests::is_iterable);
     env.add_test("mapping", tests::is_mapping);
-    env.add_test("startingwith", tests::is_startingwith);
-    env.add_test("endingwith", tests::is_endingwith);
+    env.add_test("startingwith", guard_test(Value::from_function(tests::is_startingwith), stringified));
+    env.add_test("endingwith", guard_test(Value::from_function(tests::is_endingwith), stringified));
     env.add_test("lower", tests::is_lower);
     env.add_test("upper", tests::is_upper);
     env.add_test("sameas", tests::is_sameas);
@@ -268,7 +276,7 @@ fn add_tests(env: &mut Environment<'static>) {
     for name in ["ge", ">="] {
         env.add_test(name, tests::is_ge);
     }
-    env.add_test("in", tests::is_in);
+    env.add_test("in", guard_test(Value::from_function(tests::is_in), tested_in));
     env.add_test("true", tests::is_true);
     env.add_test("false", tests::is_false);
     env.add_test("filter", tests::is_filter);
@@ -283,6 +291,7 @@ fn operator(state: &State, op: &str, a: Value, b: Value) -> Result<Value, Error>
         }
         "+" => charged(state, added(&a, &b), || plain("a + b", a, b)),
         "*" => charged(state, repeated(&a, &b), || plain("a * b", a, b)),
+        "in" => charged(state, contained(&a, &b), || plain("a in b", a, b)),
         _ => Err(Error::new(ErrorKind::InvalidOperation, format!("no operator {op}"))),
     }
 }
@@ -557,6 +566,20 @@ fn format_bound(format: &Value, args: &[Value]) -> usize {
 fn batched(args: &[Value]) -> usize {
     let count = positional(args, 1).as_usize().unwrap_or(0);
     items(positional(args, 0)).saturating_add(count.saturating_mul(2)).saturating_mul(VALUE_BYTES)
+}
+
+/// Tests on strings write their other arguments out as text.
+fn stringified(args: &[Value]) -> usize {
+    args.iter().filter(|arg| arg.as_str().is_none()).map(text_len).fold(0, usize::saturating_add)
+}
+
+/// `a in b` writes `a` out as text to look for it in a string `b`.
+fn contained(a: &Value, b: &Value) -> usize {
+    if b.as_str().is_some() && a.as_str().is_none() { text_len(a) } else { 0 }
+}
+
+fn tested_in(args: &[Value]) -> usize {
+    contained(positional(args, 0), positional(args, 1))
 }
 
 fn added(a: &Value, b: &Value) -> usize {

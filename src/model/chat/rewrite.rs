@@ -6,7 +6,8 @@
 //!   strings unchecked);
 //! - `a + b`, `a * b` and `a ~ b` become `__pagoda_op("+", a, b)` and so on, which check
 //!   the size of the result before making it (and are no longer folded at compile time,
-//!   where `'x' * 99999999` would allocate while the template loads);
+//!   where `'x' * 99999999` would allocate while the template loads); `a in b` (and
+//!   `a not in b`) too, since it writes `a` out as text when `b` is a string;
 //! - `x[a:b]` becomes `__pagoda_sliced(x)[a:b]`, which charges the copy.
 //!
 //! The operators and slices are found in minijinja's AST (`unstable_machinery`) and
@@ -14,16 +15,16 @@
 
 use std::ops::Range;
 
-use minijinja::machinery::ast::{self, BinOpKind, CallArg, Expr, Stmt};
+use minijinja::machinery::ast::{self, BinOpKind, CallArg, CompareOpKind, Expr, Stmt};
 use minijinja::machinery::{Span, Token, WhitespaceConfig, parse, tokenize};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Error, ErrorKind};
 
 /// Names the rewrite introduces; a template may not use them itself.
-pub(super) const RESERVED_PREFIX: &str = "__pagoda";
+const RESERVED_PREFIX: &str = "__pagoda";
 
 /// The whitespace handling of HF transformers' chat templates.
-pub(super) fn whitespace() -> WhitespaceConfig {
+fn whitespace() -> WhitespaceConfig {
     WhitespaceConfig { keep_trailing_newline: false, lstrip_blocks: true, trim_blocks: true }
 }
 
@@ -97,8 +98,8 @@ struct Edit {
 
 #[derive(Debug)]
 enum EditKind {
-    /// A binary operator: its name and the operator token's range.
-    Op(&'static str, Range<usize>),
+    /// A binary operator: its name, the range of its token(s), and whether `not` negates it.
+    Op(&'static str, Range<usize>, bool),
     /// A slice: where its opening bracket is.
     Slice(usize),
 }
@@ -173,18 +174,25 @@ impl Finder<'_> {
             Expr::Slice(s) => {
                 let node = chain_start(&s.expr, s.span())..s.span().end_offset as usize;
                 let bracket = self.last_at_depth_zero(node.clone(), |t| matches!(t, Token::BracketOpen))?;
-                self.edits.push(Edit { range: node, kind: EditKind::Slice(bracket.start) });
+                let bracket = self.tokens[bracket].1.start_offset as usize;
+                self.edits.push(Edit { range: node, kind: EditKind::Slice(bracket) });
                 self.expr(&s.expr)?;
                 self.exprs(s.start.iter().chain(&s.stop).chain(&s.step))
             }
             Expr::UnaryOp(u) => self.expr(&u.expr),
             Expr::BinOp(b) => {
                 if let Some((name, is_op)) = guarded_op(b.op) {
-                    let token = self.last_at_depth_zero(range(b.span()), is_op)?;
-                    self.edits.push(Edit { range: range(b.span()), kind: EditKind::Op(name, token) });
+                    let node = self.binary_node(b.op, b.span());
+                    let (operator, negated) = self.operator(node.clone(), is_op)?;
+                    self.edits.push(Edit { range: node, kind: EditKind::Op(name, operator, negated) });
                 }
                 self.expr(&b.left)?;
                 self.expr(&b.right)
+            }
+            Expr::Compare(c)
+                if c.ops.iter().any(|op| matches!(op.op, CompareOpKind::In | CompareOpKind::NotIn)) =>
+            {
+                Err(unsupported("`in` in a chain of comparisons is not supported in chat templates"))
             }
             Expr::Compare(c) => {
                 self.expr(&c.expr)?;
@@ -225,14 +233,42 @@ impl Finder<'_> {
         }))
     }
 
-    /// The range of the last token in `node` outside any brackets that `wanted` accepts:
+    /// The source range of a binary node: minijinja starts the span of a comparison (`in`
+    /// among them) at the token before it.
+    fn binary_node(&self, op: BinOpKind, span: Span) -> Range<usize> {
+        let node = range(span);
+        if !matches!(op, BinOpKind::In) {
+            return node;
+        }
+        let before = self.tokens.iter().position(|(_, s)| s.start_offset as usize == node.start);
+        let start = before
+            .and_then(|at| self.tokens.get(at + 1))
+            .map_or(node.start, |(_, s)| s.start_offset as usize);
+        start..node.end
+    }
+
+    /// The range of a binary node's operator (`not in` included), and whether it is negated.
+    fn operator(&self, node: Range<usize>, is_op: TokenTest) -> Result<(Range<usize>, bool), Error> {
+        let at = self.last_at_depth_zero(node.clone(), is_op)?;
+        let operator = range(self.tokens[at].1);
+        match at.checked_sub(1).map(|before| &self.tokens[before]) {
+            Some((Token::Ident("not"), not)) if node.contains(&(not.start_offset as usize)) => {
+                Ok((not.start_offset as usize..operator.end, true))
+            }
+            _ => Ok((operator, false)),
+        }
+    }
+
+    /// The index of the last token in `node` outside any brackets that `wanted` accepts:
     /// the operator of a left-associative binary node, or the bracket opening a slice.
-    fn last_at_depth_zero(&self, node: Range<usize>, wanted: TokenTest) -> Result<Range<usize>, Error> {
+    fn last_at_depth_zero(&self, node: Range<usize>, wanted: TokenTest) -> Result<usize, Error> {
         let mut depth = 0i32;
         let mut found = None;
-        for (token, span) in self.tokens.iter().filter(|(_, s)| node.contains(&(s.start_offset as usize))) {
+        let inside =
+            self.tokens.iter().enumerate().filter(|(_, (_, s))| node.contains(&(s.start_offset as usize)));
+        for (at, (token, _)) in inside {
             if depth == 0 && wanted(token) {
-                found = Some(range(*span));
+                found = Some(at);
             }
             match token {
                 Token::ParenOpen | Token::BracketOpen | Token::BraceOpen => depth += 1,
@@ -247,13 +283,14 @@ impl Finder<'_> {
 /// Whether a token is the one looked for.
 type TokenTest = fn(&Token<'_>) -> bool;
 
-/// The operators that can make a value larger than their operands: their name for
+/// The operators that can allocate more than their operands hold: their name for
 /// `__pagoda_op` and their token.
 fn guarded_op(op: BinOpKind) -> Option<(&'static str, TokenTest)> {
     match op {
         BinOpKind::Add => Some(("+", |t| matches!(t, Token::Plus))),
         BinOpKind::Mul => Some(("*", |t| matches!(t, Token::Mul))),
         BinOpKind::Concat => Some(("~", |t| matches!(t, Token::Tilde))),
+        BinOpKind::In => Some(("in", |t| matches!(t, Token::Ident("in")))),
         _ => None,
     }
 }
@@ -295,11 +332,12 @@ fn splice(source: &str, range: Range<usize>, edits: &[Edit]) -> String {
 fn apply(source: &str, edit: &Edit, nested: &[Edit]) -> String {
     let (start, end) = (edit.range.start, edit.range.end);
     match &edit.kind {
-        EditKind::Op(name, token) => {
-            let (left, right) = nested.split_at(nested.partition_point(|e| e.range.start < token.start));
-            let left = splice(source, start..token.start, left);
-            let right = splice(source, token.end..end, right);
-            format!("{RESERVED_PREFIX}_op(\"{name}\", {}, {})", left.trim(), right.trim())
+        EditKind::Op(name, operator, negated) => {
+            let (left, right) = nested.split_at(nested.partition_point(|e| e.range.start < operator.start));
+            let left = splice(source, start..operator.start, left);
+            let right = splice(source, operator.end..end, right);
+            let call = format!("{RESERVED_PREFIX}_op(\"{name}\", {}, {})", left.trim(), right.trim());
+            if *negated { format!("(not {call})") } else { call }
         }
         EditKind::Slice(bracket) => {
             let (object, rest) = nested.split_at(nested.partition_point(|e| e.range.start < *bracket));
@@ -342,11 +380,16 @@ mod tests {
             rewritten("{% set ns.s = ns.s ~ 'x' %}"),
             r#"{% set ns.s = __pagoda_op("~", ns.s, 'x') %}"#
         );
+        assert_eq!(
+            rewritten("{% if a not in b and not c in d[1:] %}{% endif %}"),
+            r#"{% if (not __pagoda_op("in", a, b)) and not __pagoda_op("in", c, __pagoda_sliced(d)[1:]) %}{% endif %}"#
+        );
     }
 
     #[test]
     fn reserved_names_and_autoescape_are_refused() {
         assert!(rewrite("t", "{{ __pagoda_op('~', a, b) }}").is_err());
         assert!(rewrite("t", "{% autoescape true %}x{% endautoescape %}").is_err());
+        assert!(rewrite("t", "{{ a in b in c }}").is_err());
     }
 }
