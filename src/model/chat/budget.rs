@@ -79,13 +79,10 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Charges `bytes`: false past a limit. Before refusing, credits back the strings
+    /// Charges `bytes`: false past the limit. Before refusing, credits back the strings
     /// nobody holds any more, if their list has doubled since it last did (so sweeping
     /// costs a constant per string).
     fn charge(&mut self, bytes: usize) -> bool {
-        if bytes > MAX_RENDERED_BYTES {
-            return false;
-        }
         if self.charged + bytes > TEMPLATE_ALLOCATION_LIMIT && self.strings.len() >= 2 * self.swept {
             self.sweep();
         }
@@ -129,17 +126,19 @@ fn with_ledger<T>(state: &State, f: impl FnOnce(&mut Ledger) -> T) -> Option<T> 
     Some(f(&mut ledger))
 }
 
-/// Charges `bytes` to the rendering `state` belongs to, or the error that stops it.
-fn charge(state: &State, bytes: usize) -> Result<(), Error> {
-    match with_ledger(state, |ledger| ledger.charge(bytes)) {
-        Some(true) => Ok(()),
-        _ => Err(over_budget()),
+/// Charges `bytes` for a value of `size` bytes to the rendering `state` belongs to, or the
+/// error that stops it.
+fn charge(state: &State, size: usize, bytes: usize) -> Result<(), Error> {
+    if size <= MAX_RENDERED_BYTES && with_ledger(state, |ledger| ledger.charge(bytes)) == Some(true) {
+        Ok(())
+    } else {
+        Err(over_budget())
     }
 }
 
 /// `make`'s value once `bytes` are charged for it; a string is credited back once dropped.
 fn charged(state: &State, bytes: usize, make: impl FnOnce() -> Result<Value, Error>) -> Result<Value, Error> {
-    charge(state, bytes)?;
+    charge(state, bytes, bytes)?;
     let value = make()?;
     with_ledger(state, |ledger| ledger.track(&value, bytes));
     Ok(value)
@@ -171,7 +170,8 @@ fn guard(original: Value, bound: Bound) -> impl Fn(&State, Rest<Value>) -> Resul
 /// The test `original`, called once its bound is charged.
 fn guard_test(original: Value, bound: Bound) -> impl Fn(&State, Rest<Value>) -> Result<bool, Error> {
     move |state: &State, args: Rest<Value>| {
-        charge(state, bound(&args))?;
+        let bytes = bound(&args);
+        charge(state, bytes, bytes)?;
         Ok(original.call(state, &args)?.is_true())
     }
 }
@@ -286,14 +286,19 @@ fn add_tests(env: &mut Environment<'static>) {
 /// `__pagoda_op(op, a, b)`: `a op b` for `+`, `*` and `~`, once its size is charged.
 fn operator(state: &State, op: &str, a: Value, b: Value) -> Result<Value, Error> {
     match op {
-        "~" => {
-            charged(state, text_len(&a).saturating_add(text_len(&b)), || Ok(Value::from(format!("{a}{b}"))))
-        }
+        "~" => charged(state, text_len(&a).saturating_add(text_len(&b)), || Ok(concat(&a, &b))),
         "+" => charged(state, added(&a, &b), || plain("a + b", a, b)),
         "*" => charged(state, repeated(&a, &b), || plain("a * b", a, b)),
         "in" => charged(state, contained(&a, &b), || plain("a in b", a, b)),
         _ => Err(Error::new(ErrorKind::InvalidOperation, format!("no operator {op}"))),
     }
+}
+
+/// `a ~ b`, made in a buffer of its final size.
+fn concat(a: &Value, b: &Value) -> Value {
+    let mut text = String::with_capacity(text_len(a) + text_len(b));
+    let _ = write!(text, "{a}{b}");
+    Value::from(text)
 }
 
 /// `expression` of `a` and `b` evaluated by minijinja itself, for its exact semantics.
@@ -304,13 +309,16 @@ fn plain(expression: &str, a: Value, b: Value) -> Result<Value, Error> {
 
 /// `__pagoda_sliced(x)`: `x`, with a copy of it charged (the slice taken next).
 fn sliced(state: &State, value: Value) -> Result<Value, Error> {
-    charge(state, copied(&value))?;
+    let bytes = copied(&value);
+    charge(state, bytes, bytes)?;
     Ok(value)
 }
 
-/// The formatter: charges what `{{ value }}` writes, in the output or in a capture.
+/// The formatter: charges what `{{ value }}` writes, in the output or in a capture, twice
+/// over (the buffer it grows may double its capacity to take it).
 fn emit(out: &mut Output, state: &State, value: &Value) -> Result<(), Error> {
-    charge(state, text_len(value))?;
+    let len = text_len(value);
+    charge(state, len, len.saturating_mul(2))?;
     minijinja::escape_formatter(out, state, value)
 }
 
