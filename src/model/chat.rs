@@ -6,8 +6,10 @@
 //! [`MAX_RENDERED_BYTES`] of output, and strings and lists of at most
 //! [`MAX_RENDERED_BYTES`] each and [`TEMPLATE_ALLOCATION_LIMIT`] held at once (each charged
 //! before it is made: see `budget` for how); past any of them it stops with an error,
-//! whose message is cut to [`MAX_ERROR_BYTES`]. Templates that use `autoescape` or the
-//! reserved names `__pagoda*` are refused.
+//! whose message is cut to [`MAX_ERROR_BYTES`]. Templates that use `autoescape`, the
+//! reserved names `__pagoda*`, `in` within a chain of comparisons, a chain of more than
+//! about 140 `+`, `*` or `~` in one expression, or a tag of more than 4096 tokens are
+//! refused.
 
 mod budget;
 mod rewrite;

@@ -20,6 +20,11 @@ use minijinja::machinery::{Span, Token, WhitespaceConfig, parse, tokenize};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Error, ErrorKind};
 
+/// The most tokens one tag may hold: an expression nests no deeper than its tokens, and
+/// minijinja's compiler (and the rewrite) recurse once a level (real templates stay under
+/// a thousand).
+const MAX_TAG_TOKENS: usize = 4096;
+
 /// Names the rewrite introduces; a template may not use them itself.
 const RESERVED_PREFIX: &str = "__pagoda";
 
@@ -30,8 +35,8 @@ fn whitespace() -> WhitespaceConfig {
 
 /// `source` rewritten as described above, or why it cannot be.
 pub(super) fn rewrite(name: &str, source: &str) -> Result<String, Error> {
-    parse(source, name, SyntaxConfig, whitespace())?;
     let text_free = text_as_expressions(source)?;
+    parse(source, name, SyntaxConfig, whitespace())?;
     let tokens = tokens(&text_free)?;
     let ast = parse(&text_free, name, SyntaxConfig, whitespace())?;
     let mut finder = Finder { tokens: &tokens, edits: Vec::new() };
@@ -45,16 +50,22 @@ pub(super) fn rewrite(name: &str, source: &str) -> Result<String, Error> {
 /// dropped: only tags are left, so whitespace control has nothing more to do.
 fn text_as_expressions(source: &str) -> Result<String, Error> {
     let mut out = String::with_capacity(source.len() * 2);
-    let mut tag_start = 0;
+    let (mut tag_start, mut tag_tokens) = (0, 0);
     for token in tokenize(source, false, SyntaxConfig, whitespace()) {
         let (token, span) = token?;
+        tag_tokens += 1;
+        if tag_tokens > MAX_TAG_TOKENS {
+            return Err(unsupported(format!("a tag of more than {MAX_TAG_TOKENS} tokens")));
+        }
         match token {
             Token::TemplateData(text) if !text.is_empty() => {
                 out.push_str("{{ \"");
                 escape_into(&mut out, text);
                 out.push_str("\" }}");
             }
-            Token::VariableStart | Token::BlockStart => tag_start = span.start_offset as usize,
+            Token::VariableStart | Token::BlockStart => {
+                (tag_start, tag_tokens) = (span.start_offset as usize, 0)
+            }
             Token::VariableEnd | Token::BlockEnd => {
                 out.push_str(&source[tag_start..span.end_offset as usize])
             }
@@ -391,5 +402,6 @@ mod tests {
         assert!(rewrite("t", "{{ __pagoda_op('~', a, b) }}").is_err());
         assert!(rewrite("t", "{% autoescape true %}x{% endautoescape %}").is_err());
         assert!(rewrite("t", "{{ a in b in c }}").is_err());
+        assert!(rewrite("t", &format!("{{{{ a{} }}}}", ".b".repeat(20000))).is_err());
     }
 }
