@@ -283,7 +283,7 @@ fn add_tests(env: &mut Environment<'static>) {
     env.add_test("test", tests::is_test);
 }
 
-/// `__pagoda_op(op, a, b)`: `a op b` for `+`, `*` and `~`, once its size is charged.
+/// `__pagoda_op(op, a, b)`: `a op b` for `+`, `*`, `~` and `in`, once what it allocates is charged.
 fn operator(state: &State, op: &str, a: Value, b: Value) -> Result<Value, Error> {
     match op {
         "~" => charged(state, text_len(&a).saturating_add(text_len(&b)), || Ok(concat(&a, &b))),
