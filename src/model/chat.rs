@@ -31,6 +31,9 @@ pub const MAX_RENDERED_BYTES: usize = 16 << 20;
 /// Bytes of strings and lists one rendering may hold, output included: what it made,
 /// less the strings of 4 KiB or more it dropped since.
 pub const TEMPLATE_ALLOCATION_LIMIT: usize = 64 << 20;
+/// How deep lists, maps and namespaces may nest in one rendering (real templates nest
+/// theirs a few levels deep).
+pub const MAX_VALUE_DEPTH: usize = 32;
 /// Longest error message a template's failure is reported with, in bytes.
 pub const MAX_ERROR_BYTES: usize = 1024;
 /// GGUF metadata key holding the chat template.
@@ -76,6 +79,13 @@ pub enum ChatError {
         "chat template stopped: it would make a value over {MAX_RENDERED_BYTES} bytes or hold over {TEMPLATE_ALLOCATION_LIMIT} bytes of values"
     )]
     MemoryLimit,
+    /// Rendering would have nested values more than [`MAX_VALUE_DEPTH`] deep (or looked at
+    /// too many to tell), or put a namespace or a macro in a namespace: displaying or
+    /// dropping such a value could overflow the stack.
+    #[error(
+        "chat template stopped: it would nest values over {MAX_VALUE_DEPTH} deep, or put a namespace or a macro in a namespace"
+    )]
+    TooDeep,
     /// Reading `tokenizer_config.json` failed.
     #[error("cannot read chat template: {0}")]
     Read(String),
@@ -161,6 +171,7 @@ impl ChatTemplate {
             Ok(_) => String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string())),
             Err(_) if out.overflowed => Err(ChatError::OutputTooLarge),
             Err(e) if budget::is_over_budget(&e) => Err(ChatError::MemoryLimit),
+            Err(e) if budget::is_too_deep(&e) => Err(ChatError::TooDeep),
             Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::OutOfFuel),
             Err(e) => Err(ChatError::Render(clip(&e.to_string()).to_owned())),
         }

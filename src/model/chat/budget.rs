@@ -32,7 +32,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use minijinja::value::{Object, Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Output, State, context, filters, functions, tests};
 
-use super::{MAX_RENDERED_BYTES, TEMPLATE_ALLOCATION_LIMIT};
+use super::{MAX_RENDERED_BYTES, MAX_VALUE_DEPTH, TEMPLATE_ALLOCATION_LIMIT};
 
 /// Bytes charged for each element of a list or map a template makes (a `Value` is 24).
 const VALUE_BYTES: usize = 32;
@@ -48,11 +48,28 @@ const BUDGET_KEY: &str = "pagoda.allocation_budget";
 )]
 pub(super) struct OverBudget;
 
+/// A value would nest deeper than [`MAX_VALUE_DEPTH`], or a namespace would hold a
+/// namespace or a macro.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the template would nest values over {MAX_VALUE_DEPTH} deep, or put a namespace or a macro in a namespace"
+)]
+pub(super) struct TooDeep;
+
 /// Whether `error` is, or was caused by, [`OverBudget`].
 pub(super) fn is_over_budget(error: &Error) -> bool {
+    caused_by::<OverBudget>(error)
+}
+
+/// Whether `error` is, or was caused by, [`TooDeep`].
+pub(super) fn is_too_deep(error: &Error) -> bool {
+    caused_by::<TooDeep>(error)
+}
+
+fn caused_by<T: std::error::Error + 'static>(error: &Error) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(error) = cause {
-        if error.is::<OverBudget>() {
+        if error.is::<T>() {
             return true;
         }
         cause = error.source();
@@ -72,6 +89,8 @@ impl Object for Budget {}
 #[derive(Debug, Default)]
 struct Ledger {
     charged: usize,
+    /// Values looked at to check how deep values nest (see [`check_depth`]).
+    inspected: usize,
     /// Charged strings that may still be held, with what each was charged.
     strings: Vec<(Weak<str>, usize)>,
     /// `strings.len()` after the last sweep.
@@ -151,9 +170,19 @@ pub(super) fn environment() -> Environment<'static> {
     add_tests(&mut env);
     env.add_function("range", functions::range);
     env.add_function("dict", guard(Value::from_function(functions::dict), all_copied));
-    env.add_function("namespace", guard(Value::from_function(functions::namespace), all_copied));
+    let namespace = guard(Value::from_function(functions::namespace), all_copied);
+    env.add_function("namespace", move |state: &State, args: Rest<Value>| {
+        args.iter().try_for_each(|arg| check_depth(state, arg, Holder::Namespace))?;
+        namespace(state, args)
+    });
     env.add_function("__pagoda_op", operator);
     env.add_function("__pagoda_sliced", sliced);
+    env.add_function("__pagoda_nested", |state: &State, value: Value| {
+        check_depth(state, &value, Holder::Value).map(|()| value)
+    });
+    env.add_function("__pagoda_stored", |state: &State, value: Value| {
+        check_depth(state, &value, Holder::Namespace).map(|()| value)
+    });
     env.set_formatter(emit);
     env.set_unknown_method_callback(method);
     env
@@ -162,9 +191,97 @@ pub(super) fn environment() -> Environment<'static> {
 /// An upper bound of the bytes a filter or function allocates for these arguments.
 type Bound = fn(&[Value]) -> usize;
 
-/// `original`, called once its bound is charged.
+/// `original`, called once its bound is charged; what it makes may not nest too deep.
 fn guard(original: Value, bound: Bound) -> impl Fn(&State, Rest<Value>) -> Result<Value, Error> {
-    move |state: &State, args: Rest<Value>| charged(state, bound(&args), || original.call(state, &args))
+    move |state: &State, args: Rest<Value>| {
+        let value = charged(state, bound(&args), || original.call(state, &args))?;
+        check_depth(state, &value, Holder::Value)?;
+        Ok(value)
+    }
+}
+
+/// The most values one rendering may look at to check how deep values nest.
+const MAX_INSPECTED: usize = 1 << 26;
+
+/// What will hold a value whose depth is checked.
+#[derive(Clone, Copy, PartialEq)]
+enum Holder {
+    /// A list, a map or a variable.
+    Value,
+    /// A namespace: then it may hold no namespace (or a cycle could form, or a chain of
+    /// namespaces nest without bound) and no macro (whose closure could hold the previous
+    /// one).
+    Namespace,
+}
+
+/// Checks that `value` nests at most [`MAX_VALUE_DEPTH`] deep and may go where `holder`
+/// says: displaying, serializing, comparing or dropping a value recurses once a level.
+/// Everything that nests values is checked (list and map literals, every filter,
+/// function and method, what a namespace is given), so a value looked at here nests at
+/// most about twice as deep (a checked list may hold a namespace whose values were
+/// checked when they were stored), and the walk stops there.
+fn check_depth(state: &State, value: &Value, holder: Holder) -> Result<(), Error> {
+    let left = with_ledger(state, |ledger| MAX_INSPECTED.saturating_sub(ledger.inspected)).unwrap_or(0);
+    let mut walk = DepthWalk { holder, left };
+    let fits = walk.fits(value, 0);
+    with_ledger(state, |ledger| ledger.inspected += left - walk.left);
+    if fits {
+        Ok(())
+    } else {
+        Err(Error::new(ErrorKind::InvalidOperation, TooDeep.to_string()).with_source(TooDeep))
+    }
+}
+
+struct DepthWalk {
+    holder: Holder,
+    /// Values it may still look at.
+    left: usize,
+}
+
+impl DepthWalk {
+    fn fits(&mut self, value: &Value, depth: usize) -> bool {
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        match value.kind() {
+            ValueKind::Seq | ValueKind::Iterable | ValueKind::Map if depth >= MAX_VALUE_DEPTH => false,
+            ValueKind::Seq | ValueKind::Iterable => {
+                value.try_iter().is_ok_and(|mut items| items.all(|item| self.fits(&item, depth + 1)))
+            }
+            ValueKind::Map => {
+                if self.holder == Holder::Namespace && is_namespace_or_macro(value) {
+                    return false;
+                }
+                let Some(pairs) = value.as_object().and_then(|object| object.try_iter_pairs()) else {
+                    return true;
+                };
+                let mut pairs = pairs;
+                pairs.all(|(key, item)| self.fits(&key, depth + 1) && self.fits(&item, depth + 1))
+            }
+            ValueKind::Plain => self.holder == Holder::Value,
+            _ => true,
+        }
+    }
+}
+
+/// Whether `value` is a namespace or a macro (whose closure holds the values it sees):
+/// minijinja's types are private, but their `Debug` starts with their name (only the
+/// first piece written is kept, so nothing they hold is visited).
+fn is_namespace_or_macro(value: &Value) -> bool {
+    struct FirstPiece(Option<String>);
+    impl fmt::Write for FirstPiece {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            if self.0.is_none() {
+                self.0 = Some(s.chars().take(16).collect());
+            }
+            Err(fmt::Error)
+        }
+    }
+    let Some(object) = value.as_object() else { return false };
+    let mut first = FirstPiece(None);
+    let _ = write!(first, "{object:?}");
+    first.0.is_some_and(|piece| piece == "Namespace" || piece.starts_with("<macro"))
 }
 
 /// The test `original`, called once its bound is charged.
@@ -325,7 +442,11 @@ fn emit(out: &mut Output, state: &State, value: &Value) -> Result<(), Error> {
 /// `pycompat`'s methods, the ones with a bound only.
 fn method(state: &State, value: &Value, name: &str, args: &[Value]) -> Result<Value, Error> {
     let bound = method_bound(value, name, args).ok_or_else(|| Error::from(ErrorKind::UnknownMethod))?;
-    charged(state, bound, || minijinja_contrib::pycompat::unknown_method_callback(state, value, name, args))
+    let made = charged(state, bound, || {
+        minijinja_contrib::pycompat::unknown_method_callback(state, value, name, args)
+    })?;
+    check_depth(state, &made, Holder::Value)?;
+    Ok(made)
 }
 
 fn method_bound(value: &Value, name: &str, args: &[Value]) -> Option<usize> {

@@ -43,6 +43,8 @@ pub(super) fn rewrite(name: &str, source: &str) -> Result<String, Error> {
     finder.stmt(&ast)?;
     let mut edits = finder.edits;
     edits.sort_by_key(|edit| (edit.range.start, std::cmp::Reverse(edit.range.end)));
+    // A bare tuple's span is that of its last item: the item, if a literal, is wrapped once.
+    edits.dedup_by(|a, b| a.range == b.range && a.kind == b.kind);
     Ok(splice(&text_free, 0..text_free.len(), &edits))
 }
 
@@ -107,12 +109,14 @@ struct Edit {
     kind: EditKind,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum EditKind {
     /// A binary operator: its name, the range of its token(s), and whether `not` negates it.
     Op(&'static str, Range<usize>, bool),
     /// A slice: where its opening bracket is.
     Slice(usize),
+    /// An expression passed to `__pagoda_<name>`, in parentheses if it may be a bare tuple.
+    Call(&'static str, bool),
 }
 
 /// Walks the AST and records the nodes to rewrite.
@@ -146,7 +150,10 @@ impl Finder<'_> {
                 self.exprs(w.assignments.iter().map(|(_, value)| value))?;
                 self.stmts(&w.body)
             }
-            Stmt::Set(s) => self.expr(&s.expr),
+            Stmt::Set(s) => {
+                self.set_value(s)?;
+                self.expr(&s.expr)
+            }
             Stmt::SetBlock(s) => {
                 self.exprs(s.filter.iter())?;
                 self.stmts(&s.body)
@@ -228,9 +235,70 @@ impl Finder<'_> {
                 self.expr(&g.subscript_expr)
             }
             Expr::Call(c) => self.call(c),
-            Expr::List(l) => self.exprs(&l.items),
-            Expr::Map(m) => self.exprs(m.keys.iter().chain(&m.values)),
+            Expr::List(l) => {
+                self.literal(range(l.span()), l.items.iter().all(|item| item.as_const().is_some()))?;
+                self.exprs(&l.items)
+            }
+            Expr::Map(m) => {
+                let constant = m.keys.iter().chain(&m.values).all(|item| item.as_const().is_some());
+                self.literal(range(m.span()), constant)?;
+                self.exprs(m.keys.iter().chain(&m.values))
+            }
         }
+    }
+
+    /// Routes a list or map literal that holds computed values through `__pagoda_nested`,
+    /// which checks how deep the value it makes nests. A literal whose span is not its
+    /// brackets (a bare tuple, only on the right of `{% set %}`) is checked there.
+    fn literal(&mut self, node: Range<usize>, constant: bool) -> Result<(), Error> {
+        if constant {
+            return Ok(());
+        }
+        let inside = self.tokens.iter().position(|(_, s)| s.start_offset as usize == node.start);
+        let Some(first) = inside.filter(|&at| {
+            matches!(self.tokens[at].0, Token::BracketOpen | Token::BraceOpen | Token::ParenOpen)
+        }) else {
+            return Ok(());
+        };
+        let mut depth = 0i32;
+        for (token, span) in &self.tokens[first..] {
+            match token {
+                Token::ParenOpen | Token::BracketOpen | Token::BraceOpen => depth += 1,
+                Token::ParenClose | Token::BracketClose | Token::BraceClose => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                if span.end_offset as usize == node.end {
+                    self.edits.push(Edit { range: node, kind: EditKind::Call("nested", false) });
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Routes the value of `{% set target = value %}` through `__pagoda_stored` when the
+    /// target is a namespace's attribute (the one way a value outlives a loop iteration),
+    /// else through `__pagoda_nested`: both check how deep it nests, and the first that it
+    /// holds no namespace or macro.
+    fn set_value(&mut self, set: &ast::Set<'_>) -> Result<(), Error> {
+        let into_namespace = match &set.target {
+            Expr::GetAttr(_) => true,
+            Expr::List(l) => l.items.iter().any(|item| matches!(item, Expr::GetAttr(_))),
+            _ => false,
+        };
+        let start = range(set.target.span()).start;
+        let at = self.tokens.iter().position(|(_, s)| s.start_offset as usize >= start);
+        let mut after = self.tokens[at.unwrap_or(self.tokens.len())..].iter();
+        let assign = after.by_ref().find(|(t, _)| matches!(t, Token::Assign));
+        let end = after.find(|(t, _)| matches!(t, Token::BlockEnd));
+        let (Some((_, assign)), Some((_, end))) = (assign, end) else {
+            return Err(unsupported("an assignment the bounded renderer cannot place"));
+        };
+        let value = assign.end_offset as usize..end.start_offset as usize;
+        let kind = EditKind::Call(if into_namespace { "stored" } else { "nested" }, true);
+        self.edits.push(Edit { range: value, kind });
+        Ok(())
     }
 
     fn call(&mut self, call: &ast::Call<'_>) -> Result<(), Error> {
@@ -356,6 +424,16 @@ fn apply(source: &str, edit: &Edit, nested: &[Edit]) -> String {
             let rest = splice(source, *bracket..end, rest);
             format!("{RESERVED_PREFIX}_sliced({object}){rest}")
         }
+        EditKind::Call(name, tuple) => {
+            let inner = splice(source, start..end, nested);
+            let (trimmed, lead) = (inner.trim(), inner.len() - inner.trim_start().len());
+            let (lead, trail) = (&inner[..lead], &inner[lead + trimmed.len()..]);
+            if *tuple {
+                format!("{lead}{RESERVED_PREFIX}_{name}(({trimmed})){trail}")
+            } else {
+                format!("{lead}{RESERVED_PREFIX}_{name}({trimmed}){trail}")
+            }
+        }
     }
 }
 
@@ -389,12 +467,21 @@ mod tests {
         );
         assert_eq!(
             rewritten("{% set ns.s = ns.s ~ 'x' %}"),
-            r#"{% set ns.s = __pagoda_op("~", ns.s, 'x') %}"#
+            r#"{% set ns.s = __pagoda_stored((__pagoda_op("~", ns.s, 'x'))) %}"#
         );
         assert_eq!(
             rewritten("{% if a not in b and not c in d[1:] %}{% endif %}"),
             r#"{% if (not __pagoda_op("in", a, b)) and not __pagoda_op("in", c, __pagoda_sliced(d)[1:]) %}{% endif %}"#
         );
+    }
+
+    #[test]
+    fn computed_literals_and_assigned_values_are_checked() {
+        assert_eq!(
+            rewritten("{% set a, ns.l = [1, [2]], [ns.l, {'k': x}] %}{{ (x, 1) }}{{ dict(a=[x]) }}"),
+            r#"{% set a, ns.l = __pagoda_stored(([1, [2]], __pagoda_nested([ns.l, __pagoda_nested({'k': x})]))) %}{{ __pagoda_nested((x, 1)) }}{{ dict(a=__pagoda_nested([x])) }}"#
+        );
+        assert_eq!(rewritten("{% set l = l, 1 -%}"), r#"{% set l = __pagoda_nested((l, 1)) -%}"#);
     }
 
     #[test]
