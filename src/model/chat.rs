@@ -5,7 +5,10 @@
 //! [`TEMPLATE_FUEL`] instructions, [`TEMPLATE_RECURSION_LIMIT`] levels of recursion,
 //! [`MAX_RENDERED_BYTES`] of output, and strings and lists of at most
 //! [`MAX_RENDERED_BYTES`] each and [`TEMPLATE_ALLOCATION_LIMIT`] held at once (each charged
-//! before it is made: see `budget` for how); past any of them it stops with an error,
+//! before it is made: see `budget` for how), and values nested at most
+//! [`MAX_VALUE_DEPTH`] deep, with no namespace or macro inside a namespace (so no value
+//! holds itself, and none recurses deep enough to overflow the stack when displayed or
+//! dropped); past any of them it stops with an error,
 //! whose message is cut to [`MAX_ERROR_BYTES`]. Templates that use `autoescape`, the
 //! reserved names `__pagoda*`, `in` within a chain of comparisons, a chain of more than
 //! about 140 `+`, `*` or `~` in one expression, or a tag of more than 4096 tokens are

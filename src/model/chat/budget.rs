@@ -21,6 +21,10 @@
 //! - every emitted value, including those emitted into `{% set %}` blocks and macros,
 //!   through the formatter.
 //!
+//! The same hooks check how deep what they make nests (see [`check_depth`]): list and map
+//! literals holding computed values and the values of `{% set %}` go through
+//! `__pagoda_nested` and `__pagoda_stored` (the rewrite puts them there).
+//!
 //! Left uncharged is what a single instruction allocates from the template text alone
 //! (a list or map literal, keyword arguments, a loop object, a macro's closure): at most
 //! a few dozen bytes per instruction, so the fuel bounds it.
