@@ -15,17 +15,9 @@ if [ ! -x "$binary" ]; then
     if ! command -v cmake >/dev/null; then
         python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore cmake >&2
     fi
-    sdist="$tools/llama_cpp_python-$version.tar.gz"
-    if [ ! -f "$sdist" ]; then
-        echo "llama-quantize: downloading llama-cpp-python==$version (source, about 75 MB)" >&2
-        # pip prepares the metadata of a source distribution with its build backend.
-        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore scikit-build-core >&2
-        python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python --no-build-isolation \
-            --dest "$tmp" "llama-cpp-python==$version" >&2
-        mv "$tmp/llama_cpp_python-$version.tar.gz" "$sdist"
-    fi
+    sdist="$("$(dirname "$0")/llama-cpp-source.sh")"
     tar -xzf "$sdist" -C "$tmp"
-    src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
+    src="$tmp/$(basename "$sdist" .tar.gz)/vendor/llama.cpp"
     echo "llama-quantize: building (a few minutes)" >&2
     log="$tmp/build.log"
     if ! { cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \

@@ -9,6 +9,8 @@ export PAGODA_MODEL_GGUF="$(scripts/fetch-model.sh)"
 # (the first run builds llama-quantize: a few minutes).
 export PAGODA_SPM_GGUF="$(python3 scripts/llama2-vocab.py gguf)"
 export PAGODA_MIX_DIR="$(scripts/make-mixes.sh)"
+# The real chat templates llama.cpp tests with, from the same llama.cpp.
+export PAGODA_CHAT_TEMPLATES="$(scripts/chat-templates.sh)"
 # The visualizer's window test starts its own Xvfb, and the KV-event test its Python
 # subscriber; here neither may skip.
 export PAGODA_REQUIRE_XVFB=1

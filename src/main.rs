@@ -11,6 +11,8 @@ use pagoda::executor::sim::SimConfig;
 use pagoda::gpu::{GpuContext, GpuOptions, resident_bytes};
 use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
+#[cfg(feature = "server")]
+use pagoda::server::limits::ServerLimits;
 use pagoda::structured::Constraint;
 use pagoda::workload::wall::run_engine_workload;
 use pagoda::workload::{BuiltinWorkload, WorkloadReport, run_workload};
@@ -388,6 +390,47 @@ struct ServeArgs {
     api_key: Option<String>,
     #[command(flatten)]
     engine: EngineArgs,
+    #[command(flatten)]
+    limits: LimitsArgs,
+}
+
+/// What one request may ask of `pagoda serve` (`ServerLimits`).
+#[cfg(feature = "server")]
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Request limits")]
+struct LimitsArgs {
+    /// Largest request body in bytes; a larger one answers 413.
+    #[arg(long, default_value_t = ServerLimits::DEFAULT.max_body_bytes)]
+    max_request_body_bytes: usize,
+    /// Most sequences (prompts × n) one request may start.
+    #[arg(long, default_value_t = ServerLimits::DEFAULT.max_sequences)]
+    max_sequences_per_request: usize,
+    /// Most tokens (sequences × max_tokens) one request may ask to generate.
+    #[arg(long, default_value_t = ServerLimits::DEFAULT.max_requested_tokens)]
+    max_tokens_per_request: usize,
+    /// Most stop strings one request may give.
+    #[arg(long, default_value_t = ServerLimits::DEFAULT.max_stop_strings)]
+    max_stop_strings: usize,
+    /// Longest stop string, in bytes.
+    #[arg(long, default_value_t = ServerLimits::DEFAULT.max_stop_string_bytes)]
+    max_stop_string_bytes: usize,
+    /// Most stop token ids one request may give.
+    #[arg(long, default_value_t = ServerLimits::DEFAULT.max_stop_token_ids)]
+    max_stop_token_ids: usize,
+}
+
+#[cfg(feature = "server")]
+impl LimitsArgs {
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            max_body_bytes: self.max_request_body_bytes,
+            max_sequences: self.max_sequences_per_request,
+            max_requested_tokens: self.max_tokens_per_request,
+            max_stop_strings: self.max_stop_strings,
+            max_stop_string_bytes: self.max_stop_string_bytes,
+            max_stop_token_ids: self.max_stop_token_ids,
+        }
+    }
 }
 
 /// `--kv-events-config`'s JSON, checked.
@@ -587,7 +630,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let state = std::sync::Arc::new(
             pagoda::server::ServerState::with_options(engine, model_name.clone(), options)
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| e.to_string())?
+                .with_limits(args.limits.limits()),
         );
         let address = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&address)

@@ -3,14 +3,16 @@
 #![cfg(feature = "server")]
 
 mod engine_support;
+mod replica_support;
 mod server_support;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 
 use engine_support::{engine, random_logits};
 use pagoda::server::limits::ServerLimits;
 use pagoda::{EngineConfig, SchedulerConfig};
+use replica_support::{Replica, write_tiny_model};
 use serde_json::{Value, json};
 use server_support::{TestServer, parse_response};
 
@@ -225,8 +227,8 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>, Expected)> {
 }
 
 /// POSTs raw bytes and reads the answer (the server may answer before reading it all).
-fn post_raw(server: &TestServer, path: &str, body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(server.addr).unwrap();
+fn post_raw(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -252,7 +254,7 @@ fn malformed_bodies_get_the_expected_status_type_and_param() {
     assert!(cases.len() >= 50, "{} cases", cases.len());
     let mut failures = Vec::new();
     for (name, path, body, (status, kind, blamed)) in &cases {
-        let (got_status, text) = post_raw(&server, path, body);
+        let (got_status, text) = post_raw(server.addr, path, body);
         let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let error = &answer["error"];
         let got = (got_status, error["type"].as_str(), error["param"].as_str());
@@ -278,4 +280,40 @@ fn a_too_long_prompt_is_a_400_naming_max_model_len() {
     assert_eq!(status, 400);
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(message.contains("300 tokens, more than max_model_len (256)"), "{message}");
+}
+
+#[test]
+fn pagoda_serve_flags_set_the_request_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path());
+    let flags = [
+        ["--max-request-body-bytes", "300"],
+        ["--max-sequences-per-request", "2"],
+        ["--max-tokens-per-request", "20"],
+        ["--max-stop-strings", "1"],
+        ["--max-stop-string-bytes", "4"],
+        ["--max-stop-token-ids", "1"],
+    ];
+    let server = Replica::start(dir.path(), &flags.concat());
+    let c = "/v1/completions";
+    let cases = [
+        ("a body over 300 bytes", completion(json!({"prompt": "x".repeat(300)})), TOO_LARGE),
+        ("3 sequences", completion(json!({"n": 3})), param("n")),
+        ("2 × 11 tokens", completion(json!({"n": 2, "max_tokens": 11})), param("max_tokens")),
+        ("2 stop strings", completion(json!({"stop": ["a", "b"]})), param("stop")),
+        ("a 5-byte stop string", completion(json!({"stop": "abcde"})), param("stop")),
+        ("2 stop token ids", completion(json!({"stop_token_ids": [1, 2]})), param("stop_token_ids")),
+    ];
+    for (name, body, (status, kind, blamed)) in cases {
+        let (got, text) = post_raw(server.addr, c, &body);
+        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert_eq!(
+            (got, answer["error"]["type"].as_str(), answer["error"]["param"].as_str()),
+            (status, Some(kind), blamed),
+            "{name}: {text}"
+        );
+    }
+    let within = completion(json!({"n": 2, "max_tokens": 10, "stop": "abcd", "stop_token_ids": [1]}));
+    let (status, text) = post_raw(server.addr, c, &within);
+    assert_eq!(status, 200, "{text}");
 }

@@ -70,17 +70,23 @@ impl FaultPlan {
         self.faults.is_empty()
     }
 
+    /// Counts one `execute` call; the fault planned for it, if any.
+    pub fn next_fault(&mut self) -> Option<FaultKind> {
+        self.steps += 1;
+        self.faults.iter().find(|fault| fault.step == self.steps).map(|fault| fault.kind)
+    }
+
     /// Counts one `execute` call; the error it must fail with, if any. Once the device
     /// is lost every later call fails too.
     pub fn next_step(&mut self) -> Result<(), ExecutorError> {
-        self.steps += 1;
+        let fault = self.next_fault();
         let step = self.steps;
         if self.lost {
             return Err(ExecutorError::DeviceLost(format!(
                 "injected at an earlier step; step {step} refused"
             )));
         }
-        match self.faults.iter().find(|fault| fault.step == step).map(|fault| fault.kind) {
+        match fault {
             Some(FaultKind::Transient) => {
                 Err(ExecutorError::Device(format!("injected failure at step {step}")))
             }

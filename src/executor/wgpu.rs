@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use super::fault::{FaultKind, FaultPlan};
 use super::{ExecutorError, ModelExecutor, StepMasks};
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
@@ -79,6 +80,7 @@ pub struct WgpuExecutor {
     num_gpu_blocks: usize,
     eos_token_id: Option<TokenId>,
     requests: HashMap<RequestId, RequestState>,
+    faults: FaultPlan,
 }
 
 impl std::fmt::Debug for WgpuExecutor {
@@ -160,6 +162,7 @@ impl WgpuExecutor {
             num_gpu_blocks,
             eos_token_id: files.eos_token_id(),
             requests: HashMap::new(),
+            faults: FaultPlan::default(),
         };
         executor.warm_up()?;
         Ok(executor)
@@ -187,6 +190,15 @@ impl WgpuExecutor {
                 .map_err(from_llama)?;
         }
         Ok(())
+    }
+
+    /// The same executor, made to fail for real at the steps `faults` names (counting the
+    /// `execute` calls with work to do): a transient fault makes the step's submit invalid
+    /// ([`GpuContext::fail_next_submit`]), a lost device destroys the device
+    /// ([`GpuContext::lose_device`]) before the step runs.
+    pub fn with_faults(mut self, faults: FaultPlan) -> Self {
+        self.faults = faults;
+        self
     }
 
     /// Blocks in the KV pools (the null block included): what the scheduler should use.
@@ -324,6 +336,11 @@ impl ModelExecutor for WgpuExecutor {
         let scheduled = self.schedule(scheduler_output)?;
         if scheduled.is_empty() {
             return Ok(ModelRunnerOutput::default());
+        }
+        match self.faults.next_fault() {
+            Some(FaultKind::Transient) => self.ctx.fail_next_submit(),
+            Some(FaultKind::DeviceLost) => self.ctx.lose_device(),
+            None => {}
         }
         let batch = self.build_batch(&scheduled)?;
         let samplers: Vec<&RequestState> =

@@ -1,6 +1,7 @@
 //! The device: instance, adapter and device creation, and the pipeline cache.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::GpuError;
@@ -15,6 +16,7 @@ pub struct GpuContext {
     caps: Capabilities,
     pipelines: Mutex<HashMap<KernelVariant, Kernel>>,
     health: Arc<DeviceHealth>,
+    invalid_next_submit: AtomicBool,
 }
 
 /// What the device reported outside any error scope: that it was lost, or an error no
@@ -134,7 +136,14 @@ impl GpuContext {
             limits,
             forced_linear: options.linear_strategy,
         };
-        Ok(Self { device, queue, caps, pipelines: Mutex::new(HashMap::new()), health })
+        Ok(Self {
+            device,
+            queue,
+            caps,
+            pipelines: Mutex::new(HashMap::new()),
+            health,
+            invalid_next_submit: AtomicBool::new(false),
+        })
     }
 
     /// What the device offers after masking, and the variant choices that follow from it.
@@ -200,6 +209,18 @@ impl GpuContext {
         self.device.destroy();
         // Losing the device completes in maintenance, once the queue is empty.
         let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    /// Makes the next step's command buffer invalid (it copies a buffer onto itself), so that
+    /// wgpu's validation rejects its submit as a driver would refuse one: that step fails with
+    /// [`GpuError::Device`] and the device goes on. For testing the failure path.
+    pub fn fail_next_submit(&self) {
+        self.invalid_next_submit.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the step being submitted must be made invalid ([`Self::fail_next_submit`]).
+    pub(crate) fn take_invalid_submit(&self) -> bool {
+        self.invalid_next_submit.swap(false, Ordering::Relaxed)
     }
 
     /// `DeviceLost` once the device is gone; `Device` for an error no scope caught since the

@@ -127,6 +127,11 @@ impl Step<'_> {
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        if ctx.take_invalid_submit() {
+            let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+            let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
+            encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
+        }
         if !self.dispatches.is_empty() {
             let uniforms = ctx.create_buffer(
                 "step params",

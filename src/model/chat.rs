@@ -2,11 +2,20 @@
 //! `trim_blocks` and `lstrip_blocks` on, `raise_exception` available, Python string methods).
 //!
 //! A template comes from a stranger's model file, so rendering is bounded: at most
-//! [`TEMPLATE_FUEL`] instructions, [`TEMPLATE_RECURSION_LIMIT`] levels of recursion and
-//! [`MAX_RENDERED_BYTES`] of output; past any of them it stops with an error, whose
-//! message is cut to [`MAX_ERROR_BYTES`]. minijinja caps one string repetition at 100 MB
-//! but has no cap on intermediate values, so a template that keeps doubling a string can
-//! still allocate a lot before its fuel runs out.
+//! [`TEMPLATE_FUEL`] instructions, [`TEMPLATE_RECURSION_LIMIT`] levels of recursion,
+//! [`MAX_RENDERED_BYTES`] of output, and strings and lists of at most
+//! [`MAX_RENDERED_BYTES`] each and [`TEMPLATE_ALLOCATION_LIMIT`] held at once (each charged
+//! before it is made: see `budget` for how), and values nested at most
+//! [`MAX_VALUE_DEPTH`] deep, with no namespace or macro inside a namespace (so no value
+//! holds itself, and none recurses deep enough to overflow the stack when displayed or
+//! dropped); past any of them it stops with an error,
+//! whose message is cut to [`MAX_ERROR_BYTES`]. Templates that use `autoescape`, the
+//! reserved names `__pagoda*`, `in` within a chain of comparisons, a chain of more than
+//! about 140 `+`, `*` or `~` in one expression, or a tag of more than 4096 tokens are
+//! refused.
+
+mod budget;
+mod rewrite;
 
 use std::path::Path;
 
@@ -20,8 +29,14 @@ const TEMPLATE_NAME: &str = "chat";
 pub const TEMPLATE_FUEL: u64 = 5_000_000;
 /// Levels of recursion (loops, macros, includes) one rendering may reach.
 pub const TEMPLATE_RECURSION_LIMIT: usize = 200;
-/// Bytes one rendering may produce.
+/// Bytes one rendering may produce, and the largest string or list it may make.
 pub const MAX_RENDERED_BYTES: usize = 16 << 20;
+/// Bytes of strings and lists one rendering may hold, output included: what it made,
+/// less the strings of 4 KiB or more it dropped since.
+pub const TEMPLATE_ALLOCATION_LIMIT: usize = 64 << 20;
+/// How deep lists, maps and namespaces may nest in one rendering (real templates nest
+/// theirs a few levels deep).
+pub const MAX_VALUE_DEPTH: usize = 32;
 /// Longest error message a template's failure is reported with, in bytes.
 pub const MAX_ERROR_BYTES: usize = 1024;
 /// GGUF metadata key holding the chat template.
@@ -68,6 +83,19 @@ pub enum ChatError {
     /// Rendering produced more than [`MAX_RENDERED_BYTES`].
     #[error("chat template stopped: its output exceeds {MAX_RENDERED_BYTES} bytes")]
     OutputTooLarge,
+    /// Rendering would have made a string or list over [`MAX_RENDERED_BYTES`], or held
+    /// more than [`TEMPLATE_ALLOCATION_LIMIT`] bytes of them.
+    #[error(
+        "chat template stopped: it would make a value over {MAX_RENDERED_BYTES} bytes or hold over {TEMPLATE_ALLOCATION_LIMIT} bytes of values"
+    )]
+    MemoryLimit,
+    /// Rendering would have nested values more than [`MAX_VALUE_DEPTH`] deep (or looked at
+    /// too many to tell), or put a namespace or a macro in a namespace: displaying or
+    /// dropping such a value could overflow the stack.
+    #[error(
+        "chat template stopped: it would nest values over {MAX_VALUE_DEPTH} deep, or put a namespace or a macro in a namespace"
+    )]
+    TooDeep,
     /// Reading `tokenizer_config.json` failed.
     #[error("cannot read chat template: {0}")]
     Read(String),
@@ -88,17 +116,17 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     /// Compile `source`; `bos_token` and `eos_token` are the texts the template may insert.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, ChatError> {
-        let mut env = Environment::new();
+        let syntax = |e: minijinja::Error| ChatError::Syntax(e.to_string());
+        let rewritten = rewrite::rewrite(TEMPLATE_NAME, source).map_err(syntax)?;
+        let mut env = budget::environment();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_recursion_limit(TEMPLATE_RECURSION_LIMIT);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, clip(&msg).to_owned()))
         });
-        env.add_template_owned(TEMPLATE_NAME, source.to_owned())
-            .map_err(|e| ChatError::Syntax(e.to_string()))?;
+        env.add_template_owned(TEMPLATE_NAME, rewritten).map_err(syntax)?;
         Ok(Self {
             env,
             bos_token: bos_token.to_owned(),
@@ -181,6 +209,8 @@ impl ChatTemplate {
         match template.render_captured_to(ctx, &mut out) {
             Ok(_) => String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string())),
             Err(_) if out.overflowed => Err(ChatError::OutputTooLarge),
+            Err(e) if budget::is_over_budget(&e) => Err(ChatError::MemoryLimit),
+            Err(e) if budget::is_too_deep(&e) => Err(ChatError::TooDeep),
             Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::OutOfFuel),
             Err(e) => Err(ChatError::Render(clip(&e.to_string()).to_owned())),
         }
@@ -253,6 +283,91 @@ mod tests {
         let recursive = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
         let t = ChatTemplate::new(recursive, "", "").unwrap();
         assert!(matches!(t.render(&user, false), Err(ChatError::Render(m)) if m.contains("recursion")));
+    }
+
+    /// Renders `source` for one user message.
+    fn render(source: &str) -> Result<String, ChatError> {
+        ChatTemplate::new(source, "", "")?.render(&[ChatMessage::new("user", "hi")], false)
+    }
+
+    /// Each of these makes 32 MiB to 200 MiB of strings or lists, and renders (or fails
+    /// otherwise) without the budget; with it each stops before making them.
+    #[test]
+    fn templates_that_build_huge_values_stop_at_the_memory_limit() {
+        let start = "{% set ns = namespace(s='x' * 1048576, l=[1]) %}";
+        let text_1k = "t".repeat(1000);
+        let text_in_a_capture =
+            format!("{{% set s %}}{{% for i in range(100000) %}}{text_1k}{{% endfor %}}{{% endset %}}");
+        let attacks = [
+            ("~ doubling", "{% for i in range(6) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+            ("+ doubling", "{% for i in range(6) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"),
+            ("'a' * 10**10", "{{ 'a' * 10**10 }}"),
+            ("string repetition", "{% set s = 'a' * 50000000 %}"),
+            ("repetition folded at load", "{% set s = ('x' * 90000000) ~ ('x' * 90000000) %}"),
+            ("list repetition", "{% set l = ns.l * 1000000 %}{{ l|length }}"),
+            (
+                "list doubling",
+                "{% for i in range(20) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+            ),
+            ("indent width", "{% set s = 'a\nb'|indent(width=50000000) %}"),
+            ("tojson indent", "{% set s = [[[1]]]|tojson(indent=20000000) %}"),
+            (
+                "replace growing",
+                "{% for i in range(6) %}{% set ns.s = ns.s|replace('x', 'xx') %}{% endfor %}",
+            ),
+            (
+                "str.replace growing",
+                "{% for i in range(6) %}{% set ns.s = ns.s.replace('x', 'xx') %}{% endfor %}",
+            ),
+            ("join", "{% set s = ([ns.s] * 40)|join %}"),
+            ("str.join", "{% set s = ''.join([ns.s] * 40) %}"),
+            ("string of a list", "{% set s = ([ns.s] * 40)|string %}"),
+            ("tojson of a list", "{% set s = ([ns.s] * 40)|tojson %}"),
+            ("pprint of a list", "{% set s = ([ns.s] * 40)|pprint %}"),
+            ("format width", "{% set s = '%50000000s'|format('x') %}"),
+            ("str.format width", "{% set s = '{:>50000000}'.format('x') %}"),
+            ("split", "{% set l = ns.s|split('x') %}"),
+            ("list of characters", "{% set l = ns.s|list %}"),
+            ("batch fill", "{% set l = [1]|batch(5000000, 0) %}"),
+            (
+                "macro doubling",
+                "{% macro d(x) %}{{ x }}{{ x }}{% endmacro %}{% for i in range(7) %}{% set ns.s = d(ns.s) %}{% endfor %}",
+            ),
+            ("text in a capture", &text_in_a_capture),
+            ("copies kept alive", "{% for i in range(80) %}{% set ns.l = ns.l + [ns.s|upper] %}{% endfor %}"),
+            ("slices kept alive", "{% for i in range(80) %}{% set ns.l = ns.l + [ns.s[1:]] %}{% endfor %}"),
+            ("a list looked for in a string", "{{ ([ns.s] * 40) in 'x' }}"),
+            ("a list tested as a string", "{{ ([ns.s] * 40) is startingwith 'x' }}"),
+        ];
+        for (name, attack) in attacks {
+            let rendered = render(&format!("{start}{attack}")).map(|s| s.len());
+            assert!(matches!(rendered, Err(ChatError::MemoryLimit)), "{name}: {rendered:?}");
+        }
+    }
+
+    #[test]
+    fn the_budget_is_per_rendering_and_real_work_fits_it() {
+        let source = "{% set ns = namespace(s='x' * 10000000) %}{% for i in range(4) %}{% set ns.t = ns.s ~ i %}{% endfor %}{{ ns.t|length }}";
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        for _ in 0..3 {
+            assert_eq!(t.render(&[], false).unwrap(), "10000001");
+        }
+    }
+
+    /// Appending 40 pieces of 300 kB makes strings of 246 MB in all, of which the last
+    /// version (12 MB) is held.
+    #[test]
+    fn a_prompt_built_by_appending_is_charged_what_it_holds() {
+        let source = "{% set ns = namespace(out='') %}{% set piece = 'p' * 300000 %}\
+            {% for i in range(40) %}{% set ns.out = ns.out ~ piece %}{% endfor %}{{ ns.out|length }}";
+        assert_eq!(render(source).unwrap(), "12000000");
+    }
+
+    #[test]
+    fn reserved_names_and_autoescape_are_refused() {
+        for source in ["{{ __pagoda_op('~', 'a', 'b') }}", "{% autoescape true %}x{% endautoescape %}"] {
+            assert!(matches!(ChatTemplate::new(source, "", ""), Err(ChatError::Syntax(_))), "{source}");
+        }
     }
 
     #[test]

@@ -26,18 +26,22 @@ pub struct ServerLimits {
 
 impl Default for ServerLimits {
     fn default() -> Self {
-        Self {
-            max_body_bytes: 4 << 20,
-            max_sequences: 256,
-            max_requested_tokens: 1 << 20,
-            max_stop_strings: 64,
-            max_stop_string_bytes: 1024,
-            max_stop_token_ids: 1024,
-        }
+        Self::DEFAULT
     }
 }
 
 impl ServerLimits {
+    /// The limits `pagoda serve` starts with: a 4 MiB body, 256 sequences, 2^20 tokens,
+    /// 64 stop strings of at most 1 KiB, 1024 stop token ids.
+    pub const DEFAULT: Self = Self {
+        max_body_bytes: 4 << 20,
+        max_sequences: 256,
+        max_requested_tokens: 1 << 20,
+        max_stop_strings: 64,
+        max_stop_string_bytes: 1024,
+        max_stop_token_ids: 1024,
+    };
+
     /// A 400 when `num_prompts` prompts of `n` choices with `params` ask for too much.
     pub fn check(&self, num_prompts: usize, n: usize, params: &SamplingParams) -> Result<(), ApiError> {
         let sequences = num_prompts.saturating_mul(n);

@@ -17,8 +17,8 @@ use super::{mutate, seeds};
 
 /// Text the tokenizer targets encode and decode.
 const SAMPLE: &str = "Hello, world! <|im_start|>user\n123 naïve 日本 \u{1F600}<|im_end|>";
-/// Tokens worth splicing into chat templates.
-const JINJA: [&str; 14] = [
+/// Tokens worth splicing into chat templates (the last ones make values grow).
+const JINJA: [&str; 21] = [
     "{{",
     "}}",
     "{%",
@@ -33,6 +33,13 @@ const JINJA: [&str; 14] = [
     "loop.index",
     "| trim",
     "raise_exception('x')",
+    "{% set ns = namespace(s='x' * 1000000) %}",
+    "{% set ns.s = ns.s ~ ns.s %}",
+    "{% set ns.s = ns.s|replace('x', 'xx') %}",
+    "| indent(width=100000000)",
+    "| tojson(indent=100000000)",
+    "([ns.s] * 100)|join",
+    "{% set ns.s %}{{ ns.s }}{{ ns.s }}{% endset %}",
 ];
 
 /// One fuzz target.
