@@ -11,7 +11,7 @@ pub const PARAMS: u32 = 0;
 /// The binding slots of one kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelSlots {
-    /// The module of this file that holds them.
+    /// Name of the module of `shader::slots` that declares them.
     pub kernel: &'static str,
     /// Every slot but [`PARAMS`], with the name of the WGSL variable bound there.
     pub named: &'static [(&'static str, u32)],
