@@ -2,7 +2,7 @@
 // sequence b sits at position seq_lens[b] - (query_start_loc[b + 1] - t) and attends to keys
 // 0..=position through block_table[b]. Keys are walked one KV block at a time in ascending
 // order with an online softmax, so a query's result depends only on its own context.
-struct Params {
+struct AttentionParams {
     tokens: u32,
     heads: u32,
     kv_heads: u32,
@@ -10,23 +10,22 @@ struct Params {
     max_blocks: u32,
     num_seqs: u32,
     scale: f32,
-    pad: u32,
 }
 
 const HP: u32 = HD / 2u;
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> Q: array<f32>;
-@group(0) @binding(2) var<storage, read> K_CACHE: array<KvPair>;
-@group(0) @binding(3) var<storage, read> V_CACHE: array<KvPair>;
-@group(0) @binding(4) var<storage, read> BLOCK_TABLE: array<u32>;
-@group(0) @binding(5) var<storage, read> SEQ_LENS: array<u32>;
-@group(0) @binding(6) var<storage, read> QUERY_START: array<u32>;
-@group(0) @binding(7) var<storage, read_write> OUT: array<f32>;
+@group(0) @binding(SLOT_P) var<uniform> P: AttentionParams;
+@group(0) @binding(SLOT_Q) var<storage, read> Q: array<f32>;
+@group(0) @binding(SLOT_K_CACHE) var<storage, read> K_CACHE: array<KvPair>;
+@group(0) @binding(SLOT_V_CACHE) var<storage, read> V_CACHE: array<KvPair>;
+@group(0) @binding(SLOT_BLOCK_TABLE) var<storage, read> BLOCK_TABLE: array<u32>;
+@group(0) @binding(SLOT_SEQ_LENS) var<storage, read> SEQ_LENS: array<u32>;
+@group(0) @binding(SLOT_QUERY_START) var<storage, read> QUERY_START: array<u32>;
+@group(0) @binding(SLOT_OUT) var<storage, read_write> OUT: array<f32>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 64u + lid;
+    let i = (wid.y * nwg.x + wid.x) * WG + lid;
     if (i >= P.tokens * P.heads) {
         return;
     }

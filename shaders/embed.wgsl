@@ -1,19 +1,19 @@
 // y[t, k] = table[ids[t], k] for the ids that fall in this part of a row-split table.
-struct Params {
+struct EmbedParams {
     tokens: u32,
     d: u32,
     row0: u32,
     rows: u32,
 }
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> IDS: array<u32>;
-@group(0) @binding(2) var<storage, read> W: array<u32>;
-@group(0) @binding(3) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(SLOT_P) var<uniform> P: EmbedParams;
+@group(0) @binding(SLOT_IDS) var<storage, read> IDS: array<u32>;
+@group(0) @binding(SLOT_W) var<storage, read> W: array<u32>;
+@group(0) @binding(SLOT_OUT) var<storage, read_write> OUT: array<f32>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 64u + lid;
+    let i = (wid.y * nwg.x + wid.x) * WG + lid;
     if (i >= P.tokens * P.d) {
         return;
     }
@@ -21,5 +21,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (id < P.row0 || id >= P.row0 + P.rows) {
         return;
     }
-    Y[i] = w_elem((id - P.row0) * w_row_words(P.d), i % P.d);
+    OUT[i] = w_elem((id - P.row0) * w_row_words(P.d), i % P.d);
 }

@@ -1,20 +1,18 @@
 // y[m, n0 + n] = sum_k x[m, k] * w[n, k] for one part of a row-split weight.
 // Every output is one fma chain over k in ascending order, whatever the path and row tile.
-struct Params {
+struct LinearParams {
     m: u32,
     n_part: u32,
     k: u32,
     ldy: u32,
     n0: u32,
     nx: u32,
-    pad0: u32,
-    pad1: u32,
 }
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> X: array<f32>;
-@group(0) @binding(2) var<storage, read> W: array<u32>;
-@group(0) @binding(3) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(SLOT_P) var<uniform> P: LinearParams;
+@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;
+@group(0) @binding(SLOT_W) var<storage, read> W: array<u32>;
+@group(0) @binding(SLOT_Y) var<storage, read_write> Y: array<f32>;
 
 fn dot8(x: W8, w: W8, acc: f32) -> f32 {
     var s = fma(x.a.x, w.a.x, acc);

@@ -2,40 +2,41 @@
 // The loop walks whole blocks of 32 weights (a quantized block's scale and words read once),
 // then the remaining groups of 8 and single weights; each output's fma chain stays
 // k-ascending, so its bits are those of a plain k loop whatever TM and TN are. Each activation
-// load serves TN columns and each weight load TM rows. Lines marked ROWS_* / COLS_* are
+// load serves TN columns and each weight load TM rows. Lines starting with ROWS / COLS are
 // repeated by the composer for rows 0..TM (`_R`, `RR` become the row number) and columns
-// 0..TN (`_C`, `CC` become the column number), so accumulators are plain registers.
+// 0..TN (`_C`, `CC` become the column number), so accumulators are plain registers (see the
+// docs of src/gpu/shader.rs).
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 LANE_ARG) {
     LANE_LET
     let n = (wid.x * WG + lid) * TN;
     let m0 = wid.y * TM;
     let row_words = w_row_words(P.k);
-    COLS_DECL let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
-    ROWS_DECL let xr_R = x_row(m0, RRu);
-    ROWS_ACC COLS_ACC var acc_R_C = 0.0;
+    COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
+    ROWS let xr_R = x_row(m0, RRu);
+    ROWS COLS var acc_R_C = 0.0;
     let blocks = P.k / 32u;
     for (var b = 0u; b < blocks; b++) {
-        COLS_BLOCK let w_C = w_block(rb_C, b);
-        ROWS_X0 let x_R = load_x8(xr_R + 32u * b, lane);
-        ROWS_G0 COLS_G0 acc_R_C = dot8(x_R, w_C.g0, acc_R_C);
-        ROWS_X1 let y_R = load_x8(xr_R + 32u * b + 8u, lane);
-        ROWS_G1 COLS_G1 acc_R_C = dot8(y_R, w_C.g1, acc_R_C);
-        ROWS_X2 let z_R = load_x8(xr_R + 32u * b + 16u, lane);
-        ROWS_G2 COLS_G2 acc_R_C = dot8(z_R, w_C.g2, acc_R_C);
-        ROWS_X3 let v_R = load_x8(xr_R + 32u * b + 24u, lane);
-        ROWS_G3 COLS_G3 acc_R_C = dot8(v_R, w_C.g3, acc_R_C);
+        COLS let w_C = w_block(rb_C, b);
+        ROWS let x_R = load_x8(xr_R + 32u * b, lane);
+        ROWS COLS acc_R_C = dot8(x_R, w_C.g0, acc_R_C);
+        ROWS let y_R = load_x8(xr_R + 32u * b + 8u, lane);
+        ROWS COLS acc_R_C = dot8(y_R, w_C.g1, acc_R_C);
+        ROWS let z_R = load_x8(xr_R + 32u * b + 16u, lane);
+        ROWS COLS acc_R_C = dot8(z_R, w_C.g2, acc_R_C);
+        ROWS let v_R = load_x8(xr_R + 32u * b + 24u, lane);
+        ROWS COLS acc_R_C = dot8(v_R, w_C.g3, acc_R_C);
     }
     let groups = P.k / 8u;
     for (var g = blocks * 4u; g < groups; g++) {
-        COLS_GROUP let w_C = w_group(rb_C, g);
-        ROWS_GROUP let x_R = load_x8(xr_R + 8u * g, lane);
-        ROWS_GDOT COLS_GDOT acc_R_C = dot8(x_R, w_C, acc_R_C);
+        COLS let w_C = w_group(rb_C, g);
+        ROWS let x_R = load_x8(xr_R + 8u * g, lane);
+        ROWS COLS acc_R_C = dot8(x_R, w_C, acc_R_C);
     }
     for (var k = groups * 8u; k < P.k; k++) {
-        COLS_TAIL let w_C = w_elem(rb_C, k);
-        ROWS_TAIL let x_R = X[xr_R + k];
-        ROWS_TDOT COLS_TDOT acc_R_C = fma(x_R, w_C, acc_R_C);
+        COLS let w_C = w_elem(rb_C, k);
+        ROWS let x_R = X[xr_R + k];
+        ROWS COLS acc_R_C = fma(x_R, w_C, acc_R_C);
     }
-    ROWS_STORE COLS_STORE if (m0 + RRu < P.m && n + CCu < P.n_part) { Y[(m0 + RRu) * P.ldy + P.n0 + n + CCu] = acc_R_C; }
+    ROWS COLS if (m0 + RRu < P.m && n + CCu < P.n_part) { Y[(m0 + RRu) * P.ldy + P.n0 + n + CCu] = acc_R_C; }
 }

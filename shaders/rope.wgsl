@@ -1,20 +1,20 @@
 // Rotary position embedding in place on x[t, head, hd]. Pair p of a head is (2p, 2p + 1) in the
-// interleaved mode and (p, p + hd / 2) in the half-split mode; its angle is pos[t] * inv_freq[p].
-struct Params {
+// interleaved mode and (p, p + hd / 2) in the half-split mode; its angle is positions[t] * inv_freq[p].
+struct RopeParams {
     tokens: u32,
     heads: u32,
     hd: u32,
     half_split: u32,
 }
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> X: array<f32>;
-@group(0) @binding(2) var<storage, read> POS: array<u32>;
-@group(0) @binding(3) var<storage, read> INV_FREQ: array<f32>;
+@group(0) @binding(SLOT_P) var<uniform> P: RopeParams;
+@group(0) @binding(SLOT_X) var<storage, read_write> X: array<f32>;
+@group(0) @binding(SLOT_POSITIONS) var<storage, read> POSITIONS: array<u32>;
+@group(0) @binding(SLOT_INV_FREQ) var<storage, read> INV_FREQ: array<f32>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 64u + lid;
+    let i = (wid.y * nwg.x + wid.x) * WG + lid;
     let half = P.hd / 2u;
     if (i >= P.tokens * P.heads * half) {
         return;
@@ -29,7 +29,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         i0 = base + p;
         i1 = i0 + half;
     }
-    let angle = f32(POS[tok]) * INV_FREQ[p];
+    let angle = f32(POSITIONS[tok]) * INV_FREQ[p];
     let c = cos(angle);
     let s = sin(angle);
     let x0 = X[i0];

@@ -1,28 +1,27 @@
 // The k largest values of each row of logits [rows, v], largest first, ties to the lower index;
 // NaN is never chosen. One workgroup per row runs k rounds; round r finds the best element
-// ordered after the one round r - 1 chose, with a fixed tree over the 256 invocations.
-struct Params {
+// ordered after the one round r - 1 chose, with a fixed tree over the WG invocations.
+struct TopKParams {
     rows: u32,
     v: u32,
     k: u32,
-    pad: u32,
 }
 
 const NONE: u32 = 0xffffffffu;
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> L: array<f32>;
-@group(0) @binding(2) var<storage, read_write> OUT_V: array<f32>;
-@group(0) @binding(3) var<storage, read_write> OUT_I: array<u32>;
+@group(0) @binding(SLOT_P) var<uniform> P: TopKParams;
+@group(0) @binding(SLOT_LOGITS) var<storage, read> LOGITS: array<f32>;
+@group(0) @binding(SLOT_VALUES) var<storage, read_write> VALUES: array<f32>;
+@group(0) @binding(SLOT_IDS) var<storage, read_write> IDS: array<u32>;
 
-var<workgroup> best_v: array<f32, 256>;
-var<workgroup> best_i: array<u32, 256>;
+var<workgroup> best_v: array<f32, WG>;
+var<workgroup> best_i: array<u32, WG>;
 
 fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return i != NONE && (bi == NONE || v > bv || (v == bv && i < bi));
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let row = wid.y * nwg.x + wid.x;
     let base = min(row, P.rows - 1u) * P.v;
@@ -31,8 +30,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var r = 0u; r < P.k; r++) {
         var bv = 0.0;
         var bi = NONE;
-        for (var i = t; i < P.v; i += 256u) {
-            let x = L[base + i];
+        for (var i = t; i < P.v; i += WG) {
+            let x = LOGITS[base + i];
             let after_prev = pi == NONE || x < pv || (x == pv && i > pi);
             if (x == x && after_prev && better(x, i, bv, bi)) {
                 bv = x;
@@ -41,7 +40,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         best_v[t] = bv;
         best_i[t] = bi;
-        for (var s = 128u; s > 0u; s >>= 1u) {
+        for (var s = WG / 2u; s > 0u; s >>= 1u) {
             workgroupBarrier();
             if (t < s && better(best_v[t + s], best_i[t + s], best_v[t], best_i[t])) {
                 best_v[t] = best_v[t + s];
@@ -52,8 +51,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         pv = best_v[0];
         pi = best_i[0];
         if (t == 0u && row < P.rows) {
-            OUT_V[row * P.k + r] = pv;
-            OUT_I[row * P.k + r] = pi;
+            VALUES[row * P.k + r] = pv;
+            IDS[row * P.k + r] = pi;
         }
         workgroupBarrier();
     }

@@ -3,7 +3,12 @@
 
 use super::GpuError;
 use super::kv_cache::KvCache;
-use super::shader::{KernelVariant, LINEAR_SEQ_COLS, LINEAR_SEQ_WG, LinearPath};
+use super::shader::params::{
+    AttentionParams, ElementwiseParams, EmbedParams, LinearParams, ReshapeAndCacheParams, RmsNormParams,
+    RopeParams, TopKParams,
+};
+use super::shader::slots;
+use super::shader::{KernelVariant, LINEAR_SEQ_COLS, LinearPath};
 use super::step::{Binding, Step};
 use super::tensor::{Elem, Tensor};
 use super::weights::Weight;
@@ -33,12 +38,6 @@ const PREFILL_ROWS_TILE: u32 = 4;
 /// Below this many rows the decode row tile (1) is used.
 pub const PREFILL_MIN_ROWS: usize = 4;
 
-fn words(values: &[u32]) -> [u32; 8] {
-    let mut out = [0u32; 8];
-    out[..values.len()].copy_from_slice(values);
-    out
-}
-
 fn u(n: usize) -> u32 {
     n as u32
 }
@@ -59,10 +58,15 @@ impl Step<'_> {
         out.expect("embed out", Elem::F32, &[t, table.cols()])?;
         let variant = KernelVariant::Embed { dtype: table.dtype() };
         for part in &table.parts {
-            let params = words(&[u(t), u(table.cols()), u(part.row0), u(part.rows)]);
-            let grid = self.grid_1d(t * table.cols(), 64);
-            let bindings = vec![Binding::tensor(ids), Binding::buffer(&part.buffer), Binding::tensor(out)];
-            self.dispatch(variant, params, bindings, grid)?;
+            let params =
+                EmbedParams { tokens: u(t), d: u(table.cols()), row0: u(part.row0), rows: u(part.rows) };
+            let grid = self.grid_1d(variant, t * table.cols());
+            let bindings = vec![
+                Binding::tensor(slots::embed::IDS, ids),
+                Binding::buffer(slots::embed::W, &part.buffer),
+                Binding::tensor(slots::embed::OUT, out),
+            ];
+            self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())
     }
@@ -72,14 +76,14 @@ impl Step<'_> {
         let (rows, d) = dims2(x, "rms_norm x")?;
         weight.expect("rms_norm weight", Elem::F32, &[d])?;
         out.expect("rms_norm out", Elem::F32, &[rows, d])?;
-        let params = words(&[u(rows), u(d), eps.to_bits()]);
+        let params = RmsNormParams { rows: u(rows), d: u(d), eps };
         let grid = self.grid_groups(rows);
-        self.dispatch(
-            KernelVariant::RmsNorm,
-            params,
-            vec![Binding::tensor(x), Binding::tensor(weight), Binding::tensor(out)],
-            grid,
-        )
+        let bindings = vec![
+            Binding::tensor(slots::rms_norm::X, x),
+            Binding::tensor(slots::rms_norm::WEIGHT, weight),
+            Binding::tensor(slots::rms_norm::OUT, out),
+        ];
+        self.dispatch(KernelVariant::RmsNorm, &params, bindings, grid)
     }
 
     /// Rotates `x: f32 [T, heads * head_dim]` in place by `positions: u32 [T]` with
@@ -101,14 +105,19 @@ impl Step<'_> {
         let hd = width / heads;
         positions.expect("rope positions", Elem::U32, &[t])?;
         inv_freq.expect("rope inv_freq", Elem::F32, &[hd / 2])?;
-        let params = words(&[u(t), u(heads), u(hd), u32::from(mode == RopeMode::HalfSplit)]);
-        let grid = self.grid_1d(t * width / 2, 64);
-        self.dispatch(
-            KernelVariant::Rope,
-            params,
-            vec![Binding::tensor(x), Binding::tensor(positions), Binding::tensor(inv_freq)],
-            grid,
-        )
+        let params = RopeParams {
+            tokens: u(t),
+            heads: u(heads),
+            hd: u(hd),
+            half_split: u32::from(mode == RopeMode::HalfSplit),
+        };
+        let grid = self.grid_1d(KernelVariant::Rope, t * width / 2);
+        let bindings = vec![
+            Binding::tensor(slots::rope::X, x),
+            Binding::tensor(slots::rope::POSITIONS, positions),
+            Binding::tensor(slots::rope::INV_FREQ, inv_freq),
+        ];
+        self.dispatch(KernelVariant::Rope, &params, bindings, grid)
     }
 
     /// `out = x · wᵀ` for `x: f32 [M, K]`, `w: [N, K]` of any weight type, `out: f32 [M, N]`.
@@ -133,7 +142,7 @@ impl Step<'_> {
         for part in &w.parts {
             let (grid, nx) = match path {
                 LinearPath::Sequential { .. } => {
-                    let per_group = (LINEAR_SEQ_WG * LINEAR_SEQ_COLS) as usize;
+                    let per_group = (variant.workgroup_size() * LINEAR_SEQ_COLS) as usize;
                     ([u(part.rows.div_ceil(per_group)), u(row_groups), 1], 0)
                 }
                 LinearPath::KSplit => {
@@ -141,9 +150,20 @@ impl Step<'_> {
                     ([u(nx), u(row_groups), u(part.rows.div_ceil(nx))], nx)
                 }
             };
-            let params = words(&[u(m), u(part.rows), u(k), u(w.rows()), u(part.row0), u(nx)]);
-            let bindings = vec![Binding::tensor(x), Binding::buffer(&part.buffer), Binding::tensor(out)];
-            self.dispatch(variant, params, bindings, grid)?;
+            let params = LinearParams {
+                m: u(m),
+                n_part: u(part.rows),
+                k: u(k),
+                ldy: u(w.rows()),
+                n0: u(part.row0),
+                nx: u(nx),
+            };
+            let bindings = vec![
+                Binding::tensor(slots::linear::X, x),
+                Binding::buffer(slots::linear::W, &part.buffer),
+                Binding::tensor(slots::linear::Y, out),
+            ];
+            self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())
     }
@@ -153,26 +173,23 @@ impl Step<'_> {
         up.expect("silu_mul up", Elem::F32, gate.shape())?;
         out.expect("silu_mul out", Elem::F32, gate.shape())?;
         let n = gate.len();
-        let grid = self.grid_1d(n, 64);
-        self.dispatch(
-            KernelVariant::SiluMul,
-            words(&[u(n), 1]),
-            vec![Binding::tensor(gate), Binding::tensor(up), Binding::tensor(out)],
-            grid,
-        )
+        let grid = self.grid_1d(KernelVariant::SiluMul, n);
+        let bindings = vec![
+            Binding::tensor(slots::silu_mul::GATE, gate),
+            Binding::tensor(slots::silu_mul::UP, up),
+            Binding::tensor(slots::silu_mul::OUT, out),
+        ];
+        self.dispatch(KernelVariant::SiluMul, &ElementwiseParams { n: u(n), d: 1 }, bindings, grid)
     }
 
     /// `x += y` elementwise (the residual add); both f32 of the same shape.
     pub fn add_in_place(&mut self, x: &Tensor, y: &Tensor) -> Result<(), GpuError> {
         x.expect("add x", Elem::F32, y.shape())?;
         let n = x.len();
-        let grid = self.grid_1d(n, 64);
-        self.dispatch(
-            KernelVariant::AddInPlace,
-            words(&[u(n), 1]),
-            vec![Binding::tensor(x), Binding::tensor(y)],
-            grid,
-        )
+        let grid = self.grid_1d(KernelVariant::AddInPlace, n);
+        let bindings =
+            vec![Binding::tensor(slots::add_in_place::X, x), Binding::tensor(slots::add_in_place::Y, y)];
+        self.dispatch(KernelVariant::AddInPlace, &ElementwiseParams { n: u(n), d: 1 }, bindings, grid)
     }
 
     /// `x[r, :] += bias` for `x: f32 [R, N]`, `bias: f32 [N]` (Qwen2's q/k/v biases).
@@ -180,13 +197,10 @@ impl Step<'_> {
         let (_, d) = dims2(x, "add_bias x")?;
         bias.expect("add_bias bias", Elem::F32, &[d])?;
         let n = x.len();
-        let grid = self.grid_1d(n, 64);
-        self.dispatch(
-            KernelVariant::AddBias,
-            words(&[u(n), u(d)]),
-            vec![Binding::tensor(x), Binding::tensor(bias)],
-            grid,
-        )
+        let grid = self.grid_1d(KernelVariant::AddBias, n);
+        let bindings =
+            vec![Binding::tensor(slots::add_bias::X, x), Binding::tensor(slots::add_bias::BIAS, bias)];
+        self.dispatch(KernelVariant::AddBias, &ElementwiseParams { n: u(n), d: u(d) }, bindings, grid)
     }
 
     /// `out[r, :] = src[indices[r], :]` for `src: f32 [T, D]`, `indices: u32 [R]`, `out: [R, D]`
@@ -197,9 +211,13 @@ impl Step<'_> {
         indices.expect("gather_rows indices", Elem::U32, &[r])?;
         out.expect("gather_rows out", Elem::F32, &[r, d])?;
         let n = r * d;
-        let grid = self.grid_1d(n, 64);
-        let bindings = vec![Binding::tensor(src), Binding::tensor(indices), Binding::tensor(out)];
-        self.dispatch(KernelVariant::GatherRows, words(&[u(n), u(d)]), bindings, grid)
+        let grid = self.grid_1d(KernelVariant::GatherRows, n);
+        let bindings = vec![
+            Binding::tensor(slots::gather_rows::SRC, src),
+            Binding::tensor(slots::gather_rows::INDICES, indices),
+            Binding::tensor(slots::gather_rows::OUT, out),
+        ];
+        self.dispatch(KernelVariant::GatherRows, &ElementwiseParams { n: u(n), d: u(d) }, bindings, grid)
     }
 
     /// Writes `k`, `v: f32 [T, kv_heads * head_dim]` into layer `layer` of `cache` at
@@ -220,20 +238,17 @@ impl Step<'_> {
         let (kc, vc) =
             cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
         let row_pairs = s.num_kv_heads * s.head_dim / 2;
-        let grid = self.grid_1d(t * row_pairs, 64);
+        let variant = KernelVariant::ReshapeAndCache { kv: cache.format() };
+        let grid = self.grid_1d(variant, t * row_pairs);
         let bindings = vec![
-            Binding::tensor(k),
-            Binding::tensor(v),
-            Binding::tensor(slot_mapping),
-            Binding::buffer(kc),
-            Binding::buffer(vc),
+            Binding::tensor(slots::reshape_and_cache::K_NEW, k),
+            Binding::tensor(slots::reshape_and_cache::V_NEW, v),
+            Binding::tensor(slots::reshape_and_cache::SLOT_MAPPING, slot_mapping),
+            Binding::buffer(slots::reshape_and_cache::K_CACHE, kc),
+            Binding::buffer(slots::reshape_and_cache::V_CACHE, vc),
         ];
-        self.dispatch(
-            KernelVariant::ReshapeAndCache { kv: cache.format() },
-            words(&[u(t), u(row_pairs)]),
-            bindings,
-            grid,
-        )
+        let params = ReshapeAndCacheParams { tokens: u(t), row_pairs: u(row_pairs) };
+        self.dispatch(variant, &params, bindings, grid)
     }
 
     /// Paged attention: `out, q: f32 [T, heads * head_dim]` over layer `layer` of `cache` for the
@@ -271,27 +286,27 @@ impl Step<'_> {
         let (kc, vc) =
             cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
         let scale = 1.0 / (s.head_dim as f32).sqrt();
-        let params = words(&[
-            u(t),
-            u(heads),
-            u(s.num_kv_heads),
-            u(s.block_size),
-            u(max_blocks),
-            u(b),
-            scale.to_bits(),
-        ]);
-        let grid = self.grid_1d(t * heads, 64);
-        let bindings = vec![
-            Binding::tensor(q),
-            Binding::buffer(kc),
-            Binding::buffer(vc),
-            Binding::tensor(&batch.block_table),
-            Binding::tensor(&batch.seq_lens),
-            Binding::tensor(&batch.query_start_loc),
-            Binding::tensor(out),
-        ];
+        let params = AttentionParams {
+            tokens: u(t),
+            heads: u(heads),
+            kv_heads: u(s.num_kv_heads),
+            block_size: u(s.block_size),
+            max_blocks: u(max_blocks),
+            num_seqs: u(b),
+            scale,
+        };
         let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim) };
-        self.dispatch(variant, params, bindings, grid)
+        let grid = self.grid_1d(variant, t * heads);
+        let bindings = vec![
+            Binding::tensor(slots::attention::Q, q),
+            Binding::buffer(slots::attention::K_CACHE, kc),
+            Binding::buffer(slots::attention::V_CACHE, vc),
+            Binding::tensor(slots::attention::BLOCK_TABLE, &batch.block_table),
+            Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
+            Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
+            Binding::tensor(slots::attention::OUT, out),
+        ];
+        self.dispatch(variant, &params, bindings, grid)
     }
 
     /// The `k` largest logits of each row of `logits: f32 [R, V]`, largest first with ties to
@@ -310,8 +325,12 @@ impl Step<'_> {
         values.expect("top_k values", Elem::F32, &[rows, k])?;
         ids.expect("top_k ids", Elem::U32, &[rows, k])?;
         let grid = self.grid_groups(rows);
-        let bindings = vec![Binding::tensor(logits), Binding::tensor(values), Binding::tensor(ids)];
-        self.dispatch(KernelVariant::TopK, words(&[u(rows), u(v), u(k)]), bindings, grid)
+        let bindings = vec![
+            Binding::tensor(slots::top_k::LOGITS, logits),
+            Binding::tensor(slots::top_k::VALUES, values),
+            Binding::tensor(slots::top_k::IDS, ids),
+        ];
+        self.dispatch(KernelVariant::TopK, &TopKParams { rows: u(rows), v: u(v), k: u(k) }, bindings, grid)
     }
 
     /// The index of the largest logit of each row (ties to the lower index) into `ids: u32 [R, 1]`,

@@ -1,9 +1,73 @@
 //! Shader composition: the one place that turns a kernel variant into WGSL source.
 //!
 //! Every variant pagoda can run is a [`KernelVariant`]; [`KernelVariant::source`] composes its
-//! WGSL from the files in `shaders/` (a kernel body, a weight-format or KV-format snippet, and
-//! the constants of the variant). The runtime builds pipelines from it and
-//! `tests/shader_portability.rs` validates and translates every entry of [`all_variants`].
+//! WGSL from the files in `shaders/` (a kernel body, a weight-format or KV-format snippet) after
+//! a header of constants injected from Rust. The runtime builds pipelines from it,
+//! `tests/shader_portability.rs` validates and translates every entry of [`all_variants`], and
+//! `tests/shader_contract.rs` checks each one against its Rust side.
+//!
+//! # The contract between a kernel and its caller
+//!
+//! - **Parameters.** Each kernel reads one uniform `P` whose struct is declared in its WGSL file
+//!   and, with the same name and fields in the same order, in [`params`] (e.g.
+//!   [`params::RmsNormParams`]). [`KernelVariant::params`] says which one a variant takes.
+//! - **Binding slots.** Each kernel's slots are constants in [`slots`], one module a kernel,
+//!   named after the WGSL variable bound there. The composer injects each as `SLOT_<NAME>` and
+//!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
+//! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
+//!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_SEQ_WG`]) is injected as `WG`, which the shader
+//!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
+//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM` and `TN` (linear).
+//!
+//! Every composed shader starts with a comment naming its files, then its injected constants,
+//! each with the Rust item it comes from, e.g. for RMSNorm:
+//!
+//! ```text
+//! // Kernel `rms_norm`, composed by pagoda's src/gpu/shader.rs: the constants below, each
+//! // injected from the Rust item named in its comment, then these files of shaders/:
+//! // rms_norm.wgsl.
+//! const WG: u32 = 64u; // shader::WORKGROUP_SIZE
+//! const SLOT_P: u32 = 0u; // shader::slots::PARAMS
+//! const SLOT_X: u32 = 1u; // shader::slots::rms_norm::X
+//! ...
+//! ```
+//!
+//! # Row and column markers of the linear kernels
+//!
+//! The linear kernels keep one accumulator per (row, column) of their tile in plain registers.
+//! A line whose first word is `ROWS` is repeated for rows `0..TM`, with `RR` and the identifier
+//! suffix `_R` replaced by the row number; a line (or repeated row) whose first word is `COLS`
+//! is repeated likewise for columns `0..TN` (`CC`, `_C`). With `TM = 2` and `TN = 2`,
+//!
+//! ```text
+//! ROWS let xr_R = x_row(m0, RRu);
+//! ROWS COLS var acc_R_C = 0.0;
+//! ```
+//!
+//! becomes
+//!
+//! ```text
+//! let xr_0 = x_row(m0, 0u);
+//! let xr_1 = x_row(m0, 1u);
+//! var acc_0_0 = 0.0;
+//! var acc_0_1 = 0.0;
+//! var acc_1_0 = 0.0;
+//! var acc_1_1 = 0.0;
+//! ```
+//!
+//! The sequential linear kernel also has `LANE_ARG` (the subgroup lane builtin, or nothing) and
+//! `LANE_LET` (nothing, or `let lane = 0u;`), replaced as its activation loads need.
+
+mod compose;
+pub mod params;
+pub mod slots;
+mod unroll;
+
+use params::{
+    AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, ParamsLayout,
+    ReshapeAndCacheParams, RmsNormParams, RopeParams, TopKParams,
+};
+use slots::KernelSlots;
 
 use crate::dtype::DType;
 
@@ -42,14 +106,6 @@ impl KvFormat {
         }
     }
 
-    fn snippet(self) -> &'static str {
-        match self {
-            Self::F32 => include_str!("../../shaders/kv_f32.wgsl"),
-            Self::F16Packed => include_str!("../../shaders/kv_f16_packed.wgsl"),
-            Self::F16Native => include_str!("../../shaders/kv_f16_native.wgsl"),
-        }
-    }
-
     fn name(self) -> &'static str {
         match self {
             Self::F32 => "f32",
@@ -59,6 +115,12 @@ impl KvFormat {
     }
 }
 
+/// Invocations per workgroup of every kernel but top-k and linear: the elementwise kernels,
+/// embedding, RoPE, reshape_and_cache and attention (one invocation per output) and RMSNorm
+/// (one workgroup per row).
+pub const WORKGROUP_SIZE: u32 = 64;
+/// Invocations per workgroup of top-k (one workgroup per row).
+pub const TOP_K_WG: u32 = 256;
 /// Invocations per workgroup of the K-split linear kernels.
 pub const LINEAR_WG: u32 = 64;
 /// Invocations per workgroup of the sequential linear kernels (small, so that decode-sized
@@ -135,37 +197,6 @@ pub enum KernelVariant {
     },
 }
 
-/// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
-/// after the shared pieces the format uses: `w8.wgsl` (the W8/W32 types), `wbits.wgsl` (bit
-/// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl`
-/// (the IQ4 table), and
-/// `wblock_groups.wgsl` (a block as four groups) for formats without a `w_block` of their own.
-fn weight_snippet(dtype: DType) -> String {
-    let w8 = include_str!("../../shaders/w8.wgsl");
-    let groups = include_str!("../../shaders/wblock_groups.wgsl");
-    let bits = include_str!("../../shaders/wbits.wgsl");
-    let k_scales = include_str!("../../shaders/wk_scales.wgsl");
-    let iq4 = include_str!("../../shaders/wiq4.wgsl");
-    let parts: &[&str] = match dtype {
-        DType::F32 => &[w8, include_str!("../../shaders/wfmt_f32.wgsl"), groups],
-        DType::F16 => &[w8, include_str!("../../shaders/wfmt_f16.wgsl"), groups],
-        DType::BF16 => &[w8, include_str!("../../shaders/wfmt_bf16.wgsl"), groups],
-        DType::Q8_0 => &[w8, include_str!("../../shaders/wfmt_q8_0.wgsl")],
-        DType::Q4_0 => &[w8, bits, include_str!("../../shaders/wfmt_q4_0.wgsl")],
-        DType::Q4_1 => &[w8, bits, include_str!("../../shaders/wfmt_q4_1.wgsl")],
-        DType::Q5_0 => &[w8, bits, include_str!("../../shaders/wfmt_q5_0.wgsl")],
-        DType::Q5_1 => &[w8, bits, include_str!("../../shaders/wfmt_q5_1.wgsl")],
-        DType::IQ4NL => &[w8, bits, iq4, include_str!("../../shaders/wfmt_iq4_nl.wgsl")],
-        DType::Q4K => &[w8, bits, k_scales, include_str!("../../shaders/wfmt_q4_k.wgsl")],
-        DType::Q5K => &[w8, bits, k_scales, include_str!("../../shaders/wfmt_q5_k.wgsl")],
-        DType::Q6K => &[w8, bits, include_str!("../../shaders/wfmt_q6_k.wgsl"), groups],
-        DType::Q2K => &[w8, bits, include_str!("../../shaders/wfmt_q2_k.wgsl"), groups],
-        DType::Q3K => &[w8, bits, include_str!("../../shaders/wfmt_q3_k.wgsl"), groups],
-        DType::IQ4XS => &[w8, bits, iq4, include_str!("../../shaders/wfmt_iq4_xs.wgsl"), groups],
-    };
-    parts.concat()
-}
-
 impl KernelVariant {
     /// True when the variant needs the SHADER_F16 feature.
     pub fn needs_f16(&self) -> bool {
@@ -205,104 +236,50 @@ impl KernelVariant {
         }
     }
 
-    /// The complete WGSL module of this variant.
-    pub fn source(&self) -> String {
-        let mut src = String::new();
-        if self.needs_f16() {
-            src.push_str("enable f16;\n\n");
-        }
-        match *self {
-            Self::Embed { dtype } => {
-                src.push_str(include_str!("../../shaders/embed.wgsl"));
-                src.push_str(&weight_snippet(dtype));
-            }
-            Self::RmsNorm => src.push_str(include_str!("../../shaders/rms_norm.wgsl")),
-            Self::Rope => src.push_str(include_str!("../../shaders/rope.wgsl")),
-            Self::SiluMul | Self::AddInPlace | Self::AddBias | Self::GatherRows => {
-                src.push_str(include_str!("../../shaders/elementwise.wgsl"));
-                src.push_str(match self {
-                    Self::SiluMul => include_str!("../../shaders/silu_mul.wgsl"),
-                    Self::AddInPlace => include_str!("../../shaders/add_in_place.wgsl"),
-                    Self::AddBias => include_str!("../../shaders/add_bias.wgsl"),
-                    _ => include_str!("../../shaders/gather_rows.wgsl"),
-                });
-            }
-            Self::TopK => src.push_str(include_str!("../../shaders/top_k.wgsl")),
-            Self::Linear { dtype, path, rows_tile } => {
-                let (wg, cols) = match path {
-                    LinearPath::Sequential { .. } => (LINEAR_SEQ_WG, LINEAR_SEQ_COLS),
-                    LinearPath::KSplit => (LINEAR_WG, 1),
-                };
-                src.push_str(&format!(
-                    "const WG: u32 = {wg}u;\nconst TM: u32 = {rows_tile}u;\nconst TN: u32 = {cols}u;\n\n"
-                ));
-                src.push_str(include_str!("../../shaders/linear_common.wgsl"));
-                src.push_str(&weight_snippet(dtype));
-                match path {
-                    LinearPath::Sequential { subgroup } => {
-                        let (snippet, arg, lane) = match subgroup {
-                            Some(_) => (
-                                include_str!("../../shaders/xload_subgroup.wgsl"),
-                                ", @builtin(subgroup_invocation_id) lane: u32",
-                                "",
-                            ),
-                            None => (include_str!("../../shaders/xload_direct.wgsl"), "", "let lane = 0u;"),
-                        };
-                        src.push_str(snippet);
-                        src.push_str(
-                            &include_str!("../../shaders/linear_seq.wgsl")
-                                .replace(" LANE_ARG", arg)
-                                .replace("LANE_LET", lane),
-                        );
-                    }
-                    LinearPath::KSplit => src.push_str(include_str!("../../shaders/linear_ksplit.wgsl")),
-                }
-                src = unroll(&src, rows_tile, cols);
-            }
-            Self::ReshapeAndCache { kv } => {
-                src.push_str(kv.snippet());
-                src.push_str(include_str!("../../shaders/reshape_and_cache.wgsl"));
-            }
-            Self::Attention { kv, head_dim } => {
-                src.push_str(&format!(
-                    "const HD: u32 = {head_dim}u;\nconst MAX_BS: u32 = {MAX_BLOCK_SIZE}u;\n\n"
-                ));
-                src.push_str(kv.snippet());
-                src.push_str(include_str!("../../shaders/attention.wgsl"));
-            }
-        }
-        src
+    /// Invocations per workgroup, injected into the shader as `WG`.
+    pub fn workgroup_size(&self) -> u32 {
+        self.workgroup_constant().0
     }
-}
 
-/// Expands every line starting with a `ROWS_*` marker into one copy of the rest of the line per
-/// row `0..rows` (`RR` and the identifier suffix `_R` become the row number), and every line
-/// (or expanded row) starting with a `COLS_*` marker into one copy per column `0..cols` (`CC`
-/// and `_C` become the column number).
-fn unroll(src: &str, rows: u32, cols: u32) -> String {
-    let mut out = String::with_capacity(src.len() * 2);
-    for line in src.lines() {
-        let trimmed = line.trim_start();
-        let indent = &line[..line.len() - trimmed.len()];
-        for row_text in expand(trimmed, "ROWS_", "RR", "_R", rows) {
-            for text in expand(&row_text, "COLS_", "CC", "_C", cols) {
-                out.push_str(indent);
-                out.push_str(&text);
-                out.push('\n');
-            }
+    /// The workgroup size and the name of the constant it comes from.
+    fn workgroup_constant(&self) -> (u32, &'static str) {
+        match self {
+            Self::TopK => (TOP_K_WG, "TOP_K_WG"),
+            Self::Linear { path: LinearPath::Sequential { .. }, .. } => (LINEAR_SEQ_WG, "LINEAR_SEQ_WG"),
+            Self::Linear { path: LinearPath::KSplit, .. } => (LINEAR_WG, "LINEAR_WG"),
+            _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
-    out
-}
 
-/// `text` unchanged when it does not start with `marker`; otherwise one copy of the text after
-/// the marker's word per index `0..count`, with `number` and `suffix` replaced by the index.
-fn expand(text: &str, marker: &str, number: &str, suffix: &str, count: u32) -> Vec<String> {
-    match text.strip_prefix(marker).and_then(|rest| rest.split_once(' ')) {
-        Some((_, body)) => (0..count)
-            .map(|i| body.replace(number, &i.to_string()).replace(suffix, &format!("_{i}")))
-            .collect(),
-        None => vec![text.to_string()],
+    /// The layout of the parameter block the variant reads at [`slots::PARAMS`].
+    pub fn params(&self) -> ParamsLayout {
+        match self {
+            Self::Embed { .. } => EmbedParams::LAYOUT,
+            Self::RmsNorm => RmsNormParams::LAYOUT,
+            Self::Rope => RopeParams::LAYOUT,
+            Self::SiluMul | Self::AddInPlace | Self::AddBias | Self::GatherRows => ElementwiseParams::LAYOUT,
+            Self::TopK => TopKParams::LAYOUT,
+            Self::Linear { .. } => LinearParams::LAYOUT,
+            Self::ReshapeAndCache { .. } => ReshapeAndCacheParams::LAYOUT,
+            Self::Attention { .. } => AttentionParams::LAYOUT,
+        }
+    }
+
+    /// The variant's binding slots besides [`slots::PARAMS`].
+    pub fn slots(&self) -> KernelSlots {
+        match self {
+            Self::Embed { .. } => slots::embed::ALL,
+            Self::RmsNorm => slots::rms_norm::ALL,
+            Self::Rope => slots::rope::ALL,
+            Self::SiluMul => slots::silu_mul::ALL,
+            Self::AddInPlace => slots::add_in_place::ALL,
+            Self::AddBias => slots::add_bias::ALL,
+            Self::GatherRows => slots::gather_rows::ALL,
+            Self::TopK => slots::top_k::ALL,
+            Self::Linear { .. } => slots::linear::ALL,
+            Self::ReshapeAndCache { .. } => slots::reshape_and_cache::ALL,
+            Self::Attention { .. } => slots::attention::ALL,
+        }
     }
 }
 

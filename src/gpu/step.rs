@@ -6,28 +6,34 @@ use std::num::NonZeroU64;
 use super::GpuError;
 use super::context::{GpuContext, Kernel};
 use super::shader::KernelVariant;
+use super::shader::params::{KernelParams, PARAMS_BYTES};
+use super::shader::slots;
 use super::tensor::Tensor;
 
-/// Bytes of every kernel's uniform parameter block (8 words).
-const PARAM_BYTES: u64 = 32;
-
-/// A buffer range bound to one binding slot.
+/// A buffer bound to one binding slot of a kernel (one of the constants of [`slots`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Binding {
-    pub(crate) buffer: wgpu::Buffer,
-    pub(crate) size: u64,
+    slot: u32,
+    buffer: wgpu::Buffer,
+    size: u64,
 }
 
 impl Binding {
-    /// The whole of `t`'s elements.
-    pub(crate) fn tensor(t: &Tensor) -> Self {
-        Self { buffer: t.buffer.clone(), size: t.byte_len().max(4) }
+    /// The whole of `t`'s elements at `slot`.
+    pub(crate) fn tensor(slot: u32, t: &Tensor) -> Self {
+        Self { slot, buffer: t.buffer.clone(), size: t.byte_len().max(4) }
     }
 
-    /// The whole buffer.
-    pub(crate) fn buffer(buffer: &wgpu::Buffer) -> Self {
-        Self { buffer: buffer.clone(), size: buffer.size() }
+    /// The whole of `buffer` at `slot`.
+    pub(crate) fn buffer(slot: u32, buffer: &wgpu::Buffer) -> Self {
+        Self { slot, buffer: buffer.clone(), size: buffer.size() }
     }
+}
+
+/// A buffer range copied back to the CPU after the step.
+struct Readback {
+    buffer: wgpu::Buffer,
+    size: u64,
 }
 
 struct Dispatch {
@@ -46,7 +52,7 @@ pub struct Step<'a> {
     pub(crate) ctx: &'a GpuContext,
     dispatches: Vec<Dispatch>,
     params: Vec<u8>,
-    readbacks: Vec<Binding>,
+    readbacks: Vec<Readback>,
 }
 
 /// The readbacks of a submitted step.
@@ -80,29 +86,37 @@ impl GpuContext {
 }
 
 impl Step<'_> {
-    /// Records one dispatch of `variant` with parameter words `params` at binding 0 and
-    /// `bindings` at 1, 2, ...
-    pub(crate) fn dispatch(
+    /// Records one dispatch of `variant` with its parameter block `params` at
+    /// [`slots::PARAMS`] and `bindings` at their slots.
+    pub(crate) fn dispatch<P: KernelParams>(
         &mut self,
         variant: KernelVariant,
-        params: [u32; 8],
+        params: &P,
         bindings: Vec<Binding>,
         groups: [u32; 3],
     ) -> Result<(), GpuError> {
+        debug_assert_eq!(variant.params(), P::LAYOUT, "{} takes other parameters", variant.label());
+        debug_assert!(
+            bindings.iter().all(|b| variant.slots().named.iter().any(|&(_, slot)| slot == b.slot)),
+            "{} has no such binding slot",
+            variant.label()
+        );
         let kernel = self.ctx.kernel(variant)?;
         let align =
-            u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
+            u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(PARAMS_BYTES);
         let params_offset = (self.params.len() as u64).next_multiple_of(align);
         self.params.resize(params_offset as usize, 0);
-        self.params.extend_from_slice(bytemuck::cast_slice(&params));
+        self.params.extend_from_slice(bytemuck::bytes_of(params));
+        self.params.resize((params_offset + PARAMS_BYTES) as usize, 0);
         self.dispatches.push(Dispatch { kernel, params_offset, bindings, groups });
         Ok(())
     }
 
-    /// Workgroup counts covering `invocations` with `wg` per workgroup, folded into y when x
-    /// would exceed the per-dimension limit (kernels flatten with `wid.y * nwg.x + wid.x`).
-    pub(crate) fn grid_1d(&self, invocations: usize, wg: usize) -> [u32; 3] {
-        self.grid_groups(invocations.div_ceil(wg))
+    /// Workgroup counts covering `invocations` with the workgroup size `variant` is composed
+    /// with (its `WG`), folded into y when x would exceed the per-dimension limit (kernels
+    /// flatten with `wid.y * nwg.x + wid.x`).
+    pub(crate) fn grid_1d(&self, variant: KernelVariant, invocations: usize) -> [u32; 3] {
+        self.grid_groups(invocations.div_ceil(variant.workgroup_size() as usize))
     }
 
     /// Workgroup counts for `groups` workgroups, folded into y as `grid_1d` does.
@@ -114,7 +128,7 @@ impl Step<'_> {
 
     /// Copies `t` back to the CPU after this step's dispatches.
     pub fn read(&mut self, t: &Tensor) -> ReadbackId {
-        self.readbacks.push(Binding { buffer: t.buffer.clone(), size: t.byte_len() });
+        self.readbacks.push(Readback { buffer: t.buffer.clone(), size: t.byte_len() });
         ReadbackId(self.readbacks.len() - 1)
     }
 
@@ -144,15 +158,15 @@ impl Step<'_> {
                 .iter()
                 .map(|d| {
                     let mut entries = vec![wgpu::BindGroupEntry {
-                        binding: 0,
+                        binding: slots::PARAMS,
                         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                             buffer: &uniforms,
                             offset: d.params_offset,
-                            size: NonZeroU64::new(PARAM_BYTES),
+                            size: NonZeroU64::new(PARAMS_BYTES),
                         }),
                     }];
-                    entries.extend(d.bindings.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
+                    entries.extend(d.bindings.iter().map(|b| wgpu::BindGroupEntry {
+                        binding: b.slot,
                         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                             buffer: &b.buffer,
                             offset: 0,

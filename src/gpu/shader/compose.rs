@@ -1,0 +1,176 @@
+//! Composes a variant's WGSL: a header naming its files and its injected constants, then the
+//! files of `shaders/` in order.
+
+use super::unroll::unroll;
+use super::{KernelVariant, KvFormat, LINEAR_SEQ_COLS, LinearPath, MAX_BLOCK_SIZE, slots};
+use crate::dtype::DType;
+
+/// One file of `shaders/`.
+#[derive(Debug, Clone, Copy)]
+struct ShaderFile {
+    name: &'static str,
+    text: &'static str,
+}
+
+/// The [`ShaderFile`] `shaders/<name>`, embedded at build time.
+macro_rules! shader_file {
+    ($name:literal) => {
+        ShaderFile { name: $name, text: include_str!(concat!("../../../shaders/", $name)) }
+    };
+}
+
+/// A `const NAME: u32` put at the top of a shader, and the Rust item its value comes from.
+struct Injected {
+    name: String,
+    value: u32,
+    from: String,
+}
+
+impl Injected {
+    fn new(name: impl Into<String>, value: u32, from: impl Into<String>) -> Self {
+        Self { name: name.into(), value, from: from.into() }
+    }
+}
+
+impl KvFormat {
+    /// The file defining `KvPair`, `kv_in` and `kv_out` for this format.
+    fn file(self) -> ShaderFile {
+        match self {
+            Self::F32 => shader_file!("kv_f32.wgsl"),
+            Self::F16Packed => shader_file!("kv_f16_packed.wgsl"),
+            Self::F16Native => shader_file!("kv_f16_native.wgsl"),
+        }
+    }
+}
+
+/// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
+/// after the shared pieces the format uses: `w8.wgsl` (the W8/W32 types), `wbits.wgsl` (bit
+/// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl`
+/// (the IQ4 table), and `wblock_groups.wgsl` (a block as four groups) for formats without a
+/// `w_block` of their own.
+fn weight_files(dtype: DType) -> Vec<ShaderFile> {
+    let w8 = shader_file!("w8.wgsl");
+    let groups = shader_file!("wblock_groups.wgsl");
+    let bits = shader_file!("wbits.wgsl");
+    let k_scales = shader_file!("wk_scales.wgsl");
+    let iq4 = shader_file!("wiq4.wgsl");
+    match dtype {
+        DType::F32 => vec![w8, shader_file!("wfmt_f32.wgsl"), groups],
+        DType::F16 => vec![w8, shader_file!("wfmt_f16.wgsl"), groups],
+        DType::BF16 => vec![w8, shader_file!("wfmt_bf16.wgsl"), groups],
+        DType::Q8_0 => vec![w8, shader_file!("wfmt_q8_0.wgsl")],
+        DType::Q4_0 => vec![w8, bits, shader_file!("wfmt_q4_0.wgsl")],
+        DType::Q4_1 => vec![w8, bits, shader_file!("wfmt_q4_1.wgsl")],
+        DType::Q5_0 => vec![w8, bits, shader_file!("wfmt_q5_0.wgsl")],
+        DType::Q5_1 => vec![w8, bits, shader_file!("wfmt_q5_1.wgsl")],
+        DType::IQ4NL => vec![w8, bits, iq4, shader_file!("wfmt_iq4_nl.wgsl")],
+        DType::Q4K => vec![w8, bits, k_scales, shader_file!("wfmt_q4_k.wgsl")],
+        DType::Q5K => vec![w8, bits, k_scales, shader_file!("wfmt_q5_k.wgsl")],
+        DType::Q6K => vec![w8, bits, shader_file!("wfmt_q6_k.wgsl"), groups],
+        DType::Q2K => vec![w8, bits, shader_file!("wfmt_q2_k.wgsl"), groups],
+        DType::Q3K => vec![w8, bits, shader_file!("wfmt_q3_k.wgsl"), groups],
+        DType::IQ4XS => vec![w8, bits, iq4, shader_file!("wfmt_iq4_xs.wgsl"), groups],
+    }
+}
+
+impl KernelVariant {
+    /// The complete WGSL module of this variant.
+    pub fn source(&self) -> String {
+        let files = self.files();
+        let names: Vec<&str> = files.iter().map(|f| f.name).collect();
+        let mut src = format!(
+            "// Kernel `{}`, composed by pagoda's src/gpu/shader.rs: the constants below, each\n\
+             // injected from the Rust item named in its comment, then these files of shaders/:\n\
+             // {}.\n",
+            self.label(),
+            names.join(", ")
+        );
+        if self.needs_f16() {
+            src.push_str("enable f16;\n");
+        }
+        for c in self.injected() {
+            src.push_str(&format!("const {}: u32 = {}u; // {}\n", c.name, c.value, c.from));
+        }
+        for file in &files {
+            src.push('\n');
+            src.push_str(file.text);
+        }
+        match *self {
+            Self::Linear { path: LinearPath::Sequential { subgroup }, rows_tile, .. } => {
+                let (lane_arg, lane_let) = match subgroup {
+                    Some(_) => (", @builtin(subgroup_invocation_id) lane: u32", ""),
+                    None => ("", "let lane = 0u;"),
+                };
+                let src = src.replace(" LANE_ARG", lane_arg).replace("LANE_LET", lane_let);
+                unroll(&src, rows_tile, LINEAR_SEQ_COLS)
+            }
+            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } => unroll(&src, rows_tile, 1),
+            _ => src,
+        }
+    }
+
+    /// The files of `shaders/` the variant is made of, in order.
+    fn files(&self) -> Vec<ShaderFile> {
+        match *self {
+            Self::Embed { dtype } => [vec![shader_file!("embed.wgsl")], weight_files(dtype)].concat(),
+            Self::RmsNorm => vec![shader_file!("rms_norm.wgsl")],
+            Self::Rope => vec![shader_file!("rope.wgsl")],
+            Self::SiluMul => vec![shader_file!("elementwise.wgsl"), shader_file!("silu_mul.wgsl")],
+            Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
+            Self::AddBias => vec![shader_file!("elementwise.wgsl"), shader_file!("add_bias.wgsl")],
+            Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
+            Self::TopK => vec![shader_file!("top_k.wgsl")],
+            Self::Linear { dtype, path, .. } => {
+                let body = match path {
+                    LinearPath::Sequential { subgroup: Some(_) } => {
+                        vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
+                    }
+                    LinearPath::Sequential { subgroup: None } => {
+                        vec![shader_file!("xload_direct.wgsl"), shader_file!("linear_seq.wgsl")]
+                    }
+                    LinearPath::KSplit => vec![shader_file!("linear_ksplit.wgsl")],
+                };
+                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype), body].concat()
+            }
+            Self::ReshapeAndCache { kv } => vec![kv.file(), shader_file!("reshape_and_cache.wgsl")],
+            Self::Attention { kv, .. } => vec![kv.file(), shader_file!("attention.wgsl")],
+        }
+    }
+
+    /// The constants put at the top of the variant's shader: `WG`, the binding slots, and the
+    /// variant's own specialisation constants.
+    fn injected(&self) -> Vec<Injected> {
+        let (wg, wg_name) = self.workgroup_constant();
+        let mut out = vec![
+            Injected::new("WG", wg, format!("shader::{wg_name}")),
+            Injected::new("SLOT_P", slots::PARAMS, "shader::slots::PARAMS"),
+        ];
+        let kernel_slots = self.slots();
+        out.extend(kernel_slots.named.iter().map(|&(name, slot)| {
+            Injected::new(
+                format!("SLOT_{name}"),
+                slot,
+                format!("shader::slots::{}::{name}", kernel_slots.kernel),
+            )
+        }));
+        match *self {
+            Self::Linear { path, rows_tile, .. } => {
+                out.push(Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile"));
+                out.push(match path {
+                    LinearPath::Sequential { .. } => {
+                        Injected::new("TN", LINEAR_SEQ_COLS, "shader::LINEAR_SEQ_COLS")
+                    }
+                    LinearPath::KSplit => {
+                        Injected::new("TN", 1, "LinearPath::KSplit (one column a workgroup)")
+                    }
+                });
+            }
+            Self::Attention { head_dim, .. } => {
+                out.push(Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"));
+                out.push(Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"));
+            }
+            _ => {}
+        }
+        out
+    }
+}

@@ -1,0 +1,177 @@
+//! Every kernel's parameter block: a `#[repr(C)]` struct with the fields of the WGSL struct of
+//! the same name, in the same order. A dispatch writes its bytes into the step's uniform ring,
+//! at binding [`PARAMS`](super::slots::PARAMS) of the kernel.
+//!
+//! [`kernel_params!`] records each struct's [`ParamsLayout`] (field names, offsets, types and
+//! size) next to it; `tests/shader_contract.rs` reads the params struct of every composed
+//! shader with naga and checks it against that layout, so a field renamed, retyped or moved on
+//! one side only fails the test.
+
+/// Bytes each dispatch reserves for its parameter block in the step's uniform ring (before
+/// rounding up to the device's uniform offset alignment). Every params struct fits in it.
+pub(crate) const PARAMS_BYTES: u64 = 32;
+
+/// One field of a parameter block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamsField {
+    /// The field's name, the same in Rust and WGSL.
+    pub name: &'static str,
+    /// Byte offset from the start of the block.
+    pub offset: usize,
+    /// The scalar type, spelled the same in Rust and WGSL (`u32` or `f32`).
+    pub ty: &'static str,
+}
+
+/// The layout a kernel's WGSL params struct must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamsLayout {
+    /// Name of the struct, the same in Rust and WGSL.
+    pub name: &'static str,
+    /// Its fields in declaration order.
+    pub fields: &'static [ParamsField],
+    /// Its size in bytes.
+    pub size: usize,
+}
+
+/// A kernel's parameter block: plain old data whose bytes the kernel reads as its uniform.
+pub trait KernelParams: bytemuck::Pod {
+    /// The struct's layout, to check against the shader's.
+    const LAYOUT: ParamsLayout;
+}
+
+/// Declares a `#[repr(C)]` params struct of `u32`/`f32` fields and its [`KernelParams`] layout
+/// (taken from `offset_of!` and `size_of`, so it cannot drift from the struct).
+macro_rules! kernel_params {
+    ($(#[$meta:meta])* $name:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ident,)* }) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        impl KernelParams for $name {
+            const LAYOUT: ParamsLayout = ParamsLayout {
+                name: stringify!($name),
+                fields: &[$(ParamsField {
+                    name: stringify!($field),
+                    offset: std::mem::offset_of!($name, $field),
+                    ty: stringify!($ty),
+                },)*],
+                size: size_of::<$name>(),
+            };
+        }
+
+        const _: () = assert!(size_of::<$name>() as u64 <= PARAMS_BYTES);
+    };
+}
+
+kernel_params! {
+    /// `shaders/embed.wgsl`: gathers rows of one part of a row-split embedding table.
+    EmbedParams {
+        /// Token ids to look up.
+        tokens: u32,
+        /// Columns of the table (the hidden size).
+        d: u32,
+        /// First table row held by this part.
+        row0: u32,
+        /// Table rows held by this part.
+        rows: u32,
+    }
+}
+
+kernel_params! {
+    /// `shaders/rms_norm.wgsl`.
+    RmsNormParams {
+        /// Rows to normalise.
+        rows: u32,
+        /// Values per row.
+        d: u32,
+        /// Added to the mean square before the square root.
+        eps: f32,
+    }
+}
+
+kernel_params! {
+    /// `shaders/rope.wgsl`.
+    RopeParams {
+        /// Tokens (rows of x).
+        tokens: u32,
+        /// Heads per token.
+        heads: u32,
+        /// Head dimension (even).
+        hd: u32,
+        /// 1 for half-split pairs (i, i + hd / 2), 0 for interleaved pairs (2i, 2i + 1).
+        half_split: u32,
+    }
+}
+
+kernel_params! {
+    /// `shaders/elementwise.wgsl`, shared by silu_mul, add_in_place, add_bias and gather_rows.
+    ElementwiseParams {
+        /// Values to compute.
+        n: u32,
+        /// Row length (add_bias, gather_rows); 1 where rows do not matter.
+        d: u32,
+    }
+}
+
+kernel_params! {
+    /// `shaders/top_k.wgsl`.
+    TopKParams {
+        /// Rows of logits.
+        rows: u32,
+        /// Logits per row.
+        v: u32,
+        /// Values kept per row.
+        k: u32,
+    }
+}
+
+kernel_params! {
+    /// `shaders/linear_common.wgsl`: `y = x · wᵀ` for one part of a row-split weight.
+    LinearParams {
+        /// Rows of x.
+        m: u32,
+        /// Weight rows (output columns) in this part.
+        n_part: u32,
+        /// Columns of x and of the weight.
+        k: u32,
+        /// Row stride of y (all output columns).
+        ldy: u32,
+        /// First output column of this part.
+        n0: u32,
+        /// Workgroups along x of the K-split grid (0 on the sequential path).
+        nx: u32,
+    }
+}
+
+kernel_params! {
+    /// `shaders/reshape_and_cache.wgsl`.
+    ReshapeAndCacheParams {
+        /// New tokens to write.
+        tokens: u32,
+        /// Value pairs per token row (kv_heads * head_dim / 2).
+        row_pairs: u32,
+    }
+}
+
+kernel_params! {
+    /// `shaders/attention.wgsl`.
+    AttentionParams {
+        /// Query tokens in the flattened batch.
+        tokens: u32,
+        /// Query heads.
+        heads: u32,
+        /// K/V heads.
+        kv_heads: u32,
+        /// Tokens per KV block.
+        block_size: u32,
+        /// Columns of the block table.
+        max_blocks: u32,
+        /// Sequences in the batch.
+        num_seqs: u32,
+        /// Scale of the attention scores (1 / sqrt(head_dim)).
+        scale: f32,
+    }
+}

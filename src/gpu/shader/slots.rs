@@ -1,0 +1,109 @@
+//! The binding slots of every kernel, by the name of the WGSL variable bound there.
+//!
+//! The bind groups are built from these constants, and the shader composer injects each one
+//! into the shader as `const SLOT_<NAME>: u32`, which the shader uses as
+//! `@group(0) @binding(SLOT_<NAME>) var<...> <NAME>: ...;`. Every kernel takes its
+//! parameter block at [`PARAMS`] (`SLOT_P`, the uniform `P`).
+
+/// The slot of every kernel's parameter block, the uniform `P`.
+pub const PARAMS: u32 = 0;
+
+/// The binding slots of one kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSlots {
+    /// Name of the module of `shader::slots` that declares them.
+    pub kernel: &'static str,
+    /// Every slot but [`PARAMS`], with the name of the WGSL variable bound there.
+    pub named: &'static [(&'static str, u32)],
+}
+
+/// Declares one module of slot constants per kernel, and its [`KernelSlots`] as `ALL`.
+macro_rules! binding_slots {
+    ($($(#[$meta:meta])* $kernel:ident { $($name:ident = $slot:literal,)* })*) => {$(
+        $(#[$meta])*
+        pub mod $kernel {
+            $(
+                #[doc = concat!("Slot of `", stringify!($name), "`.")]
+                pub const $name: u32 = $slot;
+            )*
+            /// All of the above by name.
+            pub const ALL: super::KernelSlots = super::KernelSlots {
+                kernel: stringify!($kernel),
+                named: &[$((stringify!($name), $name),)*],
+            };
+        }
+    )*};
+}
+
+binding_slots! {
+    /// `shaders/embed.wgsl`.
+    embed {
+        IDS = 1,
+        W = 2,
+        OUT = 3,
+    }
+    /// `shaders/rms_norm.wgsl`.
+    rms_norm {
+        X = 1,
+        WEIGHT = 2,
+        OUT = 3,
+    }
+    /// `shaders/rope.wgsl`.
+    rope {
+        X = 1,
+        POSITIONS = 2,
+        INV_FREQ = 3,
+    }
+    /// `shaders/silu_mul.wgsl`.
+    silu_mul {
+        GATE = 1,
+        UP = 2,
+        OUT = 3,
+    }
+    /// `shaders/add_in_place.wgsl`.
+    add_in_place {
+        X = 1,
+        Y = 2,
+    }
+    /// `shaders/add_bias.wgsl`.
+    add_bias {
+        X = 1,
+        BIAS = 2,
+    }
+    /// `shaders/gather_rows.wgsl`.
+    gather_rows {
+        SRC = 1,
+        INDICES = 2,
+        OUT = 3,
+    }
+    /// `shaders/top_k.wgsl`.
+    top_k {
+        LOGITS = 1,
+        VALUES = 2,
+        IDS = 3,
+    }
+    /// `shaders/linear_common.wgsl`, both paths.
+    linear {
+        X = 1,
+        W = 2,
+        Y = 3,
+    }
+    /// `shaders/reshape_and_cache.wgsl`.
+    reshape_and_cache {
+        K_NEW = 1,
+        V_NEW = 2,
+        SLOT_MAPPING = 3,
+        K_CACHE = 4,
+        V_CACHE = 5,
+    }
+    /// `shaders/attention.wgsl`.
+    attention {
+        Q = 1,
+        K_CACHE = 2,
+        V_CACHE = 3,
+        BLOCK_TABLE = 4,
+        SEQ_LENS = 5,
+        QUERY_START = 6,
+        OUT = 7,
+    }
+}
