@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::dtype::DType;
-use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::testing::TinyLlama;

@@ -9,7 +9,7 @@ use std::path::Path;
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::dtype::DType;
 use pagoda::executor::fault::{Fault, FaultKind, FaultPlan};
-use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::ModelFiles;

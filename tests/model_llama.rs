@@ -8,7 +8,7 @@ use std::path::Path;
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::dtype::DType;
-use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape};
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};

@@ -10,7 +10,7 @@ use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::metrics::SchedulerStats;
 use pagoda::core::request::Request;
 use pagoda::core::scheduler::Scheduler;
-use pagoda::executor::wgpu::WgpuExecutor;
+use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::sampling::SamplingParams;

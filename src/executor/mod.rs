@@ -1,10 +1,10 @@
 //! Executors turn a `SchedulerOutput` into sampled tokens.
 
 pub mod fault;
+pub mod gpu_runner;
 pub mod masks;
 pub mod sim;
 pub mod step;
-pub mod wgpu;
 
 pub use self::masks::StepMasks;
 pub use self::step::{FailedStep, MaskJob, run_step};

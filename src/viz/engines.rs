@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::scheduler::Scheduler;
+use crate::executor::gpu_runner::WgpuExecutor;
 use crate::executor::sim::{SimConfig, SimExecutor};
-use crate::executor::wgpu::WgpuExecutor;
 use crate::gpu::{GpuContext, GpuOptions};
 use crate::model::{ModelFiles, Tokenizer, default_model_path};
 use crate::sampling::SamplingParams;

@@ -216,8 +216,10 @@ impl WgpuExecutor {
         &self.model
     }
 
-    /// Record this step's requests in the per-request state and list them in batch order.
-    fn schedule(&mut self, out: &SchedulerOutput) -> Result<Vec<Scheduled>, ExecutorError> {
+    /// Updates the persistent per-request states from this step's scheduler output (new
+    /// requests, appended tokens and blocks, resumed tables; vLLM's `_update_states`) and
+    /// lists the step's requests in batch order.
+    fn update_states(&mut self, out: &SchedulerOutput) -> Result<Vec<Scheduled>, ExecutorError> {
         for id in &out.finished_req_ids {
             self.requests.remove(id);
         }
@@ -333,7 +335,7 @@ impl ModelExecutor for WgpuExecutor {
         scheduler_output: &SchedulerOutput,
         masks: &mut StepMasks<'_>,
     ) -> Result<ModelRunnerOutput, ExecutorError> {
-        let scheduled = self.schedule(scheduler_output)?;
+        let scheduled = self.update_states(scheduler_output)?;
         if scheduled.is_empty() {
             return Ok(ModelRunnerOutput::default());
         }
