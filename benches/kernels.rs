@@ -12,9 +12,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use pagoda::config::KvCacheDtype;
 use pagoda::dtype::{DType, quantize};
-use pagoda::gpu::{AttentionBatch, Elem, GpuContext, GpuOptions, KvCacheShape};
+use pagoda::gpu::{AttentionBatch, Elem, GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 
 /// (K, N, name) of SmolLM2-135M's projections and its 49152-row LM head.
 const LINEAR_SHAPES: [(usize, usize, &str); 5] = [
@@ -112,7 +111,7 @@ fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
             let num_blocks = 1 + batch * blocks_per_seq;
             let shape =
                 KvCacheShape { num_layers: 1, num_blocks, block_size, num_kv_heads: kv_heads, head_dim };
-            let cache = ctx.kv_cache(shape, KvCacheDtype::Auto).expect("kv cache");
+            let cache = ctx.kv_cache(shape, KvPrecision::Auto).expect("kv cache");
             let table: Vec<u32> = (0..batch * blocks_per_seq).map(|i| 1 + i as u32).collect();
             let qsl: Vec<u32> = (0..=batch as u32).collect();
             let attn = AttentionBatch {

@@ -4,8 +4,8 @@
 
 use std::sync::OnceLock;
 
-use pagoda::config::KvCacheDtype;
 use pagoda::dtype::{DType, dequantize, quantize};
+use pagoda::gpu::KvPrecision;
 use pagoda::gpu::*;
 
 fn ctx() -> &'static GpuContext {
@@ -343,7 +343,7 @@ struct AttnCase {
     kv_heads: usize,
     head_dim: usize,
     block_size: usize,
-    kv: KvCacheDtype,
+    kv: KvPrecision,
 }
 
 /// Per-position random q, k, v for `total` positions of one sequence.
@@ -458,10 +458,10 @@ fn run_attention(
 
 fn attention_cases() -> Vec<AttnCase> {
     vec![
-        AttnCase { heads: 6, kv_heads: 2, head_dim: 64, block_size: 16, kv: KvCacheDtype::F32 },
-        AttnCase { heads: 4, kv_heads: 4, head_dim: 128, block_size: 32, kv: KvCacheDtype::F32 },
-        AttnCase { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, kv: KvCacheDtype::F16 },
-        AttnCase { heads: 2, kv_heads: 1, head_dim: 128, block_size: 32, kv: KvCacheDtype::Auto },
+        AttnCase { heads: 6, kv_heads: 2, head_dim: 64, block_size: 16, kv: KvPrecision::F32 },
+        AttnCase { heads: 4, kv_heads: 4, head_dim: 128, block_size: 32, kv: KvPrecision::F32 },
+        AttnCase { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, kv: KvPrecision::F16 },
+        AttnCase { heads: 2, kv_heads: 1, head_dim: 128, block_size: 32, kv: KvPrecision::Auto },
     ]
 }
 
@@ -552,5 +552,5 @@ fn bad_shapes_are_errors_not_panics() {
     assert!(matches!(c.upload_weight("q", DType::Q4_1, 2, 33, &[0; 40]), Err(GpuError::Shape(_))));
     assert!(matches!(c.upload_weight("f", DType::F32, 2, 3, &[0; 20]), Err(GpuError::Shape(_))));
     let shape = KvCacheShape { num_layers: 1, num_blocks: 4, block_size: 65, num_kv_heads: 1, head_dim: 64 };
-    assert!(matches!(c.kv_cache(shape, KvCacheDtype::F32), Err(GpuError::Shape(_))));
+    assert!(matches!(c.kv_cache(shape, KvPrecision::F32), Err(GpuError::Shape(_))));
 }

@@ -10,7 +10,7 @@ use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::dtype::DType;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape};
+use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
 use pagoda::model::testing::TinyLlama;
 use pagoda::model::{ModelFiles, RopeVariant};
@@ -121,7 +121,7 @@ fn gpu_logits(ctx: &GpuContext, files: &ModelFiles, tokens: &[u32]) -> Vec<Vec<f
         num_kv_heads: c.num_key_value_heads,
         head_dim: c.head_dim,
     };
-    let cache = ctx.kv_cache(shape, KvCacheDtype::F32).unwrap();
+    let cache = ctx.kv_cache(shape, KvPrecision::F32).unwrap();
     let batch = ForwardBatch {
         input_ids: tokens.to_vec(),
         positions: (0..t as u32).collect(),

@@ -10,8 +10,7 @@
 
 mod smollm2_support;
 
-use pagoda::config::KvCacheDtype;
-use pagoda::gpu::{FeatureMask, GpuContext, GpuOptions, KvCache, KvCacheShape};
+use pagoda::gpu::{FeatureMask, GpuContext, GpuOptions, KvCache, KvCacheShape, KvPrecision};
 use pagoda::model::llama::{ForwardBatch, ForwardOutput, LlamaModel, Workspace, WorkspaceLimits};
 use smollm2_support::{GreedyCase, greedy_cases, smollm2};
 
@@ -54,7 +53,7 @@ impl Runner {
         Self { ctx, model, ws }
     }
 
-    fn cache(&self, dtype: KvCacheDtype) -> KvCache {
+    fn cache(&self, dtype: KvPrecision) -> KvCache {
         let c = self.model.config();
         let shape = KvCacheShape {
             num_layers: c.num_hidden_layers,
@@ -99,7 +98,7 @@ fn check_configuration(name: &str, options: GpuOptions) {
     assert_eq!(caps.webgpu_default_limits, options.webgpu_default_limits, "{name}: limits");
     let cases = cases();
 
-    let cache = runner.cache(KvCacheDtype::F32);
+    let cache = runner.cache(KvPrecision::F32);
     let mut tokens: Vec<Vec<u32>> = cases.iter().map(|c| c.prompt.clone()).collect();
     let mut computed = vec![0usize; cases.len()];
     for _ in 0..NEW_TOKENS {
@@ -118,7 +117,7 @@ fn check_configuration(name: &str, options: GpuOptions) {
         assert_eq!(&t[case.prompt.len()..], &case.generated[..NEW_TOKENS], "{name}: greedy tokens");
     }
 
-    let cache = runner.cache(KvCacheDtype::F16);
+    let cache = runner.cache(KvPrecision::F16);
     let vocab = runner.model.config().vocab_size;
     let (short, long) = (&cases[0].prompt, &cases[1].prompt);
     let partner = &long[..PARTNER_TOKENS];

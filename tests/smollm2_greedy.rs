@@ -10,7 +10,7 @@ use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape};
+use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
 use pagoda::sampling::SamplingParams;
 use smollm2_support::{GreedyCase, greedy_cases, smollm2};
@@ -63,7 +63,7 @@ fn first_position_logits_match_the_f32_reference() {
         num_kv_heads: c.num_key_value_heads,
         head_dim: c.head_dim,
     };
-    let cache = ctx.kv_cache(shape, KvCacheDtype::F32).unwrap();
+    let cache = ctx.kv_cache(shape, KvPrecision::F32).unwrap();
     let out = model.forward(&ctx, &ws, &cache, &batch, 10, true).unwrap();
     let logits = out.logits.unwrap();
     let v = c.vocab_size;

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use super::fault::{FaultKind, FaultPlan};
 use super::{ExecutorError, ModelExecutor, StepMasks};
-use crate::config::{CacheConfig, SchedulerConfig};
+use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
-use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape, PREFILL_MIN_ROWS};
+use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape, KvPrecision, PREFILL_MIN_ROWS};
 use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
@@ -100,6 +100,15 @@ fn device(e: GpuError, what: &str) -> ExecutorError {
     }
 }
 
+/// The GPU's KV precision for the cache configuration's dtype.
+fn kv_precision(dtype: KvCacheDtype) -> KvPrecision {
+    match dtype {
+        KvCacheDtype::Auto => KvPrecision::Auto,
+        KvCacheDtype::F16 => KvPrecision::F16,
+        KvCacheDtype::F32 => KvPrecision::F32,
+    }
+}
+
 fn from_llama(e: LlamaError) -> ExecutorError {
     match e {
         LlamaError::InvalidBatch(m) => ExecutorError::InvalidBatch(m),
@@ -122,7 +131,8 @@ impl WgpuExecutor {
     ) -> Result<Self, ExecutorError> {
         let model = LlamaModel::load(&ctx, files, progress).map_err(from_llama)?;
         let c = model.config();
-        let format = ctx.capabilities().kv_format(cache.kv_cache_dtype);
+        let precision = kv_precision(cache.kv_cache_dtype);
+        let format = ctx.capabilities().kv_format(precision);
         let num_gpu_blocks = match cache.kv_cache_memory {
             Some(bytes) => {
                 let per_block =
@@ -132,7 +142,7 @@ impl WgpuExecutor {
             None => cache.num_gpu_blocks,
         };
         if num_gpu_blocks < 2 {
-            return Err(ExecutorError::InvalidBatch(format!(
+            return Err(ExecutorError::Config(format!(
                 "a KV pool of {num_gpu_blocks} blocks holds nothing (block 0 is reserved); raise --num-gpu-blocks or --kv-cache-memory"
             )));
         }
@@ -143,8 +153,9 @@ impl WgpuExecutor {
             num_kv_heads: c.num_key_value_heads,
             head_dim: c.head_dim,
         };
-        let kv =
-            ctx.kv_cache(shape, cache.kv_cache_dtype).map_err(|e| device(e, "allocating the KV cache"))?;
+        let kv = ctx.kv_cache(shape, precision).map_err(|e| {
+            device(e, "allocating the KV cache (lower --num-gpu-blocks or --kv-cache-memory)")
+        })?;
         let limits = WorkspaceLimits {
             max_tokens: scheduler.max_num_batched_tokens,
             max_seqs: scheduler.max_num_seqs,
@@ -254,7 +265,7 @@ impl WgpuExecutor {
                 state.block_ids.extend(blocks);
             }
             if r.new_token_ids.len() != n && !r.new_token_ids.is_empty() {
-                return Err(ExecutorError::InvalidBatch(format!(
+                return Err(ExecutorError::Config(format!(
                     "request {}: {} new token ids for {n} scheduled tokens",
                     r.req_id,
                     r.new_token_ids.len()
@@ -266,7 +277,7 @@ impl WgpuExecutor {
                     std::cmp::Ordering::Less => state.tokens[pos] = tok,
                     std::cmp::Ordering::Equal => state.tokens.push(tok),
                     std::cmp::Ordering::Greater => {
-                        return Err(ExecutorError::InvalidBatch(format!(
+                        return Err(ExecutorError::Config(format!(
                             "request {}: token at position {pos} leaves a gap after {}",
                             r.req_id,
                             state.tokens.len()
@@ -282,13 +293,13 @@ impl WgpuExecutor {
             .map(|(req_id, start, len)| {
                 let state = &self.requests[&req_id];
                 if start + len > state.tokens.len() {
-                    return Err(ExecutorError::InvalidBatch(format!(
+                    return Err(ExecutorError::Config(format!(
                         "request {req_id}: {len} tokens from {start} but only {} are known",
                         state.tokens.len()
                     )));
                 }
                 if (start + len).div_ceil(self.block_size) > state.block_ids.len() {
-                    return Err(ExecutorError::InvalidBatch(format!(
+                    return Err(ExecutorError::Config(format!(
                         "request {req_id}: {} tokens need more than its {} blocks",
                         start + len,
                         state.block_ids.len()
@@ -306,7 +317,7 @@ impl WgpuExecutor {
         for s in scheduled {
             let state = &self.requests[&s.req_id];
             if state.block_ids.len() > mb {
-                return Err(ExecutorError::InvalidBatch(format!(
+                return Err(ExecutorError::Config(format!(
                     "request {} holds {} blocks, more than max_model_len allows ({mb})",
                     s.req_id,
                     state.block_ids.len()

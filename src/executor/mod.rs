@@ -32,6 +32,9 @@ pub enum ExecutorError {
     /// The device is gone: no later step can succeed.
     #[error("the device was lost: {0}")]
     DeviceLost(String),
+    /// The executor's configuration cannot work (a KV pool too small to hold anything).
+    #[error("invalid configuration: {0}")]
+    Config(String),
     /// The scheduler output asked for something the executor cannot do.
     #[error("invalid batch: {0}")]
     InvalidBatch(String),

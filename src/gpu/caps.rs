@@ -2,7 +2,19 @@
 
 use super::options::{FeatureMask, LinearStrategy};
 use super::shader::{KvFormat, LinearPath};
-use crate::config::KvCacheDtype;
+
+/// The KV element precision a caller asks for; [`Capabilities::kv_format`] says what it
+/// becomes on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvPrecision {
+    /// f16 where the adapter has SHADER_F16, else f32.
+    #[default]
+    Auto,
+    /// Half precision (packed in u32 words without SHADER_F16).
+    F16,
+    /// Single precision.
+    F32,
+}
 
 /// What the opened device offers pagoda, after masking.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,13 +64,13 @@ impl Capabilities {
         LinearPath::Sequential { subgroup }
     }
 
-    /// The pool format for a requested KV cache dtype: `Auto` is f16 with SHADER_F16 and f32
+    /// The pool format for a requested KV precision: `Auto` is f16 with SHADER_F16 and f32
     /// without; f16 uses `vec2<f16>` with SHADER_F16 and packed u32 words without.
-    pub fn kv_format(&self, requested: KvCacheDtype) -> KvFormat {
+    pub fn kv_format(&self, requested: KvPrecision) -> KvFormat {
         match (requested, self.shader_f16) {
-            (KvCacheDtype::F32, _) | (KvCacheDtype::Auto, false) => KvFormat::F32,
-            (KvCacheDtype::F16, false) => KvFormat::F16Packed,
-            (KvCacheDtype::F16 | KvCacheDtype::Auto, true) => KvFormat::F16Native,
+            (KvPrecision::F32, _) | (KvPrecision::Auto, false) => KvFormat::F32,
+            (KvPrecision::F16, false) => KvFormat::F16Packed,
+            (KvPrecision::F16 | KvPrecision::Auto, true) => KvFormat::F16Native,
         }
     }
 
@@ -86,10 +98,10 @@ impl Capabilities {
                 }
             ),
         };
-        let kv = match self.kv_format(KvCacheDtype::Auto) {
+        let kv = match self.kv_format(KvPrecision::Auto) {
             KvFormat::F16Native => "kv cache (auto): f16 as vec2<f16> (shader-f16 present)".to_string(),
             _ => format!(
-                "kv cache (auto): f32 ({}); --kv-cache-dtype f16 packs f16 pairs in u32 words",
+                "kv cache (auto): f32 ({}); f16 on request packs f16 pairs in u32 words",
                 if self.masked.f16 { "shader-f16 masked" } else { "no shader-f16" }
             ),
         };

@@ -2,9 +2,9 @@
 //! `[num_blocks, block_size, num_kv_heads, head_dim]`.
 
 use super::GpuError;
+use super::caps::KvPrecision;
 use super::context::GpuContext;
 use super::shader::{KvFormat, MAX_BLOCK_SIZE};
-use crate::config::KvCacheDtype;
 
 /// Shape of the paged KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,10 +51,10 @@ fn pool_bytes(s: &KvCacheShape, format: KvFormat) -> u64 {
 }
 
 impl GpuContext {
-    /// Allocates zeroed K/V pools; `dtype` picks f16 or f32 as [`Capabilities::kv_format`] says.
+    /// Allocates zeroed K/V pools; `precision` picks f16 or f32 as [`Capabilities::kv_format`] says.
     ///
     /// [`Capabilities::kv_format`]: super::Capabilities::kv_format
-    pub fn kv_cache(&self, shape: KvCacheShape, dtype: KvCacheDtype) -> Result<KvCache, GpuError> {
+    pub fn kv_cache(&self, shape: KvCacheShape, precision: KvPrecision) -> Result<KvCache, GpuError> {
         let s = &shape;
         if s.num_layers == 0
             || s.num_blocks == 0
@@ -67,30 +67,21 @@ impl GpuContext {
         if s.block_size == 0 || s.block_size > MAX_BLOCK_SIZE as usize {
             return Err(GpuError::Shape(format!("block_size {} must be 1..={MAX_BLOCK_SIZE}", s.block_size)));
         }
-        let format = self.capabilities().kv_format(dtype);
+        let format = self.capabilities().kv_format(precision);
         let bytes = pool_bytes(s, format);
         if bytes > self.max_binding_bytes() {
             return Err(GpuError::TooLarge(format!(
-                "one layer's K pool needs {bytes} bytes, above the {}-byte binding limit; lower --num-gpu-blocks or --kv-cache-memory",
+                "one layer's K pool needs {bytes} bytes, above the {}-byte binding limit",
                 self.max_binding_bytes()
             )));
         }
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let mut layers = Vec::with_capacity(s.num_layers);
         for layer in 0..s.num_layers {
-            let k = self.create_buffer(&format!("k_cache.{layer}"), bytes, usage).map_err(lower_hint)?;
-            let v = self.create_buffer(&format!("v_cache.{layer}"), bytes, usage).map_err(lower_hint)?;
+            let k = self.create_buffer(&format!("k_cache.{layer}"), bytes, usage)?;
+            let v = self.create_buffer(&format!("v_cache.{layer}"), bytes, usage)?;
             layers.push((k, v));
         }
         Ok(KvCache { shape, format, layers })
-    }
-}
-
-fn lower_hint(err: GpuError) -> GpuError {
-    match err {
-        GpuError::OutOfMemory(msg) => {
-            GpuError::OutOfMemory(format!("{msg}; lower --num-gpu-blocks or --kv-cache-memory"))
-        }
-        other => other,
     }
 }

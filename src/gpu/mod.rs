@@ -11,7 +11,7 @@
 //! linear strategy), completed from `PAGODA_BACKEND`, `PAGODA_ADAPTER`,
 //! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1` and `PAGODA_LINEAR`.
 //! [`Capabilities::device_summary`] and [`Capabilities::variant_summary`] are the text for
-//! `pagoda info`; [`Capabilities::kv_format`] says what a `KvCacheDtype` becomes on this device.
+//! `pagoda info`; [`Capabilities::kv_format`] says what a [`KvPrecision`] becomes on this device.
 //! Shader variants are composed in [`shader`], the one source of truth for specialisation.
 //!
 //! Every kernel reduces in one fixed order per row, so a row's bits do not depend on the other
@@ -64,7 +64,7 @@ mod step;
 mod tensor;
 mod weights;
 
-pub use caps::Capabilities;
+pub use caps::{Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use kernels::{AttentionBatch, PREFILL_MIN_ROWS, RopeMode};
 pub use kv_cache::{KvCache, KvCacheShape};
