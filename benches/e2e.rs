@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::dtype::DType;
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
@@ -119,7 +120,7 @@ fn main() {
         max_model_len: blocks_per_req * BLOCK,
         ..Default::default()
     };
-    let ctx = GpuContext::new(&GpuOptions::default()).expect("GPU adapter");
+    let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap()).expect("GPU adapter");
     let adapter = ctx.capabilities().device_summary();
     let mut exec = WgpuExecutor::new(ctx, &files, &cache, &sched, bench).expect("executor");
     // The executor built every pipeline when it was created, so the first run is timed as is.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pagoda::dtype::{DType, quantize};
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::gpu::{AttentionBatch, Elem, GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 
 /// (K, N, name) of SmolLM2-135M's projections and its 49152-row LM head.
@@ -143,7 +144,8 @@ fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
 }
 
 fn kernels(c: &mut Criterion) {
-    let ctx = GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter");
+    let ctx =
+        GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap()).expect("a wgpu adapter");
     let caps = ctx.capabilities();
     eprintln!("{}\n{}", caps.device_summary(), caps.variant_summary());
     bench_linear(c, &ctx);

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::fault::Fault;
 use pagoda::executor::sim::SimConfig;
 use pagoda::gpu::{GpuContext, GpuOptions, resident_bytes};
@@ -748,7 +749,7 @@ fn print_report(report: &WorkloadReport) {
 }
 
 fn info(args: InfoArgs) -> Result<(), String> {
-    match GpuContext::new(&args.gpu.options()?) {
+    match GpuContext::new(&gpu_options_from_env(&args.gpu.options()?).map_err(|e| e.to_string())?) {
         Ok(context) => {
             let capabilities = context.capabilities();
             println!("{}\n{}", capabilities.device_summary(), capabilities.variant_summary());

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::dtype::DType;
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::fault::{Fault, FaultKind, FaultPlan};
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};
@@ -40,7 +41,8 @@ fn configs() -> (CacheConfig, SchedulerConfig) {
 /// An engine on the tiny model in `dir` whose wgpu executor fails as `faults` say.
 fn engine(dir: &Path, faults: FaultPlan) -> Engine {
     let (cache, scheduler) = configs();
-    let ctx = GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)");
+    let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)");
     let executor = WgpuExecutor::new(ctx, &open(dir), &cache, &scheduler, false).unwrap().with_faults(faults);
     let config = EngineConfig { cache, scheduler, ..EngineConfig::default() };
     Engine::with_executor(config, open(dir), Box::new(executor)).unwrap()
@@ -83,7 +85,8 @@ fn a_destroyed_device_fails_the_step_with_device_lost_and_stops_the_engine() {
     let dir = tempfile::tempdir().unwrap();
     TinyLlama::new(3).write_gguf(&dir.path().join("tiny.gguf"), DType::Q8_0).unwrap();
     let (cache, scheduler) = configs();
-    let ctx = GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)");
+    let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)");
     let executor = WgpuExecutor::new(ctx, &open(dir.path()), &cache, &scheduler, false).unwrap();
     let config =
         EngineConfig { cache: cache.clone(), scheduler: scheduler.clone(), ..EngineConfig::default() };
@@ -92,7 +95,7 @@ fn a_destroyed_device_fails_the_step_with_device_lost_and_stops_the_engine() {
     assert_eq!(engine.generate([vec![5, 6, 7]], &params).unwrap()[0].token_ids.len(), 3);
 
     let mut executor = WgpuExecutor::new(
-        GpuContext::new(&GpuOptions::default()).unwrap(),
+        GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap()).unwrap(),
         &open(dir.path()),
         &cache,
         &scheduler,

@@ -5,12 +5,16 @@
 use std::sync::OnceLock;
 
 use pagoda::dtype::{DType, dequantize, quantize};
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::gpu::KvPrecision;
 use pagoda::gpu::*;
 
 fn ctx() -> &'static GpuContext {
     static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)"))
+    CTX.get_or_init(|| {
+        GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+            .expect("a wgpu adapter (lavapipe in CI)")
+    })
 }
 
 /// A small deterministic generator (xorshift64*), values in [-1, 1).

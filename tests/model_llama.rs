@@ -8,6 +8,7 @@ use std::path::Path;
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
 use pagoda::dtype::DType;
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
@@ -19,7 +20,8 @@ use pagoda::sampling::SamplingParams;
 const BLOCK: usize = 4;
 
 fn ctx() -> GpuContext {
-    GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)")
+    GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)")
 }
 
 /// Plain f64 Llama over the dequantized weights of `files`; logits of every position.

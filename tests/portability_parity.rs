@@ -10,6 +10,7 @@
 
 mod smollm2_support;
 
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::gpu::{FeatureMask, GpuContext, GpuOptions, KvCache, KvCacheShape, KvPrecision};
 use pagoda::model::llama::{ForwardBatch, ForwardOutput, LlamaModel, Workspace, WorkspaceLimits};
 use smollm2_support::{GreedyCase, greedy_cases, smollm2};
@@ -45,7 +46,8 @@ struct Runner {
 
 impl Runner {
     fn new(options: &GpuOptions) -> Self {
-        let ctx = GpuContext::new(options).expect("a wgpu adapter (lavapipe in CI)");
+        let ctx = GpuContext::new(&gpu_options_from_env(options).unwrap())
+            .expect("a wgpu adapter (lavapipe in CI)");
         let files = smollm2();
         let model = LlamaModel::load(&ctx, &files, false).unwrap();
         let limits = WorkspaceLimits { max_tokens: 64, max_seqs: 2, max_blocks_per_seq: BLOCKS_PER_SEQ };

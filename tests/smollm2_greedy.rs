@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
@@ -27,7 +28,8 @@ const F16_MARGIN: f64 = 0.02;
 const F16_TOKENS: usize = 16;
 
 fn ctx() -> GpuContext {
-    GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)")
+    GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)")
 }
 
 #[test]

@@ -10,6 +10,7 @@ use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
 use pagoda::core::metrics::SchedulerStats;
 use pagoda::core::request::Request;
 use pagoda::core::scheduler::Scheduler;
+use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
@@ -35,7 +36,8 @@ fn executor() -> WgpuExecutor {
         max_model_len: 256,
         ..Default::default()
     };
-    let ctx = GpuContext::new(&GpuOptions::default()).expect("a wgpu adapter (lavapipe in CI)");
+    let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)");
     WgpuExecutor::new(ctx, &files, &cache, &sched, false).expect("executor")
 }
 

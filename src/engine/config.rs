@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{Engine, EngineError};
 use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
-use crate::gpu::GpuOptions;
+use crate::gpu::{BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy};
 
 /// Which executor runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -182,4 +182,32 @@ impl EngineBuilder {
     pub fn build(self) -> Result<Engine, EngineError> {
         Engine::new(self.config)
     }
+}
+
+/// `options` with the fields left unset filled from the `PAGODA_*` environment variables —
+/// the one place pagoda reads them: `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the
+/// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
+/// `disable_features`), `PAGODA_WEBGPU_LIMITS=1` and `PAGODA_LINEAR=sequential|ksplit`.
+pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let backend = match (options.backend, env("PAGODA_BACKEND")) {
+        (Some(b), _) => Some(b),
+        (None, Some(name)) => Some(BackendChoice::parse(&name)?),
+        (None, None) => None,
+    };
+    let env_mask =
+        env("PAGODA_DISABLE_FEATURES").map(|v| FeatureMask::parse(&v)).transpose()?.unwrap_or_default();
+    let linear_strategy = match (options.linear_strategy, env("PAGODA_LINEAR")) {
+        (Some(s), _) => Some(s),
+        (None, Some(name)) => Some(LinearStrategy::parse(&name)?),
+        (None, None) => None,
+    };
+    Ok(GpuOptions {
+        backend,
+        adapter: options.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
+        disable_features: options.disable_features.union(env_mask),
+        webgpu_default_limits: options.webgpu_default_limits
+            || env("PAGODA_WEBGPU_LIMITS").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false")),
+        linear_strategy,
+    })
 }

@@ -238,7 +238,7 @@ impl Engine {
                 .with_faults(FaultPlan::new(config.sim_faults.iter().copied())),
             ),
             ExecutorKind::Wgpu => {
-                let context = GpuContext::new(&config.gpu)?;
+                let context = GpuContext::new(&config::gpu_options_from_env(&config.gpu)?)?;
                 let executor = WgpuExecutor::new(
                     context,
                     &model,

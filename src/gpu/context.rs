@@ -64,10 +64,9 @@ fn pick_adapter(adapters: Vec<wgpu::Adapter>, choice: &str) -> Result<wgpu::Adap
 }
 
 impl GpuContext {
-    /// Opens a device as `options` (completed from the environment) say, with the adapter's own
-    /// limits (or WebGPU's defaults when asked) and the optional features it has, less the masked ones.
+    /// Opens a device as `options` say, with the adapter's own limits (or WebGPU's defaults
+    /// when asked) and the optional features it has, less the masked ones.
     pub fn new(options: &GpuOptions) -> Result<Self, GpuError> {
-        let options = options.resolved()?;
         // Vulkan, Metal and DX12 unless asked otherwise: probing GL only adds noise and an
         // adapter without f16 or subgroups.
         let backends = options.backend.map_or(wgpu::Backends::PRIMARY, |b| b.backends());

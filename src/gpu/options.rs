@@ -62,7 +62,8 @@ impl FeatureMask {
         Ok(mask)
     }
 
-    fn union(self, other: Self) -> Self {
+    /// Features masked in either.
+    pub fn union(self, other: Self) -> Self {
         Self { f16: self.f16 || other.f16, subgroup: self.subgroup || other.subgroup }
     }
 }
@@ -76,12 +77,23 @@ pub enum LinearStrategy {
     KSplit,
 }
 
+impl LinearStrategy {
+    /// `sequential` (`seq`) or `ksplit` (`k-split`), any case.
+    pub fn parse(name: &str) -> Result<Self, GpuError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "sequential" | "seq" => Ok(Self::Sequential),
+            "ksplit" | "k-split" => Ok(Self::KSplit),
+            other => {
+                Err(GpuError::BadOption(format!("unknown linear strategy `{other}` (sequential, ksplit)")))
+            }
+        }
+    }
+}
+
 /// Everything that decides which device pagoda opens and how.
 ///
-/// Fields left `None`/false are taken from the environment by [`GpuOptions::resolved`]:
-/// `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the adapter name or its index),
-/// `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to `disable_features`),
-/// `PAGODA_WEBGPU_LIMITS=1` and `PAGODA_LINEAR=sequential|ksplit`.
+/// The GPU layer reads no environment: the engine fills unset fields from the `PAGODA_*`
+/// variables (`crate::engine::config::gpu_options_from_env`) and passes them down.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Graphics API; `None` lets wgpu choose among all of them.
@@ -112,39 +124,6 @@ impl GpuOptions {
             disable_features: disable_features.map(FeatureMask::parse).transpose()?.unwrap_or_default(),
             webgpu_default_limits: webgpu_limits,
             linear_strategy: None,
-        })
-    }
-
-    /// These options with unset fields filled from the `PAGODA_*` environment variables.
-    pub fn resolved(&self) -> Result<Self, GpuError> {
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let backend = match (self.backend, env("PAGODA_BACKEND")) {
-            (Some(b), _) => Some(b),
-            (None, Some(name)) => Some(BackendChoice::parse(&name)?),
-            (None, None) => None,
-        };
-        let env_mask =
-            env("PAGODA_DISABLE_FEATURES").map(|v| FeatureMask::parse(&v)).transpose()?.unwrap_or_default();
-        let linear_strategy = match (self.linear_strategy, env("PAGODA_LINEAR")) {
-            (Some(s), _) => Some(s),
-            (None, Some(name)) => Some(match name.trim().to_ascii_lowercase().as_str() {
-                "sequential" | "seq" => LinearStrategy::Sequential,
-                "ksplit" | "k-split" => LinearStrategy::KSplit,
-                other => {
-                    return Err(GpuError::BadOption(format!(
-                        "unknown linear strategy `{other}` (sequential, ksplit)"
-                    )));
-                }
-            }),
-            (None, None) => None,
-        };
-        Ok(Self {
-            backend,
-            adapter: self.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
-            disable_features: self.disable_features.union(env_mask),
-            webgpu_default_limits: self.webgpu_default_limits
-                || env("PAGODA_WEBGPU_LIMITS").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false")),
-            linear_strategy,
         })
     }
 }

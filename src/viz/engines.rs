@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::core::scheduler::Scheduler;
+use crate::engine::config::gpu_options_from_env;
 use crate::executor::gpu_runner::WgpuExecutor;
 use crate::executor::sim::{SimConfig, SimExecutor};
 use crate::gpu::{GpuContext, GpuOptions};
@@ -77,7 +78,9 @@ pub fn wgpu_driver(args: &VizArgs) -> Result<Driver<WgpuExecutor>, VizError> {
             )
         }
     };
-    let context = GpuContext::new(&GpuOptions::default()).map_err(|e| VizError::Device(e.to_string()))?;
+    let options =
+        gpu_options_from_env(&GpuOptions::default()).map_err(|e| VizError::Device(e.to_string()))?;
+    let context = GpuContext::new(&options).map_err(|e| VizError::Device(e.to_string()))?;
     let executor =
         WgpuExecutor::new(context, &files, &preset.cache, &preset.scheduler, true).map_err(engine_error)?;
     preset.cache.num_gpu_blocks = executor.num_gpu_blocks();
