@@ -198,12 +198,17 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| ChatError::Render(e.to_string()))?;
-        let ctx = minijinja::context! {
+        let base = minijinja::context! {
             messages => messages,
-            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+        };
+        // Without tools the variable stays undefined, as transformers leaves it (templates
+        // test `tools is defined`; a `none` would break `tools | length`).
+        let ctx = match tools {
+            Some(tools) => minijinja::context! { tools => tools, ..base },
+            None => base,
         };
         let mut out = BoundedWriter { bytes: Vec::new(), overflowed: false };
         match template.render_captured_to(ctx, &mut out) {
