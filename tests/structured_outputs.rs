@@ -264,6 +264,23 @@ fn a_constraint_cut_by_max_tokens_ends_with_length_and_a_valid_prefix() {
 }
 
 #[test]
+fn ignore_eos_runs_past_a_complete_answer_on_end_tokens_only() {
+    let mut engine = engine(ExecutorKind::Sim, 64, 256);
+    let params = SamplingParams {
+        ignore_eos: true,
+        ..constrained(Constraint::Choice(vec!["yes".into(), "no".into()]), 1.0, 3, 12)
+    };
+    let output = engine.generate(["answer"], &params).unwrap().remove(0);
+    assert_eq!(output.finish_reason, Some(FinishReason::Length));
+    assert_eq!(output.token_ids.len(), 12);
+    let eos = engine.tokenizer().eos_token_id().unwrap();
+    let answer_len = output.token_ids.iter().position(|&t| t == eos).expect("an end token after the answer");
+    assert!(output.token_ids[answer_len..].iter().all(|&t| t == eos), "{:?}", output.token_ids);
+    let answer = engine.tokenizer().decode(&output.token_ids[..answer_len], true).unwrap();
+    assert!(answer == "yes" || answer == "no", "{answer:?}");
+}
+
+#[test]
 fn the_simulated_model_keeps_to_a_choice_and_stops() {
     let mut engine = engine(ExecutorKind::Sim, 64, 256);
     let choices: Vec<String> = ["alpha", "beta gamma", "delta"].map(String::from).to_vec();

@@ -22,11 +22,6 @@ impl<'scope> StepMasks<'scope> {
         Self::default()
     }
 
-    /// Masks already computed.
-    pub fn ready(masks: HashMap<RequestId, TokenMask>) -> Self {
-        Self { pending: None, ready: masks }
-    }
-
     /// Masks a scoped thread is computing.
     pub fn pending(handle: ScopedJoinHandle<'scope, HashMap<RequestId, TokenMask>>) -> Self {
         Self { pending: Some(handle), ready: HashMap::new() }
@@ -39,7 +34,7 @@ impl<'scope> StepMasks<'scope> {
     }
 
     /// Waits for the computation, if one is running.
-    pub fn wait(&mut self) {
+    fn wait(&mut self) {
         if let Some(handle) = self.pending.take() {
             self.ready = handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         }

@@ -33,11 +33,6 @@ impl TokenMask {
         self.words.get(id as usize / 32).is_some_and(|word| word & (1 << (id % 32)) != 0)
     }
 
-    /// True when no id is allowed.
-    pub fn is_empty(&self) -> bool {
-        self.words.iter().all(|&word| word == 0)
-    }
-
     /// The allowed ids, ascending.
     pub fn ids(&self) -> impl Iterator<Item = TokenId> + '_ {
         self.words.iter().enumerate().flat_map(|(index, &word)| {

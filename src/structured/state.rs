@@ -132,13 +132,16 @@ impl std::fmt::Debug for ConstraintState {
 
 impl ConstraintState {
     /// Advances over `new_tokens`, the output tokens after the [`Self::consumed`] it has
-    /// seen.
+    /// seen. Tokens after the output is complete (end-of-sequence tokens that `ignore_eos`
+    /// kept going past) change nothing.
     pub fn follow(&mut self, new_tokens: &[TokenId]) -> Result<(), ConstraintError> {
-        if !new_tokens.is_empty() {
-            self.matcher
-                .consume_tokens(new_tokens)
-                .map_err(|e| ConstraintError::Failed(clip(&e.to_string())))?;
-            self.consumed += new_tokens.len();
+        for &token in new_tokens {
+            if !self.matcher.is_stopped() {
+                self.matcher
+                    .consume_token(token)
+                    .map_err(|e| ConstraintError::Failed(clip(&e.to_string())))?;
+            }
+            self.consumed += 1;
         }
         Ok(())
     }
