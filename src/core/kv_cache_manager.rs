@@ -141,6 +141,20 @@ impl KvCacheManager {
     /// more tokens after `request.num_computed_tokens + computed.num_computed_tokens`, then
     /// caches its newly full blocks. Returns the new blocks, or `None` with nothing changed
     /// when the free queue (minus hit blocks that are themselves free) cannot cover them.
+    ///
+    /// The token ranges of the request (as vLLM's `allocate_slots` draws them):
+    ///
+    /// ```text
+    /// |<--- computed --->|<-- new computed -->|<--- new tokens --->|
+    /// | in its blocks    | prefix-cache hits  | computed this step |
+    /// |<---------- the blocks it holds after the call ----------->|
+    /// ```
+    ///
+    /// `computed` is `request.num_computed_tokens` (already in its blocks), `new computed`
+    /// are `computed.num_computed_tokens` prefix-cache hits (blocks shared from the cache,
+    /// touched so they leave the free queue), `new tokens` are the `num_new_tokens` this
+    /// step computes. Blocks are allocated so that all three fit; afterwards every block
+    /// that is full of known tokens gets its hash cached.
     pub fn allocate_slots(
         &mut self,
         request: &Request,

@@ -548,6 +548,18 @@ impl Scheduler {
         }
     }
 
+    /// Schedules the running requests in order under `budget`, decodes and unfinished
+    /// prefill chunks alike, and returns what it scheduled.
+    ///
+    /// When a request's new tokens do not fit the free blocks, the victim policy picks a
+    /// running request to preempt (RECOMPUTE: its blocks are freed, it goes back to the front
+    /// of the waiting queue) and the allocation is retried. A victim may already have been
+    /// scheduled earlier in this very step (`victim_index < index`): then its entry is taken
+    /// back out of `scheduled`, its tokens return to the budget, the blocks it was given for
+    /// this step are discarded (`discard_uncomputed`: their hashes were never earned), and the
+    /// loop index steps back one so the request now at `index` is not skipped. When the
+    /// request itself is the victim, or is alone and still does not fit the whole pool
+    /// (`cap_at_pool_size`), scheduling of running requests stops.
     fn schedule_running(
         &mut self,
         budget: &mut usize,
@@ -600,6 +612,11 @@ impl Scheduler {
         scheduled
     }
 
+    /// Admits waiting requests in queue order (new ones and preempted ones resuming) while
+    /// the budget, `max_num_seqs` and the KV cache allow: prefix-cache hits first, then a
+    /// prefill chunk (or the whole prompt without chunked prefill), its blocks allocated for
+    /// the whole sequence so far. Stops at the first request that cannot be admitted, so the
+    /// queue order holds.
     fn schedule_waiting(&mut self, budget: &mut usize, output: &mut SchedulerOutput) {
         while let Some(request_id) = self.waiting.peek() {
             if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
@@ -660,6 +677,8 @@ impl Scheduler {
         }
     }
 
+    /// Tokens of a running request to compute this step: what it has not computed, capped
+    /// by the budget and the long-prefill threshold.
     fn num_tokens_to_schedule(&self, request: &Request, budget: usize) -> usize {
         let remaining = request.num_tokens() - request.num_computed_tokens;
         if self.config.enable_chunked_prefill {
@@ -669,12 +688,16 @@ impl Scheduler {
         }
     }
 
+    /// A prefill chunk: `remaining` capped by `long_prefill_token_threshold` (when set) and
+    /// by `budget`.
     fn cap_chunk(&self, remaining: usize, budget: usize) -> usize {
         let threshold = self.config.long_prefill_token_threshold;
         let capped = if threshold > 0 { remaining.min(threshold) } else { remaining };
         capped.min(budget)
     }
 
+    /// The running request to preempt: the last admitted under FCFS, the one of lowest
+    /// priority (highest key, latest arrival among equals) under PRIORITY.
     fn victim_index(&self) -> usize {
         match self.config.policy {
             SchedulingPolicy::Fcfs => self.running.len() - 1,
@@ -687,6 +710,8 @@ impl Scheduler {
         }
     }
 
+    /// Preempts `victim` for `needed_by`: frees its blocks (their hashes stay cached), puts it
+    /// at the front of the waiting queue with nothing computed, and counts it.
     fn preempt(&mut self, victim: RequestId, needed_by: RequestId) {
         self.kv.free(victim);
         let request = self.requests.get_mut(&victim).expect("running requests are live");
@@ -700,6 +725,8 @@ impl Scheduler {
         self.warn_preemption(victim);
     }
 
+    /// Logs a preemption at most once per `PREEMPTION_WARNING_INTERVAL`, counting the ones it
+    /// kept quiet about.
     fn warn_preemption(&mut self, victim: RequestId) {
         let warning = &mut self.preemption_warning;
         let now = Instant::now();
@@ -720,6 +747,8 @@ impl Scheduler {
         warning.suppressed = 0;
     }
 
+    /// Ends a running request whose sequence no longer fits the whole KV pool even alone
+    /// (finish reason `length`), and reports it in this step's output.
     fn cap_at_pool_size(&mut self, request_id: RequestId, output: &mut SchedulerOutput) {
         self.running.retain(|&id| id != request_id);
         let request = self.requests.get_mut(&request_id).expect("running requests are live");
@@ -741,6 +770,8 @@ impl Scheduler {
         output.finished_req_ids.extend(self.finished_req_ids.drain());
     }
 
+    /// Frees a finished request's blocks and forgets it; the executor hears of it through
+    /// the next step's `finished_req_ids`.
     fn release_finished(&mut self, request_id: RequestId) {
         self.kv.free(request_id);
         self.computed_before_preemption.remove(&request_id);
@@ -754,6 +785,7 @@ impl Scheduler {
         }
     }
 
+    /// Updates the running/waiting/usage gauges in the stats.
     fn refresh_gauges(&mut self) {
         self.stats.num_running = self.running.len();
         self.stats.num_waiting = self.waiting.len();
