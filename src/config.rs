@@ -52,11 +52,18 @@ pub struct CacheConfig {
     pub kv_cache_memory: Option<u64>,
 }
 
+impl CacheConfig {
+    /// Tokens per KV block unless set (vLLM's default).
+    pub const DEFAULT_BLOCK_SIZE: usize = 16;
+    /// KV blocks in the pool unless set.
+    pub const DEFAULT_NUM_GPU_BLOCKS: usize = 1024;
+}
+
 impl Default for CacheConfig {
     fn default() -> Self {
         Self {
-            block_size: 16,
-            num_gpu_blocks: 1024,
+            block_size: Self::DEFAULT_BLOCK_SIZE,
+            num_gpu_blocks: Self::DEFAULT_NUM_GPU_BLOCKS,
             enable_prefix_caching: true,
             kv_cache_dtype: KvCacheDtype::Auto,
             kv_cache_memory: None,
@@ -83,11 +90,18 @@ pub struct SchedulerConfig {
     pub invalid_block_policy: InvalidBlockPolicy,
 }
 
+impl SchedulerConfig {
+    /// Tokens per step unless set.
+    pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 2048;
+    /// Requests running at once unless set (vLLM's default).
+    pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
+}
+
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
-            max_num_batched_tokens: 2048,
-            max_num_seqs: 256,
+            max_num_batched_tokens: Self::DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max_num_seqs: Self::DEFAULT_MAX_NUM_SEQS,
             max_model_len: 8192,
             enable_chunked_prefill: true,
             long_prefill_token_threshold: 0,

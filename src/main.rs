@@ -87,10 +87,10 @@ struct EngineArgs {
     #[arg(long)]
     model: Option<PathBuf>,
     /// Tokens per KV block.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = CacheConfig::DEFAULT_BLOCK_SIZE)]
     block_size: usize,
     /// KV blocks in the pool (the null block included).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = CacheConfig::DEFAULT_NUM_GPU_BLOCKS)]
     num_gpu_blocks: usize,
     /// Bytes for the KV pools (suffixes K, M, G: binary); overrides --num-gpu-blocks.
     #[arg(long, value_parser = parse_bytes)]
@@ -99,10 +99,10 @@ struct EngineArgs {
     #[arg(long, value_enum, default_value_t = KvDtypeArg::Auto)]
     kv_cache_dtype: KvDtypeArg,
     /// Requests running at once.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = SchedulerConfig::DEFAULT_MAX_NUM_SEQS)]
     max_num_seqs: usize,
     /// Tokens computed per step, summed over requests.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = SchedulerConfig::DEFAULT_MAX_NUM_BATCHED_TOKENS)]
     max_num_batched_tokens: usize,
     /// Longest prompt + output [default: the model's context length, at most 8192].
     #[arg(long)]
