@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Which waiting request runs first and which running request is preempted first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum SchedulingPolicy {
     /// First come, first served; the newest running request is preempted first.
@@ -25,7 +25,7 @@ pub enum InvalidBlockPolicy {
 }
 
 /// Element type of the paged K/V pools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum KvCacheDtype {
     /// f16 where the adapter has SHADER_F16, else f32.

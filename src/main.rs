@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::fault::Fault;
 use pagoda::executor::sim::SimConfig;
@@ -14,6 +14,8 @@ use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
 #[cfg(feature = "server")]
 use pagoda::server::limits::ServerLimits;
+#[cfg(feature = "server")]
+use pagoda::server::prometheus::MetricsPrefix;
 use pagoda::structured::Constraint;
 use pagoda::workload::wall::run_engine_workload;
 use pagoda::workload::{BuiltinWorkload, WorkloadReport, run_workload};
@@ -50,36 +52,6 @@ enum Command {
     Viz(pagoda::viz::VizArgs),
 }
 
-/// Scheduling policy names on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum PolicyArg {
-    Fcfs,
-    Priority,
-}
-
-/// KV cache element types on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum KvDtypeArg {
-    Auto,
-    F16,
-    F32,
-}
-
-/// Metric name prefixes on the command line.
-#[cfg(feature = "server")]
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum MetricsPrefixArg {
-    Pagoda,
-    Vllm,
-}
-
-/// Executors on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum ExecutorArg {
-    Wgpu,
-    Sim,
-}
-
 /// Model, cache, scheduler and device flags (vLLM's names).
 #[derive(Debug, Clone, Args)]
 struct EngineArgs {
@@ -96,8 +68,8 @@ struct EngineArgs {
     #[arg(long, value_parser = parse_bytes)]
     kv_cache_memory: Option<u64>,
     /// KV cache element type.
-    #[arg(long, value_enum, default_value_t = KvDtypeArg::Auto)]
-    kv_cache_dtype: KvDtypeArg,
+    #[arg(long, value_enum, default_value_t = KvCacheDtype::Auto)]
+    kv_cache_dtype: KvCacheDtype,
     /// Requests running at once.
     #[arg(long, default_value_t = SchedulerConfig::DEFAULT_MAX_NUM_SEQS)]
     max_num_seqs: usize,
@@ -120,11 +92,11 @@ struct EngineArgs {
     #[arg(long)]
     no_enable_chunked_prefill: bool,
     /// Admission and preemption order.
-    #[arg(long, value_enum, default_value_t = PolicyArg::Fcfs)]
-    scheduling_policy: PolicyArg,
+    #[arg(long, value_enum, default_value_t = SchedulingPolicy::Fcfs)]
+    scheduling_policy: SchedulingPolicy,
     /// The real model on the GPU, or the simulated model (tokenizer from --model).
-    #[arg(long, value_enum, default_value_t = ExecutorArg::Wgpu)]
-    executor: ExecutorArg,
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Wgpu)]
+    executor: ExecutorKind,
     /// With --executor sim, take each step's simulated time in wall-clock time.
     #[arg(long)]
     sim_realtime: bool,
@@ -176,11 +148,7 @@ impl EngineArgs {
                 block_size: self.block_size,
                 num_gpu_blocks: self.num_gpu_blocks,
                 enable_prefix_caching: self.enable_prefix_caching || !self.no_enable_prefix_caching,
-                kv_cache_dtype: match self.kv_cache_dtype {
-                    KvDtypeArg::Auto => KvCacheDtype::Auto,
-                    KvDtypeArg::F16 => KvCacheDtype::F16,
-                    KvDtypeArg::F32 => KvCacheDtype::F32,
-                },
+                kv_cache_dtype: self.kv_cache_dtype,
                 kv_cache_memory: self.kv_cache_memory,
             },
             scheduler: SchedulerConfig {
@@ -188,16 +156,10 @@ impl EngineArgs {
                 max_num_seqs: self.max_num_seqs,
                 max_model_len: self.max_model_len.unwrap_or(SchedulerConfig::default().max_model_len),
                 enable_chunked_prefill: self.enable_chunked_prefill || !self.no_enable_chunked_prefill,
-                policy: match self.scheduling_policy {
-                    PolicyArg::Fcfs => SchedulingPolicy::Fcfs,
-                    PolicyArg::Priority => SchedulingPolicy::Priority,
-                },
+                policy: self.scheduling_policy,
                 ..SchedulerConfig::default()
             },
-            executor: match self.executor {
-                ExecutorArg::Wgpu => ExecutorKind::Wgpu,
-                ExecutorArg::Sim => ExecutorKind::Sim,
-            },
+            executor: self.executor,
             seed,
             max_waiting_requests: None,
             gpu: self.gpu.options()?,
@@ -377,8 +339,8 @@ struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Metric names' prefix: `vllm` names every metric exactly as vLLM does.
-    #[arg(long, value_enum, default_value_t = MetricsPrefixArg::Pagoda)]
-    metrics_prefix: MetricsPrefixArg,
+    #[arg(long, value_enum, default_value_t = MetricsPrefix::Pagoda)]
+    metrics_prefix: MetricsPrefix,
     /// Publish KV-cache events: vLLM's KVEventsConfig as JSON, e.g.
     /// '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"}'.
     #[arg(long, value_parser = parse_kv_events_config)]
@@ -619,10 +581,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .clone()
             .or_else(|| std::env::var("PAGODA_API_KEY").ok())
             .filter(|key| !key.is_empty()),
-        metrics_prefix: match args.metrics_prefix {
-            MetricsPrefixArg::Pagoda => pagoda::server::prometheus::MetricsPrefix::Pagoda,
-            MetricsPrefixArg::Vllm => pagoda::server::prometheus::MetricsPrefix::Vllm,
-        },
+        metrics_prefix: args.metrics_prefix,
         kv_events: args.kv_events_config.clone().unwrap_or_default(),
     };
     let shutdown_timeout = std::time::Duration::from_secs(args.shutdown_timeout);

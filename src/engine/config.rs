@@ -10,7 +10,7 @@ use crate::executor::fault::Fault;
 use crate::gpu::{BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy};
 
 /// Which executor runs the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecutorKind {
     /// The real model on the GPU through wgpu.

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::engine::metrics::{EngineMetrics, Histogram};
 
 /// The prefix of every metric name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum MetricsPrefix {
     /// `pagoda:`.
     #[default]
