@@ -5,6 +5,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand};
 use pagoda::engine::config::gpu_options_from_env;
 use pagoda::executor::fault::Fault;
@@ -128,20 +129,20 @@ struct GpuArgs {
 
 impl GpuArgs {
     /// The GPU options these flags describe.
-    fn options(&self) -> Result<GpuOptions, String> {
+    fn options(&self) -> anyhow::Result<GpuOptions> {
         GpuOptions::from_names(
             self.backend.as_deref(),
             self.adapter.as_deref(),
             self.disable_features.as_deref(),
             self.webgpu_limits,
         )
-        .map_err(|e| e.to_string())
+        .map_err(Into::into)
     }
 }
 
 impl EngineArgs {
     /// The engine configuration these flags describe.
-    fn config(&self, seed: u64) -> Result<EngineConfig, String> {
+    fn config(&self, seed: u64) -> anyhow::Result<EngineConfig> {
         Ok(EngineConfig {
             model: self.model.clone(),
             cache: CacheConfig {
@@ -248,12 +249,12 @@ struct ConstraintArgs {
 
 impl ConstraintArgs {
     /// The constraint the flags ask for, reading the schema or grammar file.
-    fn constraint(&self) -> Result<Option<Constraint>, String> {
+    fn constraint(&self) -> anyhow::Result<Option<Constraint>> {
         let read =
-            |path: &PathBuf| std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
+            |path: &PathBuf| std::fs::read_to_string(path).map_err(|e| anyhow!("{}: {e}", path.display()));
         if let Some(path) = &self.json_schema {
             let schema = serde_json::from_str(&read(path)?)
-                .map_err(|e| format!("{}: not a JSON schema: {e}", path.display()))?;
+                .map_err(|e| anyhow!("{}: not a JSON schema: {e}", path.display()))?;
             return Ok(Some(Constraint::JsonSchema(schema)));
         }
         if let Some(path) = &self.grammar {
@@ -268,7 +269,7 @@ impl ConstraintArgs {
 }
 
 impl SamplingArgs {
-    fn params(&self) -> Result<SamplingParams, String> {
+    fn params(&self) -> anyhow::Result<SamplingParams> {
         Ok(SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
@@ -454,7 +455,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Info(args) => info(args),
         #[cfg(feature = "viz")]
-        Command::Viz(args) => pagoda::viz::run(&args).map_err(|e| e.to_string()),
+        Command::Viz(args) => pagoda::viz::run(&args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -465,18 +466,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn generate(args: GenerateArgs) -> Result<(), String> {
+fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     let mut texts = args.prompts.clone();
     if let Some(path) = &args.prompts_file {
-        let file = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = std::fs::read_to_string(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         for (number, line) in file.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
             let prompt: String = serde_json::from_str(line)
-                .map_err(|e| format!("{}:{}: not a JSON string: {e}", path.display(), number + 1))?;
+                .map_err(|e| anyhow!("{}:{}: not a JSON string: {e}", path.display(), number + 1))?;
             texts.push(prompt);
         }
     }
     if texts.is_empty() {
-        return Err("no prompts: pass them as arguments or with --prompts-file".into());
+        anyhow::bail!("no prompts: pass them as arguments or with --prompts-file");
     }
     let prompts: Vec<Prompt> = texts
         .iter()
@@ -486,10 +487,9 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
         })
         .collect();
     let params = args.sampling.params()?;
-    let mut engine =
-        Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
+    let mut engine = Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?)?;
     let started = std::time::Instant::now();
-    let completions = engine.generate(prompts, &params).map_err(|e| e.to_string())?;
+    let completions = engine.generate(prompts, &params)?;
     let seconds = started.elapsed().as_secs_f64();
     let prompt_tokens: usize = completions.iter().map(|c| c.prompt_token_ids.len()).sum();
     let output_tokens: usize = completions.iter().map(|c| c.token_ids.len()).sum();
@@ -508,7 +508,7 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
         } else {
             writeln!(stdout, "### {text}\n{}\n", completion.text)
         };
-        written.map_err(|e| e.to_string())?;
+        written?;
     }
     Ok(())
 }
@@ -523,10 +523,9 @@ fn completion_json(completion: &CompletionOutput) -> serde_json::Value {
     })
 }
 
-fn chat(args: ChatArgs) -> Result<(), String> {
+fn chat(args: ChatArgs) -> anyhow::Result<()> {
     let params = args.sampling.params()?;
-    let mut engine =
-        Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?).map_err(|e| e.to_string())?;
+    let mut engine = Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?)?;
     let mut history: Vec<ChatMessage> =
         args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     eprintln!("Chatting with the model; an empty line or end of input quits, /reset starts over.");
@@ -535,7 +534,7 @@ fn chat(args: ChatArgs) -> Result<(), String> {
     loop {
         eprint!("> ");
         let mut line = String::new();
-        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
+        if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
             return Ok(());
         }
         if line.trim() == "/reset" {
@@ -543,15 +542,14 @@ fn chat(args: ChatArgs) -> Result<(), String> {
             continue;
         }
         history.push(ChatMessage::new("user", line.trim_end()));
-        let id =
-            engine.add_request(Prompt::Chat(history.clone()), params.clone()).map_err(|e| e.to_string())?;
+        let id = engine.add_request(Prompt::Chat(history.clone()), params.clone())?;
         let mut reply = String::new();
         let mut finished = false;
         while !finished {
-            for output in engine.step().map_err(|e| e.to_string())? {
+            for output in engine.step()? {
                 if output.request_id == id {
                     print!("{}", output.new_text);
-                    stdout.flush().map_err(|e| e.to_string())?;
+                    stdout.flush()?;
                     reply.push_str(&output.new_text);
                     finished = output.finished();
                 }
@@ -563,18 +561,18 @@ fn chat(args: ChatArgs) -> Result<(), String> {
 }
 
 #[cfg(feature = "server")]
-fn serve(args: ServeArgs) -> Result<(), String> {
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = args.engine.config(args.seed)?;
     config.max_waiting_requests = Some(args.max_waiting_requests);
     let model_path = match &config.model {
         Some(path) => path.clone(),
-        None => default_model_path().map_err(|e| e.to_string())?,
+        None => default_model_path()?,
     };
     let model_name = args.served_model_name.clone().unwrap_or_else(|| {
         model_path.file_stem().map_or_else(|| "pagoda".into(), |stem| stem.to_string_lossy().into_owned())
     });
     config.model = Some(model_path);
-    let engine = Engine::new(config).map_err(|e| e.to_string())?;
+    let engine = Engine::new(config)?;
     let options = pagoda::server::ServerOptions {
         api_key: args
             .api_key
@@ -585,18 +583,17 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         kv_events: args.kv_events_config.clone().unwrap_or_default(),
     };
     let shutdown_timeout = std::time::Duration::from_secs(args.shutdown_timeout);
-    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let state = std::sync::Arc::new(
             pagoda::server::ServerState::with_options(engine, model_name.clone(), options)
-                .await
-                .map_err(|e| e.to_string())?
+                .await?
                 .with_limits(args.limits.limits()),
         );
         let address = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
-            .map_err(|e| format!("cannot listen on {address}: {e}"))?;
+            .map_err(|e| anyhow!("cannot listen on {address}: {e}"))?;
         tracing::info!(%address, model = %model_name, "serving the OpenAI API");
         let (drained, stop) = tokio::sync::oneshot::channel();
         let draining = std::sync::Arc::clone(&state);
@@ -618,11 +615,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
         };
         pagoda::server::serve(listener, pagoda::server::router(std::sync::Arc::clone(&state)), shutdown)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         state.close_kv_events().await;
         match state.engine().device_lost() {
-            Some(reason) => Err(format!("the engine stopped: {reason}")),
+            Some(reason) => Err(anyhow!("the engine stopped: {reason}")),
             None => Ok(()),
         }
     })
@@ -651,7 +647,7 @@ async fn termination() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-fn bench(args: BenchArgs) -> Result<(), String> {
+fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let config = args.engine.config(args.seed)?;
     let workload = |vocab_size: u32| {
         args.workload
@@ -661,17 +657,16 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     let report = match config.executor {
         ExecutorKind::Sim => {
             let sim = SimConfig { seed: args.seed, ..SimConfig::default() };
-            run_workload(&workload(sim.vocab_size), config.scheduler, config.cache, sim)
-                .map_err(|e| e.to_string())?
+            run_workload(&workload(sim.vocab_size), config.scheduler, config.cache, sim)?
         }
         ExecutorKind::Wgpu => {
-            let mut engine = Engine::new(config).map_err(|e| e.to_string())?;
+            let mut engine = Engine::new(config)?;
             let vocab_size = engine.tokenizer().vocab_size() as u32;
-            run_engine_workload(&mut engine, &workload(vocab_size)).map_err(|e| e.to_string())?
+            run_engine_workload(&mut engine, &workload(vocab_size))?
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string(&report)?);
     } else {
         print_report(&report);
     }
@@ -707,8 +702,8 @@ fn print_report(report: &WorkloadReport) {
     }
 }
 
-fn info(args: InfoArgs) -> Result<(), String> {
-    match GpuContext::new(&gpu_options_from_env(&args.gpu.options()?).map_err(|e| e.to_string())?) {
+fn info(args: InfoArgs) -> anyhow::Result<()> {
+    match GpuContext::new(&gpu_options_from_env(&args.gpu.options()?)?) {
         Ok(context) => {
             let capabilities = context.capabilities();
             println!("{}\n{}", capabilities.device_summary(), capabilities.variant_summary());
@@ -725,7 +720,7 @@ fn info(args: InfoArgs) -> Result<(), String> {
             }
         },
     };
-    let model = ModelFiles::open(&path).map_err(|e| e.to_string())?;
+    let model = ModelFiles::open(&path)?;
     let c = &model.config;
     println!(
         "model: {}\n  architecture {}, {} layers, hidden {}, intermediate {}, {} heads, {} KV heads, head dim {}\n  \
