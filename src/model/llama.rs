@@ -10,7 +10,7 @@ use super::files::ModelFiles;
 use super::tensor::TensorView;
 use super::weights::{LlamaWeights, WeightError, WeightFile};
 use crate::gpu::{
-    AttentionBatch, Elem, GpuContext, GpuError, KvCache, Llama3RopeScaling, RopeMode, Tensor, Weight,
+    AttentionBatch, Elem, GpuContext, GpuError, KvCache, Llama3RopeScaling, RopeMode, Step, Tensor, Weight,
     llama3_freq_factors, rope_inv_freq,
 };
 
@@ -137,70 +137,41 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        let c = &self.config;
-        let t = batch.input_ids.len();
-        let b = batch.seq_lens.len();
-        let r = batch.logits_indices.len();
         ws.check(batch)?;
-        let k = top_k.clamp(1, c.vocab_size);
-        let view = |x: &Tensor, n: usize| x.rows(n);
-        let (ids, positions, slots) =
-            (view(&ws.input_ids, t)?, view(&ws.positions, t)?, view(&ws.slot_mapping, t)?);
-        ctx.write_u32(&ids, &batch.input_ids)?;
-        ctx.write_u32(&positions, &batch.positions)?;
-        ctx.write_u32(&slots, &batch.slot_mapping)?;
-        let attn = AttentionBatch {
-            query_start_loc: view(&ws.query_start_loc, b + 1)?,
-            seq_lens: view(&ws.seq_lens, b)?,
-            block_table: view(&ws.block_table, b)?,
-        };
-        ctx.write_u32(&attn.query_start_loc, &batch.query_start_loc)?;
-        ctx.write_u32(&attn.seq_lens, &batch.seq_lens)?;
-        ctx.write_u32(&attn.block_table, &batch.block_table)?;
-        let logits_indices = view(&ws.logits_indices, r)?;
-        ctx.write_u32(&logits_indices, &batch.logits_indices)?;
-
-        let x = view(&ws.x, t)?;
-        let h = view(&ws.h, t)?;
-        let o = view(&ws.o, t)?;
-        let (q, kk, v, att) = (view(&ws.q, t)?, view(&ws.k, t)?, view(&ws.v, t)?, view(&ws.att, t)?);
-        let (gate, up, act) = (view(&ws.gate, t)?, view(&ws.up, t)?, view(&ws.act, t)?);
-        let eps = c.rms_norm_eps;
+        let inputs = Inputs::write(ctx, ws, batch)?;
+        let acts = Activations::of(ws, batch.input_ids.len())?;
         let mut step = ctx.step();
-        step.embed(&ids, &self.embed_tokens, &x)?;
-        for (l, w) in self.layers.iter().enumerate() {
-            step.rms_norm(&x, &w.attn_norm, eps, &h)?;
-            step.linear(&h, &w.q_proj, &q)?;
-            step.linear(&h, &w.k_proj, &kk)?;
-            step.linear(&h, &w.v_proj, &v)?;
-            if let Some([bq, bk, bv]) = &w.qkv_bias {
-                step.add_bias(&q, bq)?;
-                step.add_bias(&kk, bk)?;
-                step.add_bias(&v, bv)?;
-            }
-            step.rope(&q, &positions, &self.inv_freq, c.num_attention_heads, self.rope_mode)?;
-            step.rope(&kk, &positions, &self.inv_freq, c.num_key_value_heads, self.rope_mode)?;
-            step.reshape_and_cache(&kk, &v, &slots, cache, l)?;
-            step.paged_attention(&q, cache, l, &attn, c.num_attention_heads, &att)?;
-            step.linear(&att, &w.o_proj, &o)?;
-            step.add_in_place(&x, &o)?;
-            step.rms_norm(&x, &w.ffn_norm, eps, &h)?;
-            step.linear(&h, &w.gate_proj, &gate)?;
-            step.linear(&h, &w.up_proj, &up)?;
-            step.silu_mul(&gate, &up, &act)?;
-            step.linear(&act, &w.down_proj, &o)?;
-            step.add_in_place(&x, &o)?;
+        step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            layer.record(&mut step, self, &inputs, &acts, cache, index)?;
         }
-        if r == 0 {
+        self.record_head(ctx, step, ws, &inputs, &acts, Readback { top_k, full_logits })
+    }
+
+    /// Records the head — the sampled rows gathered, the final norm, the LM head and the
+    /// top-k — then submits the step and reads back what `readback` asks for.
+    fn record_head(
+        &self,
+        ctx: &GpuContext,
+        mut step: Step<'_>,
+        ws: &Workspace,
+        inputs: &Inputs,
+        acts: &Activations,
+        readback: Readback,
+    ) -> Result<ForwardOutput, LlamaError> {
+        let Readback { top_k, full_logits } = readback;
+        let rows = inputs.num_rows;
+        let k = top_k.clamp(1, self.config.vocab_size);
+        if rows == 0 {
             step.submit()?;
             return Ok(ForwardOutput { k, top_values: Vec::new(), top_ids: Vec::new(), logits: None });
         }
-        let (xr, hr, logits) = (view(&ws.x_rows, r)?, view(&ws.h_rows, r)?, view(&ws.logits, r)?);
-        step.gather_rows(&x, &logits_indices, &xr)?;
-        step.rms_norm(&xr, &self.norm, eps, &hr)?;
+        let (xr, hr, logits) = (ws.x_rows.rows(rows)?, ws.h_rows.rows(rows)?, ws.logits.rows(rows)?);
+        step.gather_rows(&acts.x, &inputs.logits_indices, &xr)?;
+        step.rms_norm(&xr, &self.norm, self.config.rms_norm_eps, &hr)?;
         step.linear(&hr, &self.lm_head, &logits)?;
-        let top_values = ctx.tensor(Elem::F32, &[r, k])?;
-        let top_ids = ctx.tensor(Elem::U32, &[r, k])?;
+        let top_values = ctx.tensor(Elem::F32, &[rows, k])?;
+        let top_ids = ctx.tensor(Elem::U32, &[rows, k])?;
         step.top_k(&logits, k, &top_values, &top_ids)?;
         let values_id = step.read(&top_values);
         let ids_id = step.read(&top_ids);
@@ -212,6 +183,145 @@ impl LlamaModel {
             top_ids: out.u32s(ids_id),
             logits: logits_id.map(|id| out.f32s(id)),
         })
+    }
+}
+
+/// What a step reads back: the `top_k` candidates of each sampled row, and with
+/// `full_logits` the whole rows.
+#[derive(Debug, Clone, Copy)]
+struct Readback {
+    top_k: usize,
+    full_logits: bool,
+}
+
+/// A batch's inputs, written into the workspace: token ids, positions, KV slots, the
+/// attention metadata and the rows to sample.
+struct Inputs {
+    ids: Tensor,
+    positions: Tensor,
+    slots: Tensor,
+    attn: AttentionBatch,
+    logits_indices: Tensor,
+    /// Rows the step samples.
+    num_rows: usize,
+}
+
+impl Inputs {
+    /// Writes `batch` into `ws`'s input buffers.
+    fn write(ctx: &GpuContext, ws: &Workspace, batch: &ForwardBatch) -> Result<Self, LlamaError> {
+        let (t, b) = (batch.input_ids.len(), batch.seq_lens.len());
+        let inputs = Self {
+            ids: ws.input_ids.rows(t)?,
+            positions: ws.positions.rows(t)?,
+            slots: ws.slot_mapping.rows(t)?,
+            attn: AttentionBatch {
+                query_start_loc: ws.query_start_loc.rows(b + 1)?,
+                seq_lens: ws.seq_lens.rows(b)?,
+                block_table: ws.block_table.rows(b)?,
+            },
+            logits_indices: ws.logits_indices.rows(batch.logits_indices.len())?,
+            num_rows: batch.logits_indices.len(),
+        };
+        ctx.write_u32(&inputs.ids, &batch.input_ids)?;
+        ctx.write_u32(&inputs.positions, &batch.positions)?;
+        ctx.write_u32(&inputs.slots, &batch.slot_mapping)?;
+        ctx.write_u32(&inputs.attn.query_start_loc, &batch.query_start_loc)?;
+        ctx.write_u32(&inputs.attn.seq_lens, &batch.seq_lens)?;
+        ctx.write_u32(&inputs.attn.block_table, &batch.block_table)?;
+        ctx.write_u32(&inputs.logits_indices, &batch.logits_indices)?;
+        Ok(inputs)
+    }
+}
+
+/// The workspace's activation buffers, viewed for `t` tokens: the residual stream `x`,
+/// the normed input `h`, a block's output `o`, and the attention and MLP intermediates.
+struct Activations {
+    x: Tensor,
+    h: Tensor,
+    o: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    att: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    act: Tensor,
+}
+
+impl Activations {
+    /// `ws`'s activations for `t` tokens.
+    fn of(ws: &Workspace, t: usize) -> Result<Self, LlamaError> {
+        Ok(Self {
+            x: ws.x.rows(t)?,
+            h: ws.h.rows(t)?,
+            o: ws.o.rows(t)?,
+            q: ws.q.rows(t)?,
+            k: ws.k.rows(t)?,
+            v: ws.v.rows(t)?,
+            att: ws.att.rows(t)?,
+            gate: ws.gate.rows(t)?,
+            up: ws.up.rows(t)?,
+            act: ws.act.rows(t)?,
+        })
+    }
+}
+
+impl GpuLayer {
+    /// Records decoder layer `index`: `x += attention(norm(x))`, then `x += mlp(norm(x))`.
+    fn record(
+        &self,
+        step: &mut Step<'_>,
+        model: &LlamaModel,
+        inputs: &Inputs,
+        a: &Activations,
+        cache: &KvCache,
+        index: usize,
+    ) -> Result<(), LlamaError> {
+        let eps = model.config.rms_norm_eps;
+        step.rms_norm(&a.x, &self.attn_norm, eps, &a.h)?;
+        self.attention(step, model, inputs, a, cache, index)?;
+        step.add_in_place(&a.x, &a.o)?;
+        step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
+        self.mlp(step, a)?;
+        step.add_in_place(&a.x, &a.o)?;
+        Ok(())
+    }
+
+    /// `o = o_proj(attention(rope(q), rope(k), v))` over the paged cache, the new keys and
+    /// values written into it first.
+    fn attention(
+        &self,
+        step: &mut Step<'_>,
+        model: &LlamaModel,
+        inputs: &Inputs,
+        a: &Activations,
+        cache: &KvCache,
+        index: usize,
+    ) -> Result<(), LlamaError> {
+        let c = &model.config;
+        step.linear(&a.h, &self.q_proj, &a.q)?;
+        step.linear(&a.h, &self.k_proj, &a.k)?;
+        step.linear(&a.h, &self.v_proj, &a.v)?;
+        if let Some([bq, bk, bv]) = &self.qkv_bias {
+            step.add_bias(&a.q, bq)?;
+            step.add_bias(&a.k, bk)?;
+            step.add_bias(&a.v, bv)?;
+        }
+        step.rope(&a.q, &inputs.positions, &model.inv_freq, c.num_attention_heads, model.rope_mode)?;
+        step.rope(&a.k, &inputs.positions, &model.inv_freq, c.num_key_value_heads, model.rope_mode)?;
+        step.reshape_and_cache(&a.k, &a.v, &inputs.slots, cache, index)?;
+        step.paged_attention(&a.q, cache, index, &inputs.attn, c.num_attention_heads, &a.att)?;
+        step.linear(&a.att, &self.o_proj, &a.o)?;
+        Ok(())
+    }
+
+    /// `o = down_proj(silu(gate_proj(h)) * up_proj(h))`.
+    fn mlp(&self, step: &mut Step<'_>, a: &Activations) -> Result<(), LlamaError> {
+        step.linear(&a.h, &self.gate_proj, &a.gate)?;
+        step.linear(&a.h, &self.up_proj, &a.up)?;
+        step.silu_mul(&a.gate, &a.up, &a.act)?;
+        step.linear(&a.act, &self.down_proj, &a.o)?;
+        Ok(())
     }
 }
 
