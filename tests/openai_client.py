@@ -6,6 +6,7 @@ port (default model unless MODEL is given), waits for /health, then checks that 
 chat completion and its streamed twin give the same text, with usage and a finish reason.
 """
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -35,17 +36,26 @@ def wait_healthy(base: str, server: subprocess.Popen, timeout_s: float = 300.0) 
     raise SystemExit("pagoda serve did not become healthy")
 
 
-def main() -> None:
-    binary = sys.argv[1]
+@contextlib.contextmanager
+def pagoda_server(argv: list[str], timeout_s: float = 600.0):
+    """`pagoda serve` as `smollm2` on a free loopback port (argv: PAGODA_BINARY [MODEL]), healthy;
+    yields an `openai` client for it and stops the server after."""
     port = free_port()
-    command = [binary, "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024"]
-    if len(sys.argv) > 2:
-        command += ["--model", sys.argv[2]]
+    command = [argv[1], "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024"]
+    if len(argv) > 2:
+        command += ["--model", argv[2]]
     server = subprocess.Popen(command)
     try:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(base, server)
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+        yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=timeout_s)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main() -> None:
+    with pagoda_server(sys.argv) as client:
         assert [m.id for m in client.models.list().data] == ["smollm2"]
         messages = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -82,9 +92,6 @@ def main() -> None:
         except openai.BadRequestError as error:
             assert "temperature" in str(error)
         print(f"openai client test passed: {text!r}")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ Usage: tests/openai_structured.py PAGODA_BINARY [MODEL]. On the default model:
 
 import json
 import re
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import openai
 
-from openai_client import free_port, wait_healthy
+from openai_client import pagoda_server
 
 SEEDS = range(10)
 NAME = {"type": "string", "pattern": "^[A-Z][a-z]{1,9}$"}
@@ -203,16 +202,7 @@ def expect_400(call, param: str) -> None:
 
 
 def main() -> None:
-    binary = sys.argv[1]
-    port = free_port()
-    command = [binary, "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024"]
-    if len(sys.argv) > 2:
-        command += ["--model", sys.argv[2]]
-    server = subprocess.Popen(command)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(base, server)
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=1800)
+    with pagoda_server(sys.argv, timeout_s=1800) as client:
         expect_400(lambda: ask(client, "x", 0, response_format={
             "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "bogus"}}}), "response_format")
         expect_400(lambda: ask(client, "x", 0, extra_body={"guided_regex": "(unclosed"}), "guided_regex")
@@ -227,9 +217,6 @@ def main() -> None:
             others = check_regex_choice_grammar(client, pool)
         print(f"structured outputs test passed: {schemas} schema replies validated, {others} regex/choice/grammar "
               "replies matched, tool round trips streamed and not")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 if __name__ == "__main__":
