@@ -35,13 +35,12 @@ pub fn run_step<'a>(
 ) -> Result<(SchedulerOutput, Vec<EngineCoreOutput>), FailedStep> {
     let scheduled = scheduler.schedule();
     let job = masks_for(scheduler, &scheduled);
-    let executed = std::thread::scope(|scope| {
-        let mut masks = match job {
-            Some(job) => StepMasks::pending(scope.spawn(job)),
-            None => StepMasks::none(),
-        };
-        executor.execute(&scheduled, &mut masks)
-    });
+    let executed = match job {
+        Some(job) => std::thread::scope(|scope| {
+            executor.execute(&scheduled, &mut StepMasks::pending(scope.spawn(job)))
+        }),
+        None => executor.execute(&scheduled, &mut StepMasks::none()),
+    };
     match executed {
         Ok(runner_output) => {
             let outputs = scheduler.update_from_output(&scheduled, &runner_output);
