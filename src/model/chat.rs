@@ -223,7 +223,7 @@ impl ChatTemplate {
 }
 
 /// At most [`MAX_ERROR_BYTES`] of an error message (a template may raise one of megabytes).
-fn clip(message: &str) -> &str {
+pub(crate) fn clip(message: &str) -> &str {
     let mut end = message.len().min(MAX_ERROR_BYTES);
     while !message.is_char_boundary(end) {
         end -= 1;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
-use super::tools::{Tool, ToolCallOut};
+use super::tools::{ParsedCall, Tool, ToolCallOut};
 use crate::core::request::FinishReason;
 use crate::ids::TokenId;
 use crate::model::ChatMessage;
@@ -324,23 +324,16 @@ impl RequestMessage {
 /// A tool call of a request message as chat templates read it: its `arguments` JSON text
 /// parsed into an object (as vLLM hands it to templates).
 fn template_tool_call(call: &serde_json::Value) -> Result<serde_json::Value, ApiError> {
-    let blame = |message: &str| ApiError::bad_request(message, "messages");
-    let function = call.get("function").ok_or_else(|| blame("a tool call needs a function"))?;
-    let name = function
-        .get("name")
-        .and_then(serde_json::Value::as_str)
-        .ok_or_else(|| blame("a tool call needs a function name"))?;
-    let arguments = match function.get("arguments") {
-        Some(serde_json::Value::String(text)) => {
-            serde_json::from_str(text).map_err(|_| blame("tool call arguments must be a JSON object"))?
-        }
-        Some(other) => other.clone(),
-        None => serde_json::json!({}),
-    };
+    let parsed = call.get("function").and_then(ParsedCall::from_json).ok_or_else(|| {
+        ApiError::bad_request(
+            "a tool call needs a function with a name and JSON object arguments",
+            "messages",
+        )
+    })?;
     Ok(serde_json::json!({
         "id": call.get("id").cloned().unwrap_or_default(),
         "type": "function",
-        "function": { "name": name, "arguments": arguments },
+        "function": parsed.to_json("arguments"),
     }))
 }
 

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use crate::model::{ChatMessage, ChatTemplate};
-use crate::structured::Constraint;
+use crate::structured::{Constraint, json_layout};
 
 /// One entry of `tools`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,8 +155,7 @@ impl ToolFormat {
                 })
             })
             .collect();
-        let layout = json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " });
-        let call = json!({ "anyOf": calls, "x-guidance": layout });
+        let call = json!({ "anyOf": calls, "x-guidance": json_layout() });
         let lark = match self {
             Self::Hermes => {
                 let more = max_calls - 1;
@@ -166,7 +165,7 @@ impl ToolFormat {
             }
             Self::Llama3Json => format!("start: %json {call}\n"),
             Self::Mistral => {
-                let array = json!({ "type": "array", "items": call, "minItems": 1, "maxItems": max_calls, "x-guidance": layout });
+                let array = json!({ "type": "array", "items": call, "minItems": 1, "maxItems": max_calls, "x-guidance": json_layout() });
                 format!("start: %json {array}\n")
             }
         };
@@ -221,7 +220,7 @@ pub struct ParsedCall {
 
 impl ParsedCall {
     /// A call from `{"name", "arguments" | "parameters"}`.
-    fn from_json(call: &Value) -> Option<Self> {
+    pub(super) fn from_json(call: &Value) -> Option<Self> {
         let name = call.get("name")?.as_str()?.to_owned();
         let arguments =
             call.get("arguments").or_else(|| call.get("parameters")).cloned().unwrap_or(json!({}));
@@ -233,7 +232,7 @@ impl ParsedCall {
     }
 
     /// `{"name", key: arguments}`.
-    fn to_json(&self, key: &str) -> Value {
+    pub(super) fn to_json(&self, key: &str) -> Value {
         json!({ "name": self.name, key: self.arguments })
     }
 

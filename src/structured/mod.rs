@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::mask::TokenMask;
-pub use self::state::{ConstraintState, Grammars};
+pub use self::state::{ConstraintState, Grammars, json_layout};
 
 /// What a request's output must match.
 ///

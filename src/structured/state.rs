@@ -13,14 +13,12 @@ use super::vocab::{GuidanceVocab, SameBytes};
 use super::{Constraint, ConstraintError};
 use crate::ids::TokenId;
 use crate::model::Tokenizer;
-
-/// Longest error message kept from llguidance (its messages may quote a whole grammar).
-const MAX_MESSAGE_BYTES: usize = 1024;
+use crate::model::chat::clip;
 
 /// How JSON outputs are laid out: one space after `,` and `:` and no other whitespace, the
 /// layout of Python's `json.dumps`. Models write it naturally, and a sampled output cannot
 /// wander off into unbounded whitespace. A schema's own `x-guidance` options win.
-fn json_layout() -> Value {
+pub fn json_layout() -> Value {
     json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " })
 }
 
@@ -56,7 +54,7 @@ impl Grammars {
             let eos = self.eos_token_id.ok_or(ConstraintError::NoEosToken)?;
             let vocab = GuidanceVocab::new(self.tokenizer.clone(), eos, &self.extra_eos_token_ids);
             let mut factory = ParserFactory::new_simple(&(Arc::new(vocab) as toktrie::TokEnv))
-                .map_err(|e| ConstraintError::Vocabulary(clip(&e.to_string())))?;
+                .map_err(|e| ConstraintError::Vocabulary(clip(&e.to_string()).to_owned()))?;
             factory.quiet();
             factory.limits_mut().verbose_errors = false;
             Ok((factory, Arc::new(SameBytes::of(&self.tokenizer))))
@@ -71,10 +69,10 @@ impl Grammars {
         let grammar = top_level_grammar(constraint)?;
         let parser = catch_unwind(AssertUnwindSafe(|| factory.create_parser(grammar)))
             .map_err(|_| ConstraintError::invalid(kind, "the grammar compiler failed on this input"))?
-            .map_err(|e| ConstraintError::invalid(kind, clip(&e.to_string())))?;
+            .map_err(|e| ConstraintError::invalid(kind, clip(&e.to_string()).to_owned()))?;
         let matcher = Matcher::new(Ok(parser));
         match matcher.get_error() {
-            Some(message) => Err(ConstraintError::invalid(kind, clip(&message))),
+            Some(message) => Err(ConstraintError::invalid(kind, clip(&message).to_owned())),
             None => Ok(ConstraintState { matcher, consumed: 0, same_bytes: Arc::clone(same_bytes) }),
         }
     }
@@ -107,15 +105,6 @@ fn top_level_grammar(constraint: &Constraint) -> Result<TopLevelGrammar, Constra
     })
 }
 
-/// At most [`MAX_MESSAGE_BYTES`] of `message`.
-fn clip(message: &str) -> String {
-    let mut end = message.len().min(MAX_MESSAGE_BYTES);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    message[..end].to_owned()
-}
-
 /// Where one request's output stands in its constraint.
 pub struct ConstraintState {
     matcher: Matcher,
@@ -139,7 +128,7 @@ impl ConstraintState {
             if !self.matcher.is_stopped() {
                 self.matcher
                     .consume_token(token)
-                    .map_err(|e| ConstraintError::Failed(clip(&e.to_string())))?;
+                    .map_err(|e| ConstraintError::Failed(clip(&e.to_string()).to_owned()))?;
             }
             self.consumed += 1;
         }
@@ -149,8 +138,10 @@ impl ConstraintState {
     /// The tokens that may come next; only the end-of-sequence tokens once the output is
     /// complete.
     pub fn mask(&mut self) -> Result<TokenMask, ConstraintError> {
-        let mut allowed =
-            self.matcher.compute_mask_or_eos().map_err(|e| ConstraintError::Failed(clip(&e.to_string())))?;
+        let mut allowed = self
+            .matcher
+            .compute_mask_or_eos()
+            .map_err(|e| ConstraintError::Failed(clip(&e.to_string()).to_owned()))?;
         self.same_bytes.widen(&mut allowed);
         Ok(TokenMask::from_words(allowed.as_slice().to_vec()))
     }
