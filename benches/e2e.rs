@@ -9,10 +9,11 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
+use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
+use pagoda::core::scheduler_config::SchedulerConfig;
 use pagoda::dtype::DType;
-use pagoda::engine::config::gpu_options_from_env;
+use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pagoda::dtype::{DType, quantize};
-use pagoda::engine::config::gpu_options_from_env;
+use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::gpu::{AttentionBatch, Elem, GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 
 /// (K, N, name) of SmolLM2-135M's projections and its 49152-row LM head.

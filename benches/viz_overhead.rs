@@ -24,8 +24,8 @@ fn loaded_engine() -> (Scheduler, SimExecutor) {
     let sim = SimConfig::default();
     let workload = BuiltinWorkload::MemoryPressure.generate(preset.num_requests, sim.vocab_size, 0);
     let mut scheduler = Scheduler::new(preset.scheduler, preset.cache).unwrap();
-    for arrival in presets::arrivals(&workload, sim.eos_token_id) {
-        scheduler.add_request(arrival.request).unwrap();
+    for (request_id, arrival) in workload.numbered() {
+        scheduler.add_request(arrival.request(request_id, sim.eos_token_id)).unwrap();
     }
     (scheduler, SimExecutor::new(sim).unwrap())
 }

@@ -4,7 +4,6 @@
 //! token-budget scheduler with chunked prefill and RECOMPUTE preemption) on top of WGSL
 //! compute shaders run through wgpu (Vulkan, Metal, DX12).
 
-pub mod config;
 pub mod core;
 pub mod dtype;
 pub mod engine;
@@ -20,8 +19,9 @@ pub mod structured;
 pub mod viz;
 pub mod workload;
 
-pub use config::{CacheConfig, InvalidBlockPolicy, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+pub use core::cache_config::{CacheConfig, KvCacheDtype};
 pub use core::request::{FinishReason, Request, RequestStatus};
+pub use core::scheduler_config::{InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
 pub use engine::{
     CompletionOutput, Engine, EngineBuilder, EngineConfig, EngineError, ExecutorKind, Prompt, RequestOutput,
 };

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand};
-use pagoda::engine::config::gpu_options_from_env;
-use pagoda::executor::fault::Fault;
+use pagoda::engine::args::{EngineArgs, GpuArgs};
+use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::sim::SimConfig;
-use pagoda::gpu::{GpuContext, GpuOptions, resident_bytes};
+use pagoda::gpu::{GpuContext, resident_bytes};
 use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
 #[cfg(feature = "server")]
@@ -20,10 +20,7 @@ use pagoda::server::prometheus::MetricsPrefix;
 use pagoda::structured::Constraint;
 use pagoda::workload::wall::run_engine_workload;
 use pagoda::workload::{BuiltinWorkload, WorkloadReport, run_workload};
-use pagoda::{
-    CacheConfig, ChatMessage, CompletionOutput, Engine, EngineConfig, ExecutorKind, KvCacheDtype, Prompt,
-    SamplingParams, SchedulerConfig, SchedulingPolicy,
-};
+use pagoda::{ChatMessage, CompletionOutput, Engine, EngineConfig, ExecutorKind, Prompt, SamplingParams};
 use tracing_subscriber::EnvFilter;
 
 /// A portable LLM inference engine: paged KV cache, prefix caching and a token-budget
@@ -53,122 +50,12 @@ enum Command {
     Viz(pagoda::viz::VizArgs),
 }
 
-/// Model, cache, scheduler and device flags (vLLM's names).
-#[derive(Debug, Clone, Args)]
-struct EngineArgs {
-    /// A GGUF file or an HF model directory [default: SmolLM2-135M-Instruct Q4_1, fetched once].
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// Tokens per KV block.
-    #[arg(long, default_value_t = CacheConfig::DEFAULT_BLOCK_SIZE)]
-    block_size: usize,
-    /// KV blocks in the pool (the null block included).
-    #[arg(long, default_value_t = CacheConfig::DEFAULT_NUM_GPU_BLOCKS)]
-    num_gpu_blocks: usize,
-    /// Bytes for the KV pools (suffixes K, M, G: binary); overrides --num-gpu-blocks.
-    #[arg(long, value_parser = parse_bytes)]
-    kv_cache_memory: Option<u64>,
-    /// KV cache element type.
-    #[arg(long, value_enum, default_value_t = KvCacheDtype::Auto)]
-    kv_cache_dtype: KvCacheDtype,
-    /// Requests running at once.
-    #[arg(long, default_value_t = SchedulerConfig::DEFAULT_MAX_NUM_SEQS)]
-    max_num_seqs: usize,
-    /// Tokens computed per step, summed over requests.
-    #[arg(long, default_value_t = SchedulerConfig::DEFAULT_MAX_NUM_BATCHED_TOKENS)]
-    max_num_batched_tokens: usize,
-    /// Longest prompt + output [default: the model's context length, at most 8192].
-    #[arg(long)]
-    max_model_len: Option<usize>,
-    /// Share full KV blocks between requests with the same prefix (default on).
-    #[arg(long, overrides_with = "no_enable_prefix_caching")]
-    enable_prefix_caching: bool,
-    /// Turn prefix caching off.
-    #[arg(long)]
-    no_enable_prefix_caching: bool,
-    /// Cut long prefills into chunks (default on).
-    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
-    enable_chunked_prefill: bool,
-    /// Turn chunked prefill off.
-    #[arg(long)]
-    no_enable_chunked_prefill: bool,
-    /// Admission and preemption order.
-    #[arg(long, value_enum, default_value_t = SchedulingPolicy::Fcfs)]
-    scheduling_policy: SchedulingPolicy,
-    /// The real model on the GPU, or the simulated model (tokenizer from --model).
-    #[arg(long, value_enum, default_value_t = ExecutorKind::Wgpu)]
-    executor: ExecutorKind,
-    /// With --executor sim, take each step's simulated time in wall-clock time.
-    #[arg(long)]
-    sim_realtime: bool,
-    /// Fault injection for the simulated model: fail step STEP, `STEP:transient` or
-    /// `STEP:device-lost` (repeatable).
-    #[arg(long, value_name = "STEP:KIND")]
-    sim_fault: Vec<Fault>,
-    #[command(flatten)]
-    gpu: GpuArgs,
-}
-
-/// Which GPU to use and which of its features to leave unused.
-#[derive(Debug, Clone, Args)]
-struct GpuArgs {
-    /// Graphics API: vulkan, metal, dx12 or gl (env PAGODA_BACKEND).
-    #[arg(long)]
-    backend: Option<String>,
-    /// Adapter name substring or index (env PAGODA_ADAPTER).
-    #[arg(long)]
-    adapter: Option<String>,
-    /// Adapter features not to use, e.g. `f16,subgroup`, to force the fallback kernels
-    /// (env PAGODA_DISABLE_FEATURES).
-    #[arg(long)]
-    disable_features: Option<String>,
-    /// Run within WebGPU's default limits, as the weakest adapters offer (env PAGODA_WEBGPU_LIMITS=1).
-    #[arg(long)]
-    webgpu_limits: bool,
-}
-
-impl GpuArgs {
-    /// The GPU options these flags describe.
-    fn options(&self) -> anyhow::Result<GpuOptions> {
-        GpuOptions::from_names(
-            self.backend.as_deref(),
-            self.adapter.as_deref(),
-            self.disable_features.as_deref(),
-            self.webgpu_limits,
-        )
-        .map_err(Into::into)
-    }
-}
-
-impl EngineArgs {
-    /// The engine configuration these flags describe.
-    fn config(&self, seed: u64) -> anyhow::Result<EngineConfig> {
-        Ok(EngineConfig {
-            model: self.model.clone(),
-            cache: CacheConfig {
-                block_size: self.block_size,
-                num_gpu_blocks: self.num_gpu_blocks,
-                enable_prefix_caching: self.enable_prefix_caching || !self.no_enable_prefix_caching,
-                kv_cache_dtype: self.kv_cache_dtype,
-                kv_cache_memory: self.kv_cache_memory,
-            },
-            scheduler: SchedulerConfig {
-                max_num_batched_tokens: self.max_num_batched_tokens,
-                max_num_seqs: self.max_num_seqs,
-                max_model_len: self.max_model_len.unwrap_or(SchedulerConfig::default().max_model_len),
-                enable_chunked_prefill: self.enable_chunked_prefill || !self.no_enable_chunked_prefill,
-                policy: self.scheduling_policy,
-                ..SchedulerConfig::default()
-            },
-            executor: self.executor,
-            seed,
-            max_waiting_requests: None,
-            gpu: self.gpu.options()?,
-            show_progress: std::io::stderr().is_terminal(),
-            sim_realtime: self.sim_realtime,
-            sim_faults: self.sim_fault.clone(),
-        })
-    }
+/// The engine configuration `engine` describes over the library's defaults, seeding unseeded
+/// requests from `seed`.
+fn engine_config(engine: &EngineArgs, seed: u64) -> anyhow::Result<EngineConfig> {
+    let base =
+        EngineConfig { seed, show_progress: std::io::stderr().is_terminal(), ..EngineConfig::default() };
+    Ok(engine.apply(base)?)
 }
 
 /// Outside a desktop session (no `XDG_RUNTIME_DIR`: ssh, containers, CI), Mesa's Vulkan
@@ -487,7 +374,7 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         })
         .collect();
     let params = args.sampling.params()?;
-    let mut engine = Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?)?;
+    let mut engine = Engine::new(engine_config(&args.engine, args.sampling.seed.unwrap_or(0))?)?;
     let started = std::time::Instant::now();
     let completions = engine.generate(prompts, &params)?;
     let seconds = started.elapsed().as_secs_f64();
@@ -525,7 +412,7 @@ fn completion_json(completion: &CompletionOutput) -> serde_json::Value {
 
 fn chat(args: ChatArgs) -> anyhow::Result<()> {
     let params = args.sampling.params()?;
-    let mut engine = Engine::new(args.engine.config(args.sampling.seed.unwrap_or(0))?)?;
+    let mut engine = Engine::new(engine_config(&args.engine, args.sampling.seed.unwrap_or(0))?)?;
     let mut history: Vec<ChatMessage> =
         args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     eprintln!("Chatting with the model; an empty line or end of input quits, /reset starts over.");
@@ -562,7 +449,7 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
 
 #[cfg(feature = "server")]
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut config = args.engine.config(args.seed)?;
+    let mut config = engine_config(&args.engine, args.seed)?;
     config.max_waiting_requests = Some(args.max_waiting_requests);
     let model_path = match &config.model {
         Some(path) => path.clone(),
@@ -648,7 +535,7 @@ async fn termination() {
 }
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let config = args.engine.config(args.seed)?;
+    let config = engine_config(&args.engine, args.seed)?;
     let workload = |vocab_size: u32| {
         args.workload
             .generate(args.num_requests, vocab_size, args.seed)
@@ -761,22 +648,4 @@ fn print_weight_types(weights: &WeightFile) {
     for (name, (count, file, gpu)) in by_type {
         println!("    {name:<7} {count:>4} tensors {:>9.1} MiB file {:>9.1} MiB GPU", mib(file), mib(gpu));
     }
-}
-
-/// Parses a byte count with an optional binary suffix (K, M, G, T; `iB`/`B` allowed).
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let upper = text.to_ascii_uppercase();
-    let digits_end = upper.find(|c: char| !c.is_ascii_digit()).unwrap_or(upper.len());
-    let (number, suffix) = upper.split_at(digits_end);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a byte count"))?;
-    let shift = match suffix.trim_end_matches('B').trim_end_matches('I') {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(format!("{text:?}: unknown unit (use K, M, G or T)")),
-    };
-    number.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
 }

@@ -4,8 +4,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use pagoda::core::events::{BlockState, KvSnapshot};
 use pagoda::core::scheduler::Scheduler;
+use pagoda::core::snapshot::{BlockState, KvSnapshot};
 use pagoda::executor::sim::{SimConfig, SimExecutor};
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::ids::BlockId;

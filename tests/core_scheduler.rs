@@ -6,10 +6,11 @@ use std::collections::{HashMap, HashSet};
 
 use core_support::*;
 use pagoda::core::block_hash::extend_block_hashes;
-use pagoda::core::events::{BlockState, EventLog, KvEvent};
+use pagoda::core::events::{EventLog, KvEvent};
 use pagoda::core::kv_cache_manager::{ComputedBlocks, KvCacheManager};
 use pagoda::core::output::ModelRunnerOutput;
 use pagoda::core::scheduler::{AddRequestError, Scheduler};
+use pagoda::core::snapshot::BlockState;
 use pagoda::ids::BlockId;
 use pagoda::{
     FinishReason, InvalidBlockPolicy, RequestStatus, SamplingParams, SchedulerConfig, SchedulingPolicy,
@@ -541,5 +542,5 @@ fn events_and_snapshot_describe_the_cache() {
     ];
     assert_eq!(got, expected_prefix);
     let line = serde_json::to_string(&s.snapshot()).unwrap();
-    assert_eq!(serde_json::from_str::<pagoda::core::events::KvSnapshot>(&line).unwrap(), s.snapshot());
+    assert_eq!(serde_json::from_str::<pagoda::core::snapshot::KvSnapshot>(&line).unwrap(), s.snapshot());
 }

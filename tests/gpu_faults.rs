@@ -6,9 +6,10 @@
 
 use std::path::Path;
 
-use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
+use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
+use pagoda::core::scheduler_config::SchedulerConfig;
 use pagoda::dtype::DType;
-use pagoda::engine::config::gpu_options_from_env;
+use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::fault::{Fault, FaultKind, FaultPlan};
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};

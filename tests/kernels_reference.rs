@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use pagoda::dtype::{DType, dequantize, quantize};
-use pagoda::engine::config::gpu_options_from_env;
+use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::gpu::KvPrecision;
 use pagoda::gpu::*;
 

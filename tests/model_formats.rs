@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use pagoda::dtype::DType;
-use pagoda::model::config::ConfigError;
+use pagoda::model::architecture::ConfigError;
 use pagoda::model::gguf::{GgufError, GgufFile, GgufWriter};
 use pagoda::model::safetensors::{SafetensorsError, SafetensorsFiles};
 use pagoda::model::testing::{TinyLlama, permute_for_interleaved_rope};

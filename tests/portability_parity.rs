@@ -10,7 +10,7 @@
 
 mod smollm2_support;
 
-use pagoda::engine::config::gpu_options_from_env;
+use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::gpu::{FeatureMask, GpuContext, GpuOptions, KvCache, KvCacheShape, KvPrecision};
 use pagoda::model::llama::{ForwardBatch, ForwardOutput, LlamaModel, Workspace, WorkspaceLimits};
 use smollm2_support::{GreedyCase, greedy_cases, smollm2};

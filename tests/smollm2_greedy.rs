@@ -6,9 +6,10 @@ mod smollm2_support;
 
 use std::collections::{HashMap, HashSet};
 
-use pagoda::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
+use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
 use pagoda::core::output::{CachedRequestData, NewRequestData, SchedulerOutput};
-use pagoda::engine::config::gpu_options_from_env;
+use pagoda::core::scheduler_config::SchedulerConfig;
+use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use pagoda::config::KvCacheDtype;
+use pagoda::core::cache_config::KvCacheDtype;
 use pagoda::model::ModelFiles;
 use pagoda::model::gguf::GgufFile;
 use pagoda::{Engine, Prompt, SamplingParams};

@@ -8,16 +8,18 @@ use std::collections::HashMap;
 
 use pagoda::core::output::{ModelRunnerOutput, SchedulerOutput};
 use pagoda::core::scheduler::Scheduler;
+use pagoda::core::snapshot::BlockState;
 use pagoda::executor::{ExecutorError, ModelExecutor, StepMasks};
 use pagoda::viz::control::{MAX_SPEED, SimControl};
-use pagoda::viz::driver::{Driver, LiveSinks, RequestArrival, drive_live, run_to_step};
+use pagoda::viz::driver::{Driver, LiveSinks, drive_live, run_to_step};
 use pagoda::viz::feed;
-use pagoda::viz::model::{BlockState, StepRecord, VizEvent};
+use pagoda::viz::model::{StepRecord, VizEvent};
 use pagoda::viz::offscreen::{OffscreenRenderer, RgbaImage};
 use pagoda::viz::palette;
 use pagoda::viz::state::VizState;
 use pagoda::viz::ui::FrameLayout;
-use pagoda::{CacheConfig, Request, RequestId, SamplingParams, SchedulerConfig, TokenId};
+use pagoda::workload::Arrival;
+use pagoda::{CacheConfig, RequestId, SchedulerConfig, TokenId};
 
 /// Samples token 7 for every request whose known tokens are all computed after a step.
 #[derive(Default)]
@@ -58,13 +60,11 @@ impl ModelExecutor for ConstantExecutor {
     }
 }
 
-fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> RequestArrival {
-    let mut params = SamplingParams::greedy(max_tokens);
-    params.ignore_eos = true;
-    RequestArrival { at_s: 0.0, request: Request::new(id, prompt, params, None, id as f64) }
+fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> (RequestId, Arrival) {
+    (id, Arrival { time_s: 0.0, prompt_token_ids: prompt, max_tokens, priority: 0, ignore_eos: true })
 }
 
-fn driver(num_gpu_blocks: usize, arrivals: Vec<RequestArrival>) -> Driver<ConstantExecutor> {
+fn driver(num_gpu_blocks: usize, arrivals: Vec<(RequestId, Arrival)>) -> Driver<ConstantExecutor> {
     let cache = CacheConfig { block_size: 4, num_gpu_blocks, ..CacheConfig::default() };
     let sched = SchedulerConfig {
         max_num_batched_tokens: 64,
@@ -77,6 +77,7 @@ fn driver(num_gpu_blocks: usize, arrivals: Vec<RequestArrival>) -> Driver<Consta
         ConstantExecutor::default(),
         Box::new(|_| 0.0),
         arrivals,
+        None,
     )
 }
 

@@ -2,7 +2,8 @@
 
 #![cfg(feature = "viz")]
 
-use pagoda::viz::model::{BlockState, BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord};
+use pagoda::core::snapshot::BlockState;
+use pagoda::viz::model::{BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord};
 use pagoda::viz::offscreen::{OffscreenRenderer, RgbaImage};
 use pagoda::viz::palette;
 use pagoda::viz::state::VizState;
@@ -186,4 +187,25 @@ fn the_real_model_on_wgpu_runs_prompts_from_a_file_to_a_snapshot() {
     assert_eq!(ids, vec![0, 1]);
     let (width, height, _) = read_png(&out);
     assert_eq!((width, height), (WIDTH, HEIGHT));
+}
+
+#[test]
+fn engine_flags_reach_the_visualizer_and_a_failed_step_fails_its_live_requests() {
+    use pagoda::viz::driver::run_to_step;
+    let args =
+        cli(&["--workload", "memory-pressure", "--num-gpu-blocks", "100", "--sim-fault", "5:transient"]);
+    let config = pagoda::viz::engine_config(&args).unwrap();
+    assert_eq!(config.cache.num_gpu_blocks, 100);
+    assert_eq!(config.executor, pagoda::ExecutorKind::Sim);
+    let mut driver = pagoda::viz::sim_driver(&args, &config).unwrap();
+    let records = run_to_step(&mut driver, 5, false).unwrap();
+    assert_eq!(records.len(), 5);
+    let kv = records.last().unwrap().kv.as_ref().unwrap();
+    assert!(kv.requests.is_empty(), "every request live at the failed step ended with it");
+    run_to_step(&mut driver, u64::MAX, false).unwrap();
+    assert!(driver.is_done(), "later arrivals still run");
+
+    let lost = cli(&["--workload", "memory-pressure", "--sim-fault", "5:device-lost"]);
+    let mut driver = pagoda::viz::sim_driver(&lost, &pagoda::viz::engine_config(&lost).unwrap()).unwrap();
+    assert!(run_to_step(&mut driver, 10, false).is_err());
 }

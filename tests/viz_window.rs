@@ -153,7 +153,8 @@ fn window_under_xvfb_matches_the_offscreen_frame() {
     }
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.jsonl");
-    let mut driver = viz::sim_driver(&cli(&["--workload", "memory-pressure"])).unwrap();
+    let args = cli(&["--workload", "memory-pressure"]);
+    let mut driver = viz::sim_driver(&args, &viz::engine_config(&args).unwrap()).unwrap();
     let records = run_to_step(&mut driver, 160, true).unwrap();
     let mut writer = TraceWriter::create(&trace).unwrap();
     for record in &records {

@@ -1,6 +1,7 @@
-//! Observability: a stream of KV-cache events and a full snapshot of the cache and queues.
+//! Observability: a stream of KV-cache events (the whole state at one moment is
+//! [`crate::core::snapshot`]).
 //!
-//! Both are plain data (serde) so a visualizer can draw them live or replay a recorded
+//! Events are plain data (serde) so a visualizer can draw them live or replay a recorded
 //! JSON-lines trace. The stream costs one relaxed atomic load per would-be event while
 //! nobody records it: events are built only when recording.
 
@@ -9,8 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::metrics::SchedulerStats;
-use crate::core::request::{FinishReason, RequestStatus};
+use crate::core::request::FinishReason;
 use crate::ids::{BlockHash, BlockId, RequestId, TokenId};
 
 /// One change to the KV cache or the queues.
@@ -56,7 +56,7 @@ pub enum KvEvent {
         /// The block.
         block_id: BlockId,
         /// The hash it held.
-        #[serde(with = "hex_hash")]
+        #[serde(with = "crate::ids::hex_hash")]
         block_hash: BlockHash,
     },
     /// A request released its blocks.
@@ -187,129 +187,6 @@ impl<E> EventLog<E> {
 
     fn events(&self) -> std::sync::MutexGuard<'_, Vec<E>> {
         self.inner.events.lock().unwrap_or_else(|poison| poison.into_inner())
-    }
-}
-
-/// What a block is doing right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BlockState {
-    /// Block 0: padding target, never allocated.
-    Null,
-    /// In the free queue, holding nothing reusable.
-    Free,
-    /// In the free queue, still holding a hash that later requests can hit.
-    CachedFree,
-    /// Owned by at least one request.
-    Used,
-}
-
-/// One block in a snapshot.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BlockSnapshot {
-    /// The block.
-    pub block_id: BlockId,
-    /// What it is doing.
-    pub state: BlockState,
-    /// Requests holding it.
-    pub ref_cnt: u32,
-    /// Its hash, when it is in the prefix cache.
-    #[serde(with = "hex_hash::option")]
-    pub block_hash: Option<BlockHash>,
-    /// Requests whose block tables contain it, in ascending id order.
-    pub owners: Vec<RequestId>,
-}
-
-/// One live request in a snapshot.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RequestSnapshot {
-    /// The request.
-    pub request_id: RequestId,
-    /// Its state.
-    pub status: RequestStatus,
-    /// Its block table.
-    pub block_ids: Vec<BlockId>,
-    /// Prompt length.
-    pub num_prompt_tokens: usize,
-    /// Tokens generated so far.
-    pub num_output_tokens: usize,
-    /// Tokens whose K/V are in the cache.
-    pub num_computed_tokens: usize,
-    /// Prompt tokens served by the prefix cache when it was first admitted.
-    pub num_cached_tokens: usize,
-    /// Times it was preempted.
-    pub num_preemptions: usize,
-    /// Its priority (lower runs first under PRIORITY).
-    pub priority: i32,
-}
-
-/// A hash in the prefix cache and the blocks that hold it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CachedEntry {
-    /// The hash.
-    #[serde(with = "hex_hash")]
-    pub block_hash: BlockHash,
-    /// Blocks holding that content, in ascending id order.
-    pub block_ids: Vec<BlockId>,
-}
-
-/// The whole state of the KV cache and the queues at one moment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KvSnapshot {
-    /// Steps scheduled so far.
-    pub step: u64,
-    /// Tokens per block.
-    pub block_size: usize,
-    /// Every block, by id (block 0 is the null block).
-    pub blocks: Vec<BlockSnapshot>,
-    /// The free queue, head (evicted first) to tail.
-    pub free_queue: Vec<BlockId>,
-    /// The prefix cache, in ascending hash order.
-    pub cached: Vec<CachedEntry>,
-    /// Every live request, in ascending id order.
-    pub requests: Vec<RequestSnapshot>,
-    /// The waiting queue, next to be admitted first.
-    pub waiting: Vec<RequestId>,
-    /// The running queue, in scheduling order.
-    pub running: Vec<RequestId>,
-    /// Counters and gauges.
-    pub stats: SchedulerStats,
-}
-
-/// Block hashes in JSON as 32-digit hex strings (JSON numbers cannot hold 128 bits).
-mod hex_hash {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use crate::ids::BlockHash;
-
-    pub fn serialize<S: Serializer>(hash: &BlockHash, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format!("{hash:032x}"))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<BlockHash, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        BlockHash::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
-    }
-
-    pub mod option {
-        use serde::{Deserialize, Deserializer, Serializer};
-
-        use crate::ids::BlockHash;
-
-        pub fn serialize<S: Serializer>(hash: &Option<BlockHash>, serializer: S) -> Result<S::Ok, S::Error> {
-            match hash {
-                Some(hash) => super::serialize(hash, serializer),
-                None => serializer.serialize_none(),
-            }
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            deserializer: D,
-        ) -> Result<Option<BlockHash>, D::Error> {
-            Option::<String>::deserialize(deserializer)?
-                .map(|text| BlockHash::from_str_radix(&text, 16).map_err(serde::de::Error::custom))
-                .transpose()
-        }
     }
 }
 

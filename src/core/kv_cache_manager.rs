@@ -1,7 +1,7 @@
 //! The KV cache manager: each request's block table, prefix-cache lookups and allocation.
 
-use crate::config::CacheConfig;
 use crate::core::block_pool::BlockPool;
+use crate::core::cache_config::CacheConfig;
 use crate::core::events::{CacheEvent, EventLog, KvEvent};
 use crate::core::id_map::IdMap;
 use crate::core::request::Request;
@@ -226,26 +226,33 @@ impl KvCacheManager {
         self.pool.reset_prefix_cache()
     }
 
-    /// Marks the blocks of `request_id` from `block_index` on as not cached by it, so they
-    /// are cached again once recomputed.
-    pub fn uncache_from(&mut self, request_id: RequestId, block_index: usize) {
-        if let Some(table) = self.tables.get_mut(&request_id) {
-            table.num_cached_blocks = table.num_cached_blocks.min(block_index);
-        }
+    // Taking blocks back out of the prefix cache is two primitives and one composite:
+    // `uncache_from` lowers a request's mark of how many of its blocks it has cached (so those
+    // blocks are hashed and cached again once recomputed), `evict_block` takes one block's hash
+    // out of the cache (so nobody hits it), and `discard_uncomputed` does both for blocks whose
+    // contents were never computed. They stay apart because their callers need different
+    // halves: invalid KV blocks evict exactly the bad blocks but un-mark the whole tail of each
+    // affected request (`Scheduler::handle_invalid_blocks`), a failed or undone step discards
+    // exactly the blocks it was to fill (`Scheduler::discard_step`, the victim undo).
+
+    /// Lowers `request_id`'s cached-block mark to `block_index`, so its blocks from there on
+    /// are cached again once recomputed; returns the blocks it un-marked (their hashes stay in
+    /// the cache until evicted).
+    pub fn uncache_from(&mut self, request_id: RequestId, block_index: usize) -> Vec<BlockId> {
+        let Some(table) = self.tables.get_mut(&request_id) else {
+            return Vec::new();
+        };
+        let first = block_index.min(table.num_cached_blocks);
+        let unmarked = table.block_ids[first..table.num_cached_blocks].to_vec();
+        table.num_cached_blocks = first;
+        unmarked
     }
 
-    /// Takes back the prefix-cache entries of a request's blocks past its first
-    /// `num_computed_tokens` tokens: they were cached when allocated for a step that will not
-    /// run for it (it was unscheduled), so their contents will never be computed.
+    /// Takes a request's blocks past its first `num_computed_tokens` tokens out of the prefix
+    /// cache: they were cached when allocated for a step that will not run for it (it was
+    /// unscheduled, or the step failed), so their contents will never be computed.
     pub fn discard_uncomputed(&mut self, request_id: RequestId, num_computed_tokens: usize) {
-        let first_uncomputed = num_computed_tokens / self.block_size;
-        let Some(table) = self.tables.get_mut(&request_id) else {
-            return;
-        };
-        let uncomputed: Vec<BlockId> =
-            table.block_ids[first_uncomputed.min(table.num_cached_blocks)..table.num_cached_blocks].to_vec();
-        table.num_cached_blocks = table.num_cached_blocks.min(first_uncomputed);
-        for block_id in uncomputed {
+        for block_id in self.uncache_from(request_id, num_computed_tokens / self.block_size) {
             self.evict_block(block_id);
         }
     }

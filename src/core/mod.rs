@@ -2,6 +2,7 @@
 
 pub mod block_hash;
 pub mod block_pool;
+pub mod cache_config;
 pub mod events;
 pub mod id_map;
 pub mod kv_cache_manager;
@@ -10,3 +11,5 @@ pub mod output;
 pub mod request;
 pub mod request_queue;
 pub mod scheduler;
+pub mod scheduler_config;
+pub mod snapshot;

@@ -3,8 +3,8 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, VecDeque};
 
-use crate::config::SchedulingPolicy;
 use crate::core::request::Request;
+use crate::core::scheduler_config::SchedulingPolicy;
 use crate::ids::RequestId;
 
 /// A request's place under PRIORITY: lower priority value first, then earlier arrival, then

@@ -4,11 +4,9 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::config::{CacheConfig, InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
 use crate::core::block_hash::extend_block_hashes;
-use crate::core::events::{
-    BlockSnapshot, BlockState, CacheEvent, CachedEntry, EventLog, KvEvent, KvSnapshot, RequestSnapshot,
-};
+use crate::core::cache_config::CacheConfig;
+use crate::core::events::{CacheEvent, EventLog, KvEvent};
 use crate::core::id_map::IdMap;
 use crate::core::kv_cache_manager::{CacheConfigError, ComputedBlocks, KvCacheManager};
 use crate::core::metrics::SchedulerStats;
@@ -17,6 +15,8 @@ use crate::core::output::{
 };
 use crate::core::request::{Request, RequestStatus};
 use crate::core::request_queue::{PriorityKey, WaitingQueue};
+use crate::core::scheduler_config::{InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
+use crate::core::snapshot::KvSnapshot;
 use crate::ids::{BlockId, RequestId};
 
 /// A configuration the scheduler cannot run with.
@@ -478,74 +478,13 @@ impl Scheduler {
 
     /// The whole state of the cache and queues (O(blocks + requests); for observers).
     pub fn snapshot(&self) -> KvSnapshot {
-        let pool = self.kv.pool();
-        let mut owners: Vec<Vec<RequestId>> = vec![Vec::new(); pool.num_blocks()];
-        for (request_id, block_ids) in self.kv.block_tables() {
-            for &block_id in block_ids {
-                owners[block_id as usize].push(request_id);
-            }
-        }
-        let blocks = pool
-            .blocks()
-            .iter()
-            .zip(owners)
-            .map(|(block, mut owners)| {
-                owners.sort_unstable();
-                let state = if block.block_id == 0 {
-                    BlockState::Null
-                } else if block.ref_cnt > 0 {
-                    BlockState::Used
-                } else if block.block_hash.is_some() {
-                    BlockState::CachedFree
-                } else {
-                    BlockState::Free
-                };
-                BlockSnapshot {
-                    block_id: block.block_id,
-                    state,
-                    ref_cnt: block.ref_cnt,
-                    block_hash: block.block_hash,
-                    owners,
-                }
-            })
-            .collect();
-        let mut cached: Vec<CachedEntry> = pool
-            .cached_blocks()
-            .iter()
-            .map(|(&block_hash, ids)| {
-                let mut block_ids = ids.clone();
-                block_ids.sort_unstable();
-                CachedEntry { block_hash, block_ids }
-            })
-            .collect();
-        cached.sort_unstable_by_key(|entry| entry.block_hash);
-        let mut requests: Vec<RequestSnapshot> = self
-            .requests
-            .values()
-            .map(|request| RequestSnapshot {
-                request_id: request.request_id,
-                status: request.status,
-                block_ids: self.kv.get_block_ids(request.request_id).to_vec(),
-                num_prompt_tokens: request.prompt_token_ids.len(),
-                num_output_tokens: request.output_token_ids.len(),
-                num_computed_tokens: request.num_computed_tokens,
-                num_cached_tokens: request.num_cached_tokens,
-                num_preemptions: request.num_preemptions,
-                priority: request.priority,
-            })
-            .collect();
-        requests.sort_unstable_by_key(|request| request.request_id);
-        KvSnapshot {
-            step: self.stats.num_steps,
-            block_size: self.kv.block_size(),
-            blocks,
-            free_queue: pool.free_queue().iter().collect(),
-            cached,
-            requests,
-            waiting: self.waiting.ids(),
-            running: self.running.clone(),
-            stats: self.stats,
-        }
+        KvSnapshot::capture(
+            &self.kv,
+            self.requests.values(),
+            self.waiting.ids(),
+            self.running.clone(),
+            self.stats,
+        )
     }
 
     /// Schedules the running requests in order under `budget`, decodes and unfinished

@@ -7,8 +7,9 @@
 //! For async code, [`handle::AsyncEngine`] runs an engine on its own thread and gives each
 //! request a stream.
 
-pub mod config;
+pub mod args;
 pub mod detokenizer;
+pub mod engine_config;
 #[cfg(feature = "server")]
 pub mod handle;
 pub mod metrics;
@@ -22,8 +23,8 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-pub use self::config::{EngineBuilder, EngineConfig, ExecutorKind};
 use self::detokenizer::IncrementalDetokenizer;
+pub use self::engine_config::{EngineBuilder, EngineConfig, ExecutorKind};
 use self::metrics::EngineMetrics;
 pub use self::output::{CompletionOutput, RequestOutput};
 use self::stop::StopStrings;
@@ -238,7 +239,7 @@ impl Engine {
                 .with_faults(FaultPlan::new(config.sim_faults.iter().copied())),
             ),
             ExecutorKind::Wgpu => {
-                let context = GpuContext::new(&config::gpu_options_from_env(&config.gpu)?)?;
+                let context = GpuContext::new(&engine_config::gpu_options_from_env(&config.gpu)?)?;
                 let executor = WgpuExecutor::new(
                     context,
                     &model,

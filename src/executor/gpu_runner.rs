@@ -8,8 +8,9 @@ use std::collections::HashMap;
 
 use super::fault::{FaultKind, FaultPlan};
 use super::{ExecutorError, ModelExecutor, StepMasks};
-use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig};
+use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
+use crate::core::scheduler_config::SchedulerConfig;
 use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape, KvPrecision, PREFILL_MIN_ROWS};
 use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;

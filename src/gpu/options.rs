@@ -93,7 +93,7 @@ impl LinearStrategy {
 /// Everything that decides which device pagoda opens and how.
 ///
 /// The GPU layer reads no environment: the engine fills unset fields from the `PAGODA_*`
-/// variables (`crate::engine::config::gpu_options_from_env`) and passes them down.
+/// variables (`crate::engine::engine_config::gpu_options_from_env`) and passes them down.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Graphics API; `None` lets wgpu choose among all of them.

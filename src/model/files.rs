@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::architecture::{ConfigError, ModelConfig};
 use super::chat::{ChatError, ChatTemplate};
-use super::config::{ConfigError, ModelConfig};
 use super::gguf::{GgufError, GgufFile};
 use super::safetensors::{SafetensorsError, SafetensorsFiles};
 use super::tokenizer::{Tokenizer, TokenizerError};

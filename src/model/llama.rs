@@ -5,7 +5,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::config::{ModelConfig, RopeScaling, RopeVariant};
+use super::architecture::{ModelConfig, RopeScaling, RopeVariant};
 use super::files::ModelFiles;
 use super::tensor::TensorView;
 use super::weights::{LlamaWeights, WeightError, WeightFile};

@@ -1,7 +1,7 @@
 //! Llama-family model definitions and the file formats they come in.
 
+pub mod architecture;
 pub mod chat;
-pub mod config;
 pub mod files;
 pub mod gguf;
 pub mod gguf_vocab;
@@ -9,12 +9,13 @@ pub mod llama;
 pub mod safetensors;
 pub mod sentencepiece;
 pub mod tensor;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tokenizer;
 pub mod weights;
 
+pub use architecture::{ModelConfig, RopeScaling, RopeVariant};
 pub use chat::{ChatMessage, ChatTemplate};
-pub use config::{ModelConfig, RopeScaling, RopeVariant};
 pub use files::{ModelError, ModelFiles, default_model_path};
 pub use tensor::TensorView;
 pub use tokenizer::Tokenizer;

@@ -8,7 +8,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::config::{ModelConfig, RopeVariant};
+use super::architecture::{ModelConfig, RopeVariant};
 use super::gguf::{GgufWriteError, GgufWriter, MetadataValue};
 use super::safetensors::{SafetensorsError, serialize};
 use super::tensor::TensorView;

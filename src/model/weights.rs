@@ -1,7 +1,7 @@
 //! The Llama-family weight set, looked up by each format's tensor names and checked
 //! against the config's shapes.
 
-use super::config::ModelConfig;
+use super::architecture::ModelConfig;
 use super::gguf::{GgufError, GgufFile};
 use super::safetensors::{SafetensorsError, SafetensorsFiles};
 use super::tensor::TensorView;

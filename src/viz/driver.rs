@@ -6,25 +6,18 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::core::request::Request;
+use crate::core::output::SchedulerOutput;
+use crate::core::request::RequestStatus;
 use crate::core::scheduler::{AddRequestError, Scheduler};
-use crate::executor::{ExecutorError, ModelExecutor, run_step};
+use crate::executor::{ExecutorError, FailedStep, ModelExecutor, run_step};
+use crate::ids::{RequestId, TokenId};
 use crate::viz::VizError;
 use crate::viz::control::SimControl;
 use crate::viz::feed::VizFeed;
 use crate::viz::model::StepRecord;
 use crate::viz::source::{EngineReport, RecordBuilder, SchedulerProbe};
 use crate::viz::trace::TraceWriter;
-
-/// A request ready for the scheduler and the engine time, seconds, at which it arrives
-/// (a workload's [`crate::workload::Arrival`] once it has an id and an EOS token).
-#[derive(Debug, Clone)]
-pub struct RequestArrival {
-    /// Engine time of arrival, seconds.
-    pub at_s: f64,
-    /// The request.
-    pub request: Request,
-}
+use crate::workload::Arrival;
 
 /// Reads an executor's engine time in seconds.
 pub type EngineClock<E> = Box<dyn Fn(&E) -> f64 + Send>;
@@ -45,23 +38,27 @@ pub struct Driver<E: ModelExecutor> {
     scheduler: Scheduler,
     executor: E,
     clock: EngineClock<E>,
-    pending: VecDeque<RequestArrival>,
+    pending: VecDeque<(RequestId, Arrival)>,
+    eos_token_id: Option<TokenId>,
     probe: SchedulerProbe,
     idle_s: f64,
 }
 
 impl<E: ModelExecutor> Driver<E> {
     /// A driver; `clock` reads the executor's engine time in seconds (simulated time for the
-    /// sim executor, wall time for a real one). Arrivals are taken in time order.
+    /// sim executor, wall time for a real one). Arrivals (with their request ids, see
+    /// [`crate::workload::Workload::numbered`]) are taken in time order; requests stop at
+    /// `eos_token_id` unless they ignore EOS.
     pub fn new(
         scheduler: Scheduler,
         executor: E,
         clock: EngineClock<E>,
-        mut arrivals: Vec<RequestArrival>,
+        mut arrivals: Vec<(RequestId, Arrival)>,
+        eos_token_id: Option<TokenId>,
     ) -> Self {
-        arrivals.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        arrivals.sort_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s));
         let probe = SchedulerProbe::attach(&scheduler);
-        Self { scheduler, executor, clock, pending: arrivals.into(), probe, idle_s: 0.0 }
+        Self { scheduler, executor, clock, pending: arrivals.into(), eos_token_id, probe, idle_s: 0.0 }
     }
 
     /// Engine time now, seconds: the executor's clock plus any idle time skipped waiting for
@@ -82,7 +79,8 @@ impl<E: ModelExecutor> Driver<E> {
 
     /// Runs one engine step, admitting what has arrived and skipping idle time to the next
     /// arrival when nothing is left to run. Returns false, doing nothing, when everything
-    /// is done.
+    /// is done. A failed step fails every live request (as the engine does); a lost device is
+    /// an error.
     pub fn advance(&mut self) -> Result<bool, DriverError> {
         if self.is_done() {
             return Ok(false);
@@ -90,16 +88,35 @@ impl<E: ModelExecutor> Driver<E> {
         if !self.scheduler.has_unfinished_requests()
             && let Some(next) = self.pending.front()
         {
-            self.idle_s += (next.at_s - self.time_s()).max(0.0);
+            self.idle_s += (next.1.time_s - self.time_s()).max(0.0);
         }
         let now = self.time_s();
-        while self.pending.front().is_some_and(|a| a.at_s <= now) {
-            if let Some(arrival) = self.pending.pop_front() {
-                self.scheduler.add_request(arrival.request)?;
+        while self.pending.front().is_some_and(|(_, arrival)| arrival.time_s <= now) {
+            if let Some((request_id, arrival)) = self.pending.pop_front() {
+                self.scheduler.add_request(arrival.request(request_id, self.eos_token_id))?;
             }
         }
-        run_step(&mut self.scheduler, &mut self.executor, |_, _| None).map_err(|failed| failed.error)?;
+        if let Err(FailedStep { scheduled, error }) =
+            run_step(&mut self.scheduler, &mut self.executor, |_, _| None)
+        {
+            if error.is_device_lost() {
+                return Err(error.into());
+            }
+            self.fail_live_requests(&scheduled, &error);
+        }
         Ok(true)
+    }
+
+    /// What the engine does when the executor fails a step: the step is undone and every
+    /// live request ends with an error; later arrivals still run.
+    fn fail_live_requests(&mut self, scheduled: &SchedulerOutput, error: &ExecutorError) {
+        tracing::warn!(%error, "step failed; failing every live request");
+        self.scheduler.discard_step(scheduled);
+        let mut live = self.scheduler.waiting_ids();
+        live.extend_from_slice(self.scheduler.running_ids());
+        self.scheduler
+            .finish_requests(live, RequestStatus::FinishedError)
+            .expect("FinishedError is a finished status");
     }
 
     /// Everything since the previous report (events, counters now), with a snapshot when

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::engines::{sim_driver, wgpu_driver};
+pub use self::engines::{engine_config, sim_driver, wgpu_driver};
+use crate::engine::ExecutorKind;
+use crate::engine::args::EngineArgs;
 use crate::executor::ModelExecutor;
 use crate::viz::control::SimControl;
 use crate::viz::driver::{Driver, LiveSinks};
@@ -32,22 +34,10 @@ use crate::viz::trace::TraceWriter;
 use crate::viz::window::WindowOptions;
 use crate::workload::BuiltinWorkload;
 
-/// The engine the visualizer drives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum VizExecutor {
-    /// The deterministic simulated model (no GPU work, simulated time).
-    Sim,
-    /// The real model on the GPU through wgpu (wall-clock time).
-    Wgpu,
-}
-
 /// `pagoda viz`: watch the paged KV cache live, record or replay a trace, or render one
 /// frame to a PNG with no display.
 #[derive(Debug, Clone, clap::Args)]
 pub struct VizArgs {
-    /// The engine to drive.
-    #[arg(long, value_enum, default_value_t = VizExecutor::Sim)]
-    pub executor: VizExecutor,
     /// Built-in workload: random, shared-prefix, memory-pressure or long-prompt (with the
     /// wgpu executor, the shape of the requests when no prompts file is given).
     #[arg(long, default_value = "shared-prefix")]
@@ -58,31 +48,12 @@ pub struct VizArgs {
     /// Requests drawn from the workload (default: the workload's).
     #[arg(long)]
     pub num_requests: Option<usize>,
-    /// The model the wgpu executor runs: a GGUF file or an HF directory (default: the
-    /// default model).
-    #[arg(long, value_name = "PATH")]
-    pub model: Option<PathBuf>,
     /// Prompts for the wgpu executor, one JSON string per line, all arriving at once.
     #[arg(long, value_name = "FILE")]
     pub prompts_file: Option<PathBuf>,
     /// Tokens to generate per prompt of `--prompts-file` (greedy, stopping at EOS).
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
-    /// KV blocks in the pool, the null block included (default: the workload's).
-    #[arg(long)]
-    pub num_gpu_blocks: Option<usize>,
-    /// Tokens per KV block (default: the workload's).
-    #[arg(long)]
-    pub block_size: Option<usize>,
-    /// Requests running at once (default: the workload's).
-    #[arg(long)]
-    pub max_num_seqs: Option<usize>,
-    /// Tokens computed per step (default: the workload's).
-    #[arg(long)]
-    pub max_num_batched_tokens: Option<usize>,
-    /// Turn automatic prefix caching off.
-    #[arg(long)]
-    pub no_enable_prefix_caching: bool,
     /// Write every step (with a full KV view) to this JSON-lines trace.
     #[arg(long, value_name = "TRACE.jsonl")]
     pub record: Option<PathBuf>,
@@ -110,6 +81,10 @@ pub struct VizArgs {
     /// Close the window this many seconds after the run or replay ends.
     #[arg(long, value_name = "SECONDS")]
     pub close_after_end: Option<f64>,
+    /// Model, cache, scheduler, executor and device: the flags every command shares, over
+    /// the workload's preset (the simulated executor unless `--executor wgpu`).
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 /// Runs `pagoda viz`: a snapshot, a replay, or a live run of the simulated or the real engine.
@@ -124,9 +99,10 @@ pub fn run(args: &VizArgs) -> Result<(), VizError> {
             None => replay_window(records, args),
         };
     }
-    match args.executor {
-        VizExecutor::Sim => run_driver(sim_driver(args)?, args),
-        VizExecutor::Wgpu => run_driver(wgpu_driver(args)?, args),
+    let config = engine_config(args)?;
+    match config.executor {
+        ExecutorKind::Sim => run_driver(sim_driver(args, &config)?, args),
+        ExecutorKind::Wgpu => run_driver(wgpu_driver(args, &config)?, args),
     }
 }
 

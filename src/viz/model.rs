@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{BlockId, RequestId};
 
-pub use crate::core::events::BlockState;
+use crate::core::snapshot::BlockState;
 
 /// One block of the pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

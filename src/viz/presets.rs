@@ -2,10 +2,9 @@
 //! how many requests, and the cache and scheduler that make sharing, eviction and preemption
 //! show up in a pool small enough to see block by block.
 
-use crate::config::{CacheConfig, SchedulerConfig};
-use crate::ids::TokenId;
-use crate::viz::driver::RequestArrival;
-use crate::workload::{BuiltinWorkload, Workload};
+use crate::core::cache_config::CacheConfig;
+use crate::core::scheduler_config::SchedulerConfig;
+use crate::workload::BuiltinWorkload;
 
 /// A workload's size and the cache and scheduler it is meant to run on.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,19 +42,6 @@ pub fn preset(workload: BuiltinWorkload) -> VizPreset {
     }
 }
 
-/// The workload's requests as driver arrivals: ids are the arrivals' indices (as the core's
-/// workload runner numbers them), greedy with each arrival's output length, priority and EOS
-/// setting, stopping at `eos_token_id` unless told to ignore it.
-pub fn arrivals(workload: &Workload, eos_token_id: Option<TokenId>) -> Vec<RequestArrival> {
-    let requests = workload.arrivals.iter().enumerate();
-    requests
-        .map(|(index, arrival)| RequestArrival {
-            at_s: arrival.time_s,
-            request: arrival.request(index as u64, eos_token_id),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,20 +58,6 @@ mod tests {
                 assert!(prompt <= preset.scheduler.max_model_len, "{}: prompt {prompt}", workload.name());
                 assert!(prompt.div_ceil(preset.cache.block_size) <= usable, "{}", workload.name());
             }
-        }
-    }
-
-    #[test]
-    fn arrivals_keep_order_ids_and_settings() {
-        let workload = BuiltinWorkload::SharedPrefix.generate(5, 1000, 3);
-        let arrivals = arrivals(&workload, Some(2));
-        let ids: Vec<u64> = arrivals.iter().map(|a| a.request.request_id).collect();
-        assert_eq!(ids, vec![0, 1, 2, 3, 4]);
-        for (arrival, source) in arrivals.iter().zip(&workload.arrivals) {
-            assert_eq!(arrival.at_s, source.time_s);
-            assert_eq!(arrival.request.prompt_token_ids, source.prompt_token_ids);
-            assert_eq!(arrival.request.sampling_params.max_tokens, source.max_tokens);
-            assert!(arrival.request.sampling_params.ignore_eos);
         }
     }
 }

@@ -1,13 +1,12 @@
 //! Turns what the engine core reports (its `KvEvent` stream, `KvSnapshot` and stats) into
 //! the visualizer's step records.
 
-use crate::core::events::{self, EventLog, KvEvent, KvSnapshot};
+use crate::core::events::{EventLog, KvEvent};
 use crate::core::metrics::SchedulerStats;
 use crate::core::request::RequestStatus;
 use crate::core::scheduler::Scheduler;
-use crate::viz::model::{
-    BlockState, BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord, VizEvent,
-};
+use crate::core::snapshot::KvSnapshot;
+use crate::viz::model::{BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord, VizEvent};
 
 /// What the engine hands over since its previous report (one step or many), unconverted:
 /// building it costs the engine a copy of its stats and a move of the events (plus a
@@ -106,12 +105,7 @@ pub fn kv_view(snapshot: &KvSnapshot) -> KvView {
         .iter()
         .map(|b| BlockView {
             id: b.block_id,
-            state: match b.state {
-                events::BlockState::Null => BlockState::Null,
-                events::BlockState::Free => BlockState::Free,
-                events::BlockState::CachedFree => BlockState::CachedFree,
-                events::BlockState::Used => BlockState::Used,
-            },
+            state: b.state,
             ref_cnt: b.ref_cnt,
             hash: b.block_hash,
             owners: b.owners.clone(),

@@ -80,8 +80,9 @@ pub fn replay(records: Vec<StepRecord>, feed: &VizFeed, control: &SimControl) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::snapshot::BlockState;
     use crate::viz::feed;
-    use crate::viz::model::{BlockState, BlockView, Counters, KvView, VizEvent};
+    use crate::viz::model::{BlockView, Counters, KvView, VizEvent};
     use crate::viz::state::VizState;
 
     fn record(step: u64) -> StepRecord {

@@ -8,9 +8,10 @@ use egui::{
     StrokeKind, Ui, Vec2, pos2, vec2,
 };
 
+use crate::core::snapshot::BlockState;
 use crate::ids::{BlockId, RequestId};
 use crate::viz::control::{MAX_SPEED, MIN_SPEED, SimControl};
-use crate::viz::model::{BlockState, BlockView, KvView, RequestPhase, RequestView, VizEvent};
+use crate::viz::model::{BlockView, KvView, RequestPhase, RequestView, VizEvent};
 use crate::viz::palette;
 use crate::viz::state::{BlockMark, Sample, VizState};
 

@@ -66,6 +66,16 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// Its arrivals with their request ids: each arrival's index, as every runner numbers them.
+    pub fn numbered(&self) -> Vec<(RequestId, Arrival)> {
+        self.arrivals
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(index, arrival)| (index as RequestId, arrival))
+            .collect()
+    }
+
     /// The same arrivals with every prompt made `input_len` tokens long (cut, or repeated
     /// from its start) and every request generating `output_len` tokens at most; `None`
     /// keeps what the workload drew.
@@ -166,5 +176,26 @@ impl FromStr for BuiltinWorkload {
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         Self::ALL.into_iter().find(|w| w.name() == name).ok_or_else(|| UnknownWorkload(name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_arrivals_keep_order_ids_and_settings() {
+        let workload = BuiltinWorkload::SharedPrefix.generate(5, 1000, 3);
+        let numbered = workload.numbered();
+        let ids: Vec<RequestId> = numbered.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+        for ((request_id, arrival), source) in numbered.iter().zip(&workload.arrivals) {
+            assert_eq!(arrival, source);
+            let request = arrival.request(*request_id, Some(2));
+            assert_eq!(request.arrival_time, source.time_s);
+            assert_eq!(request.prompt_token_ids, source.prompt_token_ids);
+            assert_eq!(request.sampling_params.max_tokens, source.max_tokens);
+            assert!(request.sampling_params.ignore_eos);
+        }
     }
 }

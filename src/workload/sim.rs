@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use super::report::{Latencies, RunCounts, WorkloadReport};
 use super::{Arrival, Workload};
-use crate::config::{CacheConfig, SchedulerConfig};
+use crate::core::cache_config::CacheConfig;
 use crate::core::scheduler::{Scheduler, SchedulerConfigError};
+use crate::core::scheduler_config::SchedulerConfig;
 use crate::executor::sim::{SimConfig, SimConfigError, SimExecutor};
 use crate::executor::{ExecutorError, run_step};
 use crate::ids::{RequestId, TokenId};
@@ -54,8 +55,7 @@ impl WorkloadRunner {
         cache_config: CacheConfig,
         sim_config: SimConfig,
     ) -> Result<Self, WorkloadError> {
-        let mut pending: Vec<(RequestId, Arrival)> =
-            workload.arrivals.iter().cloned().enumerate().map(|(i, a)| (i as RequestId, a)).collect();
+        let mut pending = workload.numbered();
         pending.sort_by(|a, b| b.1.time_s.total_cmp(&a.1.time_s).then(b.0.cmp(&a.0)));
         Ok(Self {
             name: workload.name.clone(),

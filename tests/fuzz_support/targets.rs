@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use pagoda::model::architecture::ModelConfig;
 use pagoda::model::chat::ChatTemplate;
-use pagoda::model::config::ModelConfig;
 use pagoda::model::gguf::GgufFile;
 use pagoda::model::weights::{LlamaWeights, WeightFile};
 use pagoda::model::{ChatMessage, ModelFiles, Tokenizer};

@@ -2,10 +2,10 @@
 //! (llm-d): `--kv-events-config` ([`KvEventsConfig`]), the msgpack wire format
 //! ([`wire`]) and the publisher with its replay socket ([`KvEventPublisher`]).
 
-pub mod config;
+pub mod events_config;
 pub mod publisher;
 pub mod queue;
 pub mod wire;
 
-pub use config::{KvEventsConfig, KvEventsConfigError, PublisherKind};
+pub use events_config::{KvEventsConfig, KvEventsConfigError, PublisherKind};
 pub use publisher::{KvEventPublisher, KvEventsError};

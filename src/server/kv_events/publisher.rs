@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketOptions, SocketRecv, SocketSend, ZmqError, ZmqMessage};
 
-use super::config::{KvEventsConfig, bind_address};
+use super::events_config::{KvEventsConfig, bind_address};
 use super::queue::DropOldestQueue;
 use super::wire::{EventBatch, encode_batch};
 use crate::engine::handle::CacheEventSink;

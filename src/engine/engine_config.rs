@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{Engine, EngineError};
-use crate::config::{CacheConfig, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+use crate::core::cache_config::{CacheConfig, KvCacheDtype};
+use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
 use crate::gpu::{BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy};
 
