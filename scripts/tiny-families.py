@@ -469,6 +469,274 @@ def make_weights(name, family):
     return w
 
 # ---------------------------------------------------------------------------------------------
+# GGUF, as llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's llama.cpp) writes it
+# ---------------------------------------------------------------------------------------------
+
+GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+             "gemma3_text": "gemma3", "phi3": "phi3"}
+# tokenizer.ggml.pre the converter picks for each byte-level BPE tokenizer (from the hash of
+# its encoding of a test string; the byte identity check catches any change)
+GGUF_PRE = {"llama3": "smaug-bpe", "qwen2.5": "qwen2", "qwen3": "qwen2"}
+
+
+def _looks_special(text):
+    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<\uff5c") and text.endswith("\uff5c>")) or (text.startswith("<unused") and text.endswith(">")))
+
+
+def _vocab_bpe(spec, vocab_size):
+    """tokens and types as the converter's get_vocab_base makes them (byte-level BPE)."""
+    reverse = {i: t for t, i in spec["model"]["vocab"].items()}
+    added = {}
+    for t in spec["added_tokens"]:
+        reverse[t["id"]] = t["content"]
+        added[t["id"]] = t
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(5)
+        elif i in added:
+            token = reverse[i]
+            if added[i]["special"] or _looks_special(token):
+                types.append(3)
+            else:
+                token = token.replace("\u2581", " ")
+                types.append(4)
+            tokens.append(token)
+        else:
+            tokens.append(reverse[i])
+            types.append(1)
+    return tokens, types
+
+
+def _vocab_spm(spec, cfg, vocab_size, phi3):
+    """tokens, scores and types as the converter reads them from tokenizer.model plus
+    tokenizer_config.json (and, for Phi-3, tokenizer.json's added tokens)."""
+    tokens = [f"[PAD{i}]".encode() for i in range(vocab_size)]
+    scores = [-10000.0] * vocab_size
+    types = [5] * vocab_size
+    for i, (piece, score, kind) in enumerate(sentencepiece_pieces(spec)):
+        if i >= vocab_size:
+            break
+        tokens[i] = piece.encode("utf-8")
+        scores[i] = float(np.float32(score))
+        types[i] = {2: 2, 3: 3, 6: 6}.get(kind, 1)
+    for token_id, data in cfg.get("added_tokens_decoder", {}).items():
+        token_id = int(token_id)
+        if token_id >= vocab_size:
+            continue
+        token = data["content"]
+        if phi3:
+            types[token_id] = 3 if data.get("special") else 4
+        elif data.get("special") or _looks_special(token):
+            types[token_id] = 3
+        else:
+            token = token.replace("\u2581", " ")
+            types[token_id] = 4
+        scores[token_id] = -1000.0
+        tokens[token_id] = token.encode("utf-8")
+    if phi3:
+        for data in spec["added_tokens"]:
+            token_id = int(data["id"])
+            tokens[token_id] = data["content"].encode("utf-8")
+            scores[token_id] = -1000.0
+            types[token_id] = 3 if data.get("special") else 4
+    return tokens, scores, types
+
+
+def _special_vocab(hf_dir, **kwargs):
+    """gguf.SpecialVocab as the converter's (newer, vendored) gguf-py reads it: there, a
+    ByteLevel post-processor also sets add_bos_token and add_eos_token to false unless the
+    tokenizer says otherwise. The other differences of that version (normalizer flags,
+    post-processor over tokenizer_config precedence) do not arise with these tokenizers; the
+    reference script's byte-identity check would catch them."""
+    import gguf
+
+    vocab = gguf.SpecialVocab(hf_dir, **kwargs)
+    spec = json.loads((hf_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    post = spec.get("post_processor") or {}
+    if any(p.get("type") == "ByteLevel" for p in post.get("processors", [post])):
+        vocab.add_special_token.setdefault("bos", False)
+        vocab.add_special_token.setdefault("eos", False)
+    return vocab
+
+
+def _permute(w, n_head):
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_tensors(family, weights, arch):
+    """(GGUF name, f32 array) in the converter's order: its extra tensors, then the safetensors
+    names in sorted order, renamed and transformed as the converter does."""
+    import gguf
+
+    c = family["config"]
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    hidden = c["hidden_size"]
+    head_dim = c.get("head_dim") or hidden // heads
+    out = []
+    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    if arch == "llama" and rope.get("rope_type") == "llama3":
+        base = rope.get("rope_theta", c.get("rope_theta", 10000.0))
+        import math
+        freqs = 1.0 / (np.float32(base) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
+        low = rope["original_max_position_embeddings"] / rope["low_freq_factor"]
+        high = rope["original_max_position_embeddings"] / rope["high_freq_factor"]
+        factors = []
+        for freq in freqs.astype(np.float32):
+            wavelen = 2 * math.pi / float(freq)
+            if wavelen < high:
+                factors.append(1)
+            elif wavelen > low:
+                factors.append(rope["factor"])
+            else:
+                smooth = (rope["original_max_position_embeddings"] / wavelen - rope["low_freq_factor"]) / (rope["high_freq_factor"] - rope["low_freq_factor"])
+                factors.append(1 / ((1 - smooth) / rope["factor"] + smooth))
+        out.append(("rope_freqs.weight", np.array(factors, dtype=np.float32)))
+    if arch == "phi3" and rope.get("long_factor"):
+        out.append(("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32)))
+        out.append(("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32)))
+    tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], c["num_hidden_layers"])
+    for name in sorted(weights):
+        data = weights[name]
+        if arch == "gemma2" and name == "lm_head.weight":
+            continue
+        if arch == "llama":
+            if name.endswith(("q_proj.weight", "q_proj.bias")):
+                data = _permute(data, heads)
+            elif name.endswith(("k_proj.weight", "k_proj.bias")):
+                data = _permute(data, kv)
+        if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
+            data = data + np.float32(1)
+        new = tensor_map.get_name(key=name, try_suffixes=(".weight", ".bias"))
+        assert new is not None, name
+        out.append((new, np.ascontiguousarray(data, dtype=np.float32)))
+    return out
+
+
+def write_gguf(name, family, hf_dir, spec, cfg, weights, outtype, path):
+    """Writes hf_dir as convert_hf_to_gguf.py --outtype {f32,f16} does (same bytes)."""
+    import gguf
+
+    c = family["config"]
+    arch = GGUF_ARCH[c["model_type"]]
+    ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16}[outtype]
+    writer = gguf.GGUFWriter(path=None, arch=arch)
+    rope = dict(c.get("rope_parameters") or c.get("rope_scaling") or {})
+    if "rope_theta" not in rope and "rope_theta" in c:
+        rope["rope_theta"] = c["rope_theta"]
+    rope_type = rope.get("rope_type", rope.get("type"))
+    heads = c["num_attention_heads"]
+    hidden = c["hidden_size"]
+
+    # prepare_tensors: generated tensors first (Phi-3 LongRoPE also sets its attention factor)
+    if arch == "phi3" and rope.get("long_factor"):
+        import math
+        orig = c["original_max_position_embeddings"]
+        scale = c["max_position_embeddings"] / orig
+        writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+    for new, data in gguf_tensors(family, weights, arch):
+        qtype = gguf.GGMLQuantizationType.F32
+        if outtype == "f16" and data.ndim > 1 and not new.endswith("_norm.weight"):
+            qtype = gguf.GGMLQuantizationType.F16
+        writer.add_tensor(new, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+    # prepare_metadata
+    total_params = writer.get_total_parameter_count()
+    writer.add_type(gguf.GGUFType.MODEL)
+    metadata = gguf.Metadata.load(None, hf_dir, None, total_params[0])
+    if metadata.name is None:
+        metadata.name = hf_dir.name
+    if metadata.size_label is None and total_params[0] > 0:
+        metadata.size_label = gguf.size_label(*total_params)
+    metadata.set_gguf_meta_model(writer)
+
+    # set_gguf_parameters
+    w = writer
+    if arch == "gemma2":
+        w.add_context_length(c["max_position_embeddings"])
+        w.add_embedding_length(hidden)
+        w.add_block_count(c["num_hidden_layers"])
+        w.add_feed_forward_length(c["intermediate_size"])
+        w.add_head_count(heads)
+        w.add_head_count_kv(c["num_key_value_heads"])
+        w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+        w.add_key_length(c["head_dim"])
+        w.add_value_length(c["head_dim"])
+        w.add_file_type(ftype)
+        w.add_attn_logit_softcapping(c["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(c["final_logit_softcapping"])
+        w.add_sliding_window(c["sliding_window"])
+    elif arch == "phi3":
+        w.add_context_length(c["max_position_embeddings"])
+        w.add_rope_scaling_orig_ctx_len(c["original_max_position_embeddings"])
+        w.add_embedding_length(hidden)
+        w.add_feed_forward_length(c["intermediate_size"])
+        w.add_block_count(c["num_hidden_layers"])
+        w.add_head_count(heads)
+        w.add_head_count_kv(c["num_key_value_heads"])
+        w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+        w.add_rope_dimension_count(hidden // heads)
+        w.add_rope_freq_base(rope["rope_theta"])
+        w.add_file_type(ftype)
+        w.add_sliding_window(c.get("sliding_window") or 0)
+    else:
+        w.add_block_count(c["num_hidden_layers"])
+        w.add_context_length(c["max_position_embeddings"])
+        w.add_embedding_length(hidden)
+        w.add_feed_forward_length(c["intermediate_size"])
+        w.add_head_count(heads)
+        w.add_head_count_kv(c["num_key_value_heads"])
+        w.add_rope_freq_base(rope["rope_theta"])
+        if arch == "gemma3":
+            w.add_rope_freq_base_swa(c["rope_local_base_freq"])
+        w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+        if c.get("head_dim") is not None:
+            w.add_key_length(c["head_dim"])
+            w.add_value_length(c["head_dim"])
+        w.add_file_type(ftype)
+        if arch == "llama":
+            w.add_vocab_size(c["vocab_size"])
+            w.add_rope_dimension_count(c.get("head_dim") or hidden // heads)
+        if arch == "gemma3":
+            w.add_context_length(c["max_position_embeddings"])
+            w.add_head_count(heads)
+            w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+            w.add_key_length(c["head_dim"])
+            w.add_value_length(c["head_dim"])
+            w.add_rope_freq_base(rope["rope_theta"])
+            w.add_sliding_window(c["sliding_window"])
+            w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    # set_vocab
+    vocab_size = c["vocab_size"]
+    if family["tokenizer"] in GGUF_PRE:
+        tokens, types = _vocab_bpe(spec, vocab_size)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(GGUF_PRE[family["tokenizer"]])
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        _special_vocab(hf_dir, load_merges=True).add_to_gguf(w)
+    else:
+        tokens, scores, types = _vocab_spm(spec, cfg, vocab_size, arch == "phi3")
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        _special_vocab(hf_dir, n_vocab=len(tokens)).add_to_gguf(w)
+        if arch in ("gemma2", "gemma3"):
+            w.add_add_space_prefix(False)
+
+    w.write_header_to_file(path=path)
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # Hugging Face directory
 # ---------------------------------------------------------------------------------------------
 
@@ -515,6 +783,10 @@ def main(argv):
     for name in names:
         family = FAMILIES[name]
         spec, cfg, normalizer, weights = write_hf(name, family, out / name)
+        if not args.no_gguf:
+            for outtype in ("f32", "f16"):
+                path = out / name / f"{name}.{outtype}.gguf"
+                write_gguf(name, family, out / name, spec, cfg, weights, outtype, path)
     print(out)
 
 
