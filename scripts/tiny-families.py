@@ -126,7 +126,7 @@ def llama_config(layout):
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False, "attention_dropout": 0.0,
         "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "head_dim": 16, "hidden_act": "silu",
-        "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 160, "max_position_embeddings": 4096,
+        "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 160, "max_position_embeddings": 131072,
         "mlp_bias": False, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
         "pretraining_tp": 1, "rms_norm_eps": 1e-05, "tie_word_embeddings": True, "use_cache": True, "vocab_size": 128256,
     }
@@ -447,7 +447,9 @@ def make_weights(name, family):
             w[p + "self_attn.q_proj.bias"] = normal((heads * head_dim,), 0.5)
             w[p + "self_attn.k_proj.bias"] = normal((kv * head_dim,), 0.5)
             w[p + "self_attn.v_proj.bias"] = normal((kv * head_dim,), 0.5)
-        w[p + "self_attn.o_proj.weight"] = linear(hidden, heads * head_dim)
+        # attention and MLP outputs outweigh the embedding, so that a tied head does not just
+        # predict the current token again
+        w[p + "self_attn.o_proj.weight"] = linear(hidden, heads * head_dim, gain=3.0)
         if mt in ("qwen3", "gemma3_text"):
             w[p + "self_attn.q_norm.weight"] = norm(head_dim)
             w[p + "self_attn.k_norm.weight"] = norm(head_dim)
@@ -456,7 +458,7 @@ def make_weights(name, family):
         else:
             w[p + "mlp.gate_proj.weight"] = linear(inter, hidden)
             w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
-        w[p + "mlp.down_proj.weight"] = linear(hidden, inter)
+        w[p + "mlp.down_proj.weight"] = linear(hidden, inter, gain=3.0)
         w[p + "input_layernorm.weight"] = norm(hidden)
         w[p + "post_attention_layernorm.weight"] = norm(hidden)
         if gemma:
