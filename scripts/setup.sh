@@ -4,7 +4,8 @@
 # With --test it also installs what the tests need: Xvfb and xwd for the visualizer's
 # window test, a C and C++ compiler for the C ABI's tests, the `openai` Python package for the
 # client test, `pyzmq` and `msgpack` for the KV-event subscriber test, `prometheus-client`
-# for the metrics test, and `gguf` to write the SentencePiece vocabulary test file.
+# for the metrics test, `gguf` to write the SentencePiece vocabulary test file, and `numpy` and
+# `safetensors` for the tiny models of each family (scripts/tiny-families.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +35,7 @@ if [ "${1:-}" = "--test" ]; then
         apt_install gcc g++ libc6-dev
     fi
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-        openai pyzmq msgpack prometheus-client jsonschema gguf==0.19.0
+        openai pyzmq msgpack prometheus-client jsonschema gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0
 fi
 
 scripts/fetch-model.sh >/dev/null

@@ -9,6 +9,9 @@ export PAGODA_MODEL_GGUF="$(scripts/fetch-model.sh)"
 # (the first run builds llama-quantize: a few minutes).
 export PAGODA_SPM_GGUF="$(python3 scripts/llama2-vocab.py gguf)"
 export PAGODA_MIX_DIR="$(scripts/make-mixes.sh)"
+# Tiny random-weight models of each family (Llama 3, Qwen2/3, Mistral, Gemma 2/3, Phi-3) as HF
+# directories and as llama.cpp's converter writes them (tests/fixtures/families/).
+export PAGODA_FAMILIES_DIR="$(python3 scripts/tiny-families.py)"
 # The real chat templates llama.cpp tests with, from the same llama.cpp.
 export PAGODA_CHAT_TEMPLATES="$(scripts/chat-templates.sh)"
 # The visualizer's window test starts its own Xvfb, and the KV-event test its Python

@@ -64,6 +64,15 @@ impl Tensor {
         Ok(Tensor { buffer: self.buffer.clone(), shape, elem: self.elem })
     }
 
+    /// The same elements under another shape with as many elements (`[T, heads * d]` as
+    /// `[T * heads, d]`), sharing this buffer.
+    pub fn view(&self, shape: &[usize]) -> Result<Tensor, GpuError> {
+        if shape.iter().product::<usize>() != self.len() {
+            return Err(GpuError::Shape(format!("view of {:?} as {shape:?}", self.shape)));
+        }
+        Ok(Tensor { buffer: self.buffer.clone(), shape: shape.to_vec(), elem: self.elem })
+    }
+
     pub(crate) fn byte_len(&self) -> u64 {
         4 * self.len() as u64
     }

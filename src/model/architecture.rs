@@ -69,6 +69,8 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// Q/K/V projections carry a bias (Qwen2).
     pub attention_bias: bool,
+    /// Queries and keys are RMS-normed per head before RoPE (Qwen3's `q_norm`, `k_norm`).
+    pub qk_norm: bool,
     /// Beginning-of-sequence token.
     pub bos_token_id: Option<u32>,
     /// End-of-sequence tokens (the first is the model's main EOS).
@@ -105,15 +107,24 @@ pub enum ConfigError {
         /// What is wrong.
         reason: String,
     },
+    /// A field that changes the model's math in a way pagoda does not implement (refused
+    /// rather than ignored: ignoring it would generate wrong tokens silently).
+    #[error("model config field {field:?} is not supported: {reason}")]
+    Unsupported {
+        /// The field.
+        field: String,
+        /// What it asks for.
+        reason: String,
+    },
     /// An architecture pagoda does not run.
-    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2)")]
+    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2, qwen3)")]
     UnsupportedArchitecture(String),
     /// Reading GGUF metadata failed.
     #[error(transparent)]
     Gguf(#[from] GgufError),
 }
 
-const SUPPORTED: [&str; 3] = ["llama", "mistral", "qwen2"];
+const SUPPORTED: [&str; 4] = ["llama", "mistral", "qwen2", "qwen3"];
 
 impl ModelConfig {
     /// `max_model_len` capped at the context the model was trained for.
@@ -156,6 +167,7 @@ impl ModelConfig {
             }
         }
         let bos_token_id = ids_of(config.get("bos_token_id"), "bos_token_id")?.first().copied();
+        refuse_unsupported_math(config)?;
         let config = Self {
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
@@ -165,12 +177,13 @@ impl ModelConfig {
             num_key_value_heads,
             head_dim,
             rms_norm_eps: f.f32("rms_norm_eps")?,
-            rope_theta: f.opt_f32("rope_theta")?.unwrap_or(10000.0),
-            rope_scaling: hf_rope_scaling(config.get("rope_scaling"))?,
+            rope_theta: hf_rope_theta(config)?,
+            rope_scaling: hf_rope_scaling(rope_settings(config))?,
             rope_variant: RopeVariant::HalfSplit,
             max_position_embeddings: f.usize("max_position_embeddings")?,
             tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
             attention_bias: f.opt_bool("attention_bias")?.unwrap_or(architecture == "qwen2"),
+            qk_norm: architecture == "qwen3",
             bos_token_id,
             eos_token_ids,
             architecture,
@@ -234,6 +247,12 @@ impl ModelConfig {
                 })
                 .transpose()
         };
+        if gguf.get(&key("attention.sliding_window")).is_some() {
+            return Err(ConfigError::Unsupported {
+                field: key("attention.sliding_window"),
+                reason: "sliding-window attention".into(),
+            });
+        }
         let config = Self {
             architecture: architecture.to_owned(),
             vocab_size,
@@ -249,7 +268,7 @@ impl ModelConfig {
                 as f32,
             rope_theta: gguf.get_float(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
             rope_scaling,
-            rope_variant: if architecture == "qwen2" {
+            rope_variant: if matches!(architecture, "qwen2" | "qwen3") {
                 RopeVariant::HalfSplit
             } else {
                 RopeVariant::Interleaved
@@ -257,6 +276,7 @@ impl ModelConfig {
             max_position_embeddings: req(&key("context_length"))?,
             tie_word_embeddings: !gguf.has_tensor("output.weight"),
             attention_bias: gguf.has_tensor("blk.0.attn_q.bias"),
+            qk_norm: gguf.has_tensor("blk.0.attn_q_norm.weight"),
             bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
             eos_token_ids: token_id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
         };
@@ -348,6 +368,73 @@ fn ids_of(v: Option<&Value>, field: &str) -> Result<Vec<u32>, ConfigError> {
         Some(Value::Array(items)) => items.iter().map(one).collect(),
         Some(v) => Ok(vec![one(v)?]),
     }
+}
+
+/// Where a config keeps its RoPE settings: transformers 5 writes `rope_parameters` (with
+/// `rope_theta` and the scaling inside), transformers 4 `rope_scaling` beside a top-level
+/// `rope_theta`.
+fn rope_settings(config: &Value) -> Option<&Value> {
+    config.get("rope_parameters").filter(|v| !v.is_null()).or_else(|| config.get("rope_scaling"))
+}
+
+/// The RoPE base: `rope_parameters.rope_theta`, else the top-level `rope_theta`, else
+/// transformers' default for these families (10000). Per-layer-type parameters (Gemma 3's
+/// `{"full_attention": {...}, "sliding_attention": {...}}`) are refused.
+fn hf_rope_theta(config: &Value) -> Result<f32, ConfigError> {
+    if let Some(parameters @ Value::Object(map)) = config.get("rope_parameters") {
+        if map.values().any(Value::is_object) {
+            return Err(ConfigError::Unsupported {
+                field: "rope_parameters".into(),
+                reason: "RoPE parameters per layer type".into(),
+            });
+        }
+        if let Some(theta) =
+            Fields(parameters).opt_f32("rope_theta").map_err(|e| prefix(e, "rope_parameters."))?
+        {
+            return Ok(theta);
+        }
+    }
+    Ok(Fields(config).opt_f32("rope_theta")?.unwrap_or(10000.0))
+}
+
+/// Refuses the fields that change the math of a Llama-family decoder in ways the forward pass
+/// does not implement (sliding windows, other activations, MLP biases, soft-capping, partial
+/// rotary embeddings): a model that needs them must not run as if they were absent.
+fn refuse_unsupported_math(config: &Value) -> Result<(), ConfigError> {
+    let f = Fields(config);
+    let unsupported =
+        |field: &str, reason: String| Err(ConfigError::Unsupported { field: field.into(), reason });
+    let windowed =
+        f.opt_usize("sliding_window")?.is_some() && f.opt_bool("use_sliding_window")? != Some(false);
+    if windowed {
+        return unsupported("sliding_window", "sliding-window attention".into());
+    }
+    if let Some(types) = config.get("layer_types").and_then(Value::as_array)
+        && types.iter().any(|t| t.as_str() != Some("full_attention"))
+    {
+        return unsupported("layer_types", "layers other than full attention".into());
+    }
+    for field in ["hidden_act", "hidden_activation"] {
+        if let Some(act) = f.opt_str(field)?
+            && act != "silu"
+        {
+            return unsupported(field, format!("activation {act:?} (the MLP is SwiGLU)"));
+        }
+    }
+    if f.opt_bool("mlp_bias")? == Some(true) {
+        return unsupported("mlp_bias", "biases in the MLP".into());
+    }
+    for field in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        if f.get(field).is_some() {
+            return unsupported(field, "logit soft-capping".into());
+        }
+    }
+    if let Some(factor) = f.opt_f32("partial_rotary_factor")?
+        && factor != 1.0
+    {
+        return unsupported("partial_rotary_factor", format!("RoPE on {factor} of each head"));
+    }
+    Ok(())
 }
 
 fn hf_rope_scaling(v: Option<&Value>) -> Result<Option<RopeScaling>, ConfigError> {
@@ -493,5 +580,51 @@ mod tests {
         assert!(
             matches!(ModelConfig::from_hf_json(&v, None), Err(ConfigError::InvalidField { field, .. }) if field == "num_key_value_heads")
         );
+    }
+
+    #[test]
+    fn transformers_5_rope_parameters_are_read() {
+        let mut v = base();
+        v.as_object_mut().unwrap().remove("rope_theta");
+        v["rope_parameters"] = json!({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64});
+        let c = ModelConfig::from_hf_json(&v, None).unwrap();
+        assert_eq!(c.rope_theta, 500000.0);
+        assert!(matches!(c.rope_scaling, Some(RopeScaling::Llama3 { factor: 8.0, .. })));
+        v["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 1e6});
+        let c = ModelConfig::from_hf_json(&v, None).unwrap();
+        assert_eq!((c.rope_theta, c.rope_scaling), (1e6, None));
+        v["rope_parameters"] =
+            json!({"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}});
+        assert!(
+            matches!(ModelConfig::from_hf_json(&v, None), Err(ConfigError::Unsupported { field, .. }) if field == "rope_parameters")
+        );
+    }
+
+    #[test]
+    fn fields_that_change_the_math_are_refused_not_ignored() {
+        let refused = [
+            ("sliding_window", json!(4096)),
+            ("layer_types", json!(["sliding_attention", "full_attention"])),
+            ("hidden_act", json!("gelu_pytorch_tanh")),
+            ("mlp_bias", json!(true)),
+            ("final_logit_softcapping", json!(30.0)),
+            ("partial_rotary_factor", json!(0.5)),
+        ];
+        for (field, value) in refused {
+            let mut v = base();
+            v[field] = value;
+            match ModelConfig::from_hf_json(&v, None) {
+                Err(ConfigError::Unsupported { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        let mut v = base();
+        v["sliding_window"] = json!(4096);
+        v["use_sliding_window"] = json!(false);
+        v["layer_types"] = json!(["full_attention", "full_attention"]);
+        v["hidden_act"] = json!("silu");
+        v["final_logit_softcapping"] = Value::Null;
+        assert!(ModelConfig::from_hf_json(&v, None).is_ok());
     }
 }

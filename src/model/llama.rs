@@ -39,6 +39,7 @@ struct GpuLayer {
     k_proj: Weight,
     v_proj: Weight,
     qkv_bias: Option<[Tensor; 3]>,
+    qk_norm: Option<[Tensor; 2]>,
     o_proj: Weight,
     ffn_norm: Tensor,
     gate_proj: Weight,
@@ -63,7 +64,7 @@ impl LlamaModel {
     pub fn load(ctx: &GpuContext, files: &ModelFiles, progress: bool) -> Result<Self, LlamaError> {
         let config = files.config.clone();
         let weights = files.llama_weights()?;
-        let per_layer = if config.attention_bias { 12 } else { 9 };
+        let per_layer = 9 + if config.attention_bias { 3 } else { 0 } + if config.qk_norm { 2 } else { 0 };
         let total = weights.layers.len() as u64 * per_layer + 3;
         let bar = if progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
         bar.set_style(
@@ -94,6 +95,10 @@ impl LlamaModel {
                     v_proj: up(&format!("layers.{l}.v_proj"), &w.v_proj)?,
                     qkv_bias: match &w.qkv_bias {
                         Some([q, k, v]) => Some([vec(q)?, vec(k)?, vec(v)?]),
+                        None => None,
+                    },
+                    qk_norm: match &w.qk_norm {
+                        Some([q, k]) => Some([vec(q)?, vec(k)?]),
                         None => None,
                     },
                     o_proj: up(&format!("layers.{l}.o_proj"), &w.o_proj)?,
@@ -148,8 +153,8 @@ impl LlamaModel {
         self.record_head(ctx, step, ws, &inputs, &acts, Readback { top_k, full_logits })
     }
 
-    /// Records the head — the sampled rows gathered, the final norm, the LM head and the
-    /// top-k — then submits the step and reads back what `readback` asks for.
+    /// Records the head — per tile of sampled rows: the rows gathered, the final norm, the
+    /// LM head and the top-k — then submits the step and reads back what `readback` asks for.
     fn record_head(
         &self,
         ctx: &GpuContext,
@@ -160,29 +165,37 @@ impl LlamaModel {
         readback: Readback,
     ) -> Result<ForwardOutput, LlamaError> {
         let Readback { top_k, full_logits } = readback;
-        let rows = inputs.num_rows;
         let k = top_k.clamp(1, self.config.vocab_size);
-        if rows == 0 {
-            step.submit()?;
-            return Ok(ForwardOutput { k, top_values: Vec::new(), top_ids: Vec::new(), logits: None });
+        let mut reads = Vec::new();
+        for (tile, &rows) in ws.head_tiles.iter().zip(&inputs.tile_rows) {
+            let (indices, xr, hr, logits) = (
+                tile.indices.rows(rows)?,
+                tile.x_rows.rows(rows)?,
+                tile.h_rows.rows(rows)?,
+                tile.logits.rows(rows)?,
+            );
+            step.gather_rows(&acts.x, &indices, &xr)?;
+            step.rms_norm(&xr, &self.norm, self.config.rms_norm_eps, &hr)?;
+            step.linear(&hr, &self.lm_head, &logits)?;
+            let top_values = ctx.tensor(Elem::F32, &[rows, k])?;
+            let top_ids = ctx.tensor(Elem::U32, &[rows, k])?;
+            step.top_k(&logits, k, &top_values, &top_ids)?;
+            reads.push((
+                step.read(&top_values),
+                step.read(&top_ids),
+                full_logits.then(|| step.read(&logits)),
+            ));
         }
-        let (xr, hr, logits) = (ws.x_rows.rows(rows)?, ws.h_rows.rows(rows)?, ws.logits.rows(rows)?);
-        step.gather_rows(&acts.x, &inputs.logits_indices, &xr)?;
-        step.rms_norm(&xr, &self.norm, self.config.rms_norm_eps, &hr)?;
-        step.linear(&hr, &self.lm_head, &logits)?;
-        let top_values = ctx.tensor(Elem::F32, &[rows, k])?;
-        let top_ids = ctx.tensor(Elem::U32, &[rows, k])?;
-        step.top_k(&logits, k, &top_values, &top_ids)?;
-        let values_id = step.read(&top_values);
-        let ids_id = step.read(&top_ids);
-        let logits_id = full_logits.then(|| step.read(&logits));
         let mut out = step.submit()?;
-        Ok(ForwardOutput {
-            k,
-            top_values: out.f32s(values_id),
-            top_ids: out.u32s(ids_id),
-            logits: logits_id.map(|id| out.f32s(id)),
-        })
+        let mut output = ForwardOutput { k, top_values: Vec::new(), top_ids: Vec::new(), logits: None };
+        for (values_id, ids_id, logits_id) in reads {
+            output.top_values.extend(out.f32s(values_id));
+            output.top_ids.extend(out.u32s(ids_id));
+            if let Some(id) = logits_id {
+                output.logits.get_or_insert_with(Vec::new).extend(out.f32s(id));
+            }
+        }
+        Ok(output)
     }
 }
 
@@ -201,9 +214,8 @@ struct Inputs {
     positions: Tensor,
     slots: Tensor,
     attn: AttentionBatch,
-    logits_indices: Tensor,
-    /// Rows the step samples.
-    num_rows: usize,
+    /// Rows the step samples in each of the workspace's head tiles, in order.
+    tile_rows: Vec<usize>,
 }
 
 impl Inputs {
@@ -219,8 +231,7 @@ impl Inputs {
                 seq_lens: ws.seq_lens.rows(b)?,
                 block_table: ws.block_table.rows(b)?,
             },
-            logits_indices: ws.logits_indices.rows(batch.logits_indices.len())?,
-            num_rows: batch.logits_indices.len(),
+            tile_rows: Vec::new(),
         };
         ctx.write_u32(&inputs.ids, &batch.input_ids)?;
         ctx.write_u32(&inputs.positions, &batch.positions)?;
@@ -228,7 +239,11 @@ impl Inputs {
         ctx.write_u32(&inputs.attn.query_start_loc, &batch.query_start_loc)?;
         ctx.write_u32(&inputs.attn.seq_lens, &batch.seq_lens)?;
         ctx.write_u32(&inputs.attn.block_table, &batch.block_table)?;
-        ctx.write_u32(&inputs.logits_indices, &batch.logits_indices)?;
+        let mut inputs = inputs;
+        for (tile, indices) in ws.head_tiles.iter().zip(batch.logits_indices.chunks(ws.rows_per_tile)) {
+            ctx.write_u32(&tile.indices.rows(indices.len())?, indices)?;
+            inputs.tile_rows.push(indices.len());
+        }
         Ok(inputs)
     }
 }
@@ -242,6 +257,8 @@ struct Activations {
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    /// `q` and `k` normed per head, for models with q/k norms.
+    qk_normed: Option<[Tensor; 2]>,
     att: Tensor,
     gate: Tensor,
     up: Tensor,
@@ -258,6 +275,10 @@ impl Activations {
             q: ws.q.rows(t)?,
             k: ws.k.rows(t)?,
             v: ws.v.rows(t)?,
+            qk_normed: match &ws.qk_normed {
+                Some([q, k]) => Some([q.rows(t)?, k.rows(t)?]),
+                None => None,
+            },
             att: ws.att.rows(t)?,
             gate: ws.gate.rows(t)?,
             up: ws.up.rows(t)?,
@@ -288,7 +309,8 @@ impl GpuLayer {
     }
 
     /// `o = o_proj(attention(rope(q), rope(k), v))` over the paged cache, the new keys and
-    /// values written into it first.
+    /// values written into it first; with Qwen3's norms, `q` and `k` are RMS-normed per head
+    /// before RoPE.
     fn attention(
         &self,
         step: &mut Step<'_>,
@@ -307,10 +329,20 @@ impl GpuLayer {
             step.add_bias(&a.k, bk)?;
             step.add_bias(&a.v, bv)?;
         }
-        step.rope(&a.q, &inputs.positions, &model.inv_freq, c.num_attention_heads, model.rope_mode)?;
-        step.rope(&a.k, &inputs.positions, &model.inv_freq, c.num_key_value_heads, model.rope_mode)?;
-        step.reshape_and_cache(&a.k, &a.v, &inputs.slots, cache, index)?;
-        step.paged_attention(&a.q, cache, index, &inputs.attn, c.num_attention_heads, &a.att)?;
+        let (q, k) = match (&self.qk_norm, &a.qk_normed) {
+            (Some([q_norm, k_norm]), Some([q_out, k_out])) => {
+                let per_head = |x: &Tensor, heads: usize| x.view(&[x.shape()[0] * heads, c.head_dim]);
+                let (q_heads, k_heads) = (c.num_attention_heads, c.num_key_value_heads);
+                step.rms_norm(&per_head(&a.q, q_heads)?, q_norm, c.rms_norm_eps, &per_head(q_out, q_heads)?)?;
+                step.rms_norm(&per_head(&a.k, k_heads)?, k_norm, c.rms_norm_eps, &per_head(k_out, k_heads)?)?;
+                (q_out, k_out)
+            }
+            _ => (&a.q, &a.k),
+        };
+        step.rope(q, &inputs.positions, &model.inv_freq, c.num_attention_heads, model.rope_mode)?;
+        step.rope(k, &inputs.positions, &model.inv_freq, c.num_key_value_heads, model.rope_mode)?;
+        step.reshape_and_cache(k, &a.v, &inputs.slots, cache, index)?;
+        step.paged_attention(q, cache, index, &inputs.attn, c.num_attention_heads, &a.att)?;
         step.linear(&a.att, &self.o_proj, &a.o)?;
         Ok(())
     }
@@ -432,17 +464,28 @@ pub struct Workspace {
     query_start_loc: Tensor,
     seq_lens: Tensor,
     block_table: Tensor,
-    logits_indices: Tensor,
     x: Tensor,
     h: Tensor,
     o: Tensor,
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    qk_normed: Option<[Tensor; 2]>,
     att: Tensor,
     gate: Tensor,
     up: Tensor,
     act: Tensor,
+    /// Sampled rows per head tile: as many as keep a tile's logits under the binding limit.
+    rows_per_tile: usize,
+    head_tiles: Vec<HeadTile>,
+}
+
+/// The head's buffers for one tile of sampled rows: which token rows, their hidden states
+/// gathered and normed, and their logits. A large vocabulary times many sequences would
+/// exceed one binding (256 × 151936 × 4 bytes is 155 MB), so the rows are cut into tiles.
+#[derive(Debug)]
+struct HeadTile {
+    indices: Tensor,
     x_rows: Tensor,
     h_rows: Tensor,
     logits: Tensor,
@@ -459,6 +502,15 @@ impl Workspace {
         let u = |shape: &[usize]| ctx.tensor(Elem::U32, shape);
         let (hd, q, kv, ff) =
             (config.hidden_size, config.q_size(), config.kv_size(), config.intermediate_size);
+        let row_bytes = 4 * config.vocab_size as u64;
+        let rows_per_tile = (ctx.max_binding_bytes() / row_bytes).min(b as u64) as usize;
+        if rows_per_tile == 0 {
+            return Err(GpuError::TooLarge(format!(
+                "one logits row of {} entries exceeds the {}-byte binding limit",
+                config.vocab_size,
+                ctx.max_binding_bytes()
+            )));
+        }
         Ok(Self {
             limits,
             input_ids: u(&[t])?,
@@ -467,20 +519,29 @@ impl Workspace {
             query_start_loc: u(&[b + 1])?,
             seq_lens: u(&[b])?,
             block_table: u(&[b, mb])?,
-            logits_indices: u(&[b])?,
             x: f(&[t, hd])?,
             h: f(&[t, hd])?,
             o: f(&[t, hd])?,
             q: f(&[t, q])?,
             k: f(&[t, kv])?,
             v: f(&[t, kv])?,
+            qk_normed: if config.qk_norm { Some([f(&[t, q])?, f(&[t, kv])?]) } else { None },
             att: f(&[t, q])?,
             gate: f(&[t, ff])?,
             up: f(&[t, ff])?,
             act: f(&[t, ff])?,
-            x_rows: f(&[b, hd])?,
-            h_rows: f(&[b, hd])?,
-            logits: f(&[b, config.vocab_size])?,
+            rows_per_tile,
+            head_tiles: (0..b.div_ceil(rows_per_tile))
+                .map(|tile| {
+                    let rows = rows_per_tile.min(b - tile * rows_per_tile);
+                    Ok(HeadTile {
+                        indices: u(&[rows])?,
+                        x_rows: f(&[rows, hd])?,
+                        h_rows: f(&[rows, hd])?,
+                        logits: f(&[rows, config.vocab_size])?,
+                    })
+                })
+                .collect::<Result<_, GpuError>>()?,
         })
     }
 

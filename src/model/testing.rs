@@ -137,6 +137,7 @@ impl TinyLlama {
             max_position_embeddings: 512,
             tie_word_embeddings: dims.tie_word_embeddings,
             attention_bias: dims.attention_bias,
+            qk_norm: false,
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
         };

@@ -67,6 +67,8 @@ enum LayerTensor {
     QBias,
     KBias,
     VBias,
+    QNorm,
+    KNorm,
     O,
     FfnNorm,
     Gate,
@@ -131,6 +133,8 @@ impl WeightFile {
                     QBias => "attn_q.bias",
                     KBias => "attn_k.bias",
                     VBias => "attn_v.bias",
+                    QNorm => "attn_q_norm.weight",
+                    KNorm => "attn_k_norm.weight",
                     O => "attn_output.weight",
                     FfnNorm => "ffn_norm.weight",
                     Gate => "ffn_gate.weight",
@@ -148,6 +152,8 @@ impl WeightFile {
                     QBias => "self_attn.q_proj.bias",
                     KBias => "self_attn.k_proj.bias",
                     VBias => "self_attn.v_proj.bias",
+                    QNorm => "self_attn.q_norm.weight",
+                    KNorm => "self_attn.k_norm.weight",
                     O => "self_attn.o_proj.weight",
                     FfnNorm => "post_attention_layernorm.weight",
                     Gate => "mlp.gate_proj.weight",
@@ -185,6 +191,8 @@ pub struct LayerWeights<'a> {
     pub v_proj: TensorView<'a>,
     /// Q/K/V biases, when the config says so.
     pub qkv_bias: Option<[TensorView<'a>; 3]>,
+    /// Per-head RMSNorm weights of the queries and keys before RoPE (Qwen3), `[head_dim]` each.
+    pub qk_norm: Option<[TensorView<'a>; 2]>,
     /// Attention output projection, `[hidden, heads * head_dim]`.
     pub o_proj: TensorView<'a>,
     /// RMSNorm before the feed-forward, `[hidden]`.
@@ -232,6 +240,11 @@ impl<'a> LlamaWeights<'a> {
                     v_proj: get(V, &[kv, h])?,
                     qkv_bias: if config.attention_bias {
                         Some([get(QBias, &[q])?, get(KBias, &[kv])?, get(VBias, &[kv])?])
+                    } else {
+                        None
+                    },
+                    qk_norm: if config.qk_norm {
+                        Some([get(QNorm, &[config.head_dim])?, get(KNorm, &[config.head_dim])?])
                     } else {
                         None
                     },

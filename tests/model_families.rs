@@ -1,0 +1,257 @@
+//! The model families against Hugging Face `transformers` (tests/fixtures/families/, made by
+//! scripts/make-family-reference.py): tiny random-weight models of each family, written by
+//! scripts/tiny-families.py as HF directories and as the GGUF files llama.cpp's converter
+//! makes of them (directory in `PAGODA_FAMILIES_DIR`). Each family pagoda runs matches the
+//! reference logits at every prompt position and its greedy continuation, from both formats;
+//! the converter's GGUF is byte-identical to what the script wrote; a family pagoda does not
+//! run yet is refused with a typed error rather than run wrong. Chat templates render as
+//! `apply_chat_template` does and text encodes to the reference's ids.
+
+use std::path::PathBuf;
+
+use pagoda::core::cache_config::KvCacheDtype;
+use pagoda::engine::engine_config::gpu_options_from_env;
+use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
+use pagoda::model::architecture::ConfigError;
+use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
+use pagoda::model::{ChatMessage, ModelError, ModelFiles};
+use pagoda::{Engine, Prompt, SamplingParams};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Families pagoda runs.
+const RUNS: [&str; 4] = ["llama", "llama-rope-parameters", "qwen2", "qwen3"];
+/// Families pagoda refuses for now (Mistral's HF directory for its sliding window; its GGUF,
+/// which llama.cpp's converter writes without the window, runs as llama.cpp runs it).
+const REFUSED: [&str; 5] = ["mistral", "gemma2", "gemma3", "phi3", "phi3-longrope"];
+const BLOCK: usize = 16;
+
+fn fixture(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/families/{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn families_dir() -> PathBuf {
+    std::env::var_os("PAGODA_FAMILIES_DIR")
+        .map(PathBuf::from)
+        .expect("PAGODA_FAMILIES_DIR names the directory scripts/tiny-families.py prints")
+}
+
+/// The HF directory and the f32 and f16 GGUF files of family `name`.
+fn model_paths(name: &str) -> [PathBuf; 3] {
+    let dir = families_dir().join(name);
+    [dir.clone(), dir.join(format!("{name}.f32.gguf")), dir.join(format!("{name}.f16.gguf"))]
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
+}
+
+fn ctx() -> GpuContext {
+    GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)")
+}
+
+/// Logits of every position of `tokens`, one prefill with an f32 KV cache.
+fn gpu_logits(ctx: &GpuContext, model: &LlamaModel, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let c = model.config();
+    let t = tokens.len();
+    let blocks = t.div_ceil(BLOCK);
+    let limits = WorkspaceLimits { max_tokens: t, max_seqs: t, max_blocks_per_seq: blocks };
+    let ws = Workspace::new(ctx, c, limits).unwrap();
+    let shape = KvCacheShape {
+        num_layers: c.num_hidden_layers,
+        num_blocks: blocks + 1,
+        block_size: BLOCK,
+        num_kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim,
+    };
+    let cache = ctx.kv_cache(shape, KvPrecision::F32).unwrap();
+    let batch = ForwardBatch {
+        input_ids: tokens.to_vec(),
+        positions: (0..t as u32).collect(),
+        slot_mapping: (0..t as u32).map(|p| p + BLOCK as u32).collect(),
+        query_start_loc: vec![0, t as u32],
+        seq_lens: vec![t as u32],
+        block_table: (1..=blocks as u32).collect(),
+        logits_indices: (0..t as u32).collect(),
+    };
+    let out = model.forward(ctx, &ws, &cache, &batch, 1, true).unwrap();
+    out.logits.unwrap().chunks(c.vocab_size).map(<[f32]>::to_vec).collect()
+}
+
+/// Largest absolute difference between pagoda's row and the reference's summary of it
+/// (top-8 values and the logits at the fixed ids), and whether the argmax agrees where the
+/// reference's top-1/top-2 gap exceeds `atol`.
+fn compare_row(row: &[f32], reference: &Value, fixed_ids: &[u32], atol: f64, what: &str) -> f64 {
+    let value = |id: u32| f64::from(row[id as usize]);
+    let mut worst = 0.0f64;
+    let top_ids = ids(&reference["top_ids"]);
+    let top_values: Vec<f64> =
+        reference["top_values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    for (&id, &expected) in top_ids.iter().zip(&top_values) {
+        worst = worst.max((value(id) - expected).abs());
+    }
+    for (&id, expected) in fixed_ids.iter().zip(reference["fixed"].as_array().unwrap()) {
+        worst = worst.max((value(id) - expected.as_f64().unwrap()).abs());
+    }
+    if top_values[0] - top_values[1] > atol {
+        let argmax = row.iter().enumerate().fold(0, |b, (i, &l)| if l > row[b] { i } else { b });
+        assert_eq!(argmax as u32, top_ids[0], "{what}: argmax");
+    }
+    worst
+}
+
+/// Checks every prompt's logits of the model at `path` against the fixture.
+fn check_logits(ctx: &GpuContext, name: &str, path: &PathBuf, atol: f64) {
+    let reference = fixture(name);
+    let files = ModelFiles::open(path).unwrap();
+    let model = LlamaModel::load(ctx, &files, false).unwrap();
+    let fixed_ids = ids(&reference["fixed_ids"]);
+    for prompt in reference["prompts"].as_array().unwrap() {
+        let tokens = ids(&prompt["ids"]);
+        let rows = gpu_logits(ctx, &model, &tokens);
+        let expected = prompt["logits"].as_array().unwrap();
+        assert_eq!(rows.len(), expected.len());
+        let mut worst = 0.0f64;
+        for (position, (row, expected)) in rows.iter().zip(expected).enumerate() {
+            let what = format!("{name} {} prompt {} position {position}", path.display(), prompt["name"]);
+            worst = worst.max(compare_row(row, expected, &fixed_ids, atol, &what));
+        }
+        assert!(
+            worst <= atol,
+            "{name} {}: {} prompt differs by {worst} > {atol}",
+            path.display(),
+            prompt["name"]
+        );
+    }
+}
+
+#[test]
+fn every_family_pagoda_runs_matches_transformers_logits_from_hf_and_gguf() {
+    let ctx = ctx();
+    for name in RUNS {
+        let [hf, f32_gguf, f16_gguf] = model_paths(name);
+        check_logits(&ctx, name, &hf, 1e-3);
+        check_logits(&ctx, name, &f32_gguf, 1e-3);
+        check_logits(&ctx, name, &f16_gguf, 1e-3);
+    }
+}
+
+/// At the default `--max-num-seqs` (256), so the logits of a 128k- or 152k-entry vocabulary
+/// (above one 128 MiB binding) are cut into head tiles.
+#[test]
+fn every_family_pagoda_runs_continues_greedily_as_transformers_does() {
+    for name in RUNS {
+        let reference = fixture(name);
+        let [hf, f32_gguf, _] = model_paths(name);
+        for path in [hf, f32_gguf] {
+            let mut engine = Engine::builder()
+                .model(&path)
+                .kv_cache_dtype(KvCacheDtype::F32)
+                .block_size(BLOCK)
+                .num_gpu_blocks(64)
+                .gpu(gpu_options_from_env(&GpuOptions::default()).unwrap())
+                .build()
+                .unwrap();
+            let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(32) };
+            let prompts = reference["prompts"].as_array().unwrap();
+            let requests = prompts.iter().map(|p| Prompt::TokenIds(ids(&p["ids"])));
+            let completions = engine.generate(requests, &params).unwrap();
+            for (prompt, completion) in prompts.iter().zip(completions) {
+                let expected = ids(&prompt["greedy"]);
+                let margins = prompt["greedy_margin"].as_array().unwrap();
+                let sure = margins.iter().take_while(|m| m.as_f64().unwrap() > 1e-3).count();
+                assert_eq!(
+                    completion.token_ids[..sure],
+                    expected[..sure],
+                    "{name} {}: greedy continuation of the {} prompt",
+                    path.display(),
+                    prompt["name"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_family_pagoda_runs_renders_its_chat_template_as_transformers_does() {
+    for name in RUNS {
+        let reference = fixture(name);
+        let files = ModelFiles::open(families_dir().join(name)).unwrap();
+        let template = files.chat_template.as_ref().expect("the tokenizer_config.json template");
+        for case in reference["chat"].as_array().unwrap() {
+            let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
+            let add_generation_prompt = case["add_generation_prompt"].as_bool().unwrap();
+            let text = template.render(&messages, add_generation_prompt).unwrap();
+            assert_eq!(text, case["text"].as_str().unwrap(), "{name}: chat render");
+            assert_eq!(files.tokenizer.encode(&text, true).unwrap(), ids(&case["ids"]), "{name}: chat ids");
+        }
+        for prompt in reference["prompts"].as_array().unwrap() {
+            let text = prompt["text"].as_str().unwrap();
+            let encoded = if prompt["add_special_tokens"].as_bool().unwrap() {
+                files.tokenizer.encode_prompt(text)
+            } else {
+                files.tokenizer.encode(text, true)
+            };
+            assert_eq!(encoded.unwrap(), ids(&prompt["ids"]), "{name}: {} prompt ids", prompt["name"]);
+        }
+        let end_of_turn = reference["tokens"]["end_of_turn_id"].as_u64().unwrap() as u32;
+        assert!(files.config.eos_token_ids.contains(&end_of_turn), "{name}: stops at its end of turn");
+    }
+}
+
+#[test]
+fn the_gguf_files_are_the_ones_llama_cpp_converter_writes() {
+    for name in RUNS.iter().chain(&REFUSED) {
+        let reference = fixture(name);
+        let [_, f32_gguf, f16_gguf] = model_paths(name);
+        for (path, kind) in [(f32_gguf, "f32"), (f16_gguf, "f16")] {
+            let digest: String =
+                Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(
+                digest,
+                reference["gguf"][kind]["converter_sha256"].as_str().unwrap(),
+                "{name} {kind}"
+            );
+        }
+    }
+}
+
+#[test]
+fn families_pagoda_does_not_run_yet_are_refused_by_name() {
+    for name in REFUSED {
+        let [hf, f32_gguf, _] = model_paths(name);
+        let paths = if name == "mistral" { vec![hf] } else { vec![hf, f32_gguf] };
+        for path in paths {
+            match ModelFiles::open(&path) {
+                Err(ModelError::Config(ConfigError::UnsupportedArchitecture(arch))) => {
+                    assert!(!arch.is_empty(), "{name}")
+                }
+                Err(ModelError::Config(ConfigError::Unsupported { field, .. })) => assert!(!field.is_empty()),
+                other => panic!("{name} {}: expected a refusal, got {:?}", path.display(), other.map(|_| ())),
+            }
+        }
+    }
+}
+
+#[test]
+fn mistral_gguf_without_its_window_matches_transformers_inside_the_window() {
+    let reference = fixture("mistral");
+    let window = reference["config"]["sliding_window"].as_u64().unwrap() as usize;
+    let ctx = ctx();
+    let [_, f32_gguf, _] = model_paths("mistral");
+    let files = ModelFiles::open(&f32_gguf).unwrap();
+    let model = LlamaModel::load(&ctx, &files, false).unwrap();
+    let fixed_ids = ids(&reference["fixed_ids"]);
+    let long = reference["prompts"].as_array().unwrap().iter().find(|p| p["name"] == "long").unwrap();
+    let tokens = ids(&long["ids"]);
+    assert!(tokens.len() > window);
+    let rows = gpu_logits(&ctx, &model, &tokens);
+    for (position, (row, expected)) in
+        rows.iter().zip(long["logits"].as_array().unwrap()).enumerate().take(window)
+    {
+        let worst = compare_row(row, expected, &fixed_ids, 1e-3, &format!("mistral position {position}"));
+        assert!(worst <= 1e-3, "mistral position {position}: {worst}");
+    }
+}
