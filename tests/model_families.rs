@@ -11,9 +11,10 @@ use std::path::PathBuf;
 
 use pagoda::core::cache_config::KvCacheDtype;
 use pagoda::engine::engine_config::gpu_options_from_env;
-use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
+use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::architecture::ConfigError;
-use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
+use pagoda::model::llama::LlamaModel;
+use pagoda::model::testing::prefill_logits;
 use pagoda::model::{ChatMessage, ModelError, ModelFiles};
 use pagoda::{Engine, Prompt, SamplingParams};
 use serde_json::Value;
@@ -54,30 +55,8 @@ fn ctx() -> GpuContext {
 
 /// Logits of every position of `tokens`, one prefill with an f32 KV cache.
 fn gpu_logits(ctx: &GpuContext, model: &LlamaModel, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let c = model.config();
-    let t = tokens.len();
-    let blocks = t.div_ceil(BLOCK);
-    let limits = WorkspaceLimits { max_tokens: t, max_seqs: t, max_blocks_per_seq: blocks };
-    let ws = Workspace::new(ctx, c, limits).unwrap();
-    let shape = KvCacheShape {
-        num_layers: c.num_hidden_layers,
-        num_blocks: blocks + 1,
-        block_size: BLOCK,
-        num_kv_heads: c.num_key_value_heads,
-        head_dim: c.head_dim,
-    };
-    let cache = ctx.kv_cache(shape, KvPrecision::F32).unwrap();
-    let batch = ForwardBatch {
-        input_ids: tokens.to_vec(),
-        positions: (0..t as u32).collect(),
-        slot_mapping: (0..t as u32).map(|p| p + BLOCK as u32).collect(),
-        query_start_loc: vec![0, t as u32],
-        seq_lens: vec![t as u32],
-        block_table: (1..=blocks as u32).collect(),
-        logits_indices: (0..t as u32).collect(),
-    };
-    let out = model.forward(ctx, &ws, &cache, &batch, 1, true).unwrap();
-    out.logits.unwrap().chunks(c.vocab_size).map(<[f32]>::to_vec).collect()
+    let out = prefill_logits(ctx, model, tokens, BLOCK, 1).unwrap();
+    out.logits.unwrap().chunks(model.config().vocab_size).map(<[f32]>::to_vec).collect()
 }
 
 /// Largest absolute difference between pagoda's row and the reference's summary of it

@@ -12,9 +12,9 @@ use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
-use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
-use pagoda::model::testing::TinyLlama;
+use pagoda::gpu::{GpuContext, GpuOptions};
+use pagoda::model::llama::LlamaModel;
+use pagoda::model::testing::{TinyLlama, prefill_logits};
 use pagoda::model::{ModelFiles, RopeVariant};
 use pagoda::sampling::SamplingParams;
 
@@ -113,31 +113,10 @@ fn cpu_logits(files: &ModelFiles, tokens: &[u32]) -> Vec<Vec<f64>> {
 /// GPU logits of every position of one sequence run as a single prefill.
 fn gpu_logits(ctx: &GpuContext, files: &ModelFiles, tokens: &[u32]) -> Vec<Vec<f32>> {
     let model = LlamaModel::load(ctx, files, false).unwrap();
-    let c = model.config();
-    let t = tokens.len();
-    let limits = WorkspaceLimits { max_tokens: t, max_seqs: t, max_blocks_per_seq: t.div_ceil(BLOCK) };
-    let ws = Workspace::new(ctx, c, limits).unwrap();
-    let shape = KvCacheShape {
-        num_layers: c.num_hidden_layers,
-        num_blocks: t.div_ceil(BLOCK) + 1,
-        block_size: BLOCK,
-        num_kv_heads: c.num_key_value_heads,
-        head_dim: c.head_dim,
-    };
-    let cache = ctx.kv_cache(shape, KvPrecision::F32).unwrap();
-    let batch = ForwardBatch {
-        input_ids: tokens.to_vec(),
-        positions: (0..t as u32).collect(),
-        slot_mapping: (0..t as u32).map(|p| p + BLOCK as u32).collect(),
-        query_start_loc: vec![0, t as u32],
-        seq_lens: vec![t as u32],
-        block_table: (1..=t.div_ceil(BLOCK) as u32).collect(),
-        logits_indices: (0..t as u32).collect(),
-    };
-    let out = model.forward(ctx, &ws, &cache, &batch, 3, true).unwrap();
+    let out = prefill_logits(ctx, &model, tokens, BLOCK, 3).unwrap();
     let logits = out.logits.unwrap();
-    let v = c.vocab_size;
-    for r in 0..t {
+    let v = model.config().vocab_size;
+    for r in 0..tokens.len() {
         let row = &logits[r * v..(r + 1) * v];
         let best = row.iter().enumerate().fold(0, |b, (i, &l)| if l > row[b] { i } else { b });
         assert_eq!(out.top_ids[r * 3], best as u32, "GPU argmax of row {r}");

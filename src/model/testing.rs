@@ -344,6 +344,41 @@ pub fn permute_for_interleaved_rope(values: &[f32], heads: usize, head_dim: usiz
     out
 }
 
+/// One sequence of `tokens` prefilled alone in one step, with the logits of every position
+/// read back (K/V in an f32 cache of `block_size`-token blocks): what parity tests compare.
+pub fn prefill_logits(
+    ctx: &crate::gpu::GpuContext,
+    model: &super::llama::LlamaModel,
+    tokens: &[u32],
+    block_size: usize,
+    top_k: usize,
+) -> Result<super::llama::ForwardOutput, super::llama::LlamaError> {
+    use super::llama::{ForwardBatch, Workspace, WorkspaceLimits};
+    use crate::gpu::{KvCacheShape, KvPrecision};
+    let c = model.config();
+    let (t, blocks) = (tokens.len(), tokens.len().div_ceil(block_size));
+    let limits = WorkspaceLimits { max_tokens: t, max_seqs: t, max_blocks_per_seq: blocks };
+    let ws = Workspace::new(ctx, c, limits)?;
+    let shape = KvCacheShape {
+        num_layers: c.num_hidden_layers,
+        num_blocks: blocks + 1,
+        block_size,
+        num_kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim,
+    };
+    let cache = ctx.kv_cache(shape, KvPrecision::F32)?;
+    let batch = ForwardBatch {
+        input_ids: tokens.to_vec(),
+        positions: (0..t as u32).collect(),
+        slot_mapping: (0..t as u32).map(|p| p + block_size as u32).collect(),
+        query_start_loc: vec![0, t as u32],
+        seq_lens: vec![t as u32],
+        block_table: (1..=blocks as u32).collect(),
+        logits_indices: (0..t as u32).collect(),
+    };
+    model.forward(ctx, &ws, &cache, &batch, top_k, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
