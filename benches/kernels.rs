@@ -14,7 +14,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pagoda::dtype::{DType, quantize};
 use pagoda::engine::engine_config::gpu_options_from_env;
-use pagoda::gpu::{AttentionBatch, Elem, GpuContext, GpuOptions, KvCacheShape, KvPrecision};
+use pagoda::gpu::{AttentionBatch, AttentionSpec, Elem, GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 
 /// (K, N, name) of SmolLM2-135M's projections and its 49152-row LM head.
 const LINEAR_SHAPES: [(usize, usize, &str); 5] = [
@@ -129,11 +129,12 @@ fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
                 elements: flops * reps as u64,
                 bytes: kv_bytes * reps as u64,
             });
+            let spec = AttentionSpec::causal(heads, head_dim);
             group.bench_function(BenchmarkId::new(format!("ctx{context}"), format!("b{batch}")), |b| {
                 b.iter(|| {
                     let mut step = ctx.step();
                     for _ in 0..reps {
-                        step.paged_attention(&q, &cache, 0, &attn, heads, &out).expect("attention");
+                        step.paged_attention(&q, &cache, 0, &attn, &spec, &out).expect("attention");
                     }
                     black_box(step.submit().expect("submit"));
                 })

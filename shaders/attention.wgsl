@@ -1,7 +1,9 @@
 // Paged attention over a varlen batch, one invocation per (query token, head). Query token t of
 // sequence b sits at position seq_lens[b] - (query_start_loc[b + 1] - t) and attends to keys
-// 0..=position through block_table[b]. Keys are walked one KV block at a time in ascending
-// order with an online softmax, so a query's result depends only on its own context.
+// 0..=position through block_table[b] — only the last `window` of them when window > 0 (a
+// sliding-window layer). Scores are `q·k * scale`, soft-capped to `softcap * tanh(s / softcap)`
+// when softcap > 0. Keys are walked one KV block at a time in ascending order with an online
+// softmax, so a query's result depends only on its own context.
 struct AttentionParams {
     tokens: u32,
     heads: u32,
@@ -10,6 +12,8 @@ struct AttentionParams {
     max_blocks: u32,
     num_seqs: u32,
     scale: f32,
+    window: u32,
+    softcap: f32,
 }
 
 const HP: u32 = HD / 2u;
@@ -63,11 +67,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var l = 0.0;
     var s: array<f32, MAX_BS>;
     let blocks = min((ctx + P.block_size - 1u) / P.block_size, P.max_blocks);
-    for (var blk = 0u; blk < blocks; blk++) {
+    var first = 0u;
+    if (P.window > 0u && ctx > P.window) {
+        first = ctx - P.window;
+    }
+    for (var blk = first / P.block_size; blk < blocks; blk++) {
         let phys = BLOCK_TABLE[seq * P.max_blocks + blk];
         let n_in = min(P.block_size, ctx - blk * P.block_size);
+        let j0 = max(first, blk * P.block_size) - blk * P.block_size;
         var tile_max = -3.0e38;
-        for (var j = 0u; j < n_in; j++) {
+        for (var j = j0; j < n_in; j++) {
             let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
             var dot = 0.0;
             for (var d = 0u; d < HP; d++) {
@@ -75,7 +84,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 dot = fma(q[d].x, k.x, dot);
                 dot = fma(q[d].y, k.y, dot);
             }
-            s[j] = dot * P.scale;
+            var score = dot * P.scale;
+            if (P.softcap > 0.0) {
+                score = P.softcap * tanh(score / P.softcap);
+            }
+            s[j] = score;
             tile_max = max(tile_max, s[j]);
         }
         let m_new = max(m, tile_max);
@@ -84,7 +97,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var d = 0u; d < HP; d++) {
             acc[d] = acc[d] * corr;
         }
-        for (var j = 0u; j < n_in; j++) {
+        for (var j = j0; j < n_in; j++) {
             let p = exp(s[j] - m_new);
             l = l + p;
             let vb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;

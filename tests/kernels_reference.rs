@@ -348,6 +348,18 @@ struct AttnCase {
     head_dim: usize,
     block_size: usize,
     kv: KvPrecision,
+    window: Option<usize>,
+    softcap: Option<f32>,
+}
+
+impl AttnCase {
+    fn spec(&self) -> AttentionSpec {
+        AttentionSpec {
+            window: self.window,
+            softcap: self.softcap,
+            ..AttentionSpec::causal(self.heads, self.head_dim)
+        }
+    }
 }
 
 /// Per-position random q, k, v for `total` positions of one sequence.
@@ -371,17 +383,24 @@ fn attention_reference(case: &AttnCase, d: &SeqData, pos: usize, head: usize) ->
     let g = head / (case.heads / kvh);
     let q = &d.q[(pos * case.heads + head) * hd..][..hd];
     let scale = 1.0 / (hd as f64).sqrt();
-    let scores: Vec<f64> = (0..=pos)
+    let first = case.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let keys = first..=pos;
+    let scores: Vec<f64> = keys
+        .clone()
         .map(|j| {
             let k = &d.k[(j * kvh + g) * hd..][..hd];
-            q.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * scale
+            let score = q.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * scale;
+            case.softcap.map_or(score, |cap| f64::from(cap) * (score / f64::from(cap)).tanh())
         })
         .collect();
     let max = scores.iter().copied().fold(f64::MIN, f64::max);
     let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
     let total: f64 = weights.iter().sum();
     (0..hd)
-        .map(|e| (0..=pos).map(|j| weights[j] * f64::from(d.v[(j * kvh + g) * hd + e])).sum::<f64>() / total)
+        .map(|e| {
+            keys.clone().zip(&weights).map(|(j, w)| w * f64::from(d.v[(j * kvh + g) * hd + e])).sum::<f64>()
+                / total
+        })
         .collect()
 }
 
@@ -444,7 +463,7 @@ fn run_attention(
         let out = c.tensor(Elem::F32, &[t, h * hd]).unwrap();
         let mut step = c.step();
         step.reshape_and_cache(&kt, &vt, &st, &cache, 0).unwrap();
-        step.paged_attention(&qt, &cache, 0, &batch, h, &out).unwrap();
+        step.paged_attention(&qt, &cache, 0, &batch, &case.spec(), &out).unwrap();
         let id = step.read(&out);
         let o = step.submit().unwrap().f32s(id);
         let mut row = 0;
@@ -460,12 +479,26 @@ fn run_attention(
     outs
 }
 
+/// Full causal attention, 6 heads on 2 KV heads of 64, blocks of 16, f32 K/V.
+const FULL: AttnCase = AttnCase {
+    heads: 6,
+    kv_heads: 2,
+    head_dim: 64,
+    block_size: 16,
+    kv: KvPrecision::F32,
+    window: None,
+    softcap: None,
+};
+
 fn attention_cases() -> Vec<AttnCase> {
     vec![
-        AttnCase { heads: 6, kv_heads: 2, head_dim: 64, block_size: 16, kv: KvPrecision::F32 },
-        AttnCase { heads: 4, kv_heads: 4, head_dim: 128, block_size: 32, kv: KvPrecision::F32 },
-        AttnCase { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, kv: KvPrecision::F16 },
-        AttnCase { heads: 2, kv_heads: 1, head_dim: 128, block_size: 32, kv: KvPrecision::Auto },
+        AttnCase { heads: 6, kv_heads: 2, head_dim: 64, block_size: 16, kv: KvPrecision::F32, ..FULL },
+        AttnCase { heads: 4, kv_heads: 4, head_dim: 128, block_size: 32, kv: KvPrecision::F32, ..FULL },
+        AttnCase { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, kv: KvPrecision::F16, ..FULL },
+        AttnCase { heads: 2, kv_heads: 1, head_dim: 128, block_size: 32, kv: KvPrecision::Auto, ..FULL },
+        // Sliding windows that start mid-block, one of them soft-capped (Gemma 2).
+        AttnCase { window: Some(20), ..FULL },
+        AttnCase { heads: 4, kv_heads: 2, block_size: 32, window: Some(37), softcap: Some(0.5), ..FULL },
     ]
 }
 

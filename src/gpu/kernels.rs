@@ -33,6 +33,27 @@ pub struct AttentionBatch {
     pub block_table: Tensor,
 }
 
+/// How one layer attends: its query heads, the scale of its scores, its sliding window and
+/// the soft-cap of its scores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionSpec {
+    /// Query heads (a multiple of the cache's KV heads: GQA).
+    pub heads: usize,
+    /// Scores are `q·k * scale`.
+    pub scale: f32,
+    /// Keys a query sees, itself included (a sliding-window layer); `None` sees them all.
+    pub window: Option<usize>,
+    /// Scores become `softcap * tanh(score / softcap)` (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl AttentionSpec {
+    /// Plain causal attention of `heads` heads of `head_dim`, scaled by `1 / sqrt(head_dim)`.
+    pub fn causal(heads: usize, head_dim: usize) -> Self {
+        Self { heads, scale: 1.0 / (head_dim as f32).sqrt(), window: None, softcap: None }
+    }
+}
+
 /// Rows of x one invocation (or workgroup) computes at once for the prefill path.
 const PREFILL_ROWS_TILE: u32 = 4;
 /// Below this many rows the decode row tile (1) is used.
@@ -260,9 +281,10 @@ impl Step<'_> {
         cache: &KvCache,
         layer: usize,
         batch: &AttentionBatch,
-        heads: usize,
+        spec: &AttentionSpec,
         out: &Tensor,
     ) -> Result<(), GpuError> {
+        let heads = spec.heads;
         let s = cache.shape();
         let (t, _) = dims2(q, "attention q")?;
         q.expect("attention q", Elem::F32, &[t, heads * s.head_dim])?;
@@ -285,7 +307,11 @@ impl Step<'_> {
         }
         let (kc, vc) =
             cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
-        let scale = 1.0 / (s.head_dim as f32).sqrt();
+        if spec.window == Some(0) || spec.softcap.is_some_and(|c| c <= 0.0) {
+            return Err(GpuError::Shape(format!(
+                "attention: window and soft-cap must be positive: {spec:?}"
+            )));
+        }
         let params = AttentionParams {
             tokens: u(t),
             heads: u(heads),
@@ -293,7 +319,9 @@ impl Step<'_> {
             block_size: u(s.block_size),
             max_blocks: u(max_blocks),
             num_seqs: u(b),
-            scale,
+            scale: spec.scale,
+            window: spec.window.map_or(0, u),
+            softcap: spec.softcap.unwrap_or(0.0),
         };
         let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim) };
         let grid = self.grid_1d(variant, t * heads);

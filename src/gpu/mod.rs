@@ -37,7 +37,7 @@
 //! step.rope(q, positions, inv_freq, heads, RopeMode::Interleaved)?;
 //! step.rope(k, positions, inv_freq, kv_heads, RopeMode::Interleaved)?;
 //! step.reshape_and_cache(k, v, slots, cache, l)?;
-//! step.paged_attention(q, cache, l, batch, heads, att)?;
+//! step.paged_attention(q, cache, l, batch, &spec, att)?;
 //! step.linear(att, wo, o)?;
 //! step.add_in_place(x, o)?;
 //! step.rms_norm(x, norm2, 1e-5, h)?;
@@ -66,7 +66,7 @@ mod weights;
 
 pub use caps::{Capabilities, KvPrecision};
 pub use context::GpuContext;
-pub use kernels::{AttentionBatch, PREFILL_MIN_ROWS, RopeMode};
+pub use kernels::{AttentionBatch, AttentionSpec, PREFILL_MIN_ROWS, RopeMode};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{BackendChoice, FeatureMask, GpuOptions, LinearStrategy};
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};

@@ -102,8 +102,7 @@ impl Step<'_> {
             variant.label()
         );
         let kernel = self.ctx.kernel(variant)?;
-        let align =
-            u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(PARAMS_BYTES);
+        let align = u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(1);
         let params_offset = (self.params.len() as u64).next_multiple_of(align);
         self.params.resize(params_offset as usize, 0);
         self.params.extend_from_slice(bytemuck::bytes_of(params));

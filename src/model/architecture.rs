@@ -71,6 +71,9 @@ pub struct ModelConfig {
     pub attention_bias: bool,
     /// Queries and keys are RMS-normed per head before RoPE (Qwen3's `q_norm`, `k_norm`).
     pub qk_norm: bool,
+    /// Per layer, the sliding window of its attention (keys a query sees, itself included);
+    /// `None` for full attention. Mistral slides on every layer.
+    pub layer_windows: Vec<Option<usize>>,
     /// Beginning-of-sequence token.
     pub bos_token_id: Option<u32>,
     /// End-of-sequence tokens (the first is the model's main EOS).
@@ -184,6 +187,7 @@ impl ModelConfig {
             tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
             attention_bias: f.opt_bool("attention_bias")?.unwrap_or(architecture == "qwen2"),
             qk_norm: architecture == "qwen3",
+            layer_windows: hf_layer_windows(config, f.usize("num_hidden_layers")?)?,
             bos_token_id,
             eos_token_ids,
             architecture,
@@ -247,12 +251,6 @@ impl ModelConfig {
                 })
                 .transpose()
         };
-        if gguf.get(&key("attention.sliding_window")).is_some() {
-            return Err(ConfigError::Unsupported {
-                field: key("attention.sliding_window"),
-                reason: "sliding-window attention".into(),
-            });
-        }
         let config = Self {
             architecture: architecture.to_owned(),
             vocab_size,
@@ -277,6 +275,7 @@ impl ModelConfig {
             tie_word_embeddings: !gguf.has_tensor("output.weight"),
             attention_bias: gguf.has_tensor("blk.0.attn_q.bias"),
             qk_norm: gguf.has_tensor("blk.0.attn_q_norm.weight"),
+            layer_windows: vec![int(&key("attention.sliding_window"))?; req(&key("block_count"))?],
             bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
             eos_token_ids: token_id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
         };
@@ -309,6 +308,12 @@ impl ModelConfig {
                     "{} does not divide {} query heads",
                     self.num_key_value_heads, self.num_attention_heads
                 ),
+            });
+        }
+        if self.layer_windows.len() != self.num_hidden_layers || self.layer_windows.contains(&Some(0)) {
+            return Err(ConfigError::InvalidField {
+                field: "sliding_window".into(),
+                reason: format!("{:?} is not one positive window per layer", self.layer_windows),
             });
         }
         if !self.head_dim.is_multiple_of(2) {
@@ -370,6 +375,35 @@ fn ids_of(v: Option<&Value>, field: &str) -> Result<Vec<u32>, ConfigError> {
     }
 }
 
+/// Each layer's sliding window: transformers 5's `layer_types` (`"sliding_attention"` or
+/// `"full_attention"`) when present, else `sliding_window` on every layer unless
+/// `use_sliding_window` is false (Qwen2 writes a window it does not use).
+fn hf_layer_windows(config: &Value, num_layers: usize) -> Result<Vec<Option<usize>>, ConfigError> {
+    let f = Fields(config);
+    let used = f.opt_bool("use_sliding_window")? != Some(false);
+    let window = f.opt_usize("sliding_window")?.filter(|_| used);
+    let Some(types) = config.get("layer_types").filter(|v| !v.is_null()) else {
+        return Ok(vec![window; num_layers]);
+    };
+    let types =
+        types.as_array().filter(|t| t.len() == num_layers).ok_or_else(|| ConfigError::InvalidField {
+            field: "layer_types".into(),
+            reason: format!("not a list of {num_layers} layer types"),
+        })?;
+    types
+        .iter()
+        .map(|t| match (t.as_str(), f.opt_usize("sliding_window")?) {
+            (Some("full_attention"), _) => Ok(None),
+            (Some("sliding_attention"), Some(w)) => Ok(Some(w)),
+            (Some("sliding_attention"), None) => Err(missing("sliding_window")),
+            _ => Err(ConfigError::Unsupported {
+                field: "layer_types".into(),
+                reason: format!("layer type {t}"),
+            }),
+        })
+        .collect()
+}
+
 /// Where a config keeps its RoPE settings: transformers 5 writes `rope_parameters` (with
 /// `rope_theta` and the scaling inside), transformers 4 `rope_scaling` beside a top-level
 /// `rope_theta`.
@@ -398,22 +432,12 @@ fn hf_rope_theta(config: &Value) -> Result<f32, ConfigError> {
 }
 
 /// Refuses the fields that change the math of a Llama-family decoder in ways the forward pass
-/// does not implement (sliding windows, other activations, MLP biases, soft-capping, partial
-/// rotary embeddings): a model that needs them must not run as if they were absent.
+/// does not implement (other activations, MLP biases, soft-capping, partial rotary
+/// embeddings): a model that needs them must not run as if they were absent.
 fn refuse_unsupported_math(config: &Value) -> Result<(), ConfigError> {
     let f = Fields(config);
     let unsupported =
         |field: &str, reason: String| Err(ConfigError::Unsupported { field: field.into(), reason });
-    let windowed =
-        f.opt_usize("sliding_window")?.is_some() && f.opt_bool("use_sliding_window")? != Some(false);
-    if windowed {
-        return unsupported("sliding_window", "sliding-window attention".into());
-    }
-    if let Some(types) = config.get("layer_types").and_then(Value::as_array)
-        && types.iter().any(|t| t.as_str() != Some("full_attention"))
-    {
-        return unsupported("layer_types", "layers other than full attention".into());
-    }
     for field in ["hidden_act", "hidden_activation"] {
         if let Some(act) = f.opt_str(field)?
             && act != "silu"
@@ -604,8 +628,7 @@ mod tests {
     #[test]
     fn fields_that_change_the_math_are_refused_not_ignored() {
         let refused = [
-            ("sliding_window", json!(4096)),
-            ("layer_types", json!(["sliding_attention", "full_attention"])),
+            ("layer_types", json!(["chunked_attention", "full_attention"])),
             ("hidden_act", json!("gelu_pytorch_tanh")),
             ("mlp_bias", json!(true)),
             ("final_logit_softcapping", json!(30.0)),
@@ -625,6 +648,18 @@ mod tests {
         v["layer_types"] = json!(["full_attention", "full_attention"]);
         v["hidden_act"] = json!("silu");
         v["final_logit_softcapping"] = Value::Null;
-        assert!(ModelConfig::from_hf_json(&v, None).is_ok());
+        assert_eq!(ModelConfig::from_hf_json(&v, None).unwrap().layer_windows, vec![None, None]);
+    }
+
+    #[test]
+    fn sliding_windows_are_read_per_layer() {
+        let mut v = base();
+        v["sliding_window"] = json!(16);
+        assert_eq!(ModelConfig::from_hf_json(&v, None).unwrap().layer_windows, vec![Some(16), Some(16)]);
+        v["layer_types"] = json!(["sliding_attention", "full_attention"]);
+        assert_eq!(ModelConfig::from_hf_json(&v, None).unwrap().layer_windows, vec![Some(16), None]);
+        v["use_sliding_window"] = json!(false);
+        v.as_object_mut().unwrap().remove("layer_types");
+        assert_eq!(ModelConfig::from_hf_json(&v, None).unwrap().layer_windows, vec![None, None]);
     }
 }

@@ -10,8 +10,8 @@ use super::files::ModelFiles;
 use super::tensor::TensorView;
 use super::weights::{LlamaWeights, WeightError, WeightFile};
 use crate::gpu::{
-    AttentionBatch, Elem, GpuContext, GpuError, KvCache, Llama3RopeScaling, RopeMode, Step, Tensor, Weight,
-    llama3_freq_factors, rope_inv_freq,
+    AttentionBatch, AttentionSpec, Elem, GpuContext, GpuError, KvCache, Llama3RopeScaling, RopeMode, Step,
+    Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -342,7 +342,11 @@ impl GpuLayer {
         step.rope(q, &inputs.positions, &model.inv_freq, c.num_attention_heads, model.rope_mode)?;
         step.rope(k, &inputs.positions, &model.inv_freq, c.num_key_value_heads, model.rope_mode)?;
         step.reshape_and_cache(k, &a.v, &inputs.slots, cache, index)?;
-        step.paged_attention(q, cache, index, &inputs.attn, c.num_attention_heads, &a.att)?;
+        let spec = AttentionSpec {
+            window: c.layer_windows[index],
+            ..AttentionSpec::causal(c.num_attention_heads, c.head_dim)
+        };
+        step.paged_attention(q, cache, index, &inputs.attn, &spec, &a.att)?;
         step.linear(&a.att, &self.o_proj, &a.o)?;
         Ok(())
     }

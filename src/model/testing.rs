@@ -138,6 +138,7 @@ impl TinyLlama {
             tie_word_embeddings: dims.tie_word_embeddings,
             attention_bias: dims.attention_bias,
             qk_norm: false,
+            layer_windows: vec![None; dims.num_hidden_layers],
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
         };

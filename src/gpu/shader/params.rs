@@ -9,7 +9,7 @@
 
 /// Bytes each dispatch reserves for its parameter block in the step's uniform ring (before
 /// rounding up to the device's uniform offset alignment). Every params struct fits in it.
-pub(crate) const PARAMS_BYTES: u64 = 32;
+pub(crate) const PARAMS_BYTES: u64 = 48;
 
 /// One field of a parameter block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +171,11 @@ kernel_params! {
         max_blocks: u32,
         /// Sequences in the batch.
         num_seqs: u32,
-        /// Scale of the attention scores (1 / sqrt(head_dim)).
+        /// Scale of the attention scores (1 / sqrt(head_dim) unless the model says otherwise).
         scale: f32,
+        /// Keys a query sees, counting itself (a sliding-window layer); 0 means all.
+        window: u32,
+        /// Soft-cap of the scores (`softcap * tanh(s / softcap)`); 0 means none.
+        softcap: f32,
     }
 }
