@@ -86,7 +86,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             var score = dot * P.scale;
             if (P.softcap > 0.0) {
-                score = P.softcap * tanh(score / P.softcap);
+                score = P.softcap * tanh(clamp(score / P.softcap, -15.0, 15.0));
             }
             s[j] = score;
             tile_max = max(tile_max, s[j]);

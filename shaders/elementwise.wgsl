@@ -1,8 +1,10 @@
-// Elementwise kernels over n values: silu_mul (out = silu(gate) * up), add_in_place (x += y),
-// add_bias (x[r, :] += bias) and gather_rows (out[r, :] = src[indices[r], :]).
+// Elementwise kernels over n values: silu_mul (out = silu(gate) * up), gelu_tanh_mul
+// (out = gelu_tanh(gate) * up), add_in_place (x += y), add_bias (x[r, :] += bias), gather_rows
+// (out[r, :] = src[indices[r], :]), scale (x *= value) and softcap (x = value tanh(x / value)).
 struct ElementwiseParams {
     n: u32,
     d: u32,
+    value: f32,
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: ElementwiseParams;

@@ -293,6 +293,39 @@ fn elementwise_kernels_match() {
     }
 }
 
+#[test]
+fn gemma_elementwise_kernels_match() {
+    let c = ctx();
+    let n = 1000;
+    // Values up to ±40 reach the clamp of every tanh.
+    let a: Vec<f32> = Rng::new(4).vec(n).iter().map(|v| v * 40.0).collect();
+    let b = Rng::new(5).vec(n);
+    let (at, bt) = (c.upload_f32(&[n], &a).unwrap(), c.upload_f32(&[n], &b).unwrap());
+    let (scaled, capped) = (c.upload_f32(&[n], &a).unwrap(), c.upload_f32(&[n], &a).unwrap());
+    let out = c.tensor(Elem::F32, &[n]).unwrap();
+    let mut step = c.step();
+    step.gelu_tanh_mul(&at, &bt, &out).unwrap();
+    step.scale(&scaled, 8.0).unwrap();
+    step.softcap(&capped, 30.0).unwrap();
+    assert!(matches!(step.softcap(&capped, 0.0), Err(GpuError::Shape(_))));
+    let (o, sc, cp) = (step.read(&out), step.read(&scaled), step.read(&capped));
+    let mut res = step.submit().unwrap();
+    let (o, sc, cp) = (res.f32s(o), res.f32s(sc), res.f32s(cp));
+    for i in 0..n {
+        let (x, y) = (f64::from(a[i]), f64::from(b[i]));
+        let gelu =
+            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()) * y;
+        assert!(
+            (f64::from(o[i]) - gelu).abs() <= 1e-5 * (1.0 + gelu.abs()),
+            "gelu_tanh_mul {i}: {} vs {gelu}",
+            o[i]
+        );
+        assert_eq!(sc[i], a[i] * 8.0);
+        let cap = 30.0 * (x / 30.0).tanh();
+        assert!((f64::from(cp[i]) - cap).abs() <= 1e-5 * 30.0, "softcap {i}: {} vs {cap}", cp[i]);
+    }
+}
+
 fn sorted_top_k(row: &[f32], k: usize) -> Vec<(f32, u32)> {
     let mut all: Vec<(f32, u32)> =
         row.iter().enumerate().filter(|(_, v)| !v.is_nan()).map(|(i, &v)| (v, i as u32)).collect();

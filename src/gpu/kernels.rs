@@ -189,18 +189,63 @@ impl Step<'_> {
         Ok(())
     }
 
-    /// `out = silu(gate) * up` elementwise; all three f32 of the same shape.
+    /// `out = silu(gate) * up` elementwise (SwiGLU); all three f32 of the same shape.
     pub fn silu_mul(&mut self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<(), GpuError> {
-        up.expect("silu_mul up", Elem::F32, gate.shape())?;
-        out.expect("silu_mul out", Elem::F32, gate.shape())?;
+        self.gated_mul(KernelVariant::SiluMul, gate, up, out)
+    }
+
+    /// `out = gelu_tanh(gate) * up` elementwise (PyTorch's tanh-approximated GELU: Gemma's
+    /// GeGLU); all three f32 of the same shape.
+    pub fn gelu_tanh_mul(&mut self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<(), GpuError> {
+        self.gated_mul(KernelVariant::GeluTanhMul, gate, up, out)
+    }
+
+    fn gated_mul(
+        &mut self,
+        variant: KernelVariant,
+        gate: &Tensor,
+        up: &Tensor,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        up.expect("gated mul up", Elem::F32, gate.shape())?;
+        out.expect("gated mul out", Elem::F32, gate.shape())?;
         let n = gate.len();
-        let grid = self.grid_1d(KernelVariant::SiluMul, n);
+        let grid = self.grid_1d(variant, n);
         let bindings = vec![
-            Binding::tensor(slots::silu_mul::GATE, gate),
-            Binding::tensor(slots::silu_mul::UP, up),
-            Binding::tensor(slots::silu_mul::OUT, out),
+            Binding::tensor(slots::gated_mul::GATE, gate),
+            Binding::tensor(slots::gated_mul::UP, up),
+            Binding::tensor(slots::gated_mul::OUT, out),
         ];
-        self.dispatch(KernelVariant::SiluMul, &ElementwiseParams { n: u(n), d: 1 }, bindings, grid)
+        self.dispatch(variant, &ElementwiseParams { n: u(n), d: 1, value: 0.0 }, bindings, grid)
+    }
+
+    /// `x *= factor` elementwise, in place.
+    pub fn scale(&mut self, x: &Tensor, factor: f32) -> Result<(), GpuError> {
+        let n = x.len();
+        let grid = self.grid_1d(KernelVariant::Scale, n);
+        let bindings = vec![Binding::tensor(slots::scale::X, x)];
+        self.dispatch(
+            KernelVariant::Scale,
+            &ElementwiseParams { n: u(n), d: 1, value: factor },
+            bindings,
+            grid,
+        )
+    }
+
+    /// `x = cap * tanh(x / cap)` elementwise, in place (Gemma 2's final-logit soft-capping).
+    pub fn softcap(&mut self, x: &Tensor, cap: f32) -> Result<(), GpuError> {
+        if cap <= 0.0 || cap.is_nan() {
+            return Err(GpuError::Shape(format!("softcap: the cap must be positive, not {cap}")));
+        }
+        let n = x.len();
+        let grid = self.grid_1d(KernelVariant::Softcap, n);
+        let bindings = vec![Binding::tensor(slots::softcap::X, x)];
+        self.dispatch(
+            KernelVariant::Softcap,
+            &ElementwiseParams { n: u(n), d: 1, value: cap },
+            bindings,
+            grid,
+        )
     }
 
     /// `x += y` elementwise (the residual add); both f32 of the same shape.
@@ -210,7 +255,12 @@ impl Step<'_> {
         let grid = self.grid_1d(KernelVariant::AddInPlace, n);
         let bindings =
             vec![Binding::tensor(slots::add_in_place::X, x), Binding::tensor(slots::add_in_place::Y, y)];
-        self.dispatch(KernelVariant::AddInPlace, &ElementwiseParams { n: u(n), d: 1 }, bindings, grid)
+        self.dispatch(
+            KernelVariant::AddInPlace,
+            &ElementwiseParams { n: u(n), d: 1, value: 0.0 },
+            bindings,
+            grid,
+        )
     }
 
     /// `x[r, :] += bias` for `x: f32 [R, N]`, `bias: f32 [N]` (Qwen2's q/k/v biases).
@@ -221,7 +271,12 @@ impl Step<'_> {
         let grid = self.grid_1d(KernelVariant::AddBias, n);
         let bindings =
             vec![Binding::tensor(slots::add_bias::X, x), Binding::tensor(slots::add_bias::BIAS, bias)];
-        self.dispatch(KernelVariant::AddBias, &ElementwiseParams { n: u(n), d: u(d) }, bindings, grid)
+        self.dispatch(
+            KernelVariant::AddBias,
+            &ElementwiseParams { n: u(n), d: u(d), value: 0.0 },
+            bindings,
+            grid,
+        )
     }
 
     /// `out[r, :] = src[indices[r], :]` for `src: f32 [T, D]`, `indices: u32 [R]`, `out: [R, D]`
@@ -238,7 +293,12 @@ impl Step<'_> {
             Binding::tensor(slots::gather_rows::INDICES, indices),
             Binding::tensor(slots::gather_rows::OUT, out),
         ];
-        self.dispatch(KernelVariant::GatherRows, &ElementwiseParams { n: u(n), d: u(d) }, bindings, grid)
+        self.dispatch(
+            KernelVariant::GatherRows,
+            &ElementwiseParams { n: u(n), d: u(d), value: 0.0 },
+            bindings,
+            grid,
+        )
     }
 
     /// Writes `k`, `v: f32 [T, kv_heads * head_dim]` into layer `layer` of `cache` at

@@ -166,6 +166,12 @@ pub enum KernelVariant {
     Rope,
     /// `silu(a) * b`.
     SiluMul,
+    /// `gelu_tanh(a) * b`.
+    GeluTanhMul,
+    /// `a *= s`.
+    Scale,
+    /// `a = c * tanh(a / c)`.
+    Softcap,
     /// `a += b`.
     AddInPlace,
     /// `a[r, :] += bias`.
@@ -219,6 +225,9 @@ impl KernelVariant {
             Self::RmsNorm => "rms_norm".into(),
             Self::Rope => "rope".into(),
             Self::SiluMul => "silu_mul".into(),
+            Self::GeluTanhMul => "gelu_tanh_mul".into(),
+            Self::Scale => "scale".into(),
+            Self::Softcap => "softcap".into(),
             Self::AddInPlace => "add_in_place".into(),
             Self::AddBias => "add_bias".into(),
             Self::GatherRows => "gather_rows".into(),
@@ -257,7 +266,13 @@ impl KernelVariant {
             Self::Embed { .. } => EmbedParams::LAYOUT,
             Self::RmsNorm => RmsNormParams::LAYOUT,
             Self::Rope => RopeParams::LAYOUT,
-            Self::SiluMul | Self::AddInPlace | Self::AddBias | Self::GatherRows => ElementwiseParams::LAYOUT,
+            Self::SiluMul
+            | Self::GeluTanhMul
+            | Self::Scale
+            | Self::Softcap
+            | Self::AddInPlace
+            | Self::AddBias
+            | Self::GatherRows => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::ReshapeAndCache { .. } => ReshapeAndCacheParams::LAYOUT,
@@ -271,7 +286,9 @@ impl KernelVariant {
             Self::Embed { .. } => slots::embed::ALL,
             Self::RmsNorm => slots::rms_norm::ALL,
             Self::Rope => slots::rope::ALL,
-            Self::SiluMul => slots::silu_mul::ALL,
+            Self::SiluMul | Self::GeluTanhMul => slots::gated_mul::ALL,
+            Self::Scale => slots::scale::ALL,
+            Self::Softcap => slots::softcap::ALL,
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::AddBias => slots::add_bias::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
@@ -295,6 +312,9 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::RmsNorm,
         KernelVariant::Rope,
         KernelVariant::SiluMul,
+        KernelVariant::GeluTanhMul,
+        KernelVariant::Scale,
+        KernelVariant::Softcap,
         KernelVariant::AddInPlace,
         KernelVariant::AddBias,
         KernelVariant::GatherRows,

@@ -36,6 +36,48 @@ pub enum RopeScaling {
     },
 }
 
+/// The activation of the gated MLP: `down(act(gate(x)) * up(x))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MlpActivation {
+    /// SiLU (SwiGLU): Llama, Mistral, Qwen.
+    Silu,
+    /// PyTorch's tanh-approximated GELU (GeGLU): Gemma.
+    GeluTanh,
+}
+
+/// What sets each family apart from Llama before its config says more — the one table to
+/// read for "what makes Gemma 2 different":
+///
+/// | family  | differs from Llama by |
+/// |---------|-----------------------|
+/// | llama   | — |
+/// | mistral | a sliding window on every layer (`sliding_window`) |
+/// | qwen2   | Q/K/V biases; a `sliding_window` it does not use (`use_sliding_window: false`) |
+/// | qwen3   | per-head RMSNorm of q and k before RoPE |
+/// | gemma2  | `(1 + w)` norms, embeddings × √hidden, GELU-tanh MLP, norms after attention and MLP, soft-capped attention scores and final logits, `query_pre_attn_scalar`, sliding window on even layers, tied head |
+/// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full |
+#[derive(Debug, Clone, Copy)]
+struct FamilyTraits {
+    attention_bias: bool,
+    qk_norm: bool,
+    gemma: bool,
+    /// Layer `i` slides when `(i + 1) % pattern != 0`; `None`: every layer, if a window is set.
+    sliding_pattern: Option<usize>,
+}
+
+fn traits(architecture: &str) -> FamilyTraits {
+    let llama = FamilyTraits { attention_bias: false, qk_norm: false, gemma: false, sliding_pattern: None };
+    match architecture {
+        "qwen2" => FamilyTraits { attention_bias: true, ..llama },
+        "qwen3" => FamilyTraits { qk_norm: true, ..llama },
+        "gemma2" => FamilyTraits { gemma: true, sliding_pattern: Some(2), ..llama },
+        "gemma3" | "gemma3_text" => {
+            FamilyTraits { qk_norm: true, gemma: true, sliding_pattern: Some(6), ..llama }
+        }
+        _ => llama,
+    }
+}
+
 /// A Llama-family decoder's architecture and special token ids.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -74,6 +116,24 @@ pub struct ModelConfig {
     /// Per layer, the sliding window of its attention (keys a query sees, itself included);
     /// `None` for full attention. Mistral slides on every layer.
     pub layer_windows: Vec<Option<usize>>,
+    /// The MLP's gate activation.
+    pub mlp_activation: MlpActivation,
+    /// RMSNorm weights are stored as `w` for `x̂ · (1 + w)` (Gemma's HF files; llama.cpp's
+    /// converter adds the 1 into GGUF files).
+    pub norm_weight_plus_one: bool,
+    /// Embeddings are multiplied by this (Gemma: √hidden).
+    pub embedding_scale: Option<f32>,
+    /// Norms after attention and after the MLP too, before each residual add (Gemma 2/3).
+    pub sandwich_norms: bool,
+    /// Attention scores are `q·k` times this (`1/√head_dim`, or Gemma's
+    /// `1/√query_pre_attn_scalar`).
+    pub attention_scale: f32,
+    /// Attention scores soft-capped to `c·tanh(s/c)` (Gemma 2).
+    pub attn_logit_softcap: Option<f32>,
+    /// Final logits soft-capped the same way (Gemma 2).
+    pub final_logit_softcap: Option<f32>,
+    /// RoPE base of the sliding-window layers when it differs from `rope_theta` (Gemma 3).
+    pub local_rope_theta: Option<f32>,
     /// Beginning-of-sequence token.
     pub bos_token_id: Option<u32>,
     /// End-of-sequence tokens (the first is the model's main EOS).
@@ -120,14 +180,14 @@ pub enum ConfigError {
         reason: String,
     },
     /// An architecture pagoda does not run.
-    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2, qwen3)")]
+    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3)")]
     UnsupportedArchitecture(String),
     /// Reading GGUF metadata failed.
     #[error(transparent)]
     Gguf(#[from] GgufError),
 }
 
-const SUPPORTED: [&str; 4] = ["llama", "mistral", "qwen2", "qwen3"];
+const SUPPORTED: [&str; 7] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text"];
 
 impl ModelConfig {
     /// `max_model_len` capped at the context the model was trained for.
@@ -171,11 +231,18 @@ impl ModelConfig {
         }
         let bos_token_id = ids_of(config.get("bos_token_id"), "bos_token_id")?.first().copied();
         refuse_unsupported_math(config)?;
+        let family = traits(&architecture);
+        let num_hidden_layers = f.usize("num_hidden_layers")?;
+        let sliding_pattern = f.opt_usize("sliding_window_pattern")?.or(family.sliding_pattern);
+        let attention_scale = match f.opt_f32("query_pre_attn_scalar")? {
+            Some(scalar) if family.gemma => (f64::from(scalar)).powf(-0.5) as f32,
+            _ => 1.0 / (head_dim as f32).sqrt(),
+        };
         let config = Self {
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
             intermediate_size: f.usize("intermediate_size")?,
-            num_hidden_layers: f.usize("num_hidden_layers")?,
+            num_hidden_layers,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
@@ -184,10 +251,18 @@ impl ModelConfig {
             rope_scaling: hf_rope_scaling(rope_settings(config))?,
             rope_variant: RopeVariant::HalfSplit,
             max_position_embeddings: f.usize("max_position_embeddings")?,
-            tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
-            attention_bias: f.opt_bool("attention_bias")?.unwrap_or(architecture == "qwen2"),
-            qk_norm: architecture == "qwen3",
-            layer_windows: hf_layer_windows(config, f.usize("num_hidden_layers")?)?,
+            tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(family.gemma),
+            attention_bias: f.opt_bool("attention_bias")?.unwrap_or(family.attention_bias),
+            qk_norm: family.qk_norm,
+            layer_windows: hf_layer_windows(config, num_hidden_layers, sliding_pattern)?,
+            mlp_activation: hf_mlp_activation(config)?,
+            norm_weight_plus_one: family.gemma,
+            embedding_scale: family.gemma.then(|| (hidden_size as f64).sqrt() as f32),
+            sandwich_norms: family.gemma,
+            attention_scale,
+            attn_logit_softcap: f.opt_f32("attn_logit_softcapping")?,
+            final_logit_softcap: f.opt_f32("final_logit_softcapping")?,
+            local_rope_theta: hf_local_rope_theta(config)?,
             bos_token_id,
             eos_token_ids,
             architecture,
@@ -204,6 +279,7 @@ impl ModelConfig {
             return Err(ConfigError::UnsupportedArchitecture(architecture.to_owned()));
         }
         let key = |k: &str| format!("{architecture}.{k}");
+        let family = traits(architecture);
         let int = |k: &str| -> Result<Option<usize>, ConfigError> {
             match gguf.get_int(k)? {
                 None => Ok(None),
@@ -266,7 +342,7 @@ impl ModelConfig {
                 as f32,
             rope_theta: gguf.get_float(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
             rope_scaling,
-            rope_variant: if matches!(architecture, "qwen2" | "qwen3") {
+            rope_variant: if matches!(architecture, "qwen2" | "qwen3" | "gemma2" | "gemma3") {
                 RopeVariant::HalfSplit
             } else {
                 RopeVariant::Interleaved
@@ -275,7 +351,19 @@ impl ModelConfig {
             tie_word_embeddings: !gguf.has_tensor("output.weight"),
             attention_bias: gguf.has_tensor("blk.0.attn_q.bias"),
             qk_norm: gguf.has_tensor("blk.0.attn_q_norm.weight"),
-            layer_windows: vec![int(&key("attention.sliding_window"))?; req(&key("block_count"))?],
+            layer_windows: pattern_windows(
+                int(&key("attention.sliding_window"))?.filter(|&w| w > 0),
+                req(&key("block_count"))?,
+                family.sliding_pattern,
+            ),
+            mlp_activation: if family.gemma { MlpActivation::GeluTanh } else { MlpActivation::Silu },
+            norm_weight_plus_one: false,
+            embedding_scale: family.gemma.then(|| (hidden_size as f64).sqrt() as f32),
+            sandwich_norms: family.gemma,
+            attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            attn_logit_softcap: gguf.get_float(&key("attn_logit_softcapping"))?.map(|c| c as f32),
+            final_logit_softcap: gguf.get_float(&key("final_logit_softcapping"))?.map(|c| c as f32),
+            local_rope_theta: gguf.get_float(&key("rope.freq_base_swa"))?.map(|t| t as f32),
             bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
             eos_token_ids: token_id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
         };
@@ -314,6 +402,15 @@ impl ModelConfig {
             return Err(ConfigError::InvalidField {
                 field: "sliding_window".into(),
                 reason: format!("{:?} is not one positive window per layer", self.layer_windows),
+            });
+        }
+        let positive = |v: f32| v.is_finite() && v > 0.0;
+        let caps =
+            [self.attn_logit_softcap, self.final_logit_softcap, self.embedding_scale, self.local_rope_theta];
+        if !positive(self.attention_scale) || caps.iter().flatten().any(|&v| !positive(v)) {
+            return Err(ConfigError::InvalidField {
+                field: "query_pre_attn_scalar / softcapping / rope".into(),
+                reason: "scales, caps and RoPE bases must be positive".into(),
             });
         }
         if !self.head_dim.is_multiple_of(2) {
@@ -376,14 +473,19 @@ fn ids_of(v: Option<&Value>, field: &str) -> Result<Vec<u32>, ConfigError> {
 }
 
 /// Each layer's sliding window: transformers 5's `layer_types` (`"sliding_attention"` or
-/// `"full_attention"`) when present, else `sliding_window` on every layer unless
-/// `use_sliding_window` is false (Qwen2 writes a window it does not use).
-fn hf_layer_windows(config: &Value, num_layers: usize) -> Result<Vec<Option<usize>>, ConfigError> {
+/// `"full_attention"`) when present, else `sliding_window` on the layers the family's pattern
+/// slides (every layer when it has none) unless `use_sliding_window` is false (Qwen2 writes a
+/// window it does not use).
+fn hf_layer_windows(
+    config: &Value,
+    num_layers: usize,
+    sliding_pattern: Option<usize>,
+) -> Result<Vec<Option<usize>>, ConfigError> {
     let f = Fields(config);
     let used = f.opt_bool("use_sliding_window")? != Some(false);
     let window = f.opt_usize("sliding_window")?.filter(|_| used);
     let Some(types) = config.get("layer_types").filter(|v| !v.is_null()) else {
-        return Ok(vec![window; num_layers]);
+        return Ok(pattern_windows(window, num_layers, sliding_pattern));
     };
     let types =
         types.as_array().filter(|t| t.len() == num_layers).ok_or_else(|| ConfigError::InvalidField {
@@ -404,22 +506,63 @@ fn hf_layer_windows(config: &Value, num_layers: usize) -> Result<Vec<Option<usiz
         .collect()
 }
 
+/// `window` on layer `i` when `(i + 1) % pattern != 0` (every layer without a pattern): the
+/// rule of transformers and llama.cpp for Gemma 2 (pattern 2) and Gemma 3 (pattern 6).
+fn pattern_windows(window: Option<usize>, num_layers: usize, pattern: Option<usize>) -> Vec<Option<usize>> {
+    (0..num_layers)
+        .map(|i| window.filter(|_| pattern.is_none_or(|p| p == 0 || !(i + 1).is_multiple_of(p))))
+        .collect()
+}
+
+/// The gated MLP's activation from `hidden_activation` (Gemma) or `hidden_act`; SiLU when
+/// neither is set (transformers' Llama default). Anything else is refused.
+fn hf_mlp_activation(config: &Value) -> Result<MlpActivation, ConfigError> {
+    let f = Fields(config);
+    let (field, name) = match f.opt_str("hidden_activation")? {
+        Some(name) => ("hidden_activation", name),
+        None => ("hidden_act", f.opt_str("hidden_act")?.unwrap_or("silu")),
+    };
+    match name {
+        "silu" | "swish" => Ok(MlpActivation::Silu),
+        "gelu_pytorch_tanh" => Ok(MlpActivation::GeluTanh),
+        other => {
+            Err(ConfigError::Unsupported { field: field.into(), reason: format!("activation {other:?}") })
+        }
+    }
+}
+
+/// The RoPE base of sliding layers: Gemma 3's `rope_local_base_freq` (transformers 4) or
+/// `rope_parameters.sliding_attention.rope_theta` (transformers 5).
+fn hf_local_rope_theta(config: &Value) -> Result<Option<f32>, ConfigError> {
+    if let Some(sliding) = config.get("rope_parameters").and_then(|p| p.get("sliding_attention")) {
+        return Fields(sliding)
+            .opt_f32("rope_theta")
+            .map_err(|e| prefix(e, "rope_parameters.sliding_attention."));
+    }
+    Fields(config).opt_f32("rope_local_base_freq")
+}
+
 /// Where a config keeps its RoPE settings: transformers 5 writes `rope_parameters` (with
-/// `rope_theta` and the scaling inside), transformers 4 `rope_scaling` beside a top-level
-/// `rope_theta`.
+/// `rope_theta` and the scaling inside; per layer type for Gemma 3, whose full-attention
+/// layers' set this is), transformers 4 `rope_scaling` beside a top-level `rope_theta`.
 fn rope_settings(config: &Value) -> Option<&Value> {
-    config.get("rope_parameters").filter(|v| !v.is_null()).or_else(|| config.get("rope_scaling"))
+    match config.get("rope_parameters").filter(|v| !v.is_null()) {
+        Some(parameters) => Some(parameters.get("full_attention").unwrap_or(parameters)),
+        None => config.get("rope_scaling"),
+    }
 }
 
 /// The RoPE base: `rope_parameters.rope_theta`, else the top-level `rope_theta`, else
 /// transformers' default for these families (10000). Per-layer-type parameters (Gemma 3's
 /// `{"full_attention": {...}, "sliding_attention": {...}}`) are refused.
 fn hf_rope_theta(config: &Value) -> Result<f32, ConfigError> {
-    if let Some(parameters @ Value::Object(map)) = config.get("rope_parameters") {
+    if let Some(parameters @ Value::Object(map)) =
+        rope_settings(config).filter(|_| config.get("rope_parameters").is_some())
+    {
         if map.values().any(Value::is_object) {
             return Err(ConfigError::Unsupported {
                 field: "rope_parameters".into(),
-                reason: "RoPE parameters per layer type".into(),
+                reason: "RoPE parameters per layer type other than full_attention / sliding_attention".into(),
             });
         }
         if let Some(theta) =
@@ -432,26 +575,14 @@ fn hf_rope_theta(config: &Value) -> Result<f32, ConfigError> {
 }
 
 /// Refuses the fields that change the math of a Llama-family decoder in ways the forward pass
-/// does not implement (other activations, MLP biases, soft-capping, partial rotary
-/// embeddings): a model that needs them must not run as if they were absent.
+/// does not implement (MLP biases, partial rotary embeddings): a model that needs them must
+/// not run as if they were absent. (An unknown activation is refused where it is read.)
 fn refuse_unsupported_math(config: &Value) -> Result<(), ConfigError> {
     let f = Fields(config);
     let unsupported =
         |field: &str, reason: String| Err(ConfigError::Unsupported { field: field.into(), reason });
-    for field in ["hidden_act", "hidden_activation"] {
-        if let Some(act) = f.opt_str(field)?
-            && act != "silu"
-        {
-            return unsupported(field, format!("activation {act:?} (the MLP is SwiGLU)"));
-        }
-    }
     if f.opt_bool("mlp_bias")? == Some(true) {
         return unsupported("mlp_bias", "biases in the MLP".into());
-    }
-    for field in ["attn_logit_softcapping", "final_logit_softcapping"] {
-        if f.get(field).is_some() {
-            return unsupported(field, "logit soft-capping".into());
-        }
     }
     if let Some(factor) = f.opt_f32("partial_rotary_factor")?
         && factor != 1.0
@@ -618,8 +749,11 @@ mod tests {
         v["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 1e6});
         let c = ModelConfig::from_hf_json(&v, None).unwrap();
         assert_eq!((c.rope_theta, c.rope_scaling), (1e6, None));
-        v["rope_parameters"] =
-            json!({"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}});
+        v["rope_parameters"] = json!({"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}});
+        let c = ModelConfig::from_hf_json(&v, None).unwrap();
+        assert_eq!((c.rope_theta, c.local_rope_theta, c.rope_scaling), (1e6, Some(1e4), None));
+        v["rope_parameters"] = json!({"chunked_attention": {"rope_theta": 1e6}});
         assert!(
             matches!(ModelConfig::from_hf_json(&v, None), Err(ConfigError::Unsupported { field, .. }) if field == "rope_parameters")
         );
@@ -629,9 +763,8 @@ mod tests {
     fn fields_that_change_the_math_are_refused_not_ignored() {
         let refused = [
             ("layer_types", json!(["chunked_attention", "full_attention"])),
-            ("hidden_act", json!("gelu_pytorch_tanh")),
+            ("hidden_act", json!("relu")),
             ("mlp_bias", json!(true)),
-            ("final_logit_softcapping", json!(30.0)),
             ("partial_rotary_factor", json!(0.5)),
         ];
         for (field, value) in refused {

@@ -5,7 +5,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::architecture::{ModelConfig, RopeScaling, RopeVariant};
+use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant};
 use super::files::ModelFiles;
 use super::tensor::TensorView;
 use super::weights::{LlamaWeights, WeightError, WeightFile};
@@ -42,6 +42,7 @@ struct GpuLayer {
     qk_norm: Option<[Tensor; 2]>,
     o_proj: Weight,
     ffn_norm: Tensor,
+    post_norms: Option<[Tensor; 2]>,
     gate_proj: Weight,
     up_proj: Weight,
     down_proj: Weight,
@@ -57,6 +58,8 @@ pub struct LlamaModel {
     norm: Tensor,
     lm_head: Weight,
     inv_freq: Tensor,
+    /// The sliding layers' inverse frequencies when their RoPE base differs (Gemma 3).
+    local_inv_freq: Option<Tensor>,
 }
 
 impl LlamaModel {
@@ -64,7 +67,8 @@ impl LlamaModel {
     pub fn load(ctx: &GpuContext, files: &ModelFiles, progress: bool) -> Result<Self, LlamaError> {
         let config = files.config.clone();
         let weights = files.llama_weights()?;
-        let per_layer = 9 + if config.attention_bias { 3 } else { 0 } + if config.qk_norm { 2 } else { 0 };
+        let optional = [(config.attention_bias, 3), (config.qk_norm, 2), (config.sandwich_norms, 2)];
+        let per_layer = 9 + optional.iter().filter(|(on, _)| *on).map(|(_, n)| n).sum::<u64>();
         let total = weights.layers.len() as u64 * per_layer + 3;
         let bar = if progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
         bar.set_style(
@@ -82,6 +86,13 @@ impl LlamaModel {
             bar.inc(1);
             Ok(v)
         };
+        // Gemma's HF norms hold `w` of `x̂ · (1 + w)`: the 1 is added here, once.
+        let offset = if config.norm_weight_plus_one { 1.0 } else { 0.0 };
+        let norm = |t: &TensorView<'_>| -> Result<Tensor, LlamaError> {
+            let v = ctx.upload_f32(t.shape, &t.to_f32().iter().map(|w| w + offset).collect::<Vec<f32>>())?;
+            bar.inc(1);
+            Ok(v)
+        };
         let embed_tokens = up("embed_tokens", &weights.embed_tokens)?;
         let layers = weights
             .layers
@@ -89,7 +100,7 @@ impl LlamaModel {
             .enumerate()
             .map(|(l, w)| {
                 Ok(GpuLayer {
-                    attn_norm: vec(&w.attn_norm)?,
+                    attn_norm: norm(&w.attn_norm)?,
                     q_proj: up(&format!("layers.{l}.q_proj"), &w.q_proj)?,
                     k_proj: up(&format!("layers.{l}.k_proj"), &w.k_proj)?,
                     v_proj: up(&format!("layers.{l}.v_proj"), &w.v_proj)?,
@@ -98,18 +109,22 @@ impl LlamaModel {
                         None => None,
                     },
                     qk_norm: match &w.qk_norm {
-                        Some([q, k]) => Some([vec(q)?, vec(k)?]),
+                        Some([q, k]) => Some([norm(q)?, norm(k)?]),
                         None => None,
                     },
                     o_proj: up(&format!("layers.{l}.o_proj"), &w.o_proj)?,
-                    ffn_norm: vec(&w.ffn_norm)?,
+                    ffn_norm: norm(&w.ffn_norm)?,
+                    post_norms: match &w.post_norms {
+                        Some([attn, ffn]) => Some([norm(attn)?, norm(ffn)?]),
+                        None => None,
+                    },
                     gate_proj: up(&format!("layers.{l}.gate_proj"), &w.gate_proj)?,
                     up_proj: up(&format!("layers.{l}.up_proj"), &w.up_proj)?,
                     down_proj: up(&format!("layers.{l}.down_proj"), &w.down_proj)?,
                 })
             })
             .collect::<Result<Vec<_>, LlamaError>>()?;
-        let norm = vec(&weights.norm)?;
+        let final_norm = norm(&weights.norm)?;
         let lm_head = if is_tied(&weights) {
             bar.inc(1);
             embed_tokens.clone()
@@ -117,12 +132,28 @@ impl LlamaModel {
             up("lm_head", &weights.lm_head)?
         };
         let inv_freq = ctx.upload_f32(&[config.head_dim / 2], &inv_freqs(&config, &files.weights)?)?;
+        let local_inv_freq = match config.local_rope_theta {
+            Some(theta) => Some(ctx.upload_f32(
+                &[config.head_dim / 2],
+                &rope_inv_freq(config.head_dim, f64::from(theta), None),
+            )?),
+            None => None,
+        };
         bar.finish_and_clear();
         let rope_mode = match config.rope_variant {
             RopeVariant::Interleaved => RopeMode::Interleaved,
             RopeVariant::HalfSplit => RopeMode::HalfSplit,
         };
-        Ok(Self { config, rope_mode, embed_tokens, layers, norm, lm_head, inv_freq })
+        Ok(Self {
+            config,
+            rope_mode,
+            embed_tokens,
+            layers,
+            norm: final_norm,
+            lm_head,
+            inv_freq,
+            local_inv_freq,
+        })
     }
 
     /// The model's architecture.
@@ -147,6 +178,9 @@ impl LlamaModel {
         let acts = Activations::of(ws, batch.input_ids.len())?;
         let mut step = ctx.step();
         step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
+        if let Some(scale) = self.config.embedding_scale {
+            step.scale(&acts.x, scale)?;
+        }
         for (index, layer) in self.layers.iter().enumerate() {
             layer.record(&mut step, self, &inputs, &acts, cache, index)?;
         }
@@ -177,6 +211,9 @@ impl LlamaModel {
             step.gather_rows(&acts.x, &indices, &xr)?;
             step.rms_norm(&xr, &self.norm, self.config.rms_norm_eps, &hr)?;
             step.linear(&hr, &self.lm_head, &logits)?;
+            if let Some(cap) = self.config.final_logit_softcap {
+                step.softcap(&logits, cap)?;
+            }
             let top_values = ctx.tensor(Elem::F32, &[rows, k])?;
             let top_ids = ctx.tensor(Elem::U32, &[rows, k])?;
             step.top_k(&logits, k, &top_values, &top_ids)?;
@@ -288,7 +325,8 @@ impl Activations {
 }
 
 impl GpuLayer {
-    /// Records decoder layer `index`: `x += attention(norm(x))`, then `x += mlp(norm(x))`.
+    /// Records decoder layer `index`: `x += attention(norm(x))`, then `x += mlp(norm(x))` (each
+    /// output normed once more first in Gemma's sandwich).
     fn record(
         &self,
         step: &mut Step<'_>,
@@ -301,10 +339,29 @@ impl GpuLayer {
         let eps = model.config.rms_norm_eps;
         step.rms_norm(&a.x, &self.attn_norm, eps, &a.h)?;
         self.attention(step, model, inputs, a, cache, index)?;
-        step.add_in_place(&a.x, &a.o)?;
+        self.add_residual(step, a, 0, eps)?;
         step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
-        self.mlp(step, a)?;
-        step.add_in_place(&a.x, &a.o)?;
+        self.mlp(step, model, a)?;
+        self.add_residual(step, a, 1, eps)?;
+        Ok(())
+    }
+
+    /// `x += o`, or with Gemma's sandwich `x += norm(o)` (post-norm `which`: 0 after
+    /// attention, 1 after the MLP; `h` is free by then and holds the normed output).
+    fn add_residual(
+        &self,
+        step: &mut Step<'_>,
+        a: &Activations,
+        which: usize,
+        eps: f32,
+    ) -> Result<(), LlamaError> {
+        match &self.post_norms {
+            Some(norms) => {
+                step.rms_norm(&a.o, &norms[which], eps, &a.h)?;
+                step.add_in_place(&a.x, &a.h)?;
+            }
+            None => step.add_in_place(&a.x, &a.o)?,
+        }
         Ok(())
     }
 
@@ -339,23 +396,33 @@ impl GpuLayer {
             }
             _ => (&a.q, &a.k),
         };
-        step.rope(q, &inputs.positions, &model.inv_freq, c.num_attention_heads, model.rope_mode)?;
-        step.rope(k, &inputs.positions, &model.inv_freq, c.num_key_value_heads, model.rope_mode)?;
+        let window = c.layer_windows[index];
+        let inv_freq = match (&model.local_inv_freq, window) {
+            (Some(local), Some(_)) => local,
+            _ => &model.inv_freq,
+        };
+        step.rope(q, &inputs.positions, inv_freq, c.num_attention_heads, model.rope_mode)?;
+        step.rope(k, &inputs.positions, inv_freq, c.num_key_value_heads, model.rope_mode)?;
         step.reshape_and_cache(k, &a.v, &inputs.slots, cache, index)?;
         let spec = AttentionSpec {
-            window: c.layer_windows[index],
-            ..AttentionSpec::causal(c.num_attention_heads, c.head_dim)
+            heads: c.num_attention_heads,
+            scale: c.attention_scale,
+            window,
+            softcap: c.attn_logit_softcap,
         };
         step.paged_attention(q, cache, index, &inputs.attn, &spec, &a.att)?;
         step.linear(&a.att, &self.o_proj, &a.o)?;
         Ok(())
     }
 
-    /// `o = down_proj(silu(gate_proj(h)) * up_proj(h))`.
-    fn mlp(&self, step: &mut Step<'_>, a: &Activations) -> Result<(), LlamaError> {
+    /// `o = down_proj(act(gate_proj(h)) * up_proj(h))`, `act` SiLU or Gemma's GELU-tanh.
+    fn mlp(&self, step: &mut Step<'_>, model: &LlamaModel, a: &Activations) -> Result<(), LlamaError> {
         step.linear(&a.h, &self.gate_proj, &a.gate)?;
         step.linear(&a.h, &self.up_proj, &a.up)?;
-        step.silu_mul(&a.gate, &a.up, &a.act)?;
+        match model.config.mlp_activation {
+            MlpActivation::Silu => step.silu_mul(&a.gate, &a.up, &a.act)?,
+            MlpActivation::GeluTanh => step.gelu_tanh_mul(&a.gate, &a.up, &a.act)?,
+        }
         step.linear(&a.act, &self.down_proj, &a.o)?;
         Ok(())
     }

@@ -8,7 +8,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::architecture::{ModelConfig, RopeVariant};
+use super::architecture::{MlpActivation, ModelConfig, RopeVariant};
 use super::gguf::{GgufWriteError, GgufWriter, MetadataValue};
 use super::safetensors::{SafetensorsError, serialize};
 use super::tensor::TensorView;
@@ -139,6 +139,14 @@ impl TinyLlama {
             attention_bias: dims.attention_bias,
             qk_norm: false,
             layer_windows: vec![None; dims.num_hidden_layers],
+            mlp_activation: MlpActivation::Silu,
+            norm_weight_plus_one: false,
+            embedding_scale: None,
+            sandwich_norms: false,
+            attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            attn_logit_softcap: None,
+            final_logit_softcap: None,
+            local_rope_theta: None,
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
         };

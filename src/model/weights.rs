@@ -71,6 +71,8 @@ enum LayerTensor {
     KNorm,
     O,
     FfnNorm,
+    PostAttnNorm,
+    PostFfnNorm,
     Gate,
     Up,
     Down,
@@ -121,7 +123,7 @@ impl WeightFile {
         }
     }
 
-    fn layer_name(&self, layer: usize, t: LayerTensor) -> String {
+    fn layer_name(&self, layer: usize, t: LayerTensor, sandwich: bool) -> String {
         use LayerTensor::*;
         match self {
             Self::Gguf(_) => {
@@ -137,6 +139,8 @@ impl WeightFile {
                     KNorm => "attn_k_norm.weight",
                     O => "attn_output.weight",
                     FfnNorm => "ffn_norm.weight",
+                    PostAttnNorm => "post_attention_norm.weight",
+                    PostFfnNorm => "post_ffw_norm.weight",
                     Gate => "ffn_gate.weight",
                     Up => "ffn_up.weight",
                     Down => "ffn_down.weight",
@@ -155,7 +159,12 @@ impl WeightFile {
                     QNorm => "self_attn.q_norm.weight",
                     KNorm => "self_attn.k_norm.weight",
                     O => "self_attn.o_proj.weight",
+                    // Gemma's sandwich: `post_attention_layernorm` follows attention and
+                    // `pre_feedforward_layernorm` is the MLP's input norm.
+                    FfnNorm if sandwich => "pre_feedforward_layernorm.weight",
                     FfnNorm => "post_attention_layernorm.weight",
+                    PostAttnNorm => "post_attention_layernorm.weight",
+                    PostFfnNorm => "post_feedforward_layernorm.weight",
                     Gate => "mlp.gate_proj.weight",
                     Up => "mlp.up_proj.weight",
                     Down => "mlp.down_proj.weight",
@@ -197,6 +206,9 @@ pub struct LayerWeights<'a> {
     pub o_proj: TensorView<'a>,
     /// RMSNorm before the feed-forward, `[hidden]`.
     pub ffn_norm: TensorView<'a>,
+    /// RMSNorms after attention and after the feed-forward, before each residual add (Gemma's
+    /// sandwich), `[hidden]` each.
+    pub post_norms: Option<[TensorView<'a>; 2]>,
     /// SwiGLU gate, `[intermediate, hidden]`.
     pub gate_proj: TensorView<'a>,
     /// SwiGLU up, `[intermediate, hidden]`.
@@ -232,7 +244,8 @@ impl<'a> LlamaWeights<'a> {
         let embed_tokens = file.checked(file.embed_name(), &[vocab, h])?;
         let layers = (0..config.num_hidden_layers)
             .map(|l| {
-                let get = |t, shape: &[usize]| file.checked(&file.layer_name(l, t), shape);
+                let get =
+                    |t, shape: &[usize]| file.checked(&file.layer_name(l, t, config.sandwich_norms), shape);
                 Ok(LayerWeights {
                     attn_norm: get(AttnNorm, &[h])?,
                     q_proj: get(Q, &[q, h])?,
@@ -250,6 +263,11 @@ impl<'a> LlamaWeights<'a> {
                     },
                     o_proj: get(O, &[h, q])?,
                     ffn_norm: get(FfnNorm, &[h])?,
+                    post_norms: if config.sandwich_norms {
+                        Some([get(PostAttnNorm, &[h])?, get(PostFfnNorm, &[h])?])
+                    } else {
+                        None
+                    },
                     gate_proj: get(Gate, &[ff, h])?,
                     up_proj: get(Up, &[ff, h])?,
                     down_proj: get(Down, &[h, ff])?,

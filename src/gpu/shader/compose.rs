@@ -115,7 +115,20 @@ impl KernelVariant {
             Self::Embed { dtype } => [vec![shader_file!("embed.wgsl")], weight_files(dtype)].concat(),
             Self::RmsNorm => vec![shader_file!("rms_norm.wgsl")],
             Self::Rope => vec![shader_file!("rope.wgsl")],
-            Self::SiluMul => vec![shader_file!("elementwise.wgsl"), shader_file!("silu_mul.wgsl")],
+            Self::SiluMul => {
+                vec![
+                    shader_file!("elementwise.wgsl"),
+                    shader_file!("act_silu.wgsl"),
+                    shader_file!("gated_mul.wgsl"),
+                ]
+            }
+            Self::GeluTanhMul => vec![
+                shader_file!("elementwise.wgsl"),
+                shader_file!("act_gelu_tanh.wgsl"),
+                shader_file!("gated_mul.wgsl"),
+            ],
+            Self::Scale => vec![shader_file!("elementwise.wgsl"), shader_file!("scale.wgsl")],
+            Self::Softcap => vec![shader_file!("elementwise.wgsl"), shader_file!("softcap.wgsl")],
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::AddBias => vec![shader_file!("elementwise.wgsl"), shader_file!("add_bias.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],

@@ -107,12 +107,15 @@ kernel_params! {
 }
 
 kernel_params! {
-    /// `shaders/elementwise.wgsl`, shared by silu_mul, add_in_place, add_bias and gather_rows.
+    /// `shaders/elementwise.wgsl`, shared by silu_mul, gelu_tanh_mul, add_in_place, add_bias,
+    /// gather_rows, scale and softcap.
     ElementwiseParams {
         /// Values to compute.
         n: u32,
         /// Row length (add_bias, gather_rows); 1 where rows do not matter.
         d: u32,
+        /// The scalar of scale (the factor) and softcap (the cap); 0 elsewhere.
+        value: f32,
     }
 }
 

@@ -54,11 +54,19 @@ binding_slots! {
         POSITIONS = 2,
         INV_FREQ = 3,
     }
-    /// `shaders/silu_mul.wgsl`.
-    silu_mul {
+    /// `shaders/gated_mul.wgsl` (SiLU and GELU-tanh alike).
+    gated_mul {
         GATE = 1,
         UP = 2,
         OUT = 3,
+    }
+    /// `shaders/scale.wgsl`.
+    scale {
+        X = 1,
+    }
+    /// `shaders/softcap.wgsl`.
+    softcap {
+        X = 1,
     }
     /// `shaders/add_in_place.wgsl`.
     add_in_place {
