@@ -21,9 +21,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Families pagoda runs from both formats.
-const RUNS: [&str; 5] = ["llama", "llama-rope-parameters", "qwen2", "qwen3", "gemma3"];
-/// Families pagoda refuses for now.
-const REFUSED: [&str; 2] = ["phi3", "phi3-longrope"];
+const RUNS: [&str; 6] = ["llama", "llama-rope-parameters", "qwen2", "qwen3", "gemma3", "phi3"];
 const BLOCK: usize = 16;
 
 fn fixture(name: &str) -> Value {
@@ -158,7 +156,7 @@ fn every_family_pagoda_runs_continues_greedily_as_transformers_does() {
 
 #[test]
 fn every_family_pagoda_runs_renders_its_chat_template_as_transformers_does() {
-    for name in RUNS {
+    for name in RUNS.iter().chain(&["mistral", "gemma2", "phi3-longrope"]) {
         let reference = fixture(name);
         let files = ModelFiles::open(families_dir().join(name)).unwrap();
         let template = files.chat_template.as_ref().expect("the tokenizer_config.json template");
@@ -185,7 +183,7 @@ fn every_family_pagoda_runs_renders_its_chat_template_as_transformers_does() {
 
 #[test]
 fn the_gguf_files_are_the_ones_llama_cpp_converter_writes() {
-    for name in RUNS.iter().chain(&["mistral", "gemma2"]).chain(&REFUSED) {
+    for name in RUNS.iter().chain(&["mistral", "gemma2", "phi3-longrope"]) {
         let reference = fixture(name);
         let [_, f32_gguf, f16_gguf] = model_paths(name);
         for (path, kind) in [(f32_gguf, "f32"), (f16_gguf, "f16")] {
@@ -200,19 +198,18 @@ fn the_gguf_files_are_the_ones_llama_cpp_converter_writes() {
     }
 }
 
+/// A family pagoda does not run is refused by name, never run as a Llama.
 #[test]
-fn families_pagoda_does_not_run_yet_are_refused_by_name() {
-    for name in REFUSED {
-        let [hf, f32_gguf, _] = model_paths(name);
-        for path in [hf, f32_gguf] {
-            match ModelFiles::open(&path) {
-                Err(ModelError::Config(ConfigError::UnsupportedArchitecture(arch))) => {
-                    assert!(!arch.is_empty(), "{name}")
-                }
-                Err(ModelError::Config(ConfigError::Unsupported { field, .. })) => assert!(!field.is_empty()),
-                other => panic!("{name} {}: expected a refusal, got {:?}", path.display(), other.map(|_| ())),
-            }
-        }
+fn a_family_pagoda_does_not_run_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(families_dir().join("qwen2/config.json")).unwrap())
+            .unwrap();
+    config["model_type"] = "falcon".into();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    match ModelFiles::open(dir.path()) {
+        Err(ModelError::Config(ConfigError::UnsupportedArchitecture(arch))) => assert_eq!(arch, "falcon"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
 }
 
@@ -285,4 +282,36 @@ fn gemma2_gguf_is_the_hf_model_with_llama_cpp_attention_scale() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f32::max);
     assert!(worst <= 1e-4, "gemma2 GGUF vs HF: {worst}");
+}
+
+/// Phi-3's LongRoPE: transformers rotates a whole forward pass with the long factors once the
+/// sequence passes the original context (32 here) and with the short ones before; pagoda
+/// picks one set per engine by its `max_model_len` (so a token's rotation never depends on
+/// what it is batched with). Past the original context both use the long factors: the long
+/// prompt and its continuation match; within it, an engine for short contexts matches the
+/// short prompt.
+#[test]
+fn phi3_longrope_matches_transformers_for_the_factors_both_use() {
+    let ctx = ctx();
+    let reference = fixture("phi3-longrope");
+    let original = reference["config"]["original_max_position_embeddings"].as_u64().unwrap() as usize;
+    let fixed_ids = ids(&reference["fixed_ids"]);
+    let prompt = |name: &str| {
+        reference["prompts"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone()
+    };
+    for path in model_paths("phi3-longrope").into_iter().take(2) {
+        let files = ModelFiles::open(&path).unwrap();
+        for (name, max_model_len) in [("long", files.config.max_position_embeddings), ("short", original)] {
+            let model = LlamaModel::load_for_context(&ctx, &files, max_model_len, false).unwrap();
+            let prompt = prompt(name);
+            let rows = gpu_logits(&ctx, &model, &ids(&prompt["ids"]));
+            for (position, (row, expected)) in
+                rows.iter().zip(prompt["logits"].as_array().unwrap()).enumerate()
+            {
+                let what = format!("phi3-longrope {} {name} position {position}", path.display());
+                let worst = compare_row(row, expected, &fixed_ids, 1e-3, &what);
+                assert!(worst <= 1e-3, "{what}: {worst}");
+            }
+        }
+    }
 }

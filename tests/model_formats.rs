@@ -27,7 +27,7 @@ fn rewrite_without(src: &Path, dst: &Path, skip_key: &str, skip_tensor: &str) {
     }
     for info in g.tensor_infos().iter().filter(|t| t.name != skip_tensor) {
         let t = g.tensor(&info.name).unwrap();
-        w.tensor(&info.name, t.dtype, t.shape, t.data.to_vec()).unwrap();
+        w.tensor(&info.name, t.dtype, &t.shape, t.data.to_vec()).unwrap();
     }
     w.write(dst).unwrap();
 }
@@ -192,7 +192,7 @@ fn unknown_and_unsupported_tensor_types_are_named() {
         other => panic!("{other:?}"),
     }
     let t = open_bytes(dir.path(), &one_tensor_gguf(0)).unwrap();
-    assert_eq!(t.tensor("t").unwrap().shape, &[32]);
+    assert_eq!(*t.tensor("t").unwrap().shape, [32]);
     assert!(matches!(t.tensor("u"), Err(GgufError::MissingTensor(n)) if n == "u"));
 }
 

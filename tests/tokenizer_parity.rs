@@ -106,7 +106,7 @@ fn smollm2_weights_are_quantized_and_shape_checked() {
     let model = ModelFiles::open(default_model_path().expect("default model")).expect("open SmolLM2");
     let w = model.llama_weights().expect("weights");
     assert_eq!(w.layers.len(), 30);
-    assert_eq!(w.embed_tokens.shape, &[49152, 576]);
+    assert_eq!(*w.embed_tokens.shape, [49152, 576]);
     assert!(w.layers[0].q_proj.dtype.is_quantized());
     assert_eq!(w.lm_head.data.as_ptr(), w.embed_tokens.data.as_ptr());
 }

@@ -130,7 +130,8 @@ impl WgpuExecutor {
         scheduler: &SchedulerConfig,
         progress: bool,
     ) -> Result<Self, ExecutorError> {
-        let model = LlamaModel::load(&ctx, files, progress).map_err(from_llama)?;
+        let model = LlamaModel::load_for_context(&ctx, files, scheduler.max_model_len, progress)
+            .map_err(from_llama)?;
         let c = model.config();
         let precision = kv_precision(cache.kv_cache_dtype);
         let format = ctx.capabilities().kv_format(precision);

@@ -16,7 +16,7 @@ pub enum RopeVariant {
 }
 
 /// Rotary frequency scaling.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
     /// Positions divided by `factor`.
     Linear {
@@ -33,6 +33,21 @@ pub enum RopeScaling {
         high_freq_factor: f32,
         /// Context length the model was trained with.
         original_max_position_embeddings: usize,
+    },
+    /// Phi-3's LongRoPE: per-frequency divisors, `short_factor` for contexts up to the
+    /// original one and `long_factor` beyond it (chosen once per engine by its
+    /// `max_model_len`, as llama.cpp chooses by its context size, so a token's rotation never
+    /// depends on its batch), and scores scaled by `attention_factor²` (cos and sin scaled by
+    /// `attention_factor`).
+    LongRope {
+        /// Divisors for contexts up to `original_max_position_embeddings`.
+        short_factor: Vec<f32>,
+        /// Divisors beyond it.
+        long_factor: Vec<f32>,
+        /// Context length the model was first trained with.
+        original_max_position_embeddings: usize,
+        /// Scale of cos and sin.
+        attention_factor: f32,
     },
 }
 
@@ -56,8 +71,10 @@ pub enum MlpActivation {
 /// | qwen3   | per-head RMSNorm of q and k before RoPE |
 /// | gemma2  | `(1 + w)` norms, embeddings × √hidden, GELU-tanh MLP, norms after attention and MLP, soft-capped attention scores and final logits, `query_pre_attn_scalar`, sliding window on even layers, tied head |
 /// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full |
+/// | phi3    | fused `qkv_proj` and `gate_up_proj`; LongRoPE short/long factors on the long-context models |
 #[derive(Debug, Clone, Copy)]
 struct FamilyTraits {
+    fused: bool,
     attention_bias: bool,
     qk_norm: bool,
     gemma: bool,
@@ -66,10 +83,17 @@ struct FamilyTraits {
 }
 
 fn traits(architecture: &str) -> FamilyTraits {
-    let llama = FamilyTraits { attention_bias: false, qk_norm: false, gemma: false, sliding_pattern: None };
+    let llama = FamilyTraits {
+        fused: false,
+        attention_bias: false,
+        qk_norm: false,
+        gemma: false,
+        sliding_pattern: None,
+    };
     match architecture {
         "qwen2" => FamilyTraits { attention_bias: true, ..llama },
         "qwen3" => FamilyTraits { qk_norm: true, ..llama },
+        "phi3" => FamilyTraits { fused: true, ..llama },
         "gemma2" => FamilyTraits { gemma: true, sliding_pattern: Some(2), ..llama },
         "gemma3" | "gemma3_text" => {
             FamilyTraits { qk_norm: true, gemma: true, sliding_pattern: Some(6), ..llama }
@@ -109,6 +133,9 @@ pub struct ModelConfig {
     pub max_position_embeddings: usize,
     /// The LM head reuses the token embedding.
     pub tie_word_embeddings: bool,
+    /// Q/K/V are one stored matrix (`qkv_proj`) and gate/up another (`gate_up_proj`), cut
+    /// into their parts at load (Phi-3).
+    pub fused_projections: bool,
     /// Q/K/V projections carry a bias (Qwen2).
     pub attention_bias: bool,
     /// Queries and keys are RMS-normed per head before RoPE (Qwen3's `q_norm`, `k_norm`).
@@ -180,14 +207,15 @@ pub enum ConfigError {
         reason: String,
     },
     /// An architecture pagoda does not run.
-    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3)")]
+    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)")]
     UnsupportedArchitecture(String),
     /// Reading GGUF metadata failed.
     #[error(transparent)]
     Gguf(#[from] GgufError),
 }
 
-const SUPPORTED: [&str; 7] = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text"];
+const SUPPORTED: [&str; 8] =
+    ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text", "phi3"];
 
 impl ModelConfig {
     /// `max_model_len` capped at the context the model was trained for.
@@ -234,10 +262,12 @@ impl ModelConfig {
         let family = traits(&architecture);
         let num_hidden_layers = f.usize("num_hidden_layers")?;
         let sliding_pattern = f.opt_usize("sliding_window_pattern")?.or(family.sliding_pattern);
+        let rope_theta = hf_rope_theta(config)?;
+        let rope_scaling = hf_rope_scaling(rope_settings(config), config)?;
         let attention_scale = match f.opt_f32("query_pre_attn_scalar")? {
             Some(scalar) if family.gemma => (f64::from(scalar)).powf(-0.5) as f32,
             _ => 1.0 / (head_dim as f32).sqrt(),
-        };
+        } * longrope_score_scale(rope_scaling.as_ref());
         let config = Self {
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
@@ -247,11 +277,12 @@ impl ModelConfig {
             num_key_value_heads,
             head_dim,
             rms_norm_eps: f.f32("rms_norm_eps")?,
-            rope_theta: hf_rope_theta(config)?,
-            rope_scaling: hf_rope_scaling(rope_settings(config))?,
+            rope_theta,
+            rope_scaling,
             rope_variant: RopeVariant::HalfSplit,
             max_position_embeddings: f.usize("max_position_embeddings")?,
             tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(family.gemma),
+            fused_projections: family.fused,
             attention_bias: f.opt_bool("attention_bias")?.unwrap_or(family.attention_bias),
             qk_norm: family.qk_norm,
             layer_windows: hf_layer_windows(config, num_hidden_layers, sliding_pattern)?,
@@ -304,6 +335,22 @@ impl ModelConfig {
             },
         };
         let rope_scaling = match gguf.get_str(&key("rope.scaling.type"))? {
+            None if gguf.has_tensor("rope_factors_long.weight") => {
+                let factors = |name: &str| -> Result<Vec<f32>, ConfigError> {
+                    gguf.tensor(name).map(|t| t.to_f32()).map_err(ConfigError::Gguf)
+                };
+                let original = req(&key("rope.scaling.original_context_length"))?;
+                let attention_factor = match gguf.get_float(&key("rope.scaling.attn_factor"))? {
+                    Some(factor) => factor as f32,
+                    None => longrope_attention_factor(req(&key("context_length"))?, original),
+                };
+                Some(RopeScaling::LongRope {
+                    short_factor: factors("rope_factors_short.weight")?,
+                    long_factor: factors("rope_factors_long.weight")?,
+                    original_max_position_embeddings: original,
+                    attention_factor,
+                })
+            }
             None | Some("none") => None,
             Some("linear") => Some(RopeScaling::Linear {
                 factor: gguf
@@ -317,6 +364,7 @@ impl ModelConfig {
                 });
             }
         };
+        let attention_scale = 1.0 / (head_dim as f32).sqrt() * longrope_score_scale(rope_scaling.as_ref());
         let token_id = |k: &str| -> Result<Option<u32>, ConfigError> {
             int(k)?
                 .map(|v| {
@@ -342,13 +390,14 @@ impl ModelConfig {
                 as f32,
             rope_theta: gguf.get_float(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
             rope_scaling,
-            rope_variant: if matches!(architecture, "qwen2" | "qwen3" | "gemma2" | "gemma3") {
+            rope_variant: if matches!(architecture, "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3") {
                 RopeVariant::HalfSplit
             } else {
                 RopeVariant::Interleaved
             },
             max_position_embeddings: req(&key("context_length"))?,
             tie_word_embeddings: !gguf.has_tensor("output.weight"),
+            fused_projections: family.fused,
             attention_bias: gguf.has_tensor("blk.0.attn_q.bias"),
             qk_norm: gguf.has_tensor("blk.0.attn_q_norm.weight"),
             layer_windows: pattern_windows(
@@ -360,7 +409,7 @@ impl ModelConfig {
             norm_weight_plus_one: false,
             embedding_scale: family.gemma.then(|| (hidden_size as f64).sqrt() as f32),
             sandwich_norms: family.gemma,
-            attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            attention_scale,
             attn_logit_softcap: gguf.get_float(&key("attn_logit_softcapping"))?.map(|c| c as f32),
             final_logit_softcap: gguf.get_float(&key("final_logit_softcapping"))?.map(|c| c as f32),
             local_rope_theta: gguf.get_float(&key("rope.freq_base_swa"))?.map(|t| t as f32),
@@ -592,7 +641,25 @@ fn refuse_unsupported_math(config: &Value) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn hf_rope_scaling(v: Option<&Value>) -> Result<Option<RopeScaling>, ConfigError> {
+/// How much LongRoPE's scaled cos and sin scale the attention scores: `attention_factor²`.
+fn longrope_score_scale(scaling: Option<&RopeScaling>) -> f32 {
+    match scaling {
+        Some(RopeScaling::LongRope { attention_factor, .. }) => attention_factor * attention_factor,
+        _ => 1.0,
+    }
+}
+
+/// LongRoPE's scale of cos and sin when the config gives none (transformers' rule):
+/// `sqrt(1 + ln(max / original) / ln(original))` for a context extended past the original.
+fn longrope_attention_factor(max_position_embeddings: usize, original: usize) -> f32 {
+    if max_position_embeddings <= original || original < 2 {
+        return 1.0;
+    }
+    let factor = max_position_embeddings as f64 / original as f64;
+    (1.0 + factor.ln() / (original as f64).ln()).sqrt() as f32
+}
+
+fn hf_rope_scaling(v: Option<&Value>, config: &Value) -> Result<Option<RopeScaling>, ConfigError> {
     let Some(v @ Value::Object(_)) = v else { return Ok(None) };
     let f = Fields(v);
     let kind = match f.opt_str("rope_type")? {
@@ -611,6 +678,33 @@ fn hf_rope_scaling(v: Option<&Value>) -> Result<Option<RopeScaling>, ConfigError
                 .usize("original_max_position_embeddings")
                 .map_err(|e| prefix(e, "rope_scaling."))?,
         })),
+        "longrope" => {
+            let top = Fields(config);
+            let factors = |name: &str| -> Result<Vec<f32>, ConfigError> {
+                let values = f
+                    .get(name)
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| missing(&format!("rope_scaling.{name}")))?;
+                values
+                    .iter()
+                    .map(|v| v.as_f64().map(|x| x as f32).ok_or_else(|| Fields::invalid(name, v, "a number")))
+                    .collect()
+            };
+            let original = match f.opt_usize("original_max_position_embeddings")? {
+                Some(original) => original,
+                None => top.usize("original_max_position_embeddings")?,
+            };
+            let attention_factor = match f.opt_f32("attention_factor")? {
+                Some(factor) => factor,
+                None => longrope_attention_factor(top.usize("max_position_embeddings")?, original),
+            };
+            Ok(Some(RopeScaling::LongRope {
+                short_factor: factors("short_factor")?,
+                long_factor: factors("long_factor")?,
+                original_max_position_embeddings: original,
+                attention_factor,
+            }))
+        }
         other => Err(ConfigError::InvalidField {
             field: "rope_scaling.rope_type".into(),
             reason: format!("unsupported rope scaling {other:?}"),

@@ -76,20 +76,22 @@ impl ModelFiles {
 
     fn open_gguf(path: &Path) -> Result<Self, ModelError> {
         let gguf = GgufFile::open(path)?;
-        let config = ModelConfig::from_gguf(&gguf)?;
+        let mut config = ModelConfig::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let (bos, eos) =
             (tokenizer.token_text(tokenizer.bos_token_id()), tokenizer.token_text(tokenizer.eos_token_id()));
         let chat_template = optional_template(ChatTemplate::from_gguf(&gguf, &bos, &eos))?;
+        add_turn_ends(&mut config, &tokenizer, chat_template.as_ref());
         Ok(Self { path: path.to_owned(), config, tokenizer, chat_template, weights: WeightFile::Gguf(gguf) })
     }
 
     fn open_hf_dir(dir: &Path) -> Result<Self, ModelError> {
-        let config = ModelConfig::from_hf_dir(dir)?;
+        let mut config = ModelConfig::from_hf_dir(dir)?;
         let tokenizer = Tokenizer::from_hf_dir(dir)?;
         let (bos, eos) =
             (tokenizer.token_text(tokenizer.bos_token_id()), tokenizer.token_text(tokenizer.eos_token_id()));
         let chat_template = optional_template(ChatTemplate::from_hf_dir(dir, &bos, &eos))?;
+        add_turn_ends(&mut config, &tokenizer, chat_template.as_ref());
         let weights = WeightFile::Safetensors(SafetensorsFiles::open_dir(dir)?);
         Ok(Self { path: dir.to_owned(), config, tokenizer, chat_template, weights })
     }
@@ -102,6 +104,26 @@ impl ModelFiles {
     /// The shape-checked weight set.
     pub fn llama_weights(&self) -> Result<LlamaWeights<'_>, WeightError> {
         LlamaWeights::from_file(&self.weights, &self.config)
+    }
+}
+
+/// The end-of-turn markers of the families pagoda runs: ChatML, Llama 3, Gemma, Phi-3.
+const TURN_ENDS: [&str; 5] = ["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>"];
+
+/// Adds to the model's stop tokens each end-of-turn marker that is a control token of its
+/// vocabulary and that its chat template writes: a model taught to close its turns with
+/// `<|end|>` stops there even when its config names only `<|endoftext|>` (Phi-3), as
+/// llama.cpp does.
+fn add_turn_ends(config: &mut ModelConfig, tokenizer: &Tokenizer, template: Option<&ChatTemplate>) {
+    let Some(template) = template else { return };
+    for marker in TURN_ENDS {
+        if let Some(id) = tokenizer.piece_to_id(marker)
+            && tokenizer.is_special(id)
+            && template.source().contains(marker)
+            && !config.eos_token_ids.contains(&id)
+        {
+            config.eos_token_ids.push(id);
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! `general.alignment` (32 by default) and the tensor data, each tensor at its offset from
 //! the start of the data section.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -586,7 +587,7 @@ impl GgufFile {
         let info = &self.tensors[i];
         Ok(TensorView {
             dtype: info.dtype,
-            shape: &info.shape,
+            shape: Cow::Borrowed(&info.shape),
             data: &self.map[info.file_offset..info.file_offset + info.num_bytes],
         })
     }
@@ -595,7 +596,7 @@ impl GgufFile {
     pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
         self.tensors.iter().map(|t| TensorView {
             dtype: t.dtype,
-            shape: &t.shape,
+            shape: Cow::Borrowed(&t.shape),
             data: &self.map[t.file_offset..t.file_offset + t.num_bytes],
         })
     }

@@ -63,8 +63,20 @@ pub struct LlamaModel {
 }
 
 impl LlamaModel {
-    /// Upload every weight of `files` to `ctx`, with a progress bar on stderr when `progress`.
+    /// Upload every weight of `files` to `ctx`, with a progress bar on stderr when `progress`,
+    /// for contexts up to the model's own.
     pub fn load(ctx: &GpuContext, files: &ModelFiles, progress: bool) -> Result<Self, LlamaError> {
+        Self::load_for_context(ctx, files, files.config.max_position_embeddings, progress)
+    }
+
+    /// [`Self::load`] for contexts up to `max_model_len` tokens (which of LongRoPE's factor
+    /// sets the model rotates with).
+    pub fn load_for_context(
+        ctx: &GpuContext,
+        files: &ModelFiles,
+        max_model_len: usize,
+        progress: bool,
+    ) -> Result<Self, LlamaError> {
         let config = files.config.clone();
         let weights = files.llama_weights()?;
         let optional = [(config.attention_bias, 3), (config.qk_norm, 2), (config.sandwich_norms, 2)];
@@ -82,14 +94,14 @@ impl LlamaModel {
             Ok(w)
         };
         let vec = |t: &TensorView<'_>| -> Result<Tensor, LlamaError> {
-            let v = ctx.upload_f32(t.shape, &t.to_f32())?;
+            let v = ctx.upload_f32(&t.shape, &t.to_f32())?;
             bar.inc(1);
             Ok(v)
         };
         // Gemma's HF norms hold `w` of `x̂ · (1 + w)`: the 1 is added here, once.
         let offset = if config.norm_weight_plus_one { 1.0 } else { 0.0 };
         let norm = |t: &TensorView<'_>| -> Result<Tensor, LlamaError> {
-            let v = ctx.upload_f32(t.shape, &t.to_f32().iter().map(|w| w + offset).collect::<Vec<f32>>())?;
+            let v = ctx.upload_f32(&t.shape, &t.to_f32().iter().map(|w| w + offset).collect::<Vec<f32>>())?;
             bar.inc(1);
             Ok(v)
         };
@@ -131,7 +143,8 @@ impl LlamaModel {
         } else {
             up("lm_head", &weights.lm_head)?
         };
-        let inv_freq = ctx.upload_f32(&[config.head_dim / 2], &inv_freqs(&config, &files.weights)?)?;
+        let inv_freq =
+            ctx.upload_f32(&[config.head_dim / 2], &inv_freqs(&config, &files.weights, max_model_len)?)?;
         let local_inv_freq = match config.local_rope_theta {
             Some(theta) => Some(ctx.upload_f32(
                 &[config.head_dim / 2],
@@ -441,8 +454,9 @@ fn upload_matrix(ctx: &GpuContext, name: &str, t: &TensorView<'_>) -> Result<Wei
 }
 
 /// The RoPE inverse-frequency table: GGUF `rope_freqs.weight` divisors when present, else
-/// the config's scaling.
-fn inv_freqs(c: &ModelConfig, file: &WeightFile) -> Result<Vec<f32>, LlamaError> {
+/// the config's scaling (LongRoPE's long factors when `max_model_len` passes the original
+/// context).
+fn inv_freqs(c: &ModelConfig, file: &WeightFile, max_model_len: usize) -> Result<Vec<f32>, LlamaError> {
     let theta = f64::from(c.rope_theta);
     let stored = match file {
         WeightFile::Gguf(g) if g.has_tensor("rope_freqs.weight") => {
@@ -450,8 +464,14 @@ fn inv_freqs(c: &ModelConfig, file: &WeightFile) -> Result<Vec<f32>, LlamaError>
         }
         _ => None,
     };
-    let factors = match (stored, c.rope_scaling) {
+    let factors = match (stored, c.rope_scaling.clone()) {
         (Some(f), _) => Some(f),
+        (
+            None,
+            Some(RopeScaling::LongRope {
+                short_factor, long_factor, original_max_position_embeddings, ..
+            }),
+        ) => Some(if max_model_len > original_max_position_embeddings { long_factor } else { short_factor }),
         (None, None) => None,
         (None, Some(RopeScaling::Linear { factor })) => Some(vec![factor; c.head_dim / 2]),
         (

@@ -1,6 +1,7 @@
 //! Memory-mapped safetensors: one `model.safetensors` or shards listed in
 //! `model.safetensors.index.json`; f32, f16 and bf16 tensors.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -176,7 +177,7 @@ impl SafetensorsFiles {
     pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
         self.entries.values().map(|e| TensorView {
             dtype: e.dtype,
-            shape: &e.shape,
+            shape: Cow::Borrowed(&e.shape),
             data: &self.maps[e.shard][e.start..e.end],
         })
     }
@@ -184,7 +185,11 @@ impl SafetensorsFiles {
     /// The named tensor, or `MissingTensor`.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, SafetensorsError> {
         let e = self.entries.get(name).ok_or_else(|| SafetensorsError::MissingTensor(name.to_owned()))?;
-        Ok(TensorView { dtype: e.dtype, shape: &e.shape, data: &self.maps[e.shard][e.start..e.end] })
+        Ok(TensorView {
+            dtype: e.dtype,
+            shape: Cow::Borrowed(&e.shape),
+            data: &self.maps[e.shard][e.start..e.end],
+        })
     }
 }
 

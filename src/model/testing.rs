@@ -2,6 +2,7 @@
 //! directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json) and
 //! as a GGUF file (Q/K permuted for interleaved RoPE, matrices in a chosen dtype).
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use rand::{RngExt, SeedableRng};
@@ -136,6 +137,7 @@ impl TinyLlama {
             rope_variant: RopeVariant::HalfSplit,
             max_position_embeddings: 512,
             tie_word_embeddings: dims.tie_word_embeddings,
+            fused_projections: false,
             attention_bias: dims.attention_bias,
             qk_norm: false,
             layer_windows: vec![None; dims.num_hidden_layers],
@@ -214,7 +216,9 @@ impl TinyLlama {
             .tensors
             .iter()
             .zip(&bytes)
-            .map(|(t, b)| (t.name.clone(), TensorView { dtype: DType::F32, shape: &t.shape, data: b }))
+            .map(|(t, b)| {
+                (t.name.clone(), TensorView { dtype: DType::F32, shape: Cow::Borrowed(&t.shape), data: b })
+            })
             .collect();
         std::fs::write(dir.join("model.safetensors"), serialize(&views)?)?;
         write_json(&dir.join("tokenizer.json"), &self.tokenizer_json())?;

@@ -70,6 +70,8 @@ enum LayerTensor {
     QNorm,
     KNorm,
     O,
+    Qkv,
+    GateUp,
     FfnNorm,
     PostAttnNorm,
     PostFfnNorm,
@@ -138,6 +140,9 @@ impl WeightFile {
                     QNorm => "attn_q_norm.weight",
                     KNorm => "attn_k_norm.weight",
                     O => "attn_output.weight",
+                    Qkv => "attn_qkv.weight",
+                    // llama.cpp keeps Phi-3's fused gate/up under the up projection's name.
+                    GateUp => "ffn_up.weight",
                     FfnNorm => "ffn_norm.weight",
                     PostAttnNorm => "post_attention_norm.weight",
                     PostFfnNorm => "post_ffw_norm.weight",
@@ -161,6 +166,8 @@ impl WeightFile {
                     O => "self_attn.o_proj.weight",
                     // Gemma's sandwich: `post_attention_layernorm` follows attention and
                     // `pre_feedforward_layernorm` is the MLP's input norm.
+                    Qkv => "self_attn.qkv_proj.weight",
+                    GateUp => "mlp.gate_up_proj.weight",
                     FfnNorm if sandwich => "pre_feedforward_layernorm.weight",
                     FfnNorm => "post_attention_layernorm.weight",
                     PostAttnNorm => "post_attention_layernorm.weight",
@@ -176,7 +183,7 @@ impl WeightFile {
 
     fn checked(&self, name: &str, expected: &[usize]) -> Result<TensorView<'_>, WeightError> {
         let t = self.tensor(name)?;
-        if t.shape != expected {
+        if *t.shape != *expected {
             return Err(WeightError::ShapeMismatch {
                 name: name.to_owned(),
                 expected: expected.to_vec(),
@@ -185,6 +192,20 @@ impl WeightFile {
         }
         Ok(t)
     }
+}
+
+/// Rows `first..first + rows` of the fused matrix `name` (see [`TensorView::rows`]).
+fn cut<'a>(
+    fused: &TensorView<'a>,
+    name: &str,
+    first: usize,
+    rows: usize,
+) -> Result<TensorView<'a>, WeightError> {
+    fused.rows(first, rows).ok_or_else(|| WeightError::ShapeMismatch {
+        name: name.to_owned(),
+        expected: vec![first + rows],
+        found: fused.shape.to_vec(),
+    })
 }
 
 /// The weights of one decoder layer. Matrices are `[out_features, in_features]`.
@@ -246,11 +267,25 @@ impl<'a> LlamaWeights<'a> {
             .map(|l| {
                 let get =
                     |t, shape: &[usize]| file.checked(&file.layer_name(l, t, config.sandwich_norms), shape);
+                let [q_proj, k_proj, v_proj] = if config.fused_projections {
+                    let qkv = get(Qkv, &[q + 2 * kv, h])?;
+                    let name = file.layer_name(l, Qkv, false);
+                    [cut(&qkv, &name, 0, q)?, cut(&qkv, &name, q, kv)?, cut(&qkv, &name, q + kv, kv)?]
+                } else {
+                    [get(Q, &[q, h])?, get(K, &[kv, h])?, get(V, &[kv, h])?]
+                };
+                let [gate_proj, up_proj] = if config.fused_projections {
+                    let gate_up = get(GateUp, &[2 * ff, h])?;
+                    let name = file.layer_name(l, GateUp, false);
+                    [cut(&gate_up, &name, 0, ff)?, cut(&gate_up, &name, ff, ff)?]
+                } else {
+                    [get(Gate, &[ff, h])?, get(Up, &[ff, h])?]
+                };
                 Ok(LayerWeights {
                     attn_norm: get(AttnNorm, &[h])?,
-                    q_proj: get(Q, &[q, h])?,
-                    k_proj: get(K, &[kv, h])?,
-                    v_proj: get(V, &[kv, h])?,
+                    q_proj,
+                    k_proj,
+                    v_proj,
                     qkv_bias: if config.attention_bias {
                         Some([get(QBias, &[q])?, get(KBias, &[kv])?, get(VBias, &[kv])?])
                     } else {
@@ -268,15 +303,15 @@ impl<'a> LlamaWeights<'a> {
                     } else {
                         None
                     },
-                    gate_proj: get(Gate, &[ff, h])?,
-                    up_proj: get(Up, &[ff, h])?,
+                    gate_proj,
+                    up_proj,
                     down_proj: get(Down, &[h, ff])?,
                 })
             })
             .collect::<Result<Vec<_>, WeightError>>()?;
         let norm = file.checked(file.norm_name(), &[h])?;
         let lm_head = if config.tie_word_embeddings && !file.has_tensor(file.lm_head_name()) {
-            embed_tokens
+            embed_tokens.clone()
         } else {
             file.checked(file.lm_head_name(), &[vocab, h])?
         };
