@@ -9,8 +9,13 @@
 
 use std::path::PathBuf;
 
-use pagoda::core::cache_config::KvCacheDtype;
+use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
+use pagoda::core::request::Request;
+use pagoda::core::scheduler::Scheduler;
+use pagoda::core::scheduler_config::SchedulerConfig;
 use pagoda::engine::engine_config::gpu_options_from_env;
+use pagoda::executor::gpu_runner::WgpuExecutor;
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::architecture::ConfigError;
 use pagoda::model::llama::LlamaModel;
@@ -314,4 +319,71 @@ fn phi3_longrope_matches_transformers_for_the_factors_both_use() {
             }
         }
     }
+}
+
+/// Every family's greedy tokens do not depend on batching, chunked prefill or RECOMPUTE
+/// preemption: the fixture prompts run together through a pool too small for them, in
+/// 7-token steps, give bit for bit the tokens each gives alone.
+#[test]
+fn every_family_is_batch_and_preemption_invariant() {
+    const BLOCK: usize = 4;
+    const POOL: usize = 64;
+    for name in ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "phi3-longrope"] {
+        let files = ModelFiles::open(families_dir().join(name)).unwrap();
+        let sched = |budget| SchedulerConfig {
+            max_num_batched_tokens: budget,
+            max_num_seqs: 8,
+            max_model_len: files.config.cap_model_len(128),
+            ..SchedulerConfig::default()
+        };
+        let cache = |blocks| CacheConfig {
+            block_size: BLOCK,
+            num_gpu_blocks: blocks,
+            kv_cache_dtype: KvCacheDtype::F32,
+            ..CacheConfig::default()
+        };
+        let mut executor = WgpuExecutor::new(ctx(), &files, &cache(POOL), &sched(512), false).unwrap();
+        let prompts: Vec<Vec<u32>> =
+            fixture(name)["prompts"].as_array().unwrap().iter().map(|p| ids(&p["ids"])).collect();
+        let alone: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| {
+                run_scheduled(&mut executor, sched(512), cache(POOL), std::slice::from_ref(p)).0.remove(0)
+            })
+            .collect();
+        let (together, preemptions) = run_scheduled(&mut executor, sched(7), cache(18), &prompts);
+        eprintln!("{name}: {preemptions} preemptions, {:?}", together.iter().map(Vec::len).collect::<Vec<_>>());
+        assert!(preemptions > 0, "{name}: the small pool preempted nothing");
+        assert_eq!(together, alone, "{name}: batched, chunked and preempted ({preemptions} preemptions)");
+    }
+}
+
+/// Greedy, past EOS, 12 tokens for each of `prompts` through a fresh scheduler on
+/// `executor`; each request's tokens and the preemptions it took.
+fn run_scheduled(
+    executor: &mut WgpuExecutor,
+    sched: SchedulerConfig,
+    cache: CacheConfig,
+    prompts: &[Vec<u32>],
+) -> (Vec<Vec<u32>>, u64) {
+    let mut scheduler = Scheduler::new(sched, cache).unwrap();
+    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(12) };
+    for (id, prompt) in prompts.iter().enumerate() {
+        scheduler
+            .add_request(Request::new(id as u64, prompt.clone(), params.clone(), None, id as f64))
+            .unwrap();
+    }
+    let mut tokens = vec![Vec::new(); prompts.len()];
+    while scheduler.has_unfinished_requests() {
+        let plan = scheduler.schedule();
+        let result = if plan.is_empty() {
+            Default::default()
+        } else {
+            executor.execute(&plan, &mut StepMasks::none()).unwrap()
+        };
+        for out in scheduler.update_from_output(&plan, &result) {
+            tokens[out.request_id as usize].extend(out.new_token_ids);
+        }
+    }
+    (tokens, scheduler.stats().num_preemptions)
 }
