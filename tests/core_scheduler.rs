@@ -13,8 +13,8 @@ use pagoda::core::scheduler::{AddRequestError, Scheduler};
 use pagoda::core::snapshot::BlockState;
 use pagoda::ids::BlockId;
 use pagoda::{
-    FinishReason, InvalidBlockPolicy, RequestStatus, SamplingParams, SchedulerConfig, SchedulingPolicy,
-    TokenId,
+    CacheConfig, FinishReason, InvalidBlockPolicy, RequestStatus, SamplingParams, SchedulerConfig,
+    SchedulingPolicy, TokenId,
 };
 
 fn ref_cnt(scheduler: &Scheduler, id: BlockId) -> u32 {
@@ -543,4 +543,38 @@ fn events_and_snapshot_describe_the_cache() {
     assert_eq!(got, expected_prefix);
     let line = serde_json::to_string(&s.snapshot()).unwrap();
     assert_eq!(serde_json::from_str::<pagoda::core::snapshot::KvSnapshot>(&line).unwrap(), s.snapshot());
+}
+
+/// Under a sliding window (every layer of the model slides 20 tokens, blocks of 16): a long
+/// prompt prefilled in chunks frees the blocks behind its window as it goes, the null block
+/// taking their place; a second request with the same prefix hits only the blocks its first
+/// new token's window reaches, the rest of its hit standing in as the null block.
+#[test]
+fn a_sliding_window_frees_the_blocks_behind_it_and_hits_only_the_window() {
+    let sched = SchedulerConfig { max_num_batched_tokens: 32, ..SchedulerConfig::default() };
+    let mut s = Scheduler::new(sched, CacheConfig { sliding_window: Some(20), ..cache(16) }).unwrap();
+    let prompt = tokens(100, 100);
+    s.add_request(request(1, prompt.clone(), 4)).unwrap();
+    let (out, _) = fake_step(&mut s);
+    assert_eq!(out.scheduled_new_reqs[0].block_ids, vec![1, 2]);
+    // Tokens 32..64: the first of them sees 13..=32, so block 0 (tokens 0..16) stays.
+    fake_step(&mut s);
+    assert_eq!(s.kv_cache_manager().get_block_ids(1), &[1, 2, 3, 4]);
+    // Tokens 64..96: the first sees 45..=64, so blocks 0 and 1 are behind it.
+    fake_step(&mut s);
+    assert_eq!(s.kv_cache_manager().get_block_ids(1), &[0, 0, 3, 4, 5, 6]);
+    assert_eq!([1, 2].map(|id| ref_cnt(&s, id)), [0, 0]);
+
+    // Same 96-token prefix: the first new token (at 96) sees 77..=96, so a hit needs blocks
+    // 4 and 5 (tokens 64..96) only; blocks 0..4 of the hit are the null block.
+    let mut probe = request(2, [prompt[..96].to_vec(), tokens(900, 20)].concat(), 1);
+    extend_block_hashes(&mut probe, 16);
+    let hit = s.kv_cache_manager().get_computed_blocks(&probe);
+    assert_eq!(hit, ComputedBlocks { block_ids: vec![0, 0, 0, 0, 5, 6], num_computed_tokens: 96 });
+    s.add_request(request(2, probe.prompt_token_ids.clone(), 1)).unwrap();
+    let out = s.schedule();
+    let new = out.scheduled_new_reqs.iter().find(|r| r.req_id == 2).unwrap();
+    assert_eq!(new.num_computed_tokens, 96);
+    assert_eq!(&new.block_ids[..6], &[0, 0, 0, 0, 5, 6]);
+    assert_eq!([5, 6].map(|id| ref_cnt(&s, id)), [2, 2]);
 }

@@ -69,7 +69,7 @@ fn run(
         num_gpu_blocks: num_blocks,
         enable_prefix_caching: prefix_caching,
         kv_cache_dtype: KvCacheDtype::F32,
-        kv_cache_memory: None,
+        ..Default::default()
     };
     let mut scheduler = Scheduler::new(sched, cache).unwrap();
     for (i, p) in prompts.iter().enumerate() {

@@ -29,6 +29,11 @@ pub struct CacheConfig {
     pub kv_cache_dtype: KvCacheDtype,
     /// Bytes to give the K/V pools; when set, it decides `num_gpu_blocks` for a real model.
     pub kv_cache_memory: Option<u64>,
+    /// Keys a query sees when every layer of the model slides this window (Mistral): blocks
+    /// that fell out of a request's window are freed and a prefix-cache hit needs only the
+    /// window's blocks. `None` keeps every block (full attention on some layer at least).
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
 }
 
 impl CacheConfig {
@@ -46,6 +51,7 @@ impl Default for CacheConfig {
             enable_prefix_caching: true,
             kv_cache_dtype: KvCacheDtype::Auto,
             kv_cache_memory: None,
+            sliding_window: None,
         }
     }
 }

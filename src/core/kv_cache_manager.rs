@@ -1,6 +1,6 @@
 //! The KV cache manager: each request's block table, prefix-cache lookups and allocation.
 
-use crate::core::block_pool::BlockPool;
+use crate::core::block_pool::{BlockPool, NULL_BLOCK_ID};
 use crate::core::cache_config::CacheConfig;
 use crate::core::events::{CacheEvent, EventLog, KvEvent};
 use crate::core::id_map::IdMap;
@@ -41,6 +41,7 @@ struct RequestBlocks {
 pub struct KvCacheManager {
     block_size: usize,
     enable_caching: bool,
+    sliding_window: Option<usize>,
     pool: BlockPool,
     tables: IdMap<RequestBlocks>,
     events: EventLog,
@@ -61,6 +62,7 @@ impl KvCacheManager {
         Ok(Self {
             block_size: config.block_size,
             enable_caching: config.enable_prefix_caching,
+            sliding_window: config.sliding_window.filter(|&w| w > 0),
             pool: BlockPool::new(config.num_gpu_blocks, config.enable_prefix_caching, events.clone()),
             tables: IdMap::default(),
             events,
@@ -113,14 +115,35 @@ impl KvCacheManager {
         num_tokens.div_ceil(self.block_size)
     }
 
+    /// The window every layer slides, if any.
+    pub fn sliding_window(&self) -> Option<usize> {
+        self.sliding_window
+    }
+
+    /// The most blocks a request of `num_tokens` tokens holds at once when computed
+    /// `chunk_tokens` at a time: all of them, or under a sliding window only those its
+    /// window and one chunk span.
+    pub fn max_blocks_held(&self, num_tokens: usize, chunk_tokens: usize) -> usize {
+        let all = self.blocks_for_tokens(num_tokens);
+        match self.sliding_window {
+            Some(window) => all.min((window - 1 + chunk_tokens.max(1)).div_ceil(self.block_size) + 1),
+            None => all,
+        }
+    }
+
     /// The longest run of leading full blocks of `request` in the prefix cache, capped so
     /// at most `num_tokens - 1` tokens count as computed (the last token is always computed
-    /// to produce logits). Changes nothing.
+    /// to produce logits). Under a sliding window only the blocks the next token's window
+    /// reaches must be cached; those before it are the null block (see
+    /// [`Self::sliding_window_hit`]). Changes nothing.
     pub fn get_computed_blocks(&self, request: &Request) -> ComputedBlocks {
         if !self.enable_caching || request.num_tokens() == 0 {
             return ComputedBlocks::default();
         }
         let max_hit_blocks = (request.num_tokens() - 1) / self.block_size;
+        if let Some(window) = self.sliding_window {
+            return self.sliding_window_hit(request, max_hit_blocks, window);
+        }
         let block_ids: Vec<BlockId> = request
             .block_hashes
             .iter()
@@ -129,6 +152,47 @@ impl KvCacheManager {
             .collect();
         let num_computed_tokens = block_ids.len() * self.block_size;
         ComputedBlocks { block_ids, num_computed_tokens }
+    }
+
+    /// The longest hit of at most `max_hit_blocks` blocks whose last
+    /// `ceil((window - 1) / block_size)` blocks are all cached (what the first token after
+    /// the hit attends to), the blocks before them standing in as the null block — as vLLM's
+    /// sliding-window manager finds it, scanning from the longest candidate down.
+    fn sliding_window_hit(&self, request: &Request, max_hit_blocks: usize, window: usize) -> ComputedBlocks {
+        let needed = (window - 1).div_ceil(self.block_size);
+        let cached =
+            |i: usize| request.block_hashes.get(i).and_then(|&hash| self.pool.get_cached_block(hash));
+        let mut run = Vec::new();
+        for end in (1..=max_hit_blocks.min(request.block_hashes.len())).rev() {
+            run.clear();
+            let start = end.saturating_sub(needed);
+            run.extend((start..end).map_while(cached));
+            if run.len() == end - start {
+                let mut block_ids = vec![NULL_BLOCK_ID; start];
+                block_ids.append(&mut run);
+                return ComputedBlocks { num_computed_tokens: end * self.block_size, block_ids };
+            }
+        }
+        ComputedBlocks::default()
+    }
+
+    /// Frees the blocks of `request_id` that no query from token `num_computed_tokens` on can
+    /// reach through the sliding window (all of `0..num_computed_tokens + 1 - window`): they
+    /// go back to the pool (their hashes stay cached) and the null block takes their place in
+    /// the table, so block indices keep meaning token positions. Nothing without a window.
+    pub fn remove_skipped_blocks(&mut self, request_id: RequestId, num_computed_tokens: usize) {
+        let Some(window) = self.sliding_window else { return };
+        let first_useful_block = (num_computed_tokens + 1).saturating_sub(window) / self.block_size;
+        let Some(table) = self.tables.get_mut(&request_id) else { return };
+        let end = first_useful_block.min(table.block_ids.len());
+        let skipped: Vec<BlockId> =
+            table.block_ids[..end].iter().copied().filter(|&id| id != NULL_BLOCK_ID).collect();
+        if skipped.is_empty() {
+            return;
+        }
+        table.block_ids[..end].fill(NULL_BLOCK_ID);
+        self.pool.free_blocks(skipped.iter().rev().copied());
+        self.events.emit(|| KvEvent::Free { request_id, block_ids: skipped });
     }
 
     /// True when blocks for `num_total_tokens` tokens of `request` (beyond what it holds and
@@ -162,10 +226,13 @@ impl KvCacheManager {
         computed: &ComputedBlocks,
     ) -> Option<Vec<BlockId>> {
         let num_total_tokens = request.num_computed_tokens + computed.num_computed_tokens + num_new_tokens;
+        self.remove_skipped_blocks(request.request_id, request.num_computed_tokens);
         let num_new_blocks = self.num_new_blocks_needed(request, num_total_tokens, computed)?;
         let request_id = request.request_id;
         if !computed.block_ids.is_empty() {
-            self.pool.touch(&computed.block_ids);
+            let hits: Vec<BlockId> =
+                computed.block_ids.iter().copied().filter(|&id| id != NULL_BLOCK_ID).collect();
+            self.pool.touch(&hits);
             self.events.emit(|| KvEvent::CacheHit {
                 request_id,
                 block_ids: computed.block_ids.clone(),
@@ -204,7 +271,10 @@ impl KvCacheManager {
         if self.pool.cache_event_log().is_recording() {
             record_stored(&self.pool, request, range.clone(), self.block_size);
         }
-        let pairs = range.clone().map(|i| (table.block_ids[i], request.block_hashes[i]));
+        let pairs = range
+            .clone()
+            .filter(|&i| table.block_ids[i] != NULL_BLOCK_ID)
+            .map(|i| (table.block_ids[i], request.block_hashes[i]));
         self.pool.cache_blocks(pairs);
         table.num_cached_blocks = num_full_blocks;
         let request_id = request.request_id;
@@ -276,7 +346,7 @@ impl KvCacheManager {
         let free_hits = computed
             .block_ids
             .iter()
-            .filter(|&&id| self.pool.block(id).is_some_and(|block| block.ref_cnt == 0))
+            .filter(|&&id| id != NULL_BLOCK_ID && self.pool.block(id).is_some_and(|block| block.ref_cnt == 0))
             .count();
         (num_new_blocks + free_hits <= self.pool.num_free_blocks()).then_some(num_new_blocks)
     }

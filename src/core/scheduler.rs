@@ -173,7 +173,9 @@ impl Scheduler {
                 max_model_len: self.config.max_model_len,
             });
         }
-        let blocks_needed = self.kv.blocks_for_tokens(prompt_len);
+        let chunk =
+            if self.config.enable_chunked_prefill { self.config.max_num_batched_tokens } else { prompt_len };
+        let blocks_needed = self.kv.max_blocks_held(prompt_len, chunk);
         let usable_blocks = self.kv.pool().num_usable_blocks();
         if blocks_needed > usable_blocks {
             return Err(AddRequestError::PromptExceedsKvCache { request_id, blocks_needed, usable_blocks });
@@ -553,8 +555,9 @@ impl Scheduler {
 
     /// Admits waiting requests in queue order (new ones and preempted ones resuming) while
     /// the budget, `max_num_seqs` and the KV cache allow: prefix-cache hits first, then a
-    /// prefill chunk (or the whole prompt without chunked prefill), its blocks allocated for
-    /// the whole sequence so far. Stops at the first request that cannot be admitted, so the
+    /// prefill chunk (or the whole prompt without chunked prefill), admitted only when blocks
+    /// for the whole sequence so far could be allocated (for this chunk's, under a sliding
+    /// window, whose blocks are freed as it goes). Stops at the first request that cannot be admitted, so the
     /// queue order holds.
     fn schedule_waiting(&mut self, budget: &mut usize, output: &mut SchedulerOutput) {
         while let Some(request_id) = self.waiting.peek() {
@@ -571,7 +574,13 @@ impl Scheduler {
             } else {
                 remaining
             };
-            if !self.kv.can_fit(request, request.num_tokens(), &computed) {
+            // The whole sequence so far must fit, unless a sliding window frees blocks as the
+            // request goes: then the blocks of this step's chunk.
+            let must_fit = match self.kv.sliding_window() {
+                Some(_) => computed.num_computed_tokens + num_tokens,
+                None => request.num_tokens(),
+            };
+            if !self.kv.can_fit(request, must_fit, &computed) {
                 break;
             }
             if self.kv.allocate_slots(request, num_tokens, &computed).is_none() {

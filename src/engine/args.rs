@@ -93,6 +93,7 @@ impl EngineArgs {
             ),
             kv_cache_dtype: self.kv_cache_dtype.unwrap_or(base.cache.kv_cache_dtype),
             kv_cache_memory: self.kv_cache_memory.or(base.cache.kv_cache_memory),
+            ..base.cache
         };
         let scheduler = SchedulerConfig {
             max_num_batched_tokens: self

@@ -637,4 +637,5 @@ fn constraint_masks(
 /// Caps `max_model_len` at the model's context length.
 fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
     config.scheduler.max_model_len = model.config.cap_model_len(config.scheduler.max_model_len);
+    config.cache.sliding_window = model.config.uniform_sliding_window();
 }

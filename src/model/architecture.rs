@@ -471,6 +471,13 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// The window every layer slides, when they all slide the same one (Mistral): what lets
+    /// the KV cache manager free the blocks behind it. `None` when any layer attends fully.
+    pub fn uniform_sliding_window(&self) -> Option<usize> {
+        let first = *self.layer_windows.first()?;
+        self.layer_windows.iter().all(|&w| w == first).then_some(first).flatten()
+    }
+
     /// Query heads per key/value head.
     pub fn gqa_group_size(&self) -> usize {
         self.num_attention_heads / self.num_key_value_heads
