@@ -73,6 +73,7 @@ impl EngineOptions {
                     .unwrap_or(cache_defaults.enable_prefix_caching),
                 kv_cache_dtype: self.kv_cache_dtype.unwrap_or(cache_defaults.kv_cache_dtype),
                 kv_cache_memory: self.kv_cache_memory,
+                ..cache_defaults
             },
             scheduler: SchedulerConfig {
                 max_num_batched_tokens: self
