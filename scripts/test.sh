@@ -12,6 +12,9 @@ export PAGODA_MIX_DIR="$(scripts/make-mixes.sh)"
 # Tiny random-weight models of each family (Llama 3, Qwen2/3, Mistral, Gemma 2/3, Phi-3) as HF
 # directories and as llama.cpp's converter writes them (tests/fixtures/families/).
 export PAGODA_FAMILIES_DIR="$(python3 scripts/tiny-families.py)"
+# One of them quantized to Q8_0 by llama.cpp's quantizer.
+"$(scripts/llama-quantize.sh)" "$PAGODA_FAMILIES_DIR/qwen3/qwen3.f32.gguf" \
+    "$PAGODA_FAMILIES_DIR/qwen3/qwen3.q8_0.gguf" Q8_0 >/dev/null 2>&1
 # The real chat templates llama.cpp tests with, from the same llama.cpp.
 export PAGODA_CHAT_TEMPLATES="$(scripts/chat-templates.sh)"
 # The visualizer's window test starts its own Xvfb, and the KV-event test its Python

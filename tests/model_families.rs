@@ -395,3 +395,29 @@ fn run_scheduled(
     }
     (tokens, scheduler.stats().num_preemptions)
 }
+
+/// Qwen3 quantized to Q8_0 by llama.cpp's `llama-quantize` (scripts/test.sh writes it next to
+/// the f32 GGUF): the very file the reference recorded, and close to the f32 reference —
+/// Q8_0 weights change the model, here by up to 1.5% of the logits' scale (0.64 of 42), so
+/// 3% of it, and the argmax wherever the top two are 0.5 apart.
+#[test]
+fn qwen3_q8_0_from_llama_quantize_stays_close_to_transformers() {
+    let reference = fixture("qwen3");
+    let path = families_dir().join("qwen3/qwen3.q8_0.gguf");
+    let digest: String =
+        Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(digest, reference["gguf"]["q8_0_from_f32"]["sha256"].as_str().unwrap());
+    let ctx = ctx();
+    let files = ModelFiles::open(&path).unwrap();
+    let model = LlamaModel::load(&ctx, &files, false).unwrap();
+    let fixed_ids = ids(&reference["fixed_ids"]);
+    for prompt in reference["prompts"].as_array().unwrap() {
+        let rows = gpu_logits(&ctx, &model, &ids(&prompt["ids"]));
+        for (position, (row, expected)) in rows.iter().zip(prompt["logits"].as_array().unwrap()).enumerate() {
+            let what = format!("qwen3 Q8_0 {} position {position}", prompt["name"]);
+            let worst = compare_row(row, expected, &fixed_ids, 0.5, &what);
+            let scale = expected["top_values"][0].as_f64().unwrap().abs();
+            assert!(worst <= 0.03 * scale, "{what}: {worst} against logits of {scale}");
+        }
+    }
+}
