@@ -260,7 +260,7 @@ impl ModelConfig {
         let bos_token_id = ids_of(config.get("bos_token_id"), "bos_token_id")?.first().copied();
         refuse_unsupported_math(config)?;
         let family = traits(&architecture);
-        let num_hidden_layers = f.usize("num_hidden_layers")?;
+        let num_hidden_layers = layer_count(f.usize("num_hidden_layers")?, "num_hidden_layers")?;
         let sliding_pattern = f.opt_usize("sliding_window_pattern")?.or(family.sliding_pattern);
         let rope_theta = hf_rope_theta(config)?;
         let rope_scaling = hf_rope_scaling(rope_settings(config), config)?;
@@ -321,6 +321,7 @@ impl ModelConfig {
             }
         };
         let req = |k: &str| int(k)?.ok_or_else(|| missing(k));
+        let num_hidden_layers = layer_count(req(&key("block_count"))?, &key("block_count"))?;
         let hidden_size = req(&key("embedding_length"))?;
         let num_attention_heads = req(&key("attention.head_count"))?;
         let head_dim = match int(&key("attention.key_length"))? {
@@ -380,7 +381,7 @@ impl ModelConfig {
             vocab_size,
             hidden_size,
             intermediate_size: req(&key("feed_forward_length"))?,
-            num_hidden_layers: req(&key("block_count"))?,
+            num_hidden_layers,
             num_attention_heads,
             num_key_value_heads: int(&key("attention.head_count_kv"))?.unwrap_or(num_attention_heads),
             head_dim,
@@ -402,7 +403,7 @@ impl ModelConfig {
             qk_norm: gguf.has_tensor("blk.0.attn_q_norm.weight"),
             layer_windows: pattern_windows(
                 int(&key("attention.sliding_window"))?.filter(|&w| w > 0),
-                req(&key("block_count"))?,
+                num_hidden_layers,
                 family.sliding_pattern,
             ),
             mlp_activation: if family.gemma { MlpActivation::GeluTanh } else { MlpActivation::Silu },
@@ -492,6 +493,20 @@ impl ModelConfig {
     pub fn kv_size(&self) -> usize {
         self.num_key_value_heads * self.head_dim
     }
+}
+
+/// Most decoder layers a config may declare (the largest open models have under 200): a
+/// corrupt count is an error before anything is allocated per layer.
+const MAX_LAYERS: usize = 4096;
+
+fn layer_count(n: usize, field: &str) -> Result<usize, ConfigError> {
+    if n > MAX_LAYERS {
+        return Err(ConfigError::InvalidField {
+            field: field.into(),
+            reason: format!("{n} layers; at most {MAX_LAYERS}"),
+        });
+    }
+    Ok(n)
 }
 
 fn missing(field: &str) -> ConfigError {
@@ -895,5 +910,14 @@ mod tests {
         v["use_sliding_window"] = json!(false);
         v.as_object_mut().unwrap().remove("layer_types");
         assert_eq!(ModelConfig::from_hf_json(&v, None).unwrap().layer_windows, vec![None, None]);
+    }
+
+    #[test]
+    fn an_absurd_layer_count_is_refused_before_anything_is_allocated() {
+        let mut v = base();
+        v["num_hidden_layers"] = json!(1u64 << 40);
+        assert!(
+            matches!(ModelConfig::from_hf_json(&v, None), Err(ConfigError::InvalidField { field, .. }) if field == "num_hidden_layers")
+        );
     }
 }

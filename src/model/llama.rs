@@ -42,7 +42,9 @@ struct GpuLayer {
     qk_norm: Option<[Tensor; 2]>,
     o_proj: Weight,
     ffn_norm: Tensor,
-    post_norms: Option<[Tensor; 2]>,
+    /// Gemma's sandwich: norms of the attention and the MLP outputs.
+    post_attn_norm: Option<Tensor>,
+    post_ffn_norm: Option<Tensor>,
     gate_proj: Weight,
     up_proj: Weight,
     down_proj: Weight,
@@ -126,10 +128,8 @@ impl LlamaModel {
                     },
                     o_proj: up(&format!("layers.{l}.o_proj"), &w.o_proj)?,
                     ffn_norm: norm(&w.ffn_norm)?,
-                    post_norms: match &w.post_norms {
-                        Some([attn, ffn]) => Some([norm(attn)?, norm(ffn)?]),
-                        None => None,
-                    },
+                    post_attn_norm: w.post_norms.as_ref().map(|[attn, _]| norm(attn)).transpose()?,
+                    post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| norm(ffn)).transpose()?,
                     gate_proj: up(&format!("layers.{l}.gate_proj"), &w.gate_proj)?,
                     up_proj: up(&format!("layers.{l}.up_proj"), &w.up_proj)?,
                     down_proj: up(&format!("layers.{l}.down_proj"), &w.down_proj)?,
@@ -352,29 +352,10 @@ impl GpuLayer {
         let eps = model.config.rms_norm_eps;
         step.rms_norm(&a.x, &self.attn_norm, eps, &a.h)?;
         self.attention(step, model, inputs, a, cache, index)?;
-        self.add_residual(step, a, 0, eps)?;
+        add_residual(step, a, self.post_attn_norm.as_ref(), eps)?;
         step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
         self.mlp(step, model, a)?;
-        self.add_residual(step, a, 1, eps)?;
-        Ok(())
-    }
-
-    /// `x += o`, or with Gemma's sandwich `x += norm(o)` (post-norm `which`: 0 after
-    /// attention, 1 after the MLP; `h` is free by then and holds the normed output).
-    fn add_residual(
-        &self,
-        step: &mut Step<'_>,
-        a: &Activations,
-        which: usize,
-        eps: f32,
-    ) -> Result<(), LlamaError> {
-        match &self.post_norms {
-            Some(norms) => {
-                step.rms_norm(&a.o, &norms[which], eps, &a.h)?;
-                step.add_in_place(&a.x, &a.h)?;
-            }
-            None => step.add_in_place(&a.x, &a.o)?,
-        }
+        add_residual(step, a, self.post_ffn_norm.as_ref(), eps)?;
         Ok(())
     }
 
@@ -439,6 +420,24 @@ impl GpuLayer {
         step.linear(&a.act, &self.down_proj, &a.o)?;
         Ok(())
     }
+}
+
+/// `x += o`, or with Gemma's sandwich `x += post_norm(o)` (`h` is free by then and holds the
+/// normed output).
+fn add_residual(
+    step: &mut Step<'_>,
+    a: &Activations,
+    post_norm: Option<&Tensor>,
+    eps: f32,
+) -> Result<(), LlamaError> {
+    match post_norm {
+        Some(norm) => {
+            step.rms_norm(&a.o, norm, eps, &a.h)?;
+            step.add_in_place(&a.x, &a.h)?;
+        }
+        None => step.add_in_place(&a.x, &a.o)?,
+    }
+    Ok(())
 }
 
 fn is_tied(w: &LlamaWeights<'_>) -> bool {
