@@ -623,13 +623,12 @@ fn rope_settings(config: &Value) -> Option<&Value> {
     }
 }
 
-/// The RoPE base: `rope_parameters.rope_theta`, else the top-level `rope_theta`, else
-/// transformers' default for these families (10000). Per-layer-type parameters (Gemma 3's
-/// `{"full_attention": {...}, "sliding_attention": {...}}`) are refused.
+/// The RoPE base: `rope_parameters.rope_theta` (the full-attention layers' set when they are
+/// per layer type, as Gemma 3's are), else the top-level `rope_theta`, else transformers'
+/// default for these families (10000). Per-layer-type sets for other layer types are refused.
 fn hf_rope_theta(config: &Value) -> Result<f32, ConfigError> {
-    if let Some(parameters @ Value::Object(map)) =
-        rope_settings(config).filter(|_| config.get("rope_parameters").is_some())
-    {
+    let parameters = config.get("rope_parameters").filter(|v| !v.is_null()).and(rope_settings(config));
+    if let Some(parameters @ Value::Object(map)) = parameters {
         if map.values().any(Value::is_object) {
             return Err(ConfigError::Unsupported {
                 field: "rope_parameters".into(),
