@@ -95,18 +95,15 @@ impl LlamaModel {
             bar.inc(1);
             Ok(w)
         };
-        let vec = |t: &TensorView<'_>| -> Result<Tensor, LlamaError> {
-            let v = ctx.upload_f32(&t.shape, &t.to_f32())?;
-            bar.inc(1);
-            Ok(v)
-        };
-        // Gemma's HF norms hold `w` of `x̂ · (1 + w)`: the 1 is added here, once.
-        let offset = if config.norm_weight_plus_one { 1.0 } else { 0.0 };
-        let norm = |t: &TensorView<'_>| -> Result<Tensor, LlamaError> {
+        let shifted = |t: &TensorView<'_>, offset: f32| -> Result<Tensor, LlamaError> {
             let v = ctx.upload_f32(&t.shape, &t.to_f32().iter().map(|w| w + offset).collect::<Vec<f32>>())?;
             bar.inc(1);
             Ok(v)
         };
+        let vec = |t: &TensorView<'_>| shifted(t, 0.0);
+        // Gemma's HF norms hold `w` of `x̂ · (1 + w)`: the 1 is added here, once.
+        let norm_offset = if config.norm_weight_plus_one { 1.0 } else { 0.0 };
+        let norm = |t: &TensorView<'_>| shifted(t, norm_offset);
         let embed_tokens = up("embed_tokens", &weights.embed_tokens)?;
         let layers = weights
             .layers
@@ -188,7 +185,7 @@ impl LlamaModel {
     ) -> Result<ForwardOutput, LlamaError> {
         ws.check(batch)?;
         let inputs = Inputs::write(ctx, ws, batch)?;
-        let acts = Activations::of(ws, batch.input_ids.len())?;
+        let acts = ws.acts.rows(batch.input_ids.len())?;
         let mut step = ctx.step();
         step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
         if let Some(scale) = self.config.embedding_scale {
@@ -272,6 +269,8 @@ impl Inputs {
     /// Writes `batch` into `ws`'s input buffers.
     fn write(ctx: &GpuContext, ws: &Workspace, batch: &ForwardBatch) -> Result<Self, LlamaError> {
         let (t, b) = (batch.input_ids.len(), batch.seq_lens.len());
+        let tile_len = ws.head_tiles.first().map_or(1, |tile| tile.indices.len());
+        let tiles = ws.head_tiles.iter().zip(batch.logits_indices.chunks(tile_len));
         let inputs = Self {
             ids: ws.input_ids.rows(t)?,
             positions: ws.positions.rows(t)?,
@@ -281,7 +280,7 @@ impl Inputs {
                 seq_lens: ws.seq_lens.rows(b)?,
                 block_table: ws.block_table.rows(b)?,
             },
-            tile_rows: Vec::new(),
+            tile_rows: tiles.clone().map(|(_, indices)| indices.len()).collect(),
         };
         ctx.write_u32(&inputs.ids, &batch.input_ids)?;
         ctx.write_u32(&inputs.positions, &batch.positions)?;
@@ -289,17 +288,16 @@ impl Inputs {
         ctx.write_u32(&inputs.attn.query_start_loc, &batch.query_start_loc)?;
         ctx.write_u32(&inputs.attn.seq_lens, &batch.seq_lens)?;
         ctx.write_u32(&inputs.attn.block_table, &batch.block_table)?;
-        let mut inputs = inputs;
-        for (tile, indices) in ws.head_tiles.iter().zip(batch.logits_indices.chunks(ws.rows_per_tile)) {
+        for (tile, indices) in tiles {
             ctx.write_u32(&tile.indices.rows(indices.len())?, indices)?;
-            inputs.tile_rows.push(indices.len());
         }
         Ok(inputs)
     }
 }
 
-/// The workspace's activation buffers, viewed for `t` tokens: the residual stream `x`,
-/// the normed input `h`, a block's output `o`, and the attention and MLP intermediates.
+/// The activation buffers: the residual stream `x`, the normed input `h`, a block's output
+/// `o`, and the attention and MLP intermediates.
+#[derive(Debug)]
 struct Activations {
     x: Tensor,
     h: Tensor,
@@ -316,23 +314,44 @@ struct Activations {
 }
 
 impl Activations {
-    /// `ws`'s activations for `t` tokens.
-    fn of(ws: &Workspace, t: usize) -> Result<Self, LlamaError> {
+    /// The buffers for `max_tokens` tokens of `config`'s shapes (q/k-norm outputs only when
+    /// the model norms them).
+    fn new(ctx: &GpuContext, config: &ModelConfig, max_tokens: usize) -> Result<Self, GpuError> {
+        let f = |width: usize| ctx.tensor(Elem::F32, &[max_tokens, width]);
+        let (hd, q, kv, ff) =
+            (config.hidden_size, config.q_size(), config.kv_size(), config.intermediate_size);
         Ok(Self {
-            x: ws.x.rows(t)?,
-            h: ws.h.rows(t)?,
-            o: ws.o.rows(t)?,
-            q: ws.q.rows(t)?,
-            k: ws.k.rows(t)?,
-            v: ws.v.rows(t)?,
-            qk_normed: match &ws.qk_normed {
+            x: f(hd)?,
+            h: f(hd)?,
+            o: f(hd)?,
+            q: f(q)?,
+            k: f(kv)?,
+            v: f(kv)?,
+            qk_normed: if config.qk_norm { Some([f(q)?, f(kv)?]) } else { None },
+            att: f(q)?,
+            gate: f(ff)?,
+            up: f(ff)?,
+            act: f(ff)?,
+        })
+    }
+
+    /// The same buffers viewed for `t` tokens.
+    fn rows(&self, t: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            x: self.x.rows(t)?,
+            h: self.h.rows(t)?,
+            o: self.o.rows(t)?,
+            q: self.q.rows(t)?,
+            k: self.k.rows(t)?,
+            v: self.v.rows(t)?,
+            qk_normed: match &self.qk_normed {
                 Some([q, k]) => Some([q.rows(t)?, k.rows(t)?]),
                 None => None,
             },
-            att: ws.att.rows(t)?,
-            gate: ws.gate.rows(t)?,
-            up: ws.up.rows(t)?,
-            act: ws.act.rows(t)?,
+            att: self.att.rows(t)?,
+            gate: self.gate.rows(t)?,
+            up: self.up.rows(t)?,
+            act: self.act.rows(t)?,
         })
     }
 }
@@ -554,19 +573,9 @@ pub struct Workspace {
     query_start_loc: Tensor,
     seq_lens: Tensor,
     block_table: Tensor,
-    x: Tensor,
-    h: Tensor,
-    o: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    qk_normed: Option<[Tensor; 2]>,
-    att: Tensor,
-    gate: Tensor,
-    up: Tensor,
-    act: Tensor,
-    /// Sampled rows per head tile: as many as keep a tile's logits under the binding limit.
-    rows_per_tile: usize,
+    acts: Activations,
+    /// The sampled rows, cut into tiles of as many rows as keep a tile's logits under the
+    /// binding limit (the last tile may be shorter).
     head_tiles: Vec<HeadTile>,
 }
 
@@ -590,8 +599,7 @@ impl Workspace {
         }
         let f = |shape: &[usize]| ctx.tensor(Elem::F32, shape);
         let u = |shape: &[usize]| ctx.tensor(Elem::U32, shape);
-        let (hd, q, kv, ff) =
-            (config.hidden_size, config.q_size(), config.kv_size(), config.intermediate_size);
+        let hd = config.hidden_size;
         let row_bytes = 4 * config.vocab_size as u64;
         let rows_per_tile = (ctx.max_binding_bytes() / row_bytes).min(b as u64) as usize;
         if rows_per_tile == 0 {
@@ -609,18 +617,7 @@ impl Workspace {
             query_start_loc: u(&[b + 1])?,
             seq_lens: u(&[b])?,
             block_table: u(&[b, mb])?,
-            x: f(&[t, hd])?,
-            h: f(&[t, hd])?,
-            o: f(&[t, hd])?,
-            q: f(&[t, q])?,
-            k: f(&[t, kv])?,
-            v: f(&[t, kv])?,
-            qk_normed: if config.qk_norm { Some([f(&[t, q])?, f(&[t, kv])?]) } else { None },
-            att: f(&[t, q])?,
-            gate: f(&[t, ff])?,
-            up: f(&[t, ff])?,
-            act: f(&[t, ff])?,
-            rows_per_tile,
+            acts: Activations::new(ctx, config, t)?,
             head_tiles: (0..b.div_ceil(rows_per_tile))
                 .map(|tile| {
                     let rows = rows_per_tile.min(b - tile * rows_per_tile);
