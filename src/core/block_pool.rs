@@ -231,9 +231,10 @@ impl BlockPool {
     }
 
     /// Takes a reference on each block (a cache hit): ref_cnt += 1, and a block whose
-    /// ref_cnt was 0 leaves the free queue.
+    /// ref_cnt was 0 leaves the free queue. The null block (a sliding-window hit's stand-in
+    /// for blocks behind the window) is skipped.
     pub fn touch(&mut self, block_ids: &[BlockId]) {
-        for &id in block_ids {
+        for &id in block_ids.iter().filter(|&&id| id != NULL_BLOCK_ID) {
             if self.blocks[id as usize].ref_cnt == 0 {
                 self.free_queue.remove(id);
             }

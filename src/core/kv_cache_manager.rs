@@ -230,9 +230,7 @@ impl KvCacheManager {
         let num_new_blocks = self.num_new_blocks_needed(request, num_total_tokens, computed)?;
         let request_id = request.request_id;
         if !computed.block_ids.is_empty() {
-            let hits: Vec<BlockId> =
-                computed.block_ids.iter().copied().filter(|&id| id != NULL_BLOCK_ID).collect();
-            self.pool.touch(&hits);
+            self.pool.touch(&computed.block_ids);
             self.events.emit(|| KvEvent::CacheHit {
                 request_id,
                 block_ids: computed.block_ids.clone(),
@@ -271,10 +269,7 @@ impl KvCacheManager {
         if self.pool.cache_event_log().is_recording() {
             record_stored(&self.pool, request, range.clone(), self.block_size);
         }
-        let pairs = range
-            .clone()
-            .filter(|&i| table.block_ids[i] != NULL_BLOCK_ID)
-            .map(|i| (table.block_ids[i], request.block_hashes[i]));
+        let pairs = range.clone().map(|i| (table.block_ids[i], request.block_hashes[i]));
         self.pool.cache_blocks(pairs);
         table.num_cached_blocks = num_full_blocks;
         let request_id = request.request_id;
