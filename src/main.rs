@@ -587,6 +587,11 @@ fn print_report(report: &WorkloadReport) {
     for (name, value) in rows {
         println!("{name:<32} {value}");
     }
+    if let Some(d) = &report.device {
+        println!("{:<32} {:.0} us", "host time per step", d.host_us_per_step);
+        println!("{:<32} {:.1}", "dispatches per step", d.dispatches_per_step);
+        println!("{:<32} {} / {}", "buffers / bind groups created", d.buffers_created, d.bind_groups_created);
+    }
 }
 
 fn info(args: InfoArgs) -> anyhow::Result<()> {

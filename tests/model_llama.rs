@@ -332,3 +332,17 @@ fn executor_can_move_to_the_engine_thread() {
     fn is_send<T: Send>() {}
     is_send::<WgpuExecutor>();
 }
+
+#[test]
+fn steady_state_steps_create_no_buffers_or_bind_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts: Vec<Vec<u32>> = vec![PROMPT.to_vec(), vec![5, 6, 7], (100..114).collect()];
+    let mut exec = tiny_executor(dir.path(), 64);
+    let first = run_greedy(&mut exec, &prompts, 6, 4, None);
+    let before = exec.context().counters();
+    let again = run_greedy(&mut exec, &prompts, 6, 4, None);
+    let steady = exec.context().counters().since(&before);
+    assert_eq!(again, first);
+    assert!(steady.steps >= 8, "{steady:?}");
+    assert_eq!((steady.buffers_created, steady.bind_groups_created), (0, 0), "{steady:?}");
+}

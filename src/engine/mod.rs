@@ -303,6 +303,12 @@ impl Engine {
         &self.scheduler
     }
 
+    /// The device layer's counters when the executor runs on a GPU (buffers and bind groups
+    /// created, steps, dispatches, host time per step).
+    pub fn device_counters(&self) -> Option<crate::gpu::GpuCounters> {
+        self.executor.device_counters()
+    }
+
     /// Everything measured so far, with the scheduler's current stats.
     pub fn metrics(&self) -> EngineMetrics {
         EngineMetrics { scheduler: self.scheduler.stats(), ..self.metrics.clone() }

@@ -11,7 +11,7 @@ use super::{ExecutorError, ModelExecutor, StepMasks};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::core::scheduler_config::SchedulerConfig;
-use crate::gpu::{GpuContext, GpuError, KvCache, KvCacheShape, KvPrecision, PREFILL_MIN_ROWS};
+use crate::gpu::{GpuContext, GpuCounters, GpuError, KvCache, KvCacheShape, KvPrecision, PREFILL_MIN_ROWS};
 use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
@@ -395,5 +395,9 @@ impl ModelExecutor for WgpuExecutor {
             result.sampled_token_ids.insert(s.req_id, vec![token_id]);
         }
         Ok(result)
+    }
+
+    fn device_counters(&self) -> Option<GpuCounters> {
+        Some(self.ctx.counters())
     }
 }

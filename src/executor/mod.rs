@@ -20,6 +20,11 @@ pub trait ModelExecutor {
         scheduler_output: &SchedulerOutput,
         masks: &mut StepMasks<'_>,
     ) -> Result<ModelRunnerOutput, ExecutorError>;
+
+    /// The device layer's counters, for executors that run on one.
+    fn device_counters(&self) -> Option<crate::gpu::GpuCounters> {
+        None
+    }
 }
 
 /// Why a step could not be executed.

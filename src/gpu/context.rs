@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use super::GpuError;
 use super::caps::Capabilities;
+use super::counters::{CounterCells, GpuCounters};
 use super::options::{FeatureMask, GpuOptions};
+use super::resident::Resident;
 use super::shader::KernelVariant;
 
 /// An opened wgpu device with pagoda's capabilities and compiled pipelines.
@@ -17,6 +19,8 @@ pub struct GpuContext {
     pipelines: Mutex<HashMap<KernelVariant, Kernel>>,
     health: Arc<DeviceHealth>,
     invalid_next_submit: AtomicBool,
+    pub(crate) resident: Mutex<Resident>,
+    counters: CounterCells,
 }
 
 /// What the device reported outside any error scope: that it was lost, or an error no
@@ -142,12 +146,24 @@ impl GpuContext {
             pipelines: Mutex::new(HashMap::new()),
             health,
             invalid_next_submit: AtomicBool::new(false),
+            resident: Mutex::new(Resident::default()),
+            counters: CounterCells::default(),
         })
     }
 
     /// What the device offers after masking, and the variant choices that follow from it.
     pub fn capabilities(&self) -> &Capabilities {
         &self.caps
+    }
+
+    /// What this context has created and run so far (buffers, bind groups, steps,
+    /// dispatches, host time per step).
+    pub fn counters(&self) -> GpuCounters {
+        self.counters.snapshot()
+    }
+
+    pub(crate) fn count(&self) -> &CounterCells {
+        &self.counters
     }
 
     /// Largest byte size one storage binding may have on this device.

@@ -53,11 +53,15 @@
 //! # Ok(()) }
 //! ```
 
+mod bind_cache;
 mod caps;
 mod context;
+mod counters;
 mod kernels;
 mod kv_cache;
 mod options;
+mod pool;
+mod resident;
 mod rope;
 pub mod shader;
 mod step;
@@ -66,6 +70,7 @@ mod weights;
 
 pub use caps::{Capabilities, KvPrecision};
 pub use context::GpuContext;
+pub use counters::GpuCounters;
 pub use kernels::{AttentionBatch, AttentionSpec, PREFILL_MIN_ROWS, RopeMode};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{BackendChoice, FeatureMask, GpuOptions, LinearStrategy};

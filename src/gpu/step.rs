@@ -1,32 +1,39 @@
 //! The per-step encoder: kernels record dispatches, `submit` encodes them all into one command
 //! buffer (one compute pass, then the readback copies) and submits it once.
+//!
+//! Nothing is created per step once the shapes have been seen: parameters go into the
+//! context's persistent ring in one write, bind groups come from its cache (whole buffers are
+//! bound, so a tensor's row views share one group), and readback staging and scratch tensors
+//! come from its pool by size class.
 
 use std::num::NonZeroU64;
+use std::time::Instant;
 
 use super::GpuError;
+use super::bind_cache::BindKey;
 use super::context::{GpuContext, Kernel};
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
 use super::shader::slots;
-use super::tensor::Tensor;
+use super::tensor::{Elem, Tensor};
 
-/// A buffer bound to one binding slot of a kernel (one of the constants of [`slots`]).
+/// A whole buffer bound to one binding slot of a kernel (one of the constants of [`slots`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Binding {
     slot: u32,
     buffer: wgpu::Buffer,
-    size: u64,
 }
 
 impl Binding {
-    /// The whole of `t`'s elements at `slot`.
+    /// `t`'s buffer at `slot` (kernels bound their reads by their parameters, so a row view
+    /// binds the same buffer as the whole tensor).
     pub(crate) fn tensor(slot: u32, t: &Tensor) -> Self {
-        Self { slot, buffer: t.buffer.clone(), size: t.byte_len().max(4) }
+        Self { slot, buffer: t.buffer.clone() }
     }
 
     /// The whole of `buffer` at `slot`.
     pub(crate) fn buffer(slot: u32, buffer: &wgpu::Buffer) -> Self {
-        Self { slot, buffer: buffer.clone(), size: buffer.size() }
+        Self { slot, buffer: buffer.clone() }
     }
 }
 
@@ -37,11 +44,18 @@ struct Readback {
 }
 
 struct Dispatch {
+    variant: KernelVariant,
     kernel: Kernel,
     params_offset: u64,
     bindings: Vec<Binding>,
     groups: [u32; 3],
 }
+
+/// Usage of the pooled readback staging buffers.
+const STAGING: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+/// Usage of the pooled scratch tensors.
+const SCRATCH: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
 /// Identifies a readback recorded with [`Step::read`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,9 +64,11 @@ pub struct ReadbackId(usize);
 /// One step's dispatches, recorded in order and submitted together.
 pub struct Step<'a> {
     pub(crate) ctx: &'a GpuContext,
+    started: Instant,
     dispatches: Vec<Dispatch>,
     params: Vec<u8>,
     readbacks: Vec<Readback>,
+    scratch: Vec<wgpu::Buffer>,
 }
 
 /// The readbacks of a submitted step.
@@ -81,7 +97,14 @@ impl StepOutput {
 impl GpuContext {
     /// Starts recording a step.
     pub fn step(&self) -> Step<'_> {
-        Step { ctx: self, dispatches: Vec::new(), params: Vec::new(), readbacks: Vec::new() }
+        Step {
+            ctx: self,
+            started: Instant::now(),
+            dispatches: Vec::new(),
+            params: Vec::new(),
+            readbacks: Vec::new(),
+            scratch: Vec::new(),
+        }
     }
 }
 
@@ -107,8 +130,17 @@ impl Step<'_> {
         self.params.resize(params_offset as usize, 0);
         self.params.extend_from_slice(bytemuck::bytes_of(params));
         self.params.resize((params_offset + PARAMS_BYTES) as usize, 0);
-        self.dispatches.push(Dispatch { kernel, params_offset, bindings, groups });
+        self.dispatches.push(Dispatch { variant, kernel, params_offset, bindings, groups });
         Ok(())
+    }
+
+    /// A tensor for this step only, from the context's pool (its contents are whatever the
+    /// last step left: write it before reading it). It goes back to the pool after `submit`.
+    pub fn scratch(&mut self, elem: Elem, shape: &[usize]) -> Result<Tensor, GpuError> {
+        let bytes = 4 * shape.iter().product::<usize>().max(1) as u64;
+        let buffer = self.ctx.pooled_buffer("scratch", SCRATCH, bytes)?;
+        self.scratch.push(buffer.clone());
+        Ok(Tensor::from_buffer(buffer, shape, elem))
     }
 
     /// Workgroup counts covering `invocations` with the workgroup size `variant` is composed
@@ -136,73 +168,47 @@ impl Step<'_> {
     pub fn submit(self) -> Result<StepOutput, GpuError> {
         let ctx = self.ctx;
         ctx.check_health()?;
-        let device = &ctx.device;
-        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         if ctx.take_invalid_submit() {
             let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
             let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
             encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
         }
-        if !self.dispatches.is_empty() {
-            let uniforms = ctx.create_buffer(
-                "step params",
-                self.params.len() as u64,
-                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            )?;
-            ctx.queue.write_buffer(&uniforms, 0, &self.params);
-            let groups: Vec<wgpu::BindGroup> = self
-                .dispatches
-                .iter()
-                .map(|d| {
-                    let mut entries = vec![wgpu::BindGroupEntry {
-                        binding: slots::PARAMS,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: &uniforms,
-                            offset: d.params_offset,
-                            size: NonZeroU64::new(PARAMS_BYTES),
-                        }),
-                    }];
-                    entries.extend(d.bindings.iter().map(|b| wgpu::BindGroupEntry {
-                        binding: b.slot,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: &b.buffer,
-                            offset: 0,
-                            size: NonZeroU64::new(b.size),
-                        }),
-                    }));
-                    device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: None,
-                        layout: &d.kernel.layout,
-                        entries: &entries,
-                    })
-                })
-                .collect();
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("step"),
-                timestamp_writes: None,
-            });
-            for (d, group) in self.dispatches.iter().zip(&groups) {
-                pass.set_pipeline(&d.kernel.pipeline);
-                pass.set_bind_group(0, group, &[]);
-                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+        let staging = {
+            let mut resident = ctx.resident();
+            if !self.dispatches.is_empty() {
+                let ring = resident.params_ring(ctx, self.params.len() as u64)?;
+                ctx.queue.write_buffer(&ring, 0, &self.params);
+                let groups: Vec<wgpu::BindGroup> = self
+                    .dispatches
+                    .iter()
+                    .map(|d| resident.bind_group(ctx, d_key(d, &ring), &d.kernel))
+                    .collect();
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("step"),
+                    timestamp_writes: None,
+                });
+                for (d, group) in self.dispatches.iter().zip(&groups) {
+                    pass.set_pipeline(&d.kernel.pipeline);
+                    pass.set_bind_group(0, group, &[]);
+                    pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                }
             }
-        }
-        let mut staging = Vec::with_capacity(self.readbacks.len());
-        for r in &self.readbacks {
-            let size = r.size.max(4);
-            let buf = ctx.create_buffer(
-                "readback",
-                size,
-                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            )?;
-            if r.size > 0 {
-                encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
+            let mut staging = Vec::with_capacity(self.readbacks.len());
+            for r in &self.readbacks {
+                let buf = resident.take_or_create(ctx, "readback", STAGING, r.size.max(4))?;
+                if r.size > 0 {
+                    encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
+                }
+                staging.push(buf);
             }
-            staging.push(buf);
-        }
-        ctx.queue.submit([encoder.finish()]);
+            ctx.queue.submit([encoder.finish()]);
+            resident.end_step();
+            staging
+        };
+        ctx.count().step_submitted(self.dispatches.len(), self.started.elapsed());
         if let Some(err) = pollster::block_on(scope.pop()) {
             ctx.check_health()?;
             return Err(GpuError::Device(err.to_string()));
@@ -221,6 +227,43 @@ impl Step<'_> {
             drop(view);
             buf.unmap();
         }
+        let mut resident = ctx.resident();
+        // Given back in reverse, so the next step takes the same buffer for the same request.
+        for buf in staging.into_iter().rev() {
+            resident.give_back(STAGING, buf);
+        }
+        for buf in self.scratch.into_iter().rev() {
+            resident.give_back(SCRATCH, buf);
+        }
         Ok(StepOutput { data })
     }
+}
+
+/// The bind-group key of dispatch `d` with its parameters in `ring`.
+fn d_key(d: &Dispatch, ring: &wgpu::Buffer) -> BindKey {
+    BindKey {
+        variant: d.variant,
+        params: (ring.clone(), d.params_offset),
+        buffers: d.bindings.iter().map(|b| (b.slot, b.buffer.clone())).collect(),
+    }
+}
+
+/// The entries of a bind group for `key`: its parameter block, then each whole buffer.
+pub(crate) fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
+    let (ring, offset) = &key.params;
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: slots::PARAMS,
+        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: ring,
+            offset: *offset,
+            size: NonZeroU64::new(PARAMS_BYTES),
+        }),
+    }];
+    entries.extend(
+        key.buffers.iter().map(|(slot, buffer)| wgpu::BindGroupEntry {
+            binding: *slot,
+            resource: buffer.as_entire_binding(),
+        }),
+    );
+    entries
 }

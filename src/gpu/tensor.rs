@@ -73,6 +73,11 @@ impl Tensor {
         Ok(Tensor { buffer: self.buffer.clone(), shape: shape.to_vec(), elem: self.elem })
     }
 
+    /// A tensor of `shape` over `buffer`, which holds at least its elements.
+    pub(crate) fn from_buffer(buffer: wgpu::Buffer, shape: &[usize], elem: Elem) -> Tensor {
+        Tensor { buffer, shape: shape.to_vec(), elem }
+    }
+
     pub(crate) fn byte_len(&self) -> u64 {
         4 * self.len() as u64
     }
@@ -168,6 +173,7 @@ impl GpuContext {
         size: u64,
         usage: wgpu::BufferUsages,
     ) -> Result<wgpu::Buffer, GpuError> {
+        self.count().buffer_created();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),

@@ -194,14 +194,13 @@ impl LlamaModel {
         for (index, layer) in self.layers.iter().enumerate() {
             layer.record(&mut step, self, &inputs, &acts, cache, index)?;
         }
-        self.record_head(ctx, step, ws, &inputs, &acts, Readback { top_k, full_logits })
+        self.record_head(step, ws, &inputs, &acts, Readback { top_k, full_logits })
     }
 
     /// Records the head — per tile of sampled rows: the rows gathered, the final norm, the
     /// LM head and the top-k — then submits the step and reads back what `readback` asks for.
     fn record_head(
         &self,
-        ctx: &GpuContext,
         mut step: Step<'_>,
         ws: &Workspace,
         inputs: &Inputs,
@@ -224,8 +223,8 @@ impl LlamaModel {
             if let Some(cap) = self.config.final_logit_softcap {
                 step.softcap(&logits, cap)?;
             }
-            let top_values = ctx.tensor(Elem::F32, &[rows, k])?;
-            let top_ids = ctx.tensor(Elem::U32, &[rows, k])?;
+            let top_values = step.scratch(Elem::F32, &[rows, k])?;
+            let top_ids = step.scratch(Elem::U32, &[rows, k])?;
             step.top_k(&logits, k, &top_values, &top_ids)?;
             reads.push((
                 step.read(&top_values),

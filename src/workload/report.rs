@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::core::metrics::SchedulerStats;
+use crate::gpu::GpuCounters;
 use crate::ids::RequestId;
 
 /// What a workload run measured, in seconds of the runner's clock (simulated or wall).
@@ -50,6 +51,34 @@ pub struct WorkloadReport {
     pub prefix_cache_hit_rate: f64,
     /// Highest KV cache usage seen, 0..=1.
     pub peak_kv_cache_usage: f64,
+    /// What the device layer did over the run (GPU executors only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceReport>,
+}
+
+/// The device layer's work over a run: host time per step and what it created.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    /// Host time recording and submitting a step, mean, microseconds.
+    pub host_us_per_step: f64,
+    /// Compute dispatches per step, mean.
+    pub dispatches_per_step: f64,
+    /// Device buffers created during the run (first sight of each shape only).
+    pub buffers_created: u64,
+    /// Bind groups created during the run (first sight of each shape only).
+    pub bind_groups_created: u64,
+}
+
+impl DeviceReport {
+    /// The report of the device counters `c`, taken over a run.
+    pub fn of(c: &GpuCounters) -> Self {
+        Self {
+            host_us_per_step: c.host_us_per_step(),
+            dispatches_per_step: if c.steps == 0 { 0.0 } else { c.dispatches as f64 / c.steps as f64 },
+            buffers_created: c.buffers_created,
+            bind_groups_created: c.bind_groups_created,
+        }
+    }
 }
 
 /// The counts a runner keeps while it runs.
@@ -102,6 +131,7 @@ impl WorkloadReport {
             num_recomputed_tokens: stats.num_recomputed_tokens,
             prefix_cache_hit_rate: stats.prefix_cache.hit_rate(),
             peak_kv_cache_usage: stats.peak_kv_cache_usage,
+            device: None,
         }
     }
 }

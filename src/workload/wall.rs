@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::Workload;
-use super::report::{Latencies, RunCounts, WorkloadReport};
+use super::report::{DeviceReport, Latencies, RunCounts, WorkloadReport};
 use crate::core::metrics::{PrefixCacheStats, SchedulerStats};
 use crate::engine::{Engine, EngineError};
 
@@ -14,6 +14,7 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let mut pending: Vec<_> = workload.arrivals.iter().collect();
     pending.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
     let before = engine.metrics().scheduler;
+    let device_before = engine.device_counters();
     let start = Instant::now();
     let mut latencies = Latencies::default();
     let mut counts = RunCounts { num_requests: workload.arrivals.len(), ..RunCounts::default() };
@@ -51,7 +52,12 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
         }
     }
     let stats = since(&engine.metrics().scheduler, &before, peak_usage);
-    Ok(WorkloadReport::new(&workload.name, &counts, start.elapsed().as_secs_f64(), &latencies, &stats))
+    let mut report =
+        WorkloadReport::new(&workload.name, &counts, start.elapsed().as_secs_f64(), &latencies, &stats);
+    if let (Some(after), Some(before)) = (engine.device_counters(), device_before) {
+        report.device = Some(DeviceReport::of(&after.since(&before)));
+    }
+    Ok(report)
 }
 
 /// The counters of `after` since `before`, with the run's peak KV usage.

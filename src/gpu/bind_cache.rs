@@ -1,0 +1,53 @@
+//! Bind groups built once per (kernel, buffers) and reused by every later step that binds
+//! the same buffers to the same kernel at the same parameter offset.
+//!
+//! A step binds whole buffers (a tensor's row view shares its buffer), and the parameter
+//! ring gives the i-th dispatch of a step the same offset every step, so steady-state steps
+//! find every bind group here. Entries no step used for [`KEEP_STEPS`] steps are dropped,
+//! releasing the buffers they hold.
+
+use std::collections::HashMap;
+
+use super::shader::KernelVariant;
+
+/// Steps an unused bind group is kept.
+const KEEP_STEPS: u64 = 64;
+
+/// What makes two bind groups the same: the kernel, the parameter ring and offset, and the
+/// buffer at each slot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct BindKey {
+    pub(crate) variant: KernelVariant,
+    pub(crate) params: (wgpu::Buffer, u64),
+    pub(crate) buffers: Vec<(u32, wgpu::Buffer)>,
+}
+
+/// The cache: each bind group with the step that last used it.
+#[derive(Debug, Default)]
+pub(crate) struct BindGroupCache {
+    groups: HashMap<BindKey, (wgpu::BindGroup, u64)>,
+    step: u64,
+}
+
+impl BindGroupCache {
+    /// The bind group for `key`, made by `create` when no step has built it yet.
+    pub(crate) fn get_or_create(
+        &mut self,
+        key: BindKey,
+        create: impl FnOnce(&BindKey) -> wgpu::BindGroup,
+    ) -> wgpu::BindGroup {
+        let step = self.step;
+        let entry = self.groups.entry(key).or_insert_with_key(|key| (create(key), step));
+        entry.1 = step;
+        entry.0.clone()
+    }
+
+    /// Ends a step: every [`KEEP_STEPS`] steps, drops the groups unused for that long.
+    pub(crate) fn end_step(&mut self) {
+        self.step += 1;
+        if self.step.is_multiple_of(KEEP_STEPS) {
+            let oldest = self.step - KEEP_STEPS;
+            self.groups.retain(|_, (_, used)| *used >= oldest);
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! What the device layer has created and run, counted as it happens: buffers, bind groups,
+//! steps, dispatches and the host time spent recording and submitting them. The counts make
+//! "a steady-state step creates nothing" a test; the host time is for benchmarks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Running totals since the context was opened (see [`GpuContext::counters`](super::GpuContext::counters)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuCounters {
+    /// Device buffers created (weights, caches, workspaces, pools, parameter rings).
+    pub buffers_created: u64,
+    /// Bind groups created.
+    pub bind_groups_created: u64,
+    /// Steps submitted.
+    pub steps: u64,
+    /// Compute dispatches submitted.
+    pub dispatches: u64,
+    /// Host time from the start of each step's recording to its submit returning (not the
+    /// wait for the device), summed.
+    pub host_time: Duration,
+}
+
+impl GpuCounters {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &GpuCounters) -> GpuCounters {
+        GpuCounters {
+            buffers_created: self.buffers_created - earlier.buffers_created,
+            bind_groups_created: self.bind_groups_created - earlier.bind_groups_created,
+            steps: self.steps - earlier.steps,
+            dispatches: self.dispatches - earlier.dispatches,
+            host_time: self.host_time.saturating_sub(earlier.host_time),
+        }
+    }
+
+    /// Mean host time per step, in microseconds (0 without steps).
+    pub fn host_us_per_step(&self) -> f64 {
+        if self.steps == 0 { 0.0 } else { self.host_time.as_secs_f64() * 1e6 / self.steps as f64 }
+    }
+}
+
+/// The live counters a context updates.
+#[derive(Debug, Default)]
+pub(crate) struct CounterCells {
+    buffers_created: AtomicU64,
+    bind_groups_created: AtomicU64,
+    steps: AtomicU64,
+    dispatches: AtomicU64,
+    host_nanos: AtomicU64,
+}
+
+impl CounterCells {
+    pub(crate) fn buffer_created(&self) {
+        self.buffers_created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn bind_group_created(&self) {
+        self.bind_groups_created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One submitted step of `dispatches` dispatches that took `host` to record and submit.
+    pub(crate) fn step_submitted(&self, dispatches: usize, host: Duration) {
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.dispatches.fetch_add(dispatches as u64, Ordering::Relaxed);
+        self.host_nanos.fetch_add(host.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> GpuCounters {
+        GpuCounters {
+            buffers_created: self.buffers_created.load(Ordering::Relaxed),
+            bind_groups_created: self.bind_groups_created.load(Ordering::Relaxed),
+            steps: self.steps.load(Ordering::Relaxed),
+            dispatches: self.dispatches.load(Ordering::Relaxed),
+            host_time: Duration::from_nanos(self.host_nanos.load(Ordering::Relaxed)),
+        }
+    }
+}
