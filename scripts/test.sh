@@ -36,11 +36,14 @@ scripts/fuzz.sh 3000 --seed 1
 scripts/soak.sh 20 10 8
 
 # The kernel suite again under each forced fallback: no shader-f16, no subgroups, neither,
-# and WebGPU's default limits (the SmolLM2 parity test builds these configurations itself).
+# WebGPU's default limits, and the discrete-GPU kernels (the SmolLM2 parity test builds these
+# configurations itself).
 for features in f16 subgroup f16,subgroup; do
     PAGODA_DISABLE_FEATURES="$features" cargo test --test kernels_reference
 done
 PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
+# And with the kernels a discrete GPU gets: K-split linear layers, split-KV attention.
+PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_reference
 
 # The official openai Python package against `pagoda serve` on the default model.
 cargo build --bin pagoda

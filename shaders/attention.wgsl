@@ -1,4 +1,6 @@
-// Paged attention over a varlen batch, one invocation per (query token, head). Query token t of
+// Paged attention over a varlen batch, one invocation per (query token, head). Query token t's
+// heads start at Q[t * q_stride] (the fused projection's row: queries, then keys and values);
+// the output is [t, heads * HD]. Query token t of
 // sequence b sits at position seq_lens[b] - (query_start_loc[b + 1] - t) and attends to keys
 // 0..=position through block_table[b] — only the last `window` of them when window > 0 (a
 // sliding-window layer). Scores are `q·k * scale`, soft-capped to `softcap * tanh(s / softcap)`
@@ -14,6 +16,8 @@ struct AttentionParams {
     scale: f32,
     window: u32,
     softcap: f32,
+    q_stride: u32,
+    part_blocks: u32,
 }
 
 const HP: u32 = HD / 2u;
@@ -46,13 +50,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     let seq = lo;
-    let qo = i * HD;
+    let qo = tok * P.q_stride + head * HD;
+    let oo = i * HD;
     let end = QUERY_START[seq + 1u];
     if (tok >= end || end - tok > SEQ_LENS[seq]) {
         // Inconsistent batch metadata: a token outside every sequence, or a sequence shorter
         // than its new tokens. Write zeros rather than walk a wrapped-around context.
         for (var d = 0u; d < HD; d++) {
-            OUT[qo + d] = 0.0;
+            OUT[oo + d] = 0.0;
         }
         return;
     }
@@ -109,7 +114,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     for (var d = 0u; d < HP; d++) {
         let o = acc[d] / l;
-        OUT[qo + 2u * d] = o.x;
-        OUT[qo + 2u * d + 1u] = o.y;
+        OUT[oo + 2u * d] = o.x;
+        OUT[oo + 2u * d + 1u] = o.y;
     }
 }

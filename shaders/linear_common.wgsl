@@ -1,5 +1,7 @@
-// y[m, n0 + n] = sum_k x[m, k] * w[n, k] for one part of a row-split weight.
-// Every output is one fma chain over k in ascending order, whatever the path and row tile.
+// y[m, y0 + n0 + n] = sum_k x[m, k] * w[n, k] for one part of a row-split weight, written by
+// the epilogue composed after this file (`emit`, or `emit_gated` for a gated weight, whose
+// part holds its gate rows and then as many up rows). Every output is one fma chain over k in
+// ascending order, whatever the path, row tile and epilogue.
 struct LinearParams {
     m: u32,
     n_part: u32,
@@ -7,6 +9,7 @@ struct LinearParams {
     ldy: u32,
     n0: u32,
     nx: u32,
+    y0: u32,
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;
@@ -31,4 +34,9 @@ fn load_x8_direct(xr: u32) -> W8 {
 
 fn x_row(m0: u32, r: u32) -> u32 {
     return min(m0 + r, P.m - 1u) * P.k;
+}
+
+// Where output (m, n) of this part goes in Y.
+fn y_index(m: u32, n: u32) -> u32 {
+    return m * P.ldy + P.y0 + P.n0 + n;
 }

@@ -115,6 +115,67 @@ fn linear_rows_are_bitwise_independent_of_the_batch() {
     }
 }
 
+/// The fused epilogues give the bits of the separate kernels for every weight type, at a
+/// decode row and a prefill batch: `linear_add` is `linear` then `add_in_place`, `linear_into`
+/// with a bias is `linear` into its columns then the bias, `linear_gated` is two `linear`s then
+/// `gated_mul`; and a fused row alone equals the same row in batches of 3, 17 and 64.
+#[test]
+fn fused_epilogues_equal_the_separate_kernels_bit_for_bit() {
+    let c = ctx();
+    for &dtype in WEIGHT_TYPES {
+        let (k, n) = if dtype.block_len() == 256 { (512, 37) } else { (96, 37) };
+        let gate_bytes = quantize(dtype, &Rng::new(21).vec(n * k));
+        let up_bytes = quantize(dtype, &Rng::new(22).vec(n * k));
+        let gate = c.upload_weight("gate", dtype, n, k, &gate_bytes).unwrap();
+        let up = c.upload_weight("up", dtype, n, k, &up_bytes).unwrap();
+        let gated = c.upload_gated_weight("gate_up", dtype, n, k, &gate_bytes, &up_bytes).unwrap();
+        let bias = Rng::new(23).vec(n);
+        let bias_t = c.upload_f32(&[n], &bias).unwrap();
+        let batch = Rng::new(24).vec(64 * k);
+        let residual = Rng::new(25).vec(64 * n);
+        let fused = |m: usize| -> [Vec<f32>; 3] {
+            let x = c.upload_f32(&[m, k], &batch[..m * k]).unwrap();
+            let acc = c.upload_f32(&[m, n], &residual[..m * n]).unwrap();
+            let wide = c.tensor(Elem::F32, &[m, n + 5]).unwrap();
+            let act = c.tensor(Elem::F32, &[m, n]).unwrap();
+            let mut step = c.step();
+            step.linear_add(&x, &gate, &acc).unwrap();
+            step.linear_into(&x, &gate, Some(&bias_t), &wide, 5).unwrap();
+            step.linear_gated(&x, &gated, GateActivation::Silu, &act).unwrap();
+            let ids = [step.read(&acc), step.read(&wide), step.read(&act)];
+            let mut out = step.submit().unwrap();
+            let wide = out.f32s(ids[1]);
+            let into: Vec<f32> = wide.chunks(n + 5).flat_map(|row| row[5..].to_vec()).collect();
+            [out.f32s(ids[0]), into, out.f32s(ids[2])]
+        };
+        for m in [1usize, 3, 17, 64] {
+            let x = &batch[..m * k];
+            let g = linear_gpu(x, m, &gate);
+            let u = linear_gpu(x, m, &up);
+            let (gt, ut) = (c.upload_f32(&[m, n], &g).unwrap(), c.upload_f32(&[m, n], &u).unwrap());
+            let (res_t, act_t) =
+                (c.upload_f32(&[m, n], &residual[..m * n]).unwrap(), c.tensor(Elem::F32, &[m, n]).unwrap());
+            let mut step = c.step();
+            step.add_in_place(&res_t, &gt).unwrap();
+            step.gated_mul(GateActivation::Silu, &gt, &ut, &act_t).unwrap();
+            let ids = (step.read(&res_t), step.read(&act_t));
+            let mut out = step.submit().unwrap();
+            let biased: Vec<f32> = g.iter().enumerate().map(|(i, v)| v + bias[i % n]).collect();
+            let [added, into, act] = fused(m);
+            assert_eq!(bits(&added), bits(&out.f32s(ids.0)), "{dtype:?} m{m}: linear_add");
+            assert_eq!(bits(&into), bits(&biased), "{dtype:?} m{m}: linear_into with bias");
+            assert_eq!(bits(&act), bits(&out.f32s(ids.1)), "{dtype:?} m{m}: linear_gated");
+        }
+        let alone = fused(1);
+        for m in [3usize, 17, 64] {
+            let in_batch = fused(m);
+            for (what, (a, b)) in ["add", "into", "gated"].iter().zip(alone.iter().zip(&in_batch)) {
+                assert_eq!(bits(&b[..n]), bits(a), "{dtype:?}: fused {what} row alone vs in a batch of {m}");
+            }
+        }
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -210,12 +271,38 @@ fn rms_norm_matches_reference_and_is_row_independent() {
     }
 }
 
+/// `x` RMS-normed with `w` (f64), or `x` itself without weights.
+fn head_normed(x: &[f32], w: Option<&[f32]>, eps: f64) -> Vec<f64> {
+    let x: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let Some(w) = w else { return x };
+    let s = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + eps).sqrt();
+    x.iter().zip(w).map(|(v, &g)| v * s * f64::from(g)).collect()
+}
+
+/// `head` rotated to `pos` in f64 (the angle as the kernel rounds it).
+fn rotated_head(head: &[f64], pos: u32, inv: &[f32], mode: RopeMode) -> Vec<f64> {
+    let hd = head.len();
+    let mut out = head.to_vec();
+    for (p, &inv_p) in inv.iter().enumerate() {
+        let (i0, i1) = match mode {
+            RopeMode::Interleaved => (2 * p, 2 * p + 1),
+            RopeMode::HalfSplit => (p, p + hd / 2),
+        };
+        let (s, co) = f64::from(pos as f32 * inv_p).sin_cos();
+        out[i0] = head[i0] * co - head[i1] * s;
+        out[i1] = head[i0] * s + head[i1] * co;
+    }
+    out
+}
+
 #[test]
-fn rope_rotates_both_pair_layouts() {
+fn rope_cache_rotates_normalises_and_caches_heads() {
     let c = ctx();
-    let (heads, hd) = (3usize, 64usize);
+    let (heads, kv_heads, hd, block) = (4usize, 2usize, 64usize, 4usize);
     let positions = [0u32, 1, 7, 100, 4095];
+    let slots = [5u32, 9, u32::MAX, 2, 11];
     let t = positions.len();
+    let width = (heads + 2 * kv_heads) * hd;
     let scaling = Llama3RopeScaling {
         factor: 8.0,
         low_freq_factor: 1.0,
@@ -223,38 +310,80 @@ fn rope_rotates_both_pair_layouts() {
         original_max_position_embeddings: 8192.0,
     };
     let factors = llama3_freq_factors(hd, 500000.0, &scaling);
-    for (theta, freq_factors) in [(100000.0, None), (500000.0, Some(factors.as_slice()))] {
+    let norm_w: Vec<f32> = Rng::new(4).vec(2 * hd).iter().map(|v| 1.0 + v).collect();
+    let cases = [(100000.0, None, false), (500000.0, Some(factors.as_slice()), true)];
+    for (theta, freq_factors, qk_norm) in cases {
         let inv = rope_inv_freq(hd, theta, freq_factors);
         for mode in [RopeMode::Interleaved, RopeMode::HalfSplit] {
-            let x = Rng::new(9).vec(t * heads * hd);
-            let xt = c.upload_f32(&[t, heads * hd], &x).unwrap();
+            let x = Rng::new(9).vec(t * width);
+            let shape = KvCacheShape {
+                num_layers: 1,
+                num_blocks: 4,
+                block_size: block,
+                num_kv_heads: kv_heads,
+                head_dim: hd,
+            };
+            let cache = c.kv_cache(shape, KvPrecision::F32).unwrap();
+            let xt = c.upload_f32(&[t, width], &x).unwrap();
             let pt = c.upload_u32(&[t], &positions).unwrap();
+            let st = c.upload_u32(&[t], &slots).unwrap();
             let it = c.upload_f32(&[hd / 2], &inv).unwrap();
+            let wt = c.upload_f32(&[2, hd], &norm_w).unwrap();
+            let eps = 1e-6;
             let mut step = c.step();
-            step.rope(&xt, &pt, &it, heads, mode).unwrap();
+            let norm = qk_norm.then_some((&wt, eps));
+            step.rope_cache(&xt, &pt, &it, norm, &st, &cache, 0, heads, mode).unwrap();
             let id = step.read(&xt);
             let y = step.submit().unwrap().f32s(id);
+            let (kc, vc) = c.read_kv_layer(&cache, 0).unwrap();
+            let close = |got: f32, want: f64, what: &str| {
+                assert!(
+                    (f64::from(got) - want).abs() <= 2e-5 * (1.0 + want.abs()),
+                    "{what}: {got} vs {want}"
+                );
+            };
             for (ti, &pos) in positions.iter().enumerate() {
+                let head = |h: usize| &x[ti * width + h * hd..][..hd];
                 for h in 0..heads {
-                    let base = (ti * heads + h) * hd;
-                    for (p, &inv_p) in inv.iter().enumerate() {
-                        let (i0, i1) = match mode {
-                            RopeMode::Interleaved => (base + 2 * p, base + 2 * p + 1),
-                            RopeMode::HalfSplit => (base + p, base + p + hd / 2),
-                        };
-                        let angle = f64::from(pos as f32 * inv_p);
-                        let (s, co) = angle.sin_cos();
-                        let (x0, x1) = (f64::from(x[i0]), f64::from(x[i1]));
-                        let want = (x0 * co - x1 * s, x0 * s + x1 * co);
-                        for (got, want) in [(y[i0], want.0), (y[i1], want.1)] {
-                            assert!(
-                                (f64::from(got) - want).abs() <= 2e-5,
-                                "{mode:?} pos {pos} pair {p}: {got} vs {want}"
-                            );
-                        }
+                    let want = rotated_head(
+                        &head_normed(head(h), qk_norm.then_some(&norm_w[..hd]), 1e-6),
+                        pos,
+                        &inv,
+                        mode,
+                    );
+                    for (e, &w) in want.iter().enumerate() {
+                        close(
+                            y[ti * width + h * hd + e],
+                            w,
+                            &format!("{mode:?} q pos {pos} head {h} elem {e}"),
+                        );
+                    }
+                }
+                if slots[ti] == u32::MAX {
+                    continue;
+                }
+                for g in 0..kv_heads {
+                    let k = rotated_head(
+                        &head_normed(head(heads + g), qk_norm.then_some(&norm_w[hd..]), 1e-6),
+                        pos,
+                        &inv,
+                        mode,
+                    );
+                    let at = (slots[ti] as usize * kv_heads + g) * hd;
+                    for e in 0..hd {
+                        close(kc[at + e], k[e], &format!("{mode:?} k pos {pos} head {g} elem {e}"));
+                        assert_eq!(
+                            vc[at + e],
+                            head(heads + kv_heads + g)[e],
+                            "v pos {pos} head {g} elem {e}"
+                        );
                     }
                 }
             }
+            let written: std::collections::HashSet<usize> =
+                slots.iter().filter(|&&s| s != u32::MAX).map(|&s| s as usize).collect();
+            let untouched = (0..4 * block).filter(|s| !written.contains(s));
+            assert!(untouched.flat_map(|s| &kc[s * kv_heads * hd..][..kv_heads * hd]).all(|&v| v == 0.0));
         }
     }
 }
@@ -270,23 +399,18 @@ fn elementwise_kernels_match() {
     let out = c.tensor(Elem::F32, &[10, 100]).unwrap();
     let idx = c.upload_u32(&[4], &[9, 0, 9, 4]).unwrap();
     let gathered = c.tensor(Elem::F32, &[4, 100]).unwrap();
-    let bias = Rng::new(3).vec(100);
-    let biased = c.upload_f32(&[10, 100], &b).unwrap();
-    let bias_t = c.upload_f32(&[100], &bias).unwrap();
     let mut step = c.step();
-    step.add_bias(&biased, &bias_t).unwrap();
-    step.silu_mul(&at, &bt, &out).unwrap();
+    step.gated_mul(GateActivation::Silu, &at, &bt, &out).unwrap();
     step.gather_rows(&bt, &idx, &gathered).unwrap();
     step.add_in_place(&at, &bt).unwrap();
-    let (o, s, g, bb) = (step.read(&out), step.read(&at), step.read(&gathered), step.read(&biased));
+    let (o, s, g) = (step.read(&out), step.read(&at), step.read(&gathered));
     let mut res = step.submit().unwrap();
-    let (o, s, g, bb) = (res.f32s(o), res.f32s(s), res.f32s(g), res.f32s(bb));
+    let (o, s, g) = (res.f32s(o), res.f32s(s), res.f32s(g));
     for i in 0..n {
         let (x, y) = (f64::from(a[i]), f64::from(b[i]));
         let silu = x / (1.0 + (-x).exp()) * y;
         assert!((f64::from(o[i]) - silu).abs() <= 1e-6, "silu_mul {i}: {} vs {silu}", o[i]);
         assert_eq!(s[i], a[i] + b[i]);
-        assert_eq!(bb[i], b[i] + bias[i % 100]);
     }
     for (r, src) in [9usize, 0, 9, 4].into_iter().enumerate() {
         assert_eq!(bits(&g[r * 100..(r + 1) * 100]), bits(&b[src * 100..(src + 1) * 100]));
@@ -304,7 +428,7 @@ fn gemma_elementwise_kernels_match() {
     let (scaled, capped) = (c.upload_f32(&[n], &a).unwrap(), c.upload_f32(&[n], &a).unwrap());
     let out = c.tensor(Elem::F32, &[n]).unwrap();
     let mut step = c.step();
-    step.gelu_tanh_mul(&at, &bt, &out).unwrap();
+    step.gated_mul(GateActivation::GeluTanh, &at, &bt, &out).unwrap();
     step.scale(&scaled, 8.0).unwrap();
     step.softcap(&capped, 30.0).unwrap();
     assert!(matches!(step.softcap(&capped, 0.0), Err(GpuError::Shape(_))));
@@ -446,7 +570,17 @@ fn run_attention(
     data: &[SeqData],
     schedule: &dyn Fn(usize, usize, usize) -> usize,
 ) -> Vec<Vec<f32>> {
-    let c = ctx();
+    run_attention_on(ctx(), case, seqs, data, schedule)
+}
+
+/// [`run_attention`] on context `c`.
+fn run_attention_on(
+    c: &GpuContext,
+    case: &AttnCase,
+    seqs: &[Seq],
+    data: &[SeqData],
+    schedule: &dyn Fn(usize, usize, usize) -> usize,
+) -> Vec<Vec<f32>> {
     let (hd, h, kvh, bs) = (case.head_dim, case.heads, case.kv_heads, case.block_size);
     let max_len = seqs.iter().map(|s| s.cached + s.new).max().unwrap();
     let max_blocks = max_len.div_ceil(bs);
@@ -484,10 +618,19 @@ fn run_attention(
         }
         let t = slots.len();
         let b = lens.len();
-        let qt = c.upload_f32(&[t, h * hd], &q).unwrap();
-        let kt = c.upload_f32(&[t, kvh * hd], &k).unwrap();
-        let vt = c.upload_f32(&[t, kvh * hd], &v).unwrap();
+        // One fused row per token, [q | k | v], as the model's projection writes it; RoPE at
+        // angle 0 leaves it as it is, so rope_cache only writes K and V.
+        let qkv: Vec<f32> = (0..t)
+            .flat_map(|i| {
+                [&q[i * h * hd..][..h * hd], &k[i * kvh * hd..][..kvh * hd], &v[i * kvh * hd..][..kvh * hd]]
+            })
+            .flatten()
+            .copied()
+            .collect();
+        let qkv_t = c.upload_f32(&[t, (h + 2 * kvh) * hd], &qkv).unwrap();
         let st = c.upload_u32(&[t], &slots).unwrap();
+        let positions = c.upload_u32(&[t], &vec![0; t]).unwrap();
+        let no_rotation = c.upload_f32(&[hd / 2], &vec![0.0; hd / 2]).unwrap();
         let batch = AttentionBatch {
             query_start_loc: c.upload_u32(&[b + 1], &qsl).unwrap(),
             seq_lens: c.upload_u32(&[b], &lens).unwrap(),
@@ -495,8 +638,9 @@ fn run_attention(
         };
         let out = c.tensor(Elem::F32, &[t, h * hd]).unwrap();
         let mut step = c.step();
-        step.reshape_and_cache(&kt, &vt, &st, &cache, 0).unwrap();
-        step.paged_attention(&qt, &cache, 0, &batch, &case.spec(), &out).unwrap();
+        step.rope_cache(&qkv_t, &positions, &no_rotation, None, &st, &cache, 0, h, RopeMode::Interleaved)
+            .unwrap();
+        step.paged_attention(&qkv_t, &cache, 0, &batch, &case.spec(), &out).unwrap();
         let id = step.read(&out);
         let o = step.submit().unwrap().f32s(id);
         let mut row = 0;
@@ -600,6 +744,66 @@ fn attention_is_bitwise_the_same_however_the_prompt_is_chunked() {
         let prefix_then_decode =
             run_attention(&case, &seqs[..1], &data[..1], &|_, step, _| if step == 0 { 33 } else { 1 });
         assert_eq!(bits(&prefix_then_decode[0]), bits(&one_shot[0]));
+    }
+}
+
+/// A context with the kernels discrete GPUs get (K-split linear, split-KV attention), forced on
+/// whatever adapter runs the tests.
+fn gpu_class_ctx() -> &'static GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let options = GpuOptions {
+            linear_strategy: Some(LinearStrategy::KSplit),
+            attention_strategy: Some(AttentionStrategy::SplitKv),
+            ..GpuOptions::default()
+        };
+        GpuContext::new(&gpu_options_from_env(&options).unwrap()).expect("a wgpu adapter (lavapipe in CI)")
+    })
+}
+
+/// Decodes at contexts of 1, 511, 512, 513 and 4100 tokens (one to 33 split-KV partitions of
+/// 128) against the f64 reference, with both attention kernels; and across partitions the
+/// bits do not depend on the batch or the chunking: the 4100-token context's last 9 tokens
+/// prefilled at once, in chunks of 4, or decoded one by one after the rest, alone or beside the
+/// other sequences.
+#[test]
+fn long_contexts_across_kv_partitions_match_the_reference_and_stay_invariant() {
+    let case = AttnCase { heads: 2, kv_heads: 1, head_dim: 64, block_size: 16, ..FULL };
+    let lens = [1usize, 511, 512, 513, 4100];
+    let seqs: Vec<Seq> = lens.iter().map(|&n| Seq { cached: n - 9.min(n), new: 9.min(n) }).collect();
+    let data: Vec<SeqData> =
+        seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 90 + s as u64)).collect();
+    let long = seqs.len() - 1;
+    for c in [ctx(), gpu_class_ctx()] {
+        let path = c.capabilities().attention_path();
+        let together = run_attention_on(c, &case, &seqs, &data, &|s, step, _| {
+            if step == 0 { seqs[s].cached } else { usize::MAX }
+        });
+        for (s, seq) in seqs.iter().enumerate() {
+            for (i, pos) in (seq.cached..seq.cached + seq.new).enumerate() {
+                for head in 0..case.heads {
+                    let want = attention_reference(&case, &data[s], pos, head);
+                    let got = &together[s][(i * case.heads + head) * case.head_dim..][..case.head_dim];
+                    for (e, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (f64::from(g) - w).abs() <= 1e-5,
+                            "{path:?} context {} pos {pos} head {head} dim {e}: {g} vs {w}",
+                            lens[s]
+                        );
+                    }
+                }
+            }
+        }
+        let alone = |schedule: &dyn Fn(usize, usize, usize) -> usize| {
+            run_attention_on(c, &case, &seqs[long..], &data[long..], schedule).remove(0)
+        };
+        let prefix = seqs[long].cached;
+        let one_shot = alone(&|_, step, _| if step == 0 { prefix } else { usize::MAX });
+        assert_eq!(bits(&one_shot), bits(&together[long]), "{path:?}: alone vs beside the others");
+        let chunked = alone(&|_, step, _| if step == 0 { prefix } else { 4 });
+        assert_eq!(bits(&chunked), bits(&one_shot), "{path:?}: chunks of 4 vs one-shot");
+        let decoded = alone(&|_, step, _| if step == 0 { prefix } else { 1 });
+        assert_eq!(bits(&decoded), bits(&one_shot), "{path:?}: decoded vs one-shot");
     }
 }
 

@@ -333,6 +333,10 @@ fn executor_can_move_to_the_engine_thread() {
     is_send::<WgpuExecutor>();
 }
 
+/// Every step of the tiny model (Q8_0: Q/K/V and gate/up share a type) is the embedding, 8
+/// dispatches per layer (norm, Q/K/V, RoPE + cache, attention, o_proj + residual, norm,
+/// gate/up + SiLU, down + residual) and 4 for the head (gather, norm, LM head, top-k); and
+/// once every shape has been seen, a step creates no buffer and no bind group.
 #[test]
 fn steady_state_steps_create_no_buffers_or_bind_groups() {
     let dir = tempfile::tempdir().unwrap();
@@ -345,4 +349,6 @@ fn steady_state_steps_create_no_buffers_or_bind_groups() {
     assert_eq!(again, first);
     assert!(steady.steps >= 8, "{steady:?}");
     assert_eq!((steady.buffers_created, steady.bind_groups_created), (0, 0), "{steady:?}");
+    let layers = exec.model().config().num_hidden_layers as u64;
+    assert_eq!(steady.dispatches, steady.steps * (1 + 8 * layers + 4), "{steady:?}");
 }

@@ -1,5 +1,6 @@
 //! SmolLM2-135M-Instruct greedy parity under every forced device configuration (issue 7): all
-//! features; no shader-f16; no subgroups; neither; WebGPU's default limits. Each configuration
+//! features; no shader-f16; no subgroups; neither; WebGPU's default limits; the kernels a
+//! discrete GPU gets (K-split linear, split-KV attention). Each configuration
 //! is built as explicit [`GpuOptions`] and must
 //! - decode two fixture prompts of `greedy_fp32` together for 16 tokens with an f32 KV cache,
 //!   token for token equal to the fp32 reference, and
@@ -11,7 +12,10 @@
 mod smollm2_support;
 
 use pagoda::engine::engine_config::gpu_options_from_env;
-use pagoda::gpu::{FeatureMask, GpuContext, GpuOptions, KvCache, KvCacheShape, KvPrecision};
+use pagoda::gpu::{
+    AttentionStrategy, FeatureMask, GpuContext, GpuOptions, KvCache, KvCacheShape, KvPrecision,
+    LinearStrategy,
+};
 use pagoda::model::llama::{ForwardBatch, ForwardOutput, LlamaModel, Workspace, WorkspaceLimits};
 use smollm2_support::{GreedyCase, greedy_cases, smollm2};
 
@@ -51,7 +55,7 @@ impl Runner {
         let files = smollm2();
         let model = LlamaModel::load(&ctx, &files, false).unwrap();
         let limits = WorkspaceLimits { max_tokens: 64, max_seqs: 2, max_blocks_per_seq: BLOCKS_PER_SEQ };
-        let ws = Workspace::new(&ctx, model.config(), limits).unwrap();
+        let ws = Workspace::new(&ctx, &model, limits).unwrap();
         Self { ctx, model, ws }
     }
 
@@ -157,6 +161,18 @@ fn no_subgroups() {
 #[test]
 fn neither_f16_nor_subgroups() {
     check_configuration("neither", masked(true, true));
+}
+
+#[test]
+fn gpu_class_kernels() {
+    check_configuration(
+        "k-split linear, split-KV attention",
+        GpuOptions {
+            linear_strategy: Some(LinearStrategy::KSplit),
+            attention_strategy: Some(AttentionStrategy::SplitKv),
+            ..Default::default()
+        },
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use naga::{AddressSpace, Module, ScalarKind, TypeInner};
 use pagoda::gpu::shader::params::{ParamsField, ParamsLayout};
 use pagoda::gpu::shader::slots::{self, KernelSlots};
-use pagoda::gpu::shader::{KernelVariant, all_variants};
+use pagoda::gpu::shader::{GateActivation, KernelVariant, all_variants};
 
 /// What a shader must agree on with its Rust side.
 struct Contract {
@@ -172,7 +172,7 @@ fn a_params_field_moved_on_one_side_only_is_caught() {
 
 #[test]
 fn a_binding_slot_or_workgroup_size_changed_on_one_side_only_is_caught() {
-    let variant = KernelVariant::SiluMul;
+    let variant = KernelVariant::GatedMul { act: GateActivation::Silu };
     let src = variant.source();
     let slot_moved = src.replacen("@binding(SLOT_UP)", "@binding(SLOT_OUT)", 1);
     assert_ne!(slot_moved, src);

@@ -58,7 +58,7 @@ fn first_position_logits_match_the_f32_reference() {
         max_seqs: cases.len(),
         max_blocks_per_seq: max_blocks,
     };
-    let ws = Workspace::new(&ctx, c, limits).unwrap();
+    let ws = Workspace::new(&ctx, &model, limits).unwrap();
     let shape = KvCacheShape {
         num_layers: c.num_hidden_layers,
         num_blocks: next_block as usize,

@@ -8,7 +8,7 @@ use super::{Engine, EngineError};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
-use crate::gpu::{BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy};
+use crate::gpu::{AttentionStrategy, BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy};
 
 /// Which executor runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -188,7 +188,8 @@ impl EngineBuilder {
 /// `options` with the fields left unset filled from the `PAGODA_*` environment variables —
 /// the one place pagoda reads them: `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the
 /// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
-/// `disable_features`), `PAGODA_WEBGPU_LIMITS=1` and `PAGODA_LINEAR=sequential|ksplit`.
+/// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit` and
+/// `PAGODA_ATTENTION=per-query|split-kv`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let backend = match (options.backend, env("PAGODA_BACKEND")) {
@@ -203,6 +204,11 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         (None, Some(name)) => Some(LinearStrategy::parse(&name)?),
         (None, None) => None,
     };
+    let attention_strategy = match (options.attention_strategy, env("PAGODA_ATTENTION")) {
+        (Some(s), _) => Some(s),
+        (None, Some(name)) => Some(AttentionStrategy::parse(&name)?),
+        (None, None) => None,
+    };
     Ok(GpuOptions {
         backend,
         adapter: options.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
@@ -210,5 +216,6 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         webgpu_default_limits: options.webgpu_default_limits
             || env("PAGODA_WEBGPU_LIMITS").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false")),
         linear_strategy,
+        attention_strategy,
     })
 }

@@ -163,7 +163,7 @@ impl WgpuExecutor {
             max_seqs: scheduler.max_num_seqs,
             max_blocks_per_seq: scheduler.max_model_len.div_ceil(cache.block_size).min(num_gpu_blocks),
         };
-        let workspace = Workspace::new(&ctx, c, limits).map_err(|e| {
+        let workspace = Workspace::new(&ctx, &model, limits).map_err(|e| {
             device(e, "allocating the step workspace (lower --max-num-batched-tokens or --max-num-seqs)")
         })?;
         let executor = Self {

@@ -1,7 +1,7 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::options::{FeatureMask, LinearStrategy};
-use super::shader::{KvFormat, LinearPath};
+use super::options::{AttentionStrategy, FeatureMask, LinearStrategy};
+use super::shader::{AttentionPath, KvFormat, LinearPath};
 
 /// The KV element precision a caller asks for; [`Capabilities::kv_format`] says what it
 /// becomes on the device.
@@ -45,6 +45,8 @@ pub struct Capabilities {
     pub limits: wgpu::Limits,
     /// Linear strategy forced by the options, if any.
     pub forced_linear: Option<LinearStrategy>,
+    /// Attention strategy forced by the options, if any.
+    pub forced_attention: Option<AttentionStrategy>,
 }
 
 impl Capabilities {
@@ -62,6 +64,15 @@ impl Capabilities {
         let (min, max) = self.subgroup_sizes;
         let subgroup = (self.subgroup && min == max && min >= 8).then_some(min);
         LinearPath::Sequential { subgroup }
+    }
+
+    /// The attention kernel on this device: one invocation per (query, head) on CPU adapters,
+    /// split-KV elsewhere.
+    pub fn attention_path(&self) -> AttentionPath {
+        match (self.forced_attention, self.is_cpu) {
+            (Some(AttentionStrategy::PerQuery), _) | (None, true) => AttentionPath::PerQuery,
+            (Some(AttentionStrategy::SplitKv), _) | (None, false) => AttentionPath::SplitKv,
+        }
     }
 
     /// The pool format for a requested KV precision: `Auto` is f16 with SHADER_F16 and f32
@@ -108,9 +119,19 @@ impl Capabilities {
         [
             linear,
             kv,
-            "attention: one invocation per (token, head), KV walked block by block with online softmax"
-                .into(),
-            "embedding/rms_norm/rope/silu_mul/add/gather/top_k: one variant each (no optional features)"
+            match self.attention_path() {
+                AttentionPath::PerQuery => format!(
+                    "attention: one invocation per (token, head), KV walked block by block with online softmax ({})",
+                    if self.forced_attention.is_some() { "forced" } else { "CPU adapter" }
+                ),
+                AttentionPath::SplitKv => format!(
+                    "attention: split-KV, partitions of {} tokens over {} invocations per (token, head), combined in a fixed tree ({})",
+                    super::shader::KV_PARTITION_TOKENS,
+                    super::shader::ATTENTION_SPLIT_WG,
+                    if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
+                ),
+            },
+            "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one variant each (no optional features)"
                 .into(),
         ]
         .join("\n")

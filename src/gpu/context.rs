@@ -138,6 +138,7 @@ impl GpuContext {
             webgpu_default_limits: options.webgpu_default_limits,
             limits,
             forced_linear: options.linear_strategy,
+            forced_attention: options.attention_strategy,
         };
         Ok(Self {
             device,

@@ -4,11 +4,13 @@
 use super::GpuError;
 use super::kv_cache::KvCache;
 use super::shader::params::{
-    AttentionParams, ElementwiseParams, EmbedParams, LinearParams, ReshapeAndCacheParams, RmsNormParams,
-    RopeParams, TopKParams,
+    AttentionParams, ElementwiseParams, EmbedParams, LinearParams, RmsNormParams, RopeCacheParams, TopKParams,
 };
 use super::shader::slots;
-use super::shader::{KernelVariant, LINEAR_SEQ_COLS, LinearPath};
+use super::shader::{
+    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LINEAR_SEQ_COLS, LinearEpilogue,
+    LinearPath,
+};
 use super::step::{Binding, Step};
 use super::tensor::{Elem, Tensor};
 use super::weights::Weight;
@@ -107,54 +109,84 @@ impl Step<'_> {
         self.dispatch(KernelVariant::RmsNorm, &params, bindings, grid)
     }
 
-    /// Rotates `x: f32 [T, heads * head_dim]` in place by `positions: u32 [T]` with
-    /// `inv_freq: f32 [head_dim / 2]` (see [`rope_inv_freq`](super::rope_inv_freq)).
-    pub fn rope(
-        &mut self,
-        x: &Tensor,
-        positions: &Tensor,
-        inv_freq: &Tensor,
-        heads: usize,
-        mode: RopeMode,
-    ) -> Result<(), GpuError> {
-        let (t, width) = dims2(x, "rope x")?;
-        if heads == 0 || !width.is_multiple_of(heads) || !(width / heads).is_multiple_of(2) {
-            return Err(GpuError::Shape(format!(
-                "rope: width {width} is not heads ({heads}) x an even head_dim"
-            )));
-        }
-        let hd = width / heads;
-        positions.expect("rope positions", Elem::U32, &[t])?;
-        inv_freq.expect("rope inv_freq", Elem::F32, &[hd / 2])?;
-        let params = RopeParams {
-            tokens: u(t),
-            heads: u(heads),
-            hd: u(hd),
-            half_split: u32::from(mode == RopeMode::HalfSplit),
-        };
-        let grid = self.grid_1d(KernelVariant::Rope, t * width / 2);
-        let bindings = vec![
-            Binding::tensor(slots::rope::X, x),
-            Binding::tensor(slots::rope::POSITIONS, positions),
-            Binding::tensor(slots::rope::INV_FREQ, inv_freq),
-        ];
-        self.dispatch(KernelVariant::Rope, &params, bindings, grid)
-    }
-
     /// `out = x · wᵀ` for `x: f32 [M, K]`, `w: [N, K]` of any weight type, `out: f32 [M, N]`.
     /// Every output is one fma chain over k ascending, so a row's bits never depend on M.
     pub fn linear(&mut self, x: &Tensor, w: &Weight, out: &Tensor) -> Result<(), GpuError> {
+        self.record_linear(x, w, out, 0, LinearEpilogue::Store, None)
+    }
+
+    /// `out += x · wᵀ` (a projection and the residual add after it in one dispatch); the same
+    /// bits as [`Self::linear`] then [`Self::add_in_place`].
+    pub fn linear_add(&mut self, x: &Tensor, w: &Weight, out: &Tensor) -> Result<(), GpuError> {
+        self.record_linear(x, w, out, 0, LinearEpilogue::Accumulate, None)
+    }
+
+    /// `out[:, col0..col0 + N] = x · wᵀ (+ bias)` for `out: f32 [M, W]` and `bias: f32 [N]`: a
+    /// projection writing its slice of a wider output (Q, K and V into one row).
+    pub fn linear_into(
+        &mut self,
+        x: &Tensor,
+        w: &Weight,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        col0: usize,
+    ) -> Result<(), GpuError> {
+        let epilogue = if bias.is_some() { LinearEpilogue::Bias } else { LinearEpilogue::Store };
+        self.record_linear(x, w, out, col0, epilogue, bias)
+    }
+
+    /// `out = act(x · gateᵀ) * (x · upᵀ)` for a gated weight (uploaded with
+    /// [`GpuContext::upload_gated_weight`](super::GpuContext::upload_gated_weight)), `out: f32
+    /// [M, N]`: the gated MLP's two projections and its activation in one dispatch, with the
+    /// same bits as two [`Self::linear`]s and [`Self::gated_mul`].
+    pub fn linear_gated(
+        &mut self,
+        x: &Tensor,
+        w: &Weight,
+        act: GateActivation,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        self.record_linear(x, w, out, 0, LinearEpilogue::Gated(act), None)
+    }
+
+    fn record_linear(
+        &mut self,
+        x: &Tensor,
+        w: &Weight,
+        out: &Tensor,
+        col0: usize,
+        epilogue: LinearEpilogue,
+        bias: Option<&Tensor>,
+    ) -> Result<(), GpuError> {
         let (m, k) = dims2(x, "linear x")?;
         if k != w.cols() {
             return Err(GpuError::Shape(format!("linear: x has {k} columns, {} has {}", w.name(), w.cols())));
         }
-        out.expect("linear out", Elem::F32, &[m, w.rows()])?;
+        if w.is_gated() != epilogue.is_gated() {
+            return Err(GpuError::Shape(format!(
+                "linear: {} is {}gated, the {epilogue:?} epilogue needs the other kind",
+                w.name(),
+                if w.is_gated() { "" } else { "not " }
+            )));
+        }
+        let (om, width) = dims2(out, "linear out")?;
+        if om != m || out.elem() != Elem::F32 || col0 + w.rows() > width {
+            return Err(GpuError::Shape(format!(
+                "linear out: {:?} {:?} cannot hold [{m}, {}] at column {col0}",
+                out.elem(),
+                out.shape(),
+                w.rows()
+            )));
+        }
+        if let Some(bias) = bias {
+            bias.expect("linear bias", Elem::F32, &[w.rows()])?;
+        }
         if m == 0 {
             return Ok(());
         }
         let path = self.ctx.capabilities().linear_path();
         let rows_tile = if m >= PREFILL_MIN_ROWS { PREFILL_ROWS_TILE } else { 1 };
-        let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile };
+        let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, epilogue };
         let row_groups = m.div_ceil(rows_tile as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
         if row_groups > max_dim {
@@ -175,38 +207,32 @@ impl Step<'_> {
                 m: u(m),
                 n_part: u(part.rows),
                 k: u(k),
-                ldy: u(w.rows()),
+                ldy: u(width),
                 n0: u(part.row0),
                 nx: u(nx),
+                y0: u(col0),
             };
-            let bindings = vec![
+            let mut bindings = vec![
                 Binding::tensor(slots::linear::X, x),
                 Binding::buffer(slots::linear::W, &part.buffer),
                 Binding::tensor(slots::linear::Y, out),
             ];
+            bindings.extend(bias.map(|b| Binding::tensor(slots::linear_bias::BIAS, b)));
             self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())
     }
 
-    /// `out = silu(gate) * up` elementwise (SwiGLU); all three f32 of the same shape.
-    pub fn silu_mul(&mut self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<(), GpuError> {
-        self.gated_mul(KernelVariant::SiluMul, gate, up, out)
-    }
-
-    /// `out = gelu_tanh(gate) * up` elementwise (PyTorch's tanh-approximated GELU: Gemma's
-    /// GeGLU); all three f32 of the same shape.
-    pub fn gelu_tanh_mul(&mut self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<(), GpuError> {
-        self.gated_mul(KernelVariant::GeluTanhMul, gate, up, out)
-    }
-
-    fn gated_mul(
+    /// `out = act(gate) * up` elementwise (SwiGLU with SiLU, Gemma's GeGLU with PyTorch's
+    /// tanh-approximated GELU); all three f32 of the same shape.
+    pub fn gated_mul(
         &mut self,
-        variant: KernelVariant,
+        act: GateActivation,
         gate: &Tensor,
         up: &Tensor,
         out: &Tensor,
     ) -> Result<(), GpuError> {
+        let variant = KernelVariant::GatedMul { act };
         up.expect("gated mul up", Elem::F32, gate.shape())?;
         out.expect("gated mul out", Elem::F32, gate.shape())?;
         let n = gate.len();
@@ -263,22 +289,6 @@ impl Step<'_> {
         )
     }
 
-    /// `x[r, :] += bias` for `x: f32 [R, N]`, `bias: f32 [N]` (Qwen2's q/k/v biases).
-    pub fn add_bias(&mut self, x: &Tensor, bias: &Tensor) -> Result<(), GpuError> {
-        let (_, d) = dims2(x, "add_bias x")?;
-        bias.expect("add_bias bias", Elem::F32, &[d])?;
-        let n = x.len();
-        let grid = self.grid_1d(KernelVariant::AddBias, n);
-        let bindings =
-            vec![Binding::tensor(slots::add_bias::X, x), Binding::tensor(slots::add_bias::BIAS, bias)];
-        self.dispatch(
-            KernelVariant::AddBias,
-            &ElementwiseParams { n: u(n), d: u(d), value: 0.0 },
-            bindings,
-            grid,
-        )
-    }
-
     /// `out[r, :] = src[indices[r], :]` for `src: f32 [T, D]`, `indices: u32 [R]`, `out: [R, D]`
     /// (e.g. the rows that need logits, before the LM head).
     pub fn gather_rows(&mut self, src: &Tensor, indices: &Tensor, out: &Tensor) -> Result<(), GpuError> {
@@ -301,40 +311,65 @@ impl Step<'_> {
         )
     }
 
-    /// Writes `k`, `v: f32 [T, kv_heads * head_dim]` into layer `layer` of `cache` at
-    /// `slot_mapping: u32 [T]` (slot = block * block_size + offset; `u32::MAX` skips the token).
-    pub fn reshape_and_cache(
+    /// RoPE and the paged K/V write on the fused projection `qkv: f32 [T, (heads + 2 kv_heads)
+    /// * head_dim]` (query heads, key heads, value heads): the query heads are rotated in place,
+    /// the key heads rotated and written with the value heads into layer `layer` of `cache` at
+    /// `slot_mapping: u32 [T]` (slot = block * block_size + offset; `u32::MAX` skips the
+    /// token). `positions: u32 [T]`, `inv_freq: f32 [head_dim / 2]` (see
+    /// [`rope_inv_freq`](super::rope_inv_freq)). With `qk_norm = Some((weights, eps))`, the query
+    /// and key heads are first RMS-normed with `weights: f32 [2, head_dim]` (Qwen3, Gemma 3).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_cache(
         &mut self,
-        k: &Tensor,
-        v: &Tensor,
+        qkv: &Tensor,
+        positions: &Tensor,
+        inv_freq: &Tensor,
+        qk_norm: Option<(&Tensor, f32)>,
         slot_mapping: &Tensor,
         cache: &KvCache,
         layer: usize,
+        heads: usize,
+        mode: RopeMode,
     ) -> Result<(), GpuError> {
         let s = cache.shape();
-        let t = slot_mapping.len();
-        slot_mapping.expect("slot_mapping", Elem::U32, &[t])?;
-        k.expect("reshape_and_cache k", Elem::F32, &[t, s.num_kv_heads * s.head_dim])?;
-        v.expect("reshape_and_cache v", Elem::F32, &[t, s.num_kv_heads * s.head_dim])?;
+        let (t, width) = dims2(qkv, "rope_cache qkv")?;
+        let hd = s.head_dim;
+        qkv.expect("rope_cache qkv", Elem::F32, &[t, (heads + 2 * s.num_kv_heads) * hd])?;
+        positions.expect("rope_cache positions", Elem::U32, &[t])?;
+        slot_mapping.expect("rope_cache slot_mapping", Elem::U32, &[t])?;
+        inv_freq.expect("rope_cache inv_freq", Elem::F32, &[hd / 2])?;
+        if let Some((weights, _)) = qk_norm {
+            weights.expect("rope_cache qk_norm", Elem::F32, &[2, hd])?;
+        }
         let (kc, vc) =
             cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
-        let row_pairs = s.num_kv_heads * s.head_dim / 2;
-        let variant = KernelVariant::ReshapeAndCache { kv: cache.format() };
-        let grid = self.grid_1d(variant, t * row_pairs);
-        let bindings = vec![
-            Binding::tensor(slots::reshape_and_cache::K_NEW, k),
-            Binding::tensor(slots::reshape_and_cache::V_NEW, v),
-            Binding::tensor(slots::reshape_and_cache::SLOT_MAPPING, slot_mapping),
-            Binding::buffer(slots::reshape_and_cache::K_CACHE, kc),
-            Binding::buffer(slots::reshape_and_cache::V_CACHE, vc),
+        let variant = KernelVariant::RopeCache { kv: cache.format(), qk_norm: qk_norm.is_some() };
+        let params = RopeCacheParams {
+            tokens: u(t),
+            heads: u(heads),
+            kv_heads: u(s.num_kv_heads),
+            hd: u(hd),
+            half_split: u32::from(mode == RopeMode::HalfSplit),
+            eps: qk_norm.map_or(0.0, |(_, eps)| eps),
+        };
+        let grid = self.grid_1d(variant, t * width / hd);
+        let mut bindings = vec![
+            Binding::tensor(slots::rope_cache::QKV, qkv),
+            Binding::tensor(slots::rope_cache::POSITIONS, positions),
+            Binding::tensor(slots::rope_cache::INV_FREQ, inv_freq),
+            Binding::tensor(slots::rope_cache::SLOT_MAPPING, slot_mapping),
+            Binding::buffer(slots::rope_cache::K_CACHE, kc),
+            Binding::buffer(slots::rope_cache::V_CACHE, vc),
         ];
-        let params = ReshapeAndCacheParams { tokens: u(t), row_pairs: u(row_pairs) };
+        bindings.extend(qk_norm.map(|(w, _)| Binding::tensor(slots::rope_cache_qk_norm::QK_NORM, w)));
         self.dispatch(variant, &params, bindings, grid)
     }
 
-    /// Paged attention: `out, q: f32 [T, heads * head_dim]` over layer `layer` of `cache` for the
-    /// varlen `batch`; causal inside the new tokens, full over the cached prefix, GQA when
-    /// `heads` is a multiple of the cache's KV heads, scale `1 / sqrt(head_dim)`.
+    /// Paged attention: `out: f32 [T, heads * head_dim]` over layer `layer` of `cache` for the
+    /// varlen `batch`, the queries in the first `heads * head_dim` columns of `q: f32 [T, W]`
+    /// (the fused projection's row, or just the queries); causal inside the new tokens, full
+    /// over the cached prefix, GQA when `heads` is a multiple of the cache's KV heads, scores
+    /// scaled, windowed and soft-capped as `spec` says.
     pub fn paged_attention(
         &mut self,
         q: &Tensor,
@@ -346,8 +381,15 @@ impl Step<'_> {
     ) -> Result<(), GpuError> {
         let heads = spec.heads;
         let s = cache.shape();
-        let (t, _) = dims2(q, "attention q")?;
-        q.expect("attention q", Elem::F32, &[t, heads * s.head_dim])?;
+        let (t, q_stride) = dims2(q, "attention q")?;
+        if q.elem() != Elem::F32 || q_stride < heads * s.head_dim {
+            return Err(GpuError::Shape(format!(
+                "attention q: {:?} {:?} holds no {heads} heads of {}",
+                q.elem(),
+                q.shape(),
+                s.head_dim
+            )));
+        }
         out.expect("attention out", Elem::F32, &[t, heads * s.head_dim])?;
         if heads == 0 || !heads.is_multiple_of(s.num_kv_heads) {
             return Err(GpuError::Shape(format!(
@@ -382,9 +424,15 @@ impl Step<'_> {
             scale: spec.scale,
             window: spec.window.map_or(0, u),
             softcap: spec.softcap.unwrap_or(0.0),
+            q_stride: u(q_stride),
+            part_blocks: (KV_PARTITION_TOKENS / u(s.block_size)).max(1),
         };
-        let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim) };
-        let grid = self.grid_1d(variant, t * heads);
+        let path = self.ctx.capabilities().attention_path();
+        let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path };
+        let grid = match path {
+            AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
+            AttentionPath::SplitKv => self.grid_groups(t * heads),
+        };
         let bindings = vec![
             Binding::tensor(slots::attention::Q, q),
             Binding::buffer(slots::attention::K_CACHE, kc),

@@ -84,4 +84,23 @@ impl GpuContext {
         }
         Ok(KvCache { shape, format, layers })
     }
+
+    /// Layer `layer`'s K and V pools as f32 values, each `[num_blocks * block_size,
+    /// num_kv_heads, head_dim]` flattened (its own submit; for tests and debugging).
+    pub fn read_kv_layer(&self, cache: &KvCache, layer: usize) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
+        let (k, v) =
+            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
+        let mut step = self.step();
+        let (ki, vi) = (step.read_buffer(k, cache.pool_bytes()), step.read_buffer(v, cache.pool_bytes()));
+        let mut out = step.submit()?;
+        let values = |bytes: Vec<u8>| -> Vec<f32> {
+            match cache.format {
+                KvFormat::F32 => bytemuck::cast_slice(&bytes).to_vec(),
+                KvFormat::F16Packed | KvFormat::F16Native => {
+                    bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+                }
+            }
+        };
+        Ok((values(out.take(ki)), values(out.take(vi))))
+    }
 }

@@ -9,7 +9,8 @@
 //!
 //! Device choice: [`GpuOptions`] (backend, adapter, masked features, WebGPU default limits,
 //! linear strategy), completed from `PAGODA_BACKEND`, `PAGODA_ADAPTER`,
-//! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1` and `PAGODA_LINEAR`.
+//! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR` and
+//! `PAGODA_ATTENTION`.
 //! [`Capabilities::device_summary`] and [`Capabilities::variant_summary`] are the text for
 //! `pagoda info`; [`Capabilities::kv_format`] says what a [`KvPrecision`] becomes on this device.
 //! Shader variants are composed in [`shader`], the one source of truth for specialisation.
@@ -18,34 +19,30 @@
 //! rows of the batch, on how a prompt was chunked, or on whether its K/V were written by a
 //! prefill or a decode.
 //!
-//! One Llama layer on a flattened batch of `t` tokens (workspace tensors allocated once for the
-//! largest step and viewed with [`Tensor::rows`]):
+//! Nothing is created per step once its shapes have been seen: the parameter ring, the bind
+//! groups, the readback staging buffers and scratch tensors ([`Step::scratch`]) live in the
+//! context across steps, and [`GpuContext::counters`] counts what was created, dispatched and
+//! how long recording took.
+//!
+//! One Llama layer on a flattened batch of `t` tokens in 8 dispatches (workspace tensors
+//! allocated once for the largest step and viewed with [`Tensor::rows`]; `w_qkv` is Q, K and V
+//! stacked, `w_gate_up` a gated weight from [`GpuContext::upload_gated_weight`]):
 //!
 //! ```no_run
 //! # use pagoda::gpu::*;
-//! # fn layer(ctx: &GpuContext, l: usize, t: usize, x: &Tensor, h: &Tensor, q: &Tensor, k: &Tensor,
-//! #     v: &Tensor, att: &Tensor, o: &Tensor, gate: &Tensor, up: &Tensor, act: &Tensor,
-//! #     norm1: &Tensor, norm2: &Tensor, wq: &Weight, wk: &Weight, wv: &Weight, wo: &Weight,
-//! #     wg: &Weight, wu: &Weight, wd: &Weight, inv_freq: &Tensor, positions: &Tensor,
-//! #     slots: &Tensor, batch: &AttentionBatch, cache: &KvCache, heads: usize, kv_heads: usize)
-//! #     -> Result<(), GpuError> {
+//! # fn layer(ctx: &GpuContext, l: usize, x: &Tensor, h: &Tensor, qkv: &Tensor, att: &Tensor,
+//! #     act: &Tensor, norm1: &Tensor, norm2: &Tensor, w_qkv: &Weight, wo: &Weight,
+//! #     w_gate_up: &Weight, wd: &Weight, inv_freq: &Tensor, positions: &Tensor, slots: &Tensor,
+//! #     batch: &AttentionBatch, cache: &KvCache, spec: &AttentionSpec) -> Result<(), GpuError> {
 //! let mut step = ctx.step();
 //! step.rms_norm(x, norm1, 1e-5, h)?;
-//! step.linear(h, wq, q)?;
-//! step.linear(h, wk, k)?;
-//! step.linear(h, wv, v)?;
-//! step.rope(q, positions, inv_freq, heads, RopeMode::Interleaved)?;
-//! step.rope(k, positions, inv_freq, kv_heads, RopeMode::Interleaved)?;
-//! step.reshape_and_cache(k, v, slots, cache, l)?;
-//! step.paged_attention(q, cache, l, batch, &spec, att)?;
-//! step.linear(att, wo, o)?;
-//! step.add_in_place(x, o)?;
+//! step.linear(h, w_qkv, qkv)?;
+//! step.rope_cache(qkv, positions, inv_freq, None, slots, cache, l, spec.heads, RopeMode::Interleaved)?;
+//! step.paged_attention(qkv, cache, l, batch, spec, att)?;
+//! step.linear_add(att, wo, x)?;
 //! step.rms_norm(x, norm2, 1e-5, h)?;
-//! step.linear(h, wg, gate)?;
-//! step.linear(h, wu, up)?;
-//! step.silu_mul(gate, up, act)?;
-//! step.linear(act, wd, o)?;
-//! step.add_in_place(x, o)?;
+//! step.linear_gated(h, w_gate_up, GateActivation::Silu, act)?;
+//! step.linear_add(act, wd, x)?;
 //! // ... more layers, then gather_rows + rms_norm + linear(lm_head) + argmax/top_k, and:
 //! let ids = step.read(slots);
 //! let mut out = step.submit()?;
@@ -73,9 +70,9 @@ pub use context::GpuContext;
 pub use counters::GpuCounters;
 pub use kernels::{AttentionBatch, AttentionSpec, PREFILL_MIN_ROWS, RopeMode};
 pub use kv_cache::{KvCache, KvCacheShape};
-pub use options::{BackendChoice, FeatureMask, GpuOptions, LinearStrategy};
+pub use options::{AttentionStrategy, BackendChoice, FeatureMask, GpuOptions, LinearStrategy};
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
-pub use shader::{KernelVariant, KvFormat, LinearPath};
+pub use shader::{AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath};
 pub use step::{ReadbackId, Step, StepOutput};
 pub use tensor::{Elem, Tensor};
 pub use weights::{Weight, resident_bytes};

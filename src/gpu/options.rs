@@ -90,6 +90,29 @@ impl LinearStrategy {
     }
 }
 
+/// Forces the attention kernel instead of choosing it from the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionStrategy {
+    /// One invocation per (query token, head) walking the whole context (CPU drivers).
+    PerQuery,
+    /// The context cut into fixed partitions, one invocation each, combined in a fixed tree
+    /// (flash-decoding; GPUs).
+    SplitKv,
+}
+
+impl AttentionStrategy {
+    /// `per-query` or `split-kv`, any case.
+    pub fn parse(name: &str) -> Result<Self, GpuError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "per-query" | "perquery" => Ok(Self::PerQuery),
+            "split-kv" | "splitkv" | "split" => Ok(Self::SplitKv),
+            other => Err(GpuError::BadOption(format!(
+                "unknown attention strategy `{other}` (per-query, split-kv)"
+            ))),
+        }
+    }
+}
+
 /// Everything that decides which device pagoda opens and how.
 ///
 /// The GPU layer reads no environment: the engine fills unset fields from the `PAGODA_*`
@@ -106,6 +129,8 @@ pub struct GpuOptions {
     pub webgpu_default_limits: bool,
     /// Linear reduction strategy; `None` chooses from the adapter type.
     pub linear_strategy: Option<LinearStrategy>,
+    /// Attention kernel; `None` chooses from the adapter type.
+    pub attention_strategy: Option<AttentionStrategy>,
 }
 
 impl GpuOptions {
@@ -124,6 +149,7 @@ impl GpuOptions {
             disable_features: disable_features.map(FeatureMask::parse).transpose()?.unwrap_or_default(),
             webgpu_default_limits: webgpu_limits,
             linear_strategy: None,
+            attention_strategy: None,
         })
     }
 }

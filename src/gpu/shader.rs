@@ -15,9 +15,9 @@
 //!   named after the WGSL variable bound there. The composer injects each as `SLOT_<NAME>` and
 //!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
-//!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_SEQ_WG`]) is injected as `WG`, which the shader
+//!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_SEQ_WG`], [`ATTENTION_SPLIT_WG`]) is injected as `WG`, which the shader
 //!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
-//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM` and `TN` (linear).
+//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM`, `TN` and `GATES` (linear).
 //!
 //! Every composed shader starts with a comment naming its files, then its injected constants,
 //! each with the Rust item it comes from, e.g. for RMSNorm:
@@ -55,6 +55,10 @@
 //! var acc_1_1 = 0.0;
 //! ```
 //!
+//! Before that, a line whose first word is `GATED` is kept (without the word) only in the
+//! variants of a gated weight ([`LinearEpilogue::Gated`]), and a line whose first word is
+//! `PLAIN` only in the others.
+//!
 //! The sequential linear kernel also has `LANE_ARG` (the subgroup lane builtin, or nothing) and
 //! `LANE_LET` (nothing, or `let lane = 0u;`), replaced as its activation loads need.
 
@@ -64,8 +68,8 @@ pub mod slots;
 mod unroll;
 
 use params::{
-    AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, ParamsLayout,
-    ReshapeAndCacheParams, RmsNormParams, RopeParams, TopKParams,
+    AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, ParamsLayout, RmsNormParams,
+    RopeCacheParams, TopKParams,
 };
 use slots::KernelSlots;
 
@@ -84,6 +88,74 @@ pub enum LinearPath {
     /// One workgroup of `WG` invocations per output, K split across them and a fixed tree
     /// reduction (fast on discrete GPUs for decode).
     KSplit,
+}
+
+/// The activation of a gated MLP: `act(gate) * up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GateActivation {
+    /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi-3).
+    Silu,
+    /// PyTorch's tanh-approximated GELU (GeGLU: Gemma).
+    GeluTanh,
+}
+
+impl GateActivation {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Silu => "silu",
+            Self::GeluTanh => "gelu_tanh",
+        }
+    }
+}
+
+/// What a linear kernel does with each output it computes. Every epilogue writes the bits
+/// the separate kernel would: the product is rounded to f32 first either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinearEpilogue {
+    /// `y = acc`.
+    Store,
+    /// `y += acc`: the residual add fused into the projection before it.
+    Accumulate,
+    /// `y = acc + bias[n]`: Q/K/V biases.
+    Bias,
+    /// `y = act(gate) * up` over a gated weight, whose parts hold their gate rows and then as
+    /// many up rows: the gated MLP's two projections and its activation in one dispatch.
+    Gated(GateActivation),
+}
+
+impl LinearEpilogue {
+    /// Every epilogue.
+    pub const ALL: [LinearEpilogue; 5] = [
+        Self::Store,
+        Self::Accumulate,
+        Self::Bias,
+        Self::Gated(GateActivation::Silu),
+        Self::Gated(GateActivation::GeluTanh),
+    ];
+
+    /// True for the gated epilogues (two rows per output).
+    pub fn is_gated(self) -> bool {
+        matches!(self, Self::Gated(_))
+    }
+
+    fn name(self) -> String {
+        match self {
+            Self::Store => "store".into(),
+            Self::Accumulate => "accumulate".into(),
+            Self::Bias => "bias".into(),
+            Self::Gated(act) => format!("gated-{}", act.name()),
+        }
+    }
+}
+
+/// How the attention kernel spreads one query's context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttentionPath {
+    /// One invocation per (query token, head) walking the whole context (CPU drivers).
+    PerQuery,
+    /// One workgroup of [`ATTENTION_SPLIT_WG`] per (query token, head): the context cut into
+    /// fixed partitions of about [`KV_PARTITION_TOKENS`] tokens, combined in a fixed tree.
+    SplitKv,
 }
 
 /// Element format of the paged K/V pools.
@@ -116,8 +188,8 @@ impl KvFormat {
 }
 
 /// Invocations per workgroup of every kernel but top-k and linear: the elementwise kernels,
-/// embedding, RoPE, reshape_and_cache and attention (one invocation per output) and RMSNorm
-/// (one workgroup per row).
+/// embedding, RoPE + cache (one invocation per head) and attention (one invocation per
+/// output) and RMSNorm (one workgroup per row).
 pub const WORKGROUP_SIZE: u32 = 64;
 /// Invocations per workgroup of top-k (one workgroup per row).
 pub const TOP_K_WG: u32 = 256;
@@ -129,6 +201,10 @@ pub const LINEAR_SEQ_WG: u32 = 16;
 /// Output columns each invocation of the sequential linear kernels computes: one activation
 /// load then serves this many weight rows.
 pub const LINEAR_SEQ_COLS: u32 = 4;
+/// Invocations per workgroup of split-KV attention: partitions one query works on at once.
+pub const ATTENTION_SPLIT_WG: u32 = 32;
+/// Keys per split-KV partition (rounded down to whole KV blocks, at least one).
+pub const KV_PARTITION_TOKENS: u32 = 128;
 /// Largest KV block size the attention kernel accepts.
 pub const MAX_BLOCK_SIZE: u32 = 64;
 /// Row tiles the linear kernels are built with: 1 for decode, 4 for prefill.
@@ -162,20 +238,17 @@ pub enum KernelVariant {
     },
     /// RMSNorm.
     RmsNorm,
-    /// Rotary embedding (both modes, chosen by a parameter).
-    Rope,
-    /// `silu(a) * b`.
-    SiluMul,
-    /// `gelu_tanh(a) * b`.
-    GeluTanhMul,
+    /// `act(a) * b`.
+    GatedMul {
+        /// The activation.
+        act: GateActivation,
+    },
     /// `a *= s`.
     Scale,
     /// `a = c * tanh(a / c)`.
     Softcap,
     /// `a += b`.
     AddInPlace,
-    /// `a[r, :] += bias`.
-    AddBias,
     /// Rows of a matrix picked by an index list.
     GatherRows,
     /// Top-k (and argmax as k = 1) per row.
@@ -188,11 +261,16 @@ pub enum KernelVariant {
         path: LinearPath,
         /// Rows of x each invocation (sequential) or workgroup (K-split) computes.
         rows_tile: u32,
+        /// What it does with each output.
+        epilogue: LinearEpilogue,
     },
-    /// Writes new K/V rows into the paged pools.
-    ReshapeAndCache {
+    /// RoPE on the fused Q/K/V projection and the paged K/V write (both RoPE modes, chosen
+    /// by a parameter).
+    RopeCache {
         /// Pool element format.
         kv: KvFormat,
+        /// Query and key heads RMS-normed first (Qwen3, Gemma 3).
+        qk_norm: bool,
     },
     /// Paged attention.
     Attention {
@@ -200,6 +278,8 @@ pub enum KernelVariant {
         kv: KvFormat,
         /// Head dimension (even).
         head_dim: u32,
+        /// How one query's context is spread.
+        path: AttentionPath,
     },
 }
 
@@ -208,8 +288,7 @@ impl KernelVariant {
     pub fn needs_f16(&self) -> bool {
         matches!(
             self,
-            Self::ReshapeAndCache { kv: KvFormat::F16Native }
-                | Self::Attention { kv: KvFormat::F16Native, .. }
+            Self::RopeCache { kv: KvFormat::F16Native, .. } | Self::Attention { kv: KvFormat::F16Native, .. }
         )
     }
 
@@ -223,25 +302,30 @@ impl KernelVariant {
         match self {
             Self::Embed { dtype } => format!("embed/{}", dtype.name()),
             Self::RmsNorm => "rms_norm".into(),
-            Self::Rope => "rope".into(),
-            Self::SiluMul => "silu_mul".into(),
-            Self::GeluTanhMul => "gelu_tanh_mul".into(),
+            Self::GatedMul { act } => format!("gated_mul/{}", act.name()),
             Self::Scale => "scale".into(),
             Self::Softcap => "softcap".into(),
             Self::AddInPlace => "add_in_place".into(),
-            Self::AddBias => "add_bias".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, path, rows_tile } => {
+            Self::Linear { dtype, path, rows_tile, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
                     LinearPath::KSplit => "ksplit".into(),
                 };
-                format!("linear/{}/{path}/tm{rows_tile}", dtype.name())
+                format!("linear/{}/{path}/tm{rows_tile}/{}", dtype.name(), epilogue.name())
             }
-            Self::ReshapeAndCache { kv } => format!("reshape_and_cache/{}", kv.name()),
-            Self::Attention { kv, head_dim } => format!("attention/{}/hd{head_dim}", kv.name()),
+            Self::RopeCache { kv, qk_norm } => {
+                format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
+            }
+            Self::Attention { kv, head_dim, path } => {
+                let path = match path {
+                    AttentionPath::PerQuery => "per-query",
+                    AttentionPath::SplitKv => "split-kv",
+                };
+                format!("attention/{}/hd{head_dim}/{path}", kv.name())
+            }
         }
     }
 
@@ -256,6 +340,9 @@ impl KernelVariant {
             Self::TopK => (TOP_K_WG, "TOP_K_WG"),
             Self::Linear { path: LinearPath::Sequential { .. }, .. } => (LINEAR_SEQ_WG, "LINEAR_SEQ_WG"),
             Self::Linear { path: LinearPath::KSplit, .. } => (LINEAR_WG, "LINEAR_WG"),
+            Self::Attention { path: AttentionPath::SplitKv, .. } => {
+                (ATTENTION_SPLIT_WG, "ATTENTION_SPLIT_WG")
+            }
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
@@ -265,17 +352,12 @@ impl KernelVariant {
         match self {
             Self::Embed { .. } => EmbedParams::LAYOUT,
             Self::RmsNorm => RmsNormParams::LAYOUT,
-            Self::Rope => RopeParams::LAYOUT,
-            Self::SiluMul
-            | Self::GeluTanhMul
-            | Self::Scale
-            | Self::Softcap
-            | Self::AddInPlace
-            | Self::AddBias
-            | Self::GatherRows => ElementwiseParams::LAYOUT,
+            Self::GatedMul { .. } | Self::Scale | Self::Softcap | Self::AddInPlace | Self::GatherRows => {
+                ElementwiseParams::LAYOUT
+            }
             Self::TopK => TopKParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
-            Self::ReshapeAndCache { .. } => ReshapeAndCacheParams::LAYOUT,
+            Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } => AttentionParams::LAYOUT,
         }
     }
@@ -285,16 +367,16 @@ impl KernelVariant {
         match self {
             Self::Embed { .. } => slots::embed::ALL,
             Self::RmsNorm => slots::rms_norm::ALL,
-            Self::Rope => slots::rope::ALL,
-            Self::SiluMul | Self::GeluTanhMul => slots::gated_mul::ALL,
+            Self::GatedMul { .. } => slots::gated_mul::ALL,
             Self::Scale => slots::scale::ALL,
             Self::Softcap => slots::softcap::ALL,
             Self::AddInPlace => slots::add_in_place::ALL,
-            Self::AddBias => slots::add_bias::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
             Self::TopK => slots::top_k::ALL,
+            Self::Linear { epilogue: LinearEpilogue::Bias, .. } => slots::linear_bias::ALL,
             Self::Linear { .. } => slots::linear::ALL,
-            Self::ReshapeAndCache { .. } => slots::reshape_and_cache::ALL,
+            Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
+            Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
             Self::Attention { .. } => slots::attention::ALL,
         }
     }
@@ -306,17 +388,15 @@ pub const TESTED_HEAD_DIMS: [u32; 4] = [64, 80, 96, 128];
 pub const SUBGROUP_SIZES: [u32; 4] = [8, 16, 32, 64];
 
 /// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
-/// KV formats and the tested head dimensions.
+/// epilogues, KV formats and the tested head dimensions.
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
-        KernelVariant::Rope,
-        KernelVariant::SiluMul,
-        KernelVariant::GeluTanhMul,
+        KernelVariant::GatedMul { act: GateActivation::Silu },
+        KernelVariant::GatedMul { act: GateActivation::GeluTanh },
         KernelVariant::Scale,
         KernelVariant::Softcap,
         KernelVariant::AddInPlace,
-        KernelVariant::AddBias,
         KernelVariant::GatherRows,
         KernelVariant::TopK,
     ];
@@ -326,14 +406,19 @@ pub fn all_variants() -> Vec<KernelVariant> {
         out.push(KernelVariant::Embed { dtype });
         for path in &paths {
             for rows_tile in LINEAR_ROW_TILES {
-                out.push(KernelVariant::Linear { dtype, path: *path, rows_tile });
+                for epilogue in LinearEpilogue::ALL {
+                    out.push(KernelVariant::Linear { dtype, path: *path, rows_tile, epilogue });
+                }
             }
         }
     }
     for kv in [KvFormat::F32, KvFormat::F16Packed, KvFormat::F16Native] {
-        out.push(KernelVariant::ReshapeAndCache { kv });
+        out.push(KernelVariant::RopeCache { kv, qk_norm: false });
+        out.push(KernelVariant::RopeCache { kv, qk_norm: true });
         for head_dim in TESTED_HEAD_DIMS {
-            out.push(KernelVariant::Attention { kv, head_dim });
+            for path in [AttentionPath::PerQuery, AttentionPath::SplitKv] {
+                out.push(KernelVariant::Attention { kv, head_dim, path });
+            }
         }
     }
     out

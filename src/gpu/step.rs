@@ -159,7 +159,12 @@ impl Step<'_> {
 
     /// Copies `t` back to the CPU after this step's dispatches.
     pub fn read(&mut self, t: &Tensor) -> ReadbackId {
-        self.readbacks.push(Readback { buffer: t.buffer.clone(), size: t.byte_len() });
+        self.read_buffer(&t.buffer, t.byte_len())
+    }
+
+    /// Copies the first `size` bytes of `buffer` back to the CPU after this step's dispatches.
+    pub(crate) fn read_buffer(&mut self, buffer: &wgpu::Buffer, size: u64) -> ReadbackId {
+        self.readbacks.push(Readback { buffer: buffer.clone(), size });
         ReadbackId(self.readbacks.len() - 1)
     }
 

@@ -5,7 +5,8 @@ use super::GpuError;
 use super::context::GpuContext;
 use crate::dtype::DType;
 
-/// A contiguous range of rows of a weight in one buffer.
+/// A contiguous range of rows of a weight in one buffer (of a gated weight: the range of its
+/// gate rows, then the same range of its up rows).
 #[derive(Debug, Clone)]
 pub(crate) struct WeightPart {
     pub(crate) buffer: wgpu::Buffer,
@@ -27,6 +28,7 @@ pub struct Weight {
     dtype: DType,
     rows: usize,
     cols: usize,
+    gated: bool,
     pub(crate) parts: Vec<WeightPart>,
 }
 
@@ -41,9 +43,14 @@ impl Weight {
         self.dtype
     }
 
-    /// Output features (rows).
+    /// Output features (rows; of a gated weight, its gate rows).
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// True for a gated pair of weights ([`GpuContext::upload_gated_weight`]).
+    pub fn is_gated(&self) -> bool {
+        self.gated
     }
 
     /// Input features (columns).
@@ -129,21 +136,51 @@ impl GpuContext {
         cols: usize,
         bytes: &[u8],
     ) -> Result<Weight, GpuError> {
+        self.upload_row_groups(name, dtype, rows, cols, &[bytes])
+    }
+
+    /// Uploads a gated pair of `[rows, cols]` weights of one type (an MLP's gate and up
+    /// projections) as one weight for [`Step::linear_gated`](super::Step::linear_gated): each
+    /// buffer holds a range of gate rows followed by the same range of up rows.
+    pub fn upload_gated_weight(
+        &self,
+        name: &str,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        gate: &[u8],
+        up: &[u8],
+    ) -> Result<Weight, GpuError> {
+        self.upload_row_groups(name, dtype, rows, cols, &[gate, up])
+    }
+
+    /// Uploads `groups` (each `[rows, cols]`) split by rows into parts under the binding
+    /// limit, each part holding the same row range of every group in turn.
+    fn upload_row_groups(
+        &self,
+        name: &str,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        groups: &[&[u8]],
+    ) -> Result<Weight, GpuError> {
         let row_bytes = dtype.bytes_for(cols).ok_or_else(|| {
             GpuError::Shape(format!(
                 "{name}: {cols} columns is not a whole number of {} blocks",
                 dtype.name()
             ))
         })?;
-        if rows == 0 || cols == 0 || bytes.len() != rows * row_bytes {
-            return Err(GpuError::Shape(format!(
-                "{name}: {} bytes for a [{rows}, {cols}] {} weight, expected {}",
-                bytes.len(),
-                dtype.name(),
-                rows * row_bytes
-            )));
+        for bytes in groups {
+            if rows == 0 || cols == 0 || bytes.len() != rows * row_bytes {
+                return Err(GpuError::Shape(format!(
+                    "{name}: {} bytes for a [{rows}, {cols}] {} weight, expected {}",
+                    bytes.len(),
+                    dtype.name(),
+                    rows * row_bytes
+                )));
+            }
         }
-        let stored_row_bytes = 4 * row_words(dtype, cols) as u64;
+        let stored_row_bytes = 4 * row_words(dtype, cols) as u64 * groups.len() as u64;
         let rows_per_part = (self.max_binding_bytes() / stored_row_bytes) as usize;
         if rows_per_part == 0 {
             return Err(GpuError::TooLarge(format!(
@@ -154,8 +191,10 @@ impl GpuContext {
         for row0 in (0..rows).step_by(rows_per_part) {
             let n = rows_per_part.min(rows - row0);
             let mut data = Vec::with_capacity(n * stored_row_bytes as usize);
-            for row in bytes[row0 * row_bytes..(row0 + n) * row_bytes].chunks_exact(row_bytes) {
-                repack_row(dtype, row, &mut data);
+            for bytes in groups {
+                for row in bytes[row0 * row_bytes..(row0 + n) * row_bytes].chunks_exact(row_bytes) {
+                    repack_row(dtype, row, &mut data);
+                }
             }
             let buffer = self.create_buffer(
                 name,
@@ -165,6 +204,6 @@ impl GpuContext {
             self.queue.write_buffer(&buffer, 0, &data);
             parts.push(WeightPart { buffer, row0, rows: n });
         }
-        Ok(Weight { name: name.to_string(), dtype, rows, cols, parts })
+        Ok(Weight { name: name.to_string(), dtype, rows, cols, gated: groups.len() == 2, parts })
     }
 }

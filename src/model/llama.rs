@@ -1,17 +1,19 @@
 //! The Llama-family forward pass on the GPU: one step over a flattened varlen batch as a
-//! sequence of kernel calls (embedding, per layer RMSNorm, Q/K/V (+ bias), RoPE, paged KV write,
-//! paged GQA attention, output projection, SwiGLU, residuals; then the final norm and the
-//! LM head on only the rows that need logits, and top-k/argmax on the GPU).
+//! sequence of kernel calls (the embedding; per layer RMSNorm, the fused Q/K/V projection
+//! (+ bias), RoPE with the paged KV write, paged GQA attention, the output projection with the
+//! residual add, RMSNorm, the gated MLP projection with its activation, the down projection
+//! with the residual add: 8 dispatches; then the final norm and the LM head on only the rows
+//! that need logits, and top-k/argmax on the GPU).
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant};
 use super::files::ModelFiles;
 use super::tensor::TensorView;
-use super::weights::{LlamaWeights, WeightError, WeightFile};
+use super::weights::{LayerWeights, LlamaWeights, WeightError, WeightFile};
 use crate::gpu::{
-    AttentionBatch, AttentionSpec, Elem, GpuContext, GpuError, KvCache, Llama3RopeScaling, RopeMode, Step,
-    Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, Llama3RopeScaling,
+    RopeMode, Step, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -35,19 +37,32 @@ pub enum LlamaError {
 #[derive(Debug)]
 struct GpuLayer {
     attn_norm: Tensor,
-    q_proj: Weight,
-    k_proj: Weight,
-    v_proj: Weight,
-    qkv_bias: Option<[Tensor; 3]>,
-    qk_norm: Option<[Tensor; 2]>,
+    /// Q, K and V into one row `[q | k | v]`: one projection when they share a type.
+    qkv: Vec<QkvProjection>,
+    /// Qwen3's and Gemma 3's per-head norms, `[2, head_dim]` (query's, then key's).
+    qk_norm: Option<Tensor>,
     o_proj: Weight,
     ffn_norm: Tensor,
     /// Gemma's sandwich: norms of the attention and the MLP outputs.
     post_attn_norm: Option<Tensor>,
     post_ffn_norm: Option<Tensor>,
-    gate_proj: Weight,
-    up_proj: Weight,
+    gate_up: GateUp,
     down_proj: Weight,
+}
+
+/// A projection writing columns `col0..` of the Q/K/V row, with its bias.
+#[derive(Debug)]
+struct QkvProjection {
+    weight: Weight,
+    bias: Option<Tensor>,
+    col0: usize,
+}
+
+/// The MLP's gate and up projections: one gated weight when they share a type, else two.
+#[derive(Debug)]
+enum GateUp {
+    Gated(Weight),
+    Split { gate: Weight, up: Weight },
 }
 
 /// A Llama-family model resident on the GPU, weights as stored (quantized stays quantized).
@@ -90,55 +105,20 @@ impl LlamaModel {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_message(files.path.display().to_string());
-        let up = |name: &str, t: &TensorView<'_>| -> Result<Weight, LlamaError> {
-            let w = upload_matrix(ctx, name, t)?;
-            bar.inc(1);
-            Ok(w)
-        };
-        let shifted = |t: &TensorView<'_>, offset: f32| -> Result<Tensor, LlamaError> {
-            let v = ctx.upload_f32(&t.shape, &t.to_f32().iter().map(|w| w + offset).collect::<Vec<f32>>())?;
-            bar.inc(1);
-            Ok(v)
-        };
-        let vec = |t: &TensorView<'_>| shifted(t, 0.0);
-        // Gemma's HF norms hold `w` of `x̂ · (1 + w)`: the 1 is added here, once.
-        let norm_offset = if config.norm_weight_plus_one { 1.0 } else { 0.0 };
-        let norm = |t: &TensorView<'_>| shifted(t, norm_offset);
-        let embed_tokens = up("embed_tokens", &weights.embed_tokens)?;
+        let loader = Loader { ctx, config: &config, bar: &bar };
+        let embed_tokens = loader.matrix("embed_tokens", &weights.embed_tokens)?;
         let layers = weights
             .layers
             .iter()
             .enumerate()
-            .map(|(l, w)| {
-                Ok(GpuLayer {
-                    attn_norm: norm(&w.attn_norm)?,
-                    q_proj: up(&format!("layers.{l}.q_proj"), &w.q_proj)?,
-                    k_proj: up(&format!("layers.{l}.k_proj"), &w.k_proj)?,
-                    v_proj: up(&format!("layers.{l}.v_proj"), &w.v_proj)?,
-                    qkv_bias: match &w.qkv_bias {
-                        Some([q, k, v]) => Some([vec(q)?, vec(k)?, vec(v)?]),
-                        None => None,
-                    },
-                    qk_norm: match &w.qk_norm {
-                        Some([q, k]) => Some([norm(q)?, norm(k)?]),
-                        None => None,
-                    },
-                    o_proj: up(&format!("layers.{l}.o_proj"), &w.o_proj)?,
-                    ffn_norm: norm(&w.ffn_norm)?,
-                    post_attn_norm: w.post_norms.as_ref().map(|[attn, _]| norm(attn)).transpose()?,
-                    post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| norm(ffn)).transpose()?,
-                    gate_proj: up(&format!("layers.{l}.gate_proj"), &w.gate_proj)?,
-                    up_proj: up(&format!("layers.{l}.up_proj"), &w.up_proj)?,
-                    down_proj: up(&format!("layers.{l}.down_proj"), &w.down_proj)?,
-                })
-            })
+            .map(|(l, w)| loader.layer(l, w))
             .collect::<Result<Vec<_>, LlamaError>>()?;
-        let final_norm = norm(&weights.norm)?;
+        let final_norm = loader.norm(&weights.norm)?;
         let lm_head = if is_tied(&weights) {
             bar.inc(1);
             embed_tokens.clone()
         } else {
-            up("lm_head", &weights.lm_head)?
+            loader.matrix("lm_head", &weights.lm_head)?
         };
         let inv_freq =
             ctx.upload_f32(&[config.head_dim / 2], &inv_freqs(&config, &files.weights, max_model_len)?)?;
@@ -294,43 +274,38 @@ impl Inputs {
     }
 }
 
-/// The activation buffers: the residual stream `x`, the normed input `h`, a block's output
-/// `o`, and the attention and MLP intermediates.
+/// The activation buffers: the residual stream `x`, the normed input `h`, the fused Q/K/V row
+/// `qkv`, the attention output `att`, the MLP's activation `act`; `o`, a projection's output
+/// before Gemma's post-norm; and the gate and up outputs of an MLP whose two projections have
+/// different types.
 #[derive(Debug)]
 struct Activations {
     x: Tensor,
     h: Tensor,
     o: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    /// `q` and `k` normed per head, for models with q/k norms.
-    qk_normed: Option<[Tensor; 2]>,
+    qkv: Tensor,
     att: Tensor,
-    gate: Tensor,
-    up: Tensor,
     act: Tensor,
+    gate_up: Option<[Tensor; 2]>,
 }
 
 impl Activations {
-    /// The buffers for `max_tokens` tokens of `config`'s shapes (q/k-norm outputs only when
-    /// the model norms them).
-    fn new(ctx: &GpuContext, config: &ModelConfig, max_tokens: usize) -> Result<Self, GpuError> {
+    /// The buffers for `max_tokens` tokens of `model` (gate and up outputs only when a layer
+    /// keeps its gate and up projections apart).
+    fn new(ctx: &GpuContext, model: &LlamaModel, max_tokens: usize) -> Result<Self, GpuError> {
+        let config = &model.config;
         let f = |width: usize| ctx.tensor(Elem::F32, &[max_tokens, width]);
         let (hd, q, kv, ff) =
             (config.hidden_size, config.q_size(), config.kv_size(), config.intermediate_size);
+        let split_mlp = model.layers.iter().any(|l| matches!(l.gate_up, GateUp::Split { .. }));
         Ok(Self {
             x: f(hd)?,
             h: f(hd)?,
             o: f(hd)?,
-            q: f(q)?,
-            k: f(kv)?,
-            v: f(kv)?,
-            qk_normed: if config.qk_norm { Some([f(q)?, f(kv)?]) } else { None },
+            qkv: f(q + 2 * kv)?,
             att: f(q)?,
-            gate: f(ff)?,
-            up: f(ff)?,
             act: f(ff)?,
+            gate_up: if split_mlp { Some([f(ff)?, f(ff)?]) } else { None },
         })
     }
 
@@ -340,17 +315,13 @@ impl Activations {
             x: self.x.rows(t)?,
             h: self.h.rows(t)?,
             o: self.o.rows(t)?,
-            q: self.q.rows(t)?,
-            k: self.k.rows(t)?,
-            v: self.v.rows(t)?,
-            qk_normed: match &self.qk_normed {
-                Some([q, k]) => Some([q.rows(t)?, k.rows(t)?]),
+            qkv: self.qkv.rows(t)?,
+            att: self.att.rows(t)?,
+            act: self.act.rows(t)?,
+            gate_up: match &self.gate_up {
+                Some([g, u]) => Some([g.rows(t)?, u.rows(t)?]),
                 None => None,
             },
-            att: self.att.rows(t)?,
-            gate: self.gate.rows(t)?,
-            up: self.up.rows(t)?,
-            act: self.act.rows(t)?,
         })
     }
 }
@@ -370,16 +341,16 @@ impl GpuLayer {
         let eps = model.config.rms_norm_eps;
         step.rms_norm(&a.x, &self.attn_norm, eps, &a.h)?;
         self.attention(step, model, inputs, a, cache, index)?;
-        add_residual(step, a, self.post_attn_norm.as_ref(), eps)?;
+        add_projection(step, a, &a.att, &self.o_proj, self.post_attn_norm.as_ref(), eps)?;
         step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
-        self.mlp(step, model, a)?;
-        add_residual(step, a, self.post_ffn_norm.as_ref(), eps)?;
+        self.gate_up(step, model, a)?;
+        add_projection(step, a, &a.act, &self.down_proj, self.post_ffn_norm.as_ref(), eps)?;
         Ok(())
     }
 
-    /// `o = o_proj(attention(rope(q), rope(k), v))` over the paged cache, the new keys and
-    /// values written into it first; with Qwen3's norms, `q` and `k` are RMS-normed per head
-    /// before RoPE.
+    /// `att = attention(rope(q), rope(k), v)` over the paged cache, the new keys and values
+    /// written into it first; with Qwen3's norms, `q` and `k` are RMS-normed per head before
+    /// RoPE.
     fn attention(
         &self,
         step: &mut Step<'_>,
@@ -390,84 +361,189 @@ impl GpuLayer {
         index: usize,
     ) -> Result<(), LlamaError> {
         let c = &model.config;
-        step.linear(&a.h, &self.q_proj, &a.q)?;
-        step.linear(&a.h, &self.k_proj, &a.k)?;
-        step.linear(&a.h, &self.v_proj, &a.v)?;
-        if let Some([bq, bk, bv]) = &self.qkv_bias {
-            step.add_bias(&a.q, bq)?;
-            step.add_bias(&a.k, bk)?;
-            step.add_bias(&a.v, bv)?;
+        for p in &self.qkv {
+            step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
         }
-        let (q, k) = match (&self.qk_norm, &a.qk_normed) {
-            (Some([q_norm, k_norm]), Some([q_out, k_out])) => {
-                let per_head = |x: &Tensor, heads: usize| x.view(&[x.shape()[0] * heads, c.head_dim]);
-                let (q_heads, k_heads) = (c.num_attention_heads, c.num_key_value_heads);
-                step.rms_norm(&per_head(&a.q, q_heads)?, q_norm, c.rms_norm_eps, &per_head(q_out, q_heads)?)?;
-                step.rms_norm(&per_head(&a.k, k_heads)?, k_norm, c.rms_norm_eps, &per_head(k_out, k_heads)?)?;
-                (q_out, k_out)
-            }
-            _ => (&a.q, &a.k),
-        };
         let window = c.layer_windows[index];
         let inv_freq = match (&model.local_inv_freq, window) {
             (Some(local), Some(_)) => local,
             _ => &model.inv_freq,
         };
-        step.rope(q, &inputs.positions, inv_freq, c.num_attention_heads, model.rope_mode)?;
-        step.rope(k, &inputs.positions, inv_freq, c.num_key_value_heads, model.rope_mode)?;
-        step.reshape_and_cache(k, &a.v, &inputs.slots, cache, index)?;
-        let spec = AttentionSpec {
-            heads: c.num_attention_heads,
-            scale: c.attention_scale,
-            window,
-            softcap: c.attn_logit_softcap,
-        };
-        step.paged_attention(q, cache, index, &inputs.attn, &spec, &a.att)?;
-        step.linear(&a.att, &self.o_proj, &a.o)?;
+        let qk_norm = self.qk_norm.as_ref().map(|w| (w, c.rms_norm_eps));
+        let heads = c.num_attention_heads;
+        step.rope_cache(
+            &a.qkv,
+            &inputs.positions,
+            inv_freq,
+            qk_norm,
+            &inputs.slots,
+            cache,
+            index,
+            heads,
+            model.rope_mode,
+        )?;
+        let spec = AttentionSpec { heads, scale: c.attention_scale, window, softcap: c.attn_logit_softcap };
+        step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
         Ok(())
     }
 
-    /// `o = down_proj(act(gate_proj(h)) * up_proj(h))`, `act` SiLU or Gemma's GELU-tanh.
-    fn mlp(&self, step: &mut Step<'_>, model: &LlamaModel, a: &Activations) -> Result<(), LlamaError> {
-        step.linear(&a.h, &self.gate_proj, &a.gate)?;
-        step.linear(&a.h, &self.up_proj, &a.up)?;
-        match model.config.mlp_activation {
-            MlpActivation::Silu => step.silu_mul(&a.gate, &a.up, &a.act)?,
-            MlpActivation::GeluTanh => step.gelu_tanh_mul(&a.gate, &a.up, &a.act)?,
+    /// `act = act(gate_proj(h)) * up_proj(h)`, `act` SiLU or Gemma's GELU-tanh.
+    fn gate_up(&self, step: &mut Step<'_>, model: &LlamaModel, a: &Activations) -> Result<(), LlamaError> {
+        let act = match model.config.mlp_activation {
+            MlpActivation::Silu => GateActivation::Silu,
+            MlpActivation::GeluTanh => GateActivation::GeluTanh,
+        };
+        match (&self.gate_up, &a.gate_up) {
+            (GateUp::Gated(w), _) => step.linear_gated(&a.h, w, act, &a.act)?,
+            (GateUp::Split { gate, up }, Some([gate_out, up_out])) => {
+                step.linear(&a.h, gate, gate_out)?;
+                step.linear(&a.h, up, up_out)?;
+                step.gated_mul(act, gate_out, up_out, &a.act)?;
+            }
+            (GateUp::Split { .. }, None) => {
+                return Err(LlamaError::InvalidBatch("no gate/up buffers for a split MLP".into()));
+            }
         }
-        step.linear(&a.act, &self.down_proj, &a.o)?;
         Ok(())
     }
 }
 
-/// `x += o`, or with Gemma's sandwich `x += post_norm(o)` (`h` is free by then and holds the
-/// normed output).
-fn add_residual(
+/// `x += proj(input)`, or with Gemma's sandwich `x += post_norm(proj(input))` (`o` holds the
+/// projection and `h`, free by then, the normed output).
+fn add_projection(
     step: &mut Step<'_>,
     a: &Activations,
+    input: &Tensor,
+    proj: &Weight,
     post_norm: Option<&Tensor>,
     eps: f32,
 ) -> Result<(), LlamaError> {
     match post_norm {
         Some(norm) => {
+            step.linear(input, proj, &a.o)?;
             step.rms_norm(&a.o, norm, eps, &a.h)?;
             step.add_in_place(&a.x, &a.h)?;
         }
-        None => step.add_in_place(&a.x, &a.o)?,
+        None => step.linear_add(input, proj, &a.x)?,
     }
     Ok(())
+}
+
+/// Uploads a model's tensors, counting them on the progress bar.
+struct Loader<'a> {
+    ctx: &'a GpuContext,
+    config: &'a ModelConfig,
+    bar: &'a ProgressBar,
+}
+
+impl Loader<'_> {
+    /// One matrix, as stored.
+    fn matrix(&self, name: &str, t: &TensorView<'_>) -> Result<Weight, LlamaError> {
+        let (rows, cols) = matrix_dims(name, t)?;
+        let w = self.ctx.upload_weight(name, t.dtype, rows, cols, t.data)?;
+        self.bar.inc(1);
+        Ok(w)
+    }
+
+    /// Vectors uploaded as one f32 tensor of `shape`, each value plus `offset`.
+    fn vectors(&self, shape: &[usize], ts: &[&TensorView<'_>], offset: f32) -> Result<Tensor, LlamaError> {
+        let values: Vec<f32> = ts.iter().flat_map(|t| t.to_f32()).map(|w| w + offset).collect();
+        let v = self.ctx.upload_f32(shape, &values)?;
+        self.bar.inc(ts.len() as u64);
+        Ok(v)
+    }
+
+    /// A norm's weights (Gemma's HF norms hold `w` of `x̂ · (1 + w)`: the 1 is added here, once).
+    fn norm(&self, t: &TensorView<'_>) -> Result<Tensor, LlamaError> {
+        let offset = if self.config.norm_weight_plus_one { 1.0 } else { 0.0 };
+        self.vectors(&t.shape, &[t], offset)
+    }
+
+    fn layer(&self, l: usize, w: &LayerWeights<'_>) -> Result<GpuLayer, LlamaError> {
+        let hd = self.config.head_dim;
+        Ok(GpuLayer {
+            attn_norm: self.norm(&w.attn_norm)?,
+            qkv: self.qkv(l, w)?,
+            qk_norm: match &w.qk_norm {
+                Some([q, k]) => {
+                    let offset = if self.config.norm_weight_plus_one { 1.0 } else { 0.0 };
+                    Some(self.vectors(&[2, hd], &[q, k], offset)?)
+                }
+                None => None,
+            },
+            o_proj: self.matrix(&format!("layers.{l}.o_proj"), &w.o_proj)?,
+            ffn_norm: self.norm(&w.ffn_norm)?,
+            post_attn_norm: w.post_norms.as_ref().map(|[attn, _]| self.norm(attn)).transpose()?,
+            post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| self.norm(ffn)).transpose()?,
+            gate_up: self.gate_up(l, w)?,
+            down_proj: self.matrix(&format!("layers.{l}.down_proj"), &w.down_proj)?,
+        })
+    }
+
+    /// Q, K and V as one stacked weight (and one bias) when they share a type, else three
+    /// projections into their columns of the same row.
+    fn qkv(&self, l: usize, w: &LayerWeights<'_>) -> Result<Vec<QkvProjection>, LlamaError> {
+        let views = [&w.q_proj, &w.k_proj, &w.v_proj];
+        let biases = w.qkv_bias.as_ref().map(|[q, k, v]| [q, k, v]);
+        if views.iter().all(|v| v.dtype == w.q_proj.dtype) {
+            let name = format!("layers.{l}.qkv_proj");
+            let mut rows = 0;
+            let mut data = Vec::with_capacity(views.iter().map(|v| v.data.len()).sum());
+            for v in views {
+                let (r, _) = matrix_dims(&name, v)?;
+                rows += r;
+                data.extend_from_slice(v.data);
+            }
+            let (_, cols) = matrix_dims(&name, &w.q_proj)?;
+            let weight = self.ctx.upload_weight(&name, w.q_proj.dtype, rows, cols, &data)?;
+            self.bar.inc(3);
+            let bias = biases.map(|b| self.vectors(&[rows], &b, 0.0)).transpose()?;
+            return Ok(vec![QkvProjection { weight, bias, col0: 0 }]);
+        }
+        let mut col0 = 0;
+        let mut out = Vec::new();
+        for (i, (view, part)) in views.into_iter().zip(["q", "k", "v"]).enumerate() {
+            let weight = self.matrix(&format!("layers.{l}.{part}_proj"), view)?;
+            let bias = biases.map(|b| self.vectors(&[weight.rows()], &[b[i]], 0.0)).transpose()?;
+            let rows = weight.rows();
+            out.push(QkvProjection { weight, bias, col0 });
+            col0 += rows;
+        }
+        Ok(out)
+    }
+
+    /// The gate and up projections as one gated weight when they share a type, else two.
+    fn gate_up(&self, l: usize, w: &LayerWeights<'_>) -> Result<GateUp, LlamaError> {
+        if w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape {
+            let name = format!("layers.{l}.gate_up_proj");
+            let (rows, cols) = matrix_dims(&name, &w.gate_proj)?;
+            let weight = self.ctx.upload_gated_weight(
+                &name,
+                w.gate_proj.dtype,
+                rows,
+                cols,
+                w.gate_proj.data,
+                w.up_proj.data,
+            )?;
+            self.bar.inc(2);
+            return Ok(GateUp::Gated(weight));
+        }
+        Ok(GateUp::Split {
+            gate: self.matrix(&format!("layers.{l}.gate_proj"), &w.gate_proj)?,
+            up: self.matrix(&format!("layers.{l}.up_proj"), &w.up_proj)?,
+        })
+    }
 }
 
 fn is_tied(w: &LlamaWeights<'_>) -> bool {
     w.lm_head.data.as_ptr() == w.embed_tokens.data.as_ptr()
 }
 
-fn upload_matrix(ctx: &GpuContext, name: &str, t: &TensorView<'_>) -> Result<Weight, GpuError> {
-    let (rows, cols) = match *t.shape {
-        [r, c] => (r, c),
-        _ => return Err(GpuError::Shape(format!("{name}: expected a matrix, got shape {:?}", t.shape))),
-    };
-    ctx.upload_weight(name, t.dtype, rows, cols, t.data)
+fn matrix_dims(name: &str, t: &TensorView<'_>) -> Result<(usize, usize), GpuError> {
+    match *t.shape {
+        [r, c] => Ok((r, c)),
+        _ => Err(GpuError::Shape(format!("{name}: expected a matrix, got shape {:?}", t.shape))),
+    }
 }
 
 /// The RoPE inverse-frequency table: GGUF `rope_freqs.weight` divisors when present, else
@@ -590,8 +666,9 @@ struct HeadTile {
 }
 
 impl Workspace {
-    /// Allocate buffers for `config` and `limits`.
-    pub fn new(ctx: &GpuContext, config: &ModelConfig, limits: WorkspaceLimits) -> Result<Self, GpuError> {
+    /// Allocate buffers for `model` and `limits`.
+    pub fn new(ctx: &GpuContext, model: &LlamaModel, limits: WorkspaceLimits) -> Result<Self, GpuError> {
+        let config = &model.config;
         let WorkspaceLimits { max_tokens: t, max_seqs: b, max_blocks_per_seq: mb } = limits;
         if t == 0 || b == 0 || mb == 0 {
             return Err(GpuError::Shape(format!("workspace limits must be positive: {limits:?}")));
@@ -616,7 +693,7 @@ impl Workspace {
             query_start_loc: u(&[b + 1])?,
             seq_lens: u(&[b])?,
             block_table: u(&[b, mb])?,
-            acts: Activations::new(ctx, config, t)?,
+            acts: Activations::new(ctx, model, t)?,
             head_tiles: (0..b.div_ceil(rows_per_tile))
                 .map(|tile| {
                     let rows = rows_per_tile.min(b - tile * rows_per_tile);

@@ -371,7 +371,7 @@ pub fn prefill_logits(
     let c = model.config();
     let (t, blocks) = (tokens.len(), tokens.len().div_ceil(block_size));
     let limits = WorkspaceLimits { max_tokens: t, max_seqs: t, max_blocks_per_seq: blocks };
-    let ws = Workspace::new(ctx, c, limits)?;
+    let ws = Workspace::new(ctx, model, limits)?;
     let shape = KvCacheShape {
         num_layers: c.num_hidden_layers,
         num_blocks: blocks + 1,

@@ -1,8 +1,11 @@
 //! Composes a variant's WGSL: a header naming its files and its injected constants, then the
 //! files of `shaders/` in order.
 
-use super::unroll::unroll;
-use super::{KernelVariant, KvFormat, LINEAR_SEQ_COLS, LinearPath, MAX_BLOCK_SIZE, slots};
+use super::unroll::{select_gated, unroll};
+use super::{
+    AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_SEQ_COLS, LinearEpilogue, LinearPath,
+    MAX_BLOCK_SIZE, slots,
+};
 use crate::dtype::DType;
 
 /// One file of `shaders/`.
@@ -73,6 +76,16 @@ fn weight_files(dtype: DType) -> Vec<ShaderFile> {
     }
 }
 
+impl GateActivation {
+    /// The file defining `act` for this activation.
+    fn file(self) -> ShaderFile {
+        match self {
+            Self::Silu => shader_file!("act_silu.wgsl"),
+            Self::GeluTanh => shader_file!("act_gelu_tanh.wgsl"),
+        }
+    }
+}
+
 impl KernelVariant {
     /// The complete WGSL module of this variant.
     pub fn source(&self) -> String {
@@ -96,15 +109,17 @@ impl KernelVariant {
             src.push_str(file.text);
         }
         match *self {
-            Self::Linear { path: LinearPath::Sequential { subgroup }, rows_tile, .. } => {
+            Self::Linear { path: LinearPath::Sequential { subgroup }, rows_tile, epilogue, .. } => {
                 let (lane_arg, lane_let) = match subgroup {
                     Some(_) => (", @builtin(subgroup_invocation_id) lane: u32", ""),
                     None => ("", "let lane = 0u;"),
                 };
                 let src = src.replace(" LANE_ARG", lane_arg).replace("LANE_LET", lane_let);
-                unroll(&src, rows_tile, LINEAR_SEQ_COLS)
+                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, LINEAR_SEQ_COLS)
             }
-            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } => unroll(&src, rows_tile, 1),
+            Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } => {
+                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, 1)
+            }
             _ => src,
         }
     }
@@ -114,26 +129,15 @@ impl KernelVariant {
         match *self {
             Self::Embed { dtype } => [vec![shader_file!("embed.wgsl")], weight_files(dtype)].concat(),
             Self::RmsNorm => vec![shader_file!("rms_norm.wgsl")],
-            Self::Rope => vec![shader_file!("rope.wgsl")],
-            Self::SiluMul => {
-                vec![
-                    shader_file!("elementwise.wgsl"),
-                    shader_file!("act_silu.wgsl"),
-                    shader_file!("gated_mul.wgsl"),
-                ]
+            Self::GatedMul { act } => {
+                vec![shader_file!("elementwise.wgsl"), act.file(), shader_file!("gated_mul.wgsl")]
             }
-            Self::GeluTanhMul => vec![
-                shader_file!("elementwise.wgsl"),
-                shader_file!("act_gelu_tanh.wgsl"),
-                shader_file!("gated_mul.wgsl"),
-            ],
             Self::Scale => vec![shader_file!("elementwise.wgsl"), shader_file!("scale.wgsl")],
             Self::Softcap => vec![shader_file!("elementwise.wgsl"), shader_file!("softcap.wgsl")],
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
-            Self::AddBias => vec![shader_file!("elementwise.wgsl"), shader_file!("add_bias.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, path, .. } => {
+            Self::Linear { dtype, path, epilogue, .. } => {
                 let body = match path {
                     LinearPath::Sequential { subgroup: Some(_) } => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
@@ -143,10 +147,28 @@ impl KernelVariant {
                     }
                     LinearPath::KSplit => vec![shader_file!("linear_ksplit.wgsl")],
                 };
-                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype), body].concat()
+                let epilogue = match epilogue {
+                    LinearEpilogue::Store => vec![shader_file!("epi_store.wgsl")],
+                    LinearEpilogue::Accumulate => vec![shader_file!("epi_accumulate.wgsl")],
+                    LinearEpilogue::Bias => vec![shader_file!("epi_bias.wgsl")],
+                    LinearEpilogue::Gated(act) => vec![act.file(), shader_file!("epi_gated.wgsl")],
+                };
+                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype), body, epilogue].concat()
             }
-            Self::ReshapeAndCache { kv } => vec![kv.file(), shader_file!("reshape_and_cache.wgsl")],
-            Self::Attention { kv, .. } => vec![kv.file(), shader_file!("attention.wgsl")],
+            Self::RopeCache { kv, qk_norm } => {
+                let norm = if qk_norm {
+                    shader_file!("qk_norm_rms.wgsl")
+                } else {
+                    shader_file!("qk_norm_none.wgsl")
+                };
+                vec![kv.file(), norm, shader_file!("rope_cache.wgsl")]
+            }
+            Self::Attention { kv, path: AttentionPath::PerQuery, .. } => {
+                vec![kv.file(), shader_file!("attention.wgsl")]
+            }
+            Self::Attention { kv, path: AttentionPath::SplitKv, .. } => {
+                vec![kv.file(), shader_file!("attention_split.wgsl")]
+            }
         }
     }
 
@@ -167,16 +189,22 @@ impl KernelVariant {
             )
         }));
         match *self {
-            Self::Linear { path, rows_tile, .. } => {
+            Self::Linear { path, rows_tile, epilogue, .. } => {
                 out.push(Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile"));
-                out.push(match path {
+                match path {
                     LinearPath::Sequential { .. } => {
-                        Injected::new("TN", LINEAR_SEQ_COLS, "shader::LINEAR_SEQ_COLS")
+                        out.push(Injected::new("TN", LINEAR_SEQ_COLS, "shader::LINEAR_SEQ_COLS"))
                     }
                     LinearPath::KSplit => {
-                        Injected::new("TN", 1, "LinearPath::KSplit (one column a workgroup)")
+                        out.push(Injected::new("TN", 1, "LinearPath::KSplit (one column a workgroup)"));
+                        let gates = if epilogue.is_gated() { 2 } else { 1 };
+                        out.push(Injected::new(
+                            "GATES",
+                            gates,
+                            "LinearEpilogue::is_gated (gate and up rows)",
+                        ));
                     }
-                });
+                }
             }
             Self::Attention { head_dim, .. } => {
                 out.push(Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"));

@@ -93,26 +93,31 @@ kernel_params! {
 }
 
 kernel_params! {
-    /// `shaders/rope.wgsl`.
-    RopeParams {
-        /// Tokens (rows of x).
+    /// `shaders/rope_cache.wgsl`: RoPE (after the Q/K norms, when the model has them) and the
+    /// paged KV write on the fused Q/K/V projection.
+    RopeCacheParams {
+        /// Tokens (rows of the projection).
         tokens: u32,
-        /// Heads per token.
+        /// Query heads per token.
         heads: u32,
+        /// Key (and value) heads per token.
+        kv_heads: u32,
         /// Head dimension (even).
         hd: u32,
         /// 1 for half-split pairs (i, i + hd / 2), 0 for interleaved pairs (2i, 2i + 1).
         half_split: u32,
+        /// Added to the mean square of the Q/K norms.
+        eps: f32,
     }
 }
 
 kernel_params! {
-    /// `shaders/elementwise.wgsl`, shared by silu_mul, gelu_tanh_mul, add_in_place, add_bias,
-    /// gather_rows, scale and softcap.
+    /// `shaders/elementwise.wgsl`, shared by gated_mul, add_in_place, gather_rows, scale and
+    /// softcap.
     ElementwiseParams {
         /// Values to compute.
         n: u32,
-        /// Row length (add_bias, gather_rows); 1 where rows do not matter.
+        /// Row length (gather_rows); 1 where rows do not matter.
         d: u32,
         /// The scalar of scale (the factor) and softcap (the cap); 0 elsewhere.
         value: f32,
@@ -142,25 +147,18 @@ kernel_params! {
         k: u32,
         /// Row stride of y (all output columns).
         ldy: u32,
-        /// First output column of this part.
+        /// First weight row of this part.
         n0: u32,
         /// Workgroups along x of the K-split grid (0 on the sequential path).
         nx: u32,
+        /// Column of y where the weight's first row goes (a projection writing into a slice
+        /// of a wider output).
+        y0: u32,
     }
 }
 
 kernel_params! {
-    /// `shaders/reshape_and_cache.wgsl`.
-    ReshapeAndCacheParams {
-        /// New tokens to write.
-        tokens: u32,
-        /// Value pairs per token row (kv_heads * head_dim / 2).
-        row_pairs: u32,
-    }
-}
-
-kernel_params! {
-    /// `shaders/attention.wgsl`.
+    /// `shaders/attention.wgsl` and `shaders/attention_split.wgsl`.
     AttentionParams {
         /// Query tokens in the flattened batch.
         tokens: u32,
@@ -180,5 +178,9 @@ kernel_params! {
         window: u32,
         /// Soft-cap of the scores (`softcap * tanh(s / softcap)`); 0 means none.
         softcap: f32,
+        /// Elements from one query token's row to the next (the fused projection's width).
+        q_stride: u32,
+        /// KV blocks per split-KV partition (unused by the per-query kernel).
+        part_blocks: u32,
     }
 }

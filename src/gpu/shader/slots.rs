@@ -48,11 +48,24 @@ binding_slots! {
         WEIGHT = 2,
         OUT = 3,
     }
-    /// `shaders/rope.wgsl`.
-    rope {
-        X = 1,
+    /// `shaders/rope_cache.wgsl` with `qk_norm_none.wgsl`.
+    rope_cache {
+        QKV = 1,
         POSITIONS = 2,
         INV_FREQ = 3,
+        SLOT_MAPPING = 4,
+        K_CACHE = 5,
+        V_CACHE = 6,
+    }
+    /// `shaders/rope_cache.wgsl` with `qk_norm_rms.wgsl`.
+    rope_cache_qk_norm {
+        QKV = 1,
+        POSITIONS = 2,
+        INV_FREQ = 3,
+        SLOT_MAPPING = 4,
+        K_CACHE = 5,
+        V_CACHE = 6,
+        QK_NORM = 7,
     }
     /// `shaders/gated_mul.wgsl` (SiLU and GELU-tanh alike).
     gated_mul {
@@ -73,11 +86,6 @@ binding_slots! {
         X = 1,
         Y = 2,
     }
-    /// `shaders/add_bias.wgsl`.
-    add_bias {
-        X = 1,
-        BIAS = 2,
-    }
     /// `shaders/gather_rows.wgsl`.
     gather_rows {
         SRC = 1,
@@ -90,19 +98,18 @@ binding_slots! {
         VALUES = 2,
         IDS = 3,
     }
-    /// `shaders/linear_common.wgsl`, both paths.
+    /// `shaders/linear_common.wgsl`, both paths, every epilogue but the bias.
     linear {
         X = 1,
         W = 2,
         Y = 3,
     }
-    /// `shaders/reshape_and_cache.wgsl`.
-    reshape_and_cache {
-        K_NEW = 1,
-        V_NEW = 2,
-        SLOT_MAPPING = 3,
-        K_CACHE = 4,
-        V_CACHE = 5,
+    /// `shaders/linear_common.wgsl` with `epi_bias.wgsl`.
+    linear_bias {
+        X = 1,
+        W = 2,
+        Y = 3,
+        BIAS = 4,
     }
     /// `shaders/attention.wgsl`.
     attention {

@@ -1,5 +1,26 @@
-//! The `ROWS` / `COLS` line markers of the linear kernels (see the [`shader`](super) docs for
-//! an example of their expansion).
+//! The `GATED` / `PLAIN` and `ROWS` / `COLS` line markers of the linear kernels (see the
+//! [`shader`](super) docs for an example of their expansion).
+
+/// Keeps the lines starting with the word `GATED` (without it) when `gated` and drops them
+/// otherwise, and the reverse for lines starting with `PLAIN`; other lines stay as they are.
+pub(super) fn select_gated(src: &str, gated: bool) -> String {
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let (keep, text) = match (trimmed.strip_prefix("GATED "), trimmed.strip_prefix("PLAIN ")) {
+            (Some(text), _) => (gated, text),
+            (_, Some(text)) => (!gated, text),
+            _ => (true, trimmed),
+        };
+        if keep {
+            out.push_str(indent);
+            out.push_str(text);
+            out.push('\n');
+        }
+    }
+    out
+}
 
 /// Expands every line starting with the word `ROWS` into one copy of the rest of the line per
 /// row `0..rows` (`RR` and the identifier suffix `_R` become the row number), and every line
@@ -34,7 +55,14 @@ fn expand(text: &str, marker: &str, number: &str, suffix: &str, count: u32) -> V
 
 #[cfg(test)]
 mod tests {
-    use super::unroll;
+    use super::{select_gated, unroll};
+
+    #[test]
+    fn gated_and_plain_lines() {
+        let src = "  GATED ROWS var up_R = 0.0;\n  PLAIN emit(acc);\nlet n = 0u;\n";
+        assert_eq!(select_gated(src, true), "  ROWS var up_R = 0.0;\nlet n = 0u;\n");
+        assert_eq!(select_gated(src, false), "  emit(acc);\nlet n = 0u;\n");
+    }
 
     #[test]
     fn rows_then_columns() {
