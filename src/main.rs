@@ -7,10 +7,12 @@ use std::process::ExitCode;
 
 use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand};
+use pagoda::dtype::DType;
 use pagoda::engine::args::{EngineArgs, GpuArgs};
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::sim::SimConfig;
 use pagoda::gpu::{GpuContext, resident_bytes};
+use pagoda::model::random::{RandomShape, write_random_model};
 use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path};
 #[cfg(feature = "server")]
@@ -45,6 +47,8 @@ enum Command {
     Bench(BenchArgs),
     /// Show the GPU adapter, its features and limits, and the model.
     Info(InfoArgs),
+    /// Write a random-weight Llama model of a real shape as GGUF (for benchmarks).
+    RandomModel(RandomModelArgs),
     /// Watch the KV block pool live.
     #[cfg(feature = "viz")]
     Viz(pagoda::viz::VizArgs),
@@ -295,9 +299,10 @@ struct BenchArgs {
     /// random, shared-prefix, memory-pressure or long-prompt.
     #[arg(long, default_value = "random")]
     workload: BuiltinWorkload,
-    /// Requests in the workload.
-    #[arg(long, default_value_t = 200)]
-    num_requests: usize,
+    /// Requests in the workload; a comma list runs the workload once per count on the same
+    /// engine (one report each).
+    #[arg(long, default_value = "200", value_delimiter = ',', num_args = 1..)]
+    num_requests: Vec<usize>,
     /// Seed of the workload.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -312,6 +317,45 @@ struct BenchArgs {
     json: bool,
     #[command(flatten)]
     engine: EngineArgs,
+}
+
+#[derive(Debug, Args)]
+struct RandomModelArgs {
+    /// smollm2-135m, llama-3.2-1b or llama-2-7b.
+    #[arg(long)]
+    shape: String,
+    /// Type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k,
+    /// q6_k, q2_k, q3_k or iq4_xs.
+    #[arg(long, value_parser = parse_weight_dtype)]
+    dtype: DType,
+    /// Seed of the weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The GGUF file to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn parse_weight_dtype(name: &str) -> Result<DType, String> {
+    let types = pagoda::gpu::shader::WEIGHT_DTYPES;
+    types.iter().copied().find(|d| d.name() == name.to_ascii_lowercase()).ok_or_else(|| {
+        let names: Vec<&str> = types.iter().map(|d| d.name()).collect();
+        format!("unknown weight type `{name}` ({})", names.join(", "))
+    })
+}
+
+fn random_model(args: RandomModelArgs) -> anyhow::Result<()> {
+    let shape = RandomShape::named(&args.shape)?;
+    let bytes = write_random_model(&args.out, shape, args.dtype, args.seed)?;
+    println!(
+        "{}: {} in {}, {} matrix parameters, {:.2} GB",
+        args.out.display(),
+        shape.name,
+        args.dtype.name(),
+        shape.matrix_params(),
+        bytes as f64 / 1e9
+    );
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -341,6 +385,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(args),
         Command::Info(args) => info(args),
+        Command::RandomModel(args) => random_model(args),
         #[cfg(feature = "viz")]
         Command::Viz(args) => pagoda::viz::run(&args).map_err(Into::into),
     };
@@ -536,26 +581,36 @@ async fn termination() {
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let config = engine_config(&args.engine, args.seed)?;
-    let workload = |vocab_size: u32| {
+    let workload = |num_requests: usize, vocab_size: u32| {
         args.workload
-            .generate(args.num_requests, vocab_size, args.seed)
+            .generate(num_requests, vocab_size, args.seed)
             .with_lengths(args.input_len.map(NonZeroUsize::get), args.output_len.map(NonZeroUsize::get))
     };
-    let report = match config.executor {
-        ExecutorKind::Sim => {
-            let sim = SimConfig { seed: args.seed, ..SimConfig::default() };
-            run_workload(&workload(sim.vocab_size), config.scheduler, config.cache, sim)?
-        }
-        ExecutorKind::Wgpu => {
-            let mut engine = Engine::new(config)?;
-            let vocab_size = engine.tokenizer().vocab_size() as u32;
-            run_engine_workload(&mut engine, &workload(vocab_size))?
-        }
+    let mut engine = match config.executor {
+        ExecutorKind::Sim => None,
+        ExecutorKind::Wgpu => Some(Engine::new(config.clone())?),
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print_report(&report);
+    for &num_requests in &args.num_requests {
+        let report = match &mut engine {
+            None => {
+                let sim = SimConfig { seed: args.seed, ..SimConfig::default() };
+                run_workload(
+                    &workload(num_requests, sim.vocab_size),
+                    config.scheduler.clone(),
+                    config.cache.clone(),
+                    sim,
+                )?
+            }
+            Some(engine) => {
+                let vocab_size = engine.tokenizer().vocab_size() as u32;
+                run_engine_workload(engine, &workload(num_requests, vocab_size))?
+            }
+        };
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print_report(&report);
+        }
     }
     Ok(())
 }

@@ -8,8 +8,7 @@ use super::shader::params::{
 };
 use super::shader::slots;
 use super::shader::{
-    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LINEAR_SEQ_COLS, LinearEpilogue,
-    LinearPath,
+    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LinearEpilogue, LinearPath,
 };
 use super::step::{Binding, Step};
 use super::tensor::{Elem, Tensor};
@@ -195,7 +194,7 @@ impl Step<'_> {
         for part in &w.parts {
             let (grid, nx) = match path {
                 LinearPath::Sequential { .. } => {
-                    let per_group = (variant.workgroup_size() * LINEAR_SEQ_COLS) as usize;
+                    let per_group = (variant.workgroup_size() * variant.columns_tile()) as usize;
                     ([u(part.rows.div_ceil(per_group)), u(row_groups), 1], 0)
                 }
                 LinearPath::KSplit => {

@@ -198,8 +198,9 @@ pub const LINEAR_WG: u32 = 64;
 /// Invocations per workgroup of the sequential linear kernels (small, so that decode-sized
 /// layers still give every CPU thread a workgroup).
 pub const LINEAR_SEQ_WG: u32 = 16;
-/// Output columns each invocation of the sequential linear kernels computes: one activation
-/// load then serves this many weight rows.
+/// Weight rows each invocation of the sequential linear kernels reads at once: one activation
+/// load then serves this many rows (as many output columns, or half as many of a gated
+/// weight, whose columns read a gate and an up row each, keeping the registers the same).
 pub const LINEAR_SEQ_COLS: u32 = 4;
 /// Invocations per workgroup of split-KV attention: partitions one query works on at once.
 pub const ATTENTION_SPLIT_WG: u32 = 32;
@@ -344,6 +345,17 @@ impl KernelVariant {
                 (ATTENTION_SPLIT_WG, "ATTENTION_SPLIT_WG")
             }
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
+        }
+    }
+
+    /// Output columns one invocation (sequential linear) or workgroup (K-split) computes; 1
+    /// for every other kernel.
+    pub fn columns_tile(&self) -> u32 {
+        match self {
+            Self::Linear { path: LinearPath::Sequential { .. }, epilogue, .. } => {
+                LINEAR_SEQ_COLS / if epilogue.is_gated() { 2 } else { 1 }
+            }
+            _ => 1,
         }
     }
 

@@ -771,6 +771,20 @@ impl GgufWriter {
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
+        self.write_to(&mut out).expect("writing to memory cannot fail");
+        out
+    }
+
+    /// Write the file to `path`.
+    pub fn write(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+        self.write_to(&mut file)?;
+        std::io::Write::flush(&mut file)
+    }
+
+    /// Streams the file into `sink`: the header, then each tensor's data at its alignment.
+    fn write_to(&self, sink: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&3u32.to_le_bytes());
         out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
@@ -791,16 +805,15 @@ impl GgufWriter {
             out.extend_from_slice(&(offset as u64).to_le_bytes());
             offset = (offset + data.len()).next_multiple_of(DEFAULT_ALIGNMENT);
         }
+        let mut written = out.len();
+        sink.write_all(&out)?;
         for (_, _, _, data) in &self.tensors {
-            out.resize(out.len().next_multiple_of(DEFAULT_ALIGNMENT), 0);
-            out.extend_from_slice(data);
+            let pad = written.next_multiple_of(DEFAULT_ALIGNMENT) - written;
+            sink.write_all(&[0; DEFAULT_ALIGNMENT][..pad])?;
+            sink.write_all(data)?;
+            written += pad + data.len();
         }
-        out
-    }
-
-    /// Write the file to `path`.
-    pub fn write(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
-        std::fs::write(path, self.to_bytes())
+        Ok(())
     }
 }
 

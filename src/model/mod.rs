@@ -6,6 +6,7 @@ pub mod files;
 pub mod gguf;
 pub mod gguf_vocab;
 pub mod llama;
+pub mod random;
 pub mod safetensors;
 pub mod sentencepiece;
 pub mod tensor;

@@ -3,8 +3,7 @@
 
 use super::unroll::{select_gated, unroll};
 use super::{
-    AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_SEQ_COLS, LinearEpilogue, LinearPath,
-    MAX_BLOCK_SIZE, slots,
+    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, MAX_BLOCK_SIZE, slots,
 };
 use crate::dtype::DType;
 
@@ -115,7 +114,7 @@ impl KernelVariant {
                     None => ("", "let lane = 0u;"),
                 };
                 let src = src.replace(" LANE_ARG", lane_arg).replace("LANE_LET", lane_let);
-                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, LINEAR_SEQ_COLS)
+                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, self.columns_tile())
             }
             Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } => {
                 unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, 1)
@@ -193,7 +192,8 @@ impl KernelVariant {
                 out.push(Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile"));
                 match path {
                     LinearPath::Sequential { .. } => {
-                        out.push(Injected::new("TN", LINEAR_SEQ_COLS, "shader::LINEAR_SEQ_COLS"))
+                        let from = "KernelVariant::columns_tile (shader::LINEAR_SEQ_COLS rows)";
+                        out.push(Injected::new("TN", self.columns_tile(), from))
                     }
                     LinearPath::KSplit => {
                         out.push(Injected::new("TN", 1, "LinearPath::KSplit (one column a workgroup)"));

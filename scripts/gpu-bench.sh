@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The GPU benchmark: decode at batch 1, 8, 32 and 128 (128-token prompts, 32 tokens each),
+# prefill of 512 and 2048 tokens, and the kernel bench, on random-weight models of real shapes
+# (the default model's, Llama 3.2 1B's and Llama 2 7B's; Q4_K, Q8_0, F16) that the binary
+# writes where it runs. Prints tok/s, host time per step, dispatches per step, and the weights'
+# GB/s as a share of the adapter's memory bandwidth.
+#
+#   scripts/gpu-bench.sh build                # here: release binaries into target/gpu-bench/
+#   scripts/gpu-bench.sh run BANDWIDTH_GB_S   # on the GPU machine (needs no cargo, no network)
+#
+# `run` builds first when target/gpu-bench/ is missing and cargo exists. The GPU machine gets
+# target/gpu-bench/ (about 40 MB) with the checkout; models go to $PAGODA_BENCH_DIR (default
+# /tmp/pagoda-gpu-bench). Narrow a run with MODELS="llama-3.2-1b:q4_k ...",
+# DECODE_BATCHES=1,8 and PREFILL_LENS="512"; KERNEL_BENCH=0 skips the kernel bench. The
+# default set finishes in about 8 minutes on one discrete GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=target/gpu-bench
+
+build() {
+    cargo build --release --bin pagoda
+    local bench
+    bench=$(cargo bench --bench kernels --no-run --message-format=json 2>/dev/null |
+        grep '"kind":\["bench"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
+    mkdir -p "$OUT"
+    cp target/release/pagoda "$OUT/pagoda"
+    cp "$bench" "$OUT/kernels-bench"
+    ls -la "$OUT"
+}
+
+# The value of a number field of a one-line JSON report.
+field() {
+    sed -E "s/.*\"$1\":([-0-9.eE+]+).*/\1/" <<<"$2"
+}
+
+run() {
+    local bandwidth=$1
+    if [[ ! -x $OUT/pagoda ]]; then
+        build
+    fi
+    local bin=$OUT/pagoda dir=${PAGODA_BENCH_DIR:-/tmp/pagoda-gpu-bench}
+    local models=${MODELS:-"smollm2-135m:q8_0 smollm2-135m:f16 llama-3.2-1b:q4_k llama-3.2-1b:q8_0 llama-3.2-1b:f16 llama-2-7b:q4_k llama-2-7b:q8_0 llama-2-7b:f16"}
+    local batches=${DECODE_BATCHES:-1,8,32,128} prefill_lens=${PREFILL_LENS:-"512 2048"}
+    mkdir -p "$dir"
+    "$bin" info >"$dir/info.txt"
+    head -12 "$dir/info.txt"
+    if grep -q "Cpu)" "$dir/info.txt"; then
+        echo "warning: the adapter is a CPU one; set PAGODA_ADAPTER to a GPU's name or index" >&2
+    fi
+    local flags=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching --json
+        --num-gpu-blocks "${NUM_GPU_BLOCKS:-1536}")
+    printf '\n%-14s %-5s %7s  %-13s %9s %9s %9s %8s %8s %6s\n' \
+        model dtype GB run tok/s ITL_ms TTFT_ms host_us disp/st GB/s
+    for spec in $models; do
+        local shape=${spec%%:*} dtype=${spec##*:}
+        local file=$dir/$shape-$dtype.gguf
+        "$bin" random-model --shape "$shape" --dtype "$dtype" --out "$file" >/dev/null
+        local gb
+        gb=$(awk -v b="$(stat -c %s "$file")" 'BEGIN { printf "%.2f", b / 1e9 }')
+        local n=0
+        IFS=, read -ra counts <<<"$batches"
+        while read -r report; do
+            local b=${counts[$n]} itl ttft host disp
+            n=$((n + 1))
+            itl=$(field itl_mean_s "$report")
+            host=$(field host_us_per_step "$report")
+            disp=$(field dispatches_per_step "$report")
+            ttft=$(field ttft_p50_s "$report")
+            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$b" -v itl="$itl" -v ttft="$ttft" \
+                -v host="$host" -v disp="$disp" -v bw="$bandwidth" 'BEGIN {
+                    gbs = gb / itl
+                    printf "%-14s %-5s %7s  %-13s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
+                        m, d, gb, "decode B=" b, b / itl, itl * 1e3, ttft * 1e3, host, disp, gbs, 100 * gbs / bw, bw
+                }'
+        done < <("$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
+            --input-len 128 --output-len 32)
+        for len in $prefill_lens; do
+            local report ttft host disp
+            report=$("$bin" bench "${flags[@]}" --model "$file" --num-requests 1 --input-len "$len" \
+                --output-len 1 --max-num-batched-tokens "$len")
+            ttft=$(field ttft_p50_s "$report")
+            host=$(field host_us_per_step "$report")
+            disp=$(field dispatches_per_step "$report")
+            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v len="$len" -v ttft="$ttft" -v host="$host" \
+                -v disp="$disp" 'BEGIN {
+                    printf "%-14s %-5s %7s  %-13s %9.1f %9s %9.1f %8.0f %8.0f\n",
+                        m, d, gb, "prefill " len, len / ttft, "-", ttft * 1e3, host, disp
+                }'
+        done
+        rm -f "$file"
+    done
+    if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
+        echo
+        echo "kernel bench (decode GEMV of the quantized types, paged-attention decode):"
+        "$OUT/kernels-bench" --bench 'quantized_gemv|paged_attention_decode' 2>&1 |
+            grep -E "^(quantized_gemv|paged_attention_decode)|thrpt|adapter|attention:|linear:" || true
+    fi
+}
+
+case ${1:-} in
+build) build ;;
+run)
+    [[ $# -eq 2 ]] || { echo "usage: $0 run BANDWIDTH_GB_S" >&2; exit 2; }
+    run "$2"
+    ;;
+*)
+    echo "usage: $0 build | run BANDWIDTH_GB_S" >&2
+    exit 2
+    ;;
+esac
