@@ -198,8 +198,9 @@ impl Step<'_> {
                     ([u(part.rows.div_ceil(per_group)), u(row_groups), 1], 0)
                 }
                 LinearPath::KSplit => {
-                    let nx = part.rows.min(max_dim);
-                    ([u(nx), u(row_groups), u(part.rows.div_ceil(nx))], nx)
+                    let col_groups = part.rows.div_ceil(variant.columns_tile() as usize);
+                    let nx = col_groups.min(max_dim);
+                    ([u(nx), u(row_groups), u(col_groups.div_ceil(nx))], nx)
                 }
             };
             let params = LinearParams {

@@ -195,6 +195,10 @@ pub const WORKGROUP_SIZE: u32 = 64;
 pub const TOP_K_WG: u32 = 256;
 /// Invocations per workgroup of the K-split linear kernels.
 pub const LINEAR_WG: u32 = 64;
+/// Output columns a K-split workgroup computes for a prefill row tile (a decode row takes one
+/// column a workgroup): each activation load then serves this many weight rows. Every
+/// output's reduction is the same either way.
+pub const LINEAR_KSPLIT_COLS: u32 = 4;
 /// Invocations per workgroup of the sequential linear kernels (small, so that decode-sized
 /// layers still give every CPU thread a workgroup).
 pub const LINEAR_SEQ_WG: u32 = 16;
@@ -355,6 +359,7 @@ impl KernelVariant {
             Self::Linear { path: LinearPath::Sequential { .. }, epilogue, .. } => {
                 LINEAR_SEQ_COLS / if epilogue.is_gated() { 2 } else { 1 }
             }
+            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } if *rows_tile > 1 => LINEAR_KSPLIT_COLS,
             _ => 1,
         }
     }

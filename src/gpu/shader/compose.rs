@@ -117,7 +117,7 @@ impl KernelVariant {
                 unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, self.columns_tile())
             }
             Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } => {
-                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, 1)
+                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, self.columns_tile())
             }
             _ => src,
         }
@@ -196,7 +196,8 @@ impl KernelVariant {
                         out.push(Injected::new("TN", self.columns_tile(), from))
                     }
                     LinearPath::KSplit => {
-                        out.push(Injected::new("TN", 1, "LinearPath::KSplit (one column a workgroup)"));
+                        let from = "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS for prefill)";
+                        out.push(Injected::new("TN", self.columns_tile(), from));
                         let gates = if epilogue.is_gated() { 2 } else { 1 };
                         out.push(Injected::new(
                             "GATES",
