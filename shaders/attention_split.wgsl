@@ -1,42 +1,14 @@
 // Split-KV paged attention (flash-decoding) over a varlen batch: one workgroup per (query token,
 // head), its context cut into fixed partitions of `part_blocks` KV blocks counted from the first
 // key. Invocation t walks partitions t, t + WG, ... in ascending order with the online softmax
-// of attention.wgsl (block by block), then the WG partial results are combined in a fixed
+// of attention_common.wgsl (block by block), then the WG partial results are combined in a fixed
 // tree: rescaled to the largest maximum, their sums and weighted values added pairwise. The
 // partitions and the tree depend only on the context length, so a query's result depends only
 // on its own context: one token alone, in a batch, in a prefill chunk or decoding. A context
-// of one partition gives the bits of attention.wgsl (the other invocations add zeros).
-//
-// Query token t's heads start at Q[t * q_stride]; the output is [t, heads * HD]. Token t of
-// sequence b sits at position seq_lens[b] - (query_start_loc[b + 1] - t) and attends to keys
-// 0..=position through block_table[b] (only the last `window` when window > 0). Scores are
-// `q·k * scale`, soft-capped to `softcap * tanh(s / softcap)` when softcap > 0.
-struct AttentionParams {
-    tokens: u32,
-    heads: u32,
-    kv_heads: u32,
-    block_size: u32,
-    max_blocks: u32,
-    num_seqs: u32,
-    scale: f32,
-    window: u32,
-    softcap: f32,
-    q_stride: u32,
-    part_blocks: u32,
-}
+// of one partition gives attention.wgsl's result (the other invocations add zeros).
 
-const HP: u32 = HD / 2u;
 // Value dimensions combined per round of the tree (bounds the workgroup memory).
 const CHUNK: u32 = 32u;
-
-@group(0) @binding(SLOT_P) var<uniform> P: AttentionParams;
-@group(0) @binding(SLOT_Q) var<storage, read> Q: array<f32>;
-@group(0) @binding(SLOT_K_CACHE) var<storage, read> K_CACHE: array<KvPair>;
-@group(0) @binding(SLOT_V_CACHE) var<storage, read> V_CACHE: array<KvPair>;
-@group(0) @binding(SLOT_BLOCK_TABLE) var<storage, read> BLOCK_TABLE: array<u32>;
-@group(0) @binding(SLOT_SEQ_LENS) var<storage, read> SEQ_LENS: array<u32>;
-@group(0) @binding(SLOT_QUERY_START) var<storage, read> QUERY_START: array<u32>;
-@group(0) @binding(SLOT_OUT) var<storage, read_write> OUT: array<f32>;
 
 var<workgroup> red_m: array<f32, WG>;
 var<workgroup> red_l: array<f32, WG>;
@@ -48,81 +20,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let live = wid.y * nwg.x + wid.x < P.tokens * P.heads;
     let tok = i / P.heads;
     let head = i % P.heads;
-    var lo = 0u;
-    var hi = P.num_seqs;
-    while (hi - lo > 1u) {
-        let mid = (lo + hi) / 2u;
-        if (QUERY_START[mid] <= tok) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let seq = lo;
-    let qo = tok * P.q_stride + head * HD;
+    let seq = sequence_of(tok);
     let oo = i * HD;
-    let end = QUERY_START[seq + 1u];
-    // Inconsistent batch metadata (a token outside every sequence, or a sequence shorter than
-    // its new tokens) attends to nothing and writes zeros.
-    let valid = tok < end && end - tok <= SEQ_LENS[seq];
-    var ctx = 0u;
-    if (valid) {
-        ctx = SEQ_LENS[seq] - (end - tok) + 1u;
-    }
-    let kvh = head / (P.heads / P.kv_heads);
-    var q: array<vec2<f32>, HP>;
+    // A token with inconsistent batch metadata attends to nothing and writes zeros.
+    let ctx = context_of(tok, seq);
+    let valid = ctx > 0u;
+    var q = load_query(tok, head);
     var acc: array<vec2<f32>, HP>;
-    for (var d = 0u; d < HP; d++) {
-        q[d] = vec2<f32>(Q[qo + 2u * d], Q[qo + 2u * d + 1u]);
-    }
-    var m = -3.0e38;
-    var l = 0.0;
-    var s: array<f32, MAX_BS>;
+    var state = Softmax(-3.0e38, 0.0);
     let blocks = min((ctx + P.block_size - 1u) / P.block_size, P.max_blocks);
-    var first = 0u;
-    if (P.window > 0u && ctx > P.window) {
-        first = ctx - P.window;
-    }
+    let first = first_key(ctx);
     let parts = (blocks + P.part_blocks - 1u) / P.part_blocks;
     for (var part = t; part < parts; part += WG) {
-        let part_end = min((part + 1u) * P.part_blocks, blocks);
-        for (var blk = max(part * P.part_blocks, first / P.block_size); blk < part_end; blk++) {
-            let phys = BLOCK_TABLE[seq * P.max_blocks + blk];
-            let n_in = min(P.block_size, ctx - blk * P.block_size);
-            let j0 = max(first, blk * P.block_size) - blk * P.block_size;
-            var tile_max = -3.0e38;
-            for (var j = j0; j < n_in; j++) {
-                let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
-                var dot = 0.0;
-                for (var d = 0u; d < HP; d++) {
-                    let k = kv_in(K_CACHE[kb + d]);
-                    dot = fma(q[d].x, k.x, dot);
-                    dot = fma(q[d].y, k.y, dot);
-                }
-                var score = dot * P.scale;
-                if (P.softcap > 0.0) {
-                    score = P.softcap * tanh(clamp(score / P.softcap, -15.0, 15.0));
-                }
-                s[j] = score;
-                tile_max = max(tile_max, s[j]);
-            }
-            let m_new = max(m, tile_max);
-            let corr = exp(m - m_new);
-            l = l * corr;
-            for (var d = 0u; d < HP; d++) {
-                acc[d] = acc[d] * corr;
-            }
-            for (var j = j0; j < n_in; j++) {
-                let p = exp(s[j] - m_new);
-                l = l + p;
-                let vb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
-                for (var d = 0u; d < HP; d++) {
-                    acc[d] = fma(vec2<f32>(p, p), kv_in(V_CACHE[vb + d]), acc[d]);
-                }
-            }
-            m = m_new;
-        }
+        let blk0 = max(part * P.part_blocks, first / P.block_size);
+        let blk1 = min((part + 1u) * P.part_blocks, blocks);
+        attend_blocks(seq, head / (P.heads / P.kv_heads), ctx, first, blk0, blk1, &q, &acc, &state);
     }
+    let m = state.m;
+    let l = state.l;
     // The largest maximum, by a fixed tree.
     red_m[t] = m;
     for (var w = WG / 2u; w > 0u; w >>= 1u) {

@@ -162,11 +162,12 @@ impl KernelVariant {
                 };
                 vec![kv.file(), norm, shader_file!("rope_cache.wgsl")]
             }
-            Self::Attention { kv, path: AttentionPath::PerQuery, .. } => {
-                vec![kv.file(), shader_file!("attention.wgsl")]
-            }
-            Self::Attention { kv, path: AttentionPath::SplitKv, .. } => {
-                vec![kv.file(), shader_file!("attention_split.wgsl")]
+            Self::Attention { kv, path, .. } => {
+                let body = match path {
+                    AttentionPath::PerQuery => shader_file!("attention.wgsl"),
+                    AttentionPath::SplitKv => shader_file!("attention_split.wgsl"),
+                };
+                vec![kv.file(), shader_file!("attention_common.wgsl"), body]
             }
         }
     }

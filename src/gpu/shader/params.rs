@@ -158,7 +158,7 @@ kernel_params! {
 }
 
 kernel_params! {
-    /// `shaders/attention.wgsl` and `shaders/attention_split.wgsl`.
+    /// `shaders/attention_common.wgsl` (both attention kernels).
     AttentionParams {
         /// Query tokens in the flattened batch.
         tokens: u32,

@@ -1,0 +1,133 @@
+// What both paged-attention kernels share: the parameters and bindings, finding a token's
+// sequence, and the online softmax over a range of KV blocks. Query token t's heads start at
+// Q[t * q_stride] (the fused projection's row: queries, then keys and values); the output is
+// [t, heads * HD]. Token t of sequence b sits at position seq_lens[b] - (query_start_loc[b + 1]
+// - t) and attends to keys 0..=position through block_table[b] (only the last `window` when
+// window > 0: a sliding-window layer). Scores are `q·k * scale`, soft-capped to
+// `softcap * tanh(s / softcap)` when softcap > 0.
+struct AttentionParams {
+    tokens: u32,
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    num_seqs: u32,
+    scale: f32,
+    window: u32,
+    softcap: f32,
+    q_stride: u32,
+    part_blocks: u32,
+}
+
+const HP: u32 = HD / 2u;
+
+@group(0) @binding(SLOT_P) var<uniform> P: AttentionParams;
+@group(0) @binding(SLOT_Q) var<storage, read> Q: array<f32>;
+@group(0) @binding(SLOT_K_CACHE) var<storage, read> K_CACHE: array<KvPair>;
+@group(0) @binding(SLOT_V_CACHE) var<storage, read> V_CACHE: array<KvPair>;
+@group(0) @binding(SLOT_BLOCK_TABLE) var<storage, read> BLOCK_TABLE: array<u32>;
+@group(0) @binding(SLOT_SEQ_LENS) var<storage, read> SEQ_LENS: array<u32>;
+@group(0) @binding(SLOT_QUERY_START) var<storage, read> QUERY_START: array<u32>;
+@group(0) @binding(SLOT_OUT) var<storage, read_write> OUT: array<f32>;
+
+// The sequence query token `tok` belongs to (binary search of query_start_loc).
+fn sequence_of(tok: u32) -> u32 {
+    var lo = 0u;
+    var hi = P.num_seqs;
+    while (hi - lo > 1u) {
+        let mid = (lo + hi) / 2u;
+        if (QUERY_START[mid] <= tok) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// Keys query token `tok` of sequence `seq` sees (its position + 1), or 0 for inconsistent batch
+// metadata (a token outside every sequence, or a sequence shorter than its new tokens).
+fn context_of(tok: u32, seq: u32) -> u32 {
+    let end = QUERY_START[seq + 1u];
+    if (tok >= end || end - tok > SEQ_LENS[seq]) {
+        return 0u;
+    }
+    return SEQ_LENS[seq] - (end - tok) + 1u;
+}
+
+// The first key the query sees: 0, or the start of its sliding window.
+fn first_key(ctx: u32) -> u32 {
+    if (P.window > 0u && ctx > P.window) {
+        return ctx - P.window;
+    }
+    return 0u;
+}
+
+// Running softmax state: the largest score so far and the sum of exp(score - m).
+struct Softmax {
+    m: f32,
+    l: f32,
+}
+
+// Walks logical KV blocks blk0..blk1 of sequence `seq` (keys from `first` to ctx - 1) in
+// ascending order, one block at a time: the block's scores, its maximum, then the running
+// state and `acc` rescaled once and the block's values added.
+fn attend_blocks(
+    seq: u32,
+    kvh: u32,
+    ctx: u32,
+    first: u32,
+    blk0: u32,
+    blk1: u32,
+    q: ptr<function, array<vec2<f32>, HP>>,
+    acc: ptr<function, array<vec2<f32>, HP>>,
+    state: ptr<function, Softmax>,
+) {
+    var s: array<f32, MAX_BS>;
+    for (var blk = blk0; blk < blk1; blk++) {
+        let phys = BLOCK_TABLE[seq * P.max_blocks + blk];
+        let n_in = min(P.block_size, ctx - blk * P.block_size);
+        let j0 = max(first, blk * P.block_size) - blk * P.block_size;
+        var tile_max = -3.0e38;
+        for (var j = j0; j < n_in; j++) {
+            let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
+            var dot = 0.0;
+            for (var d = 0u; d < HP; d++) {
+                let k = kv_in(K_CACHE[kb + d]);
+                dot = fma((*q)[d].x, k.x, dot);
+                dot = fma((*q)[d].y, k.y, dot);
+            }
+            var score = dot * P.scale;
+            if (P.softcap > 0.0) {
+                score = P.softcap * tanh(clamp(score / P.softcap, -15.0, 15.0));
+            }
+            s[j] = score;
+            tile_max = max(tile_max, s[j]);
+        }
+        let m_new = max((*state).m, tile_max);
+        let corr = exp((*state).m - m_new);
+        (*state).l = (*state).l * corr;
+        for (var d = 0u; d < HP; d++) {
+            (*acc)[d] = (*acc)[d] * corr;
+        }
+        for (var j = j0; j < n_in; j++) {
+            let p = exp(s[j] - m_new);
+            (*state).l = (*state).l + p;
+            let vb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
+            for (var d = 0u; d < HP; d++) {
+                (*acc)[d] = fma(vec2<f32>(p, p), kv_in(V_CACHE[vb + d]), (*acc)[d]);
+            }
+        }
+        (*state).m = m_new;
+    }
+}
+
+// Query head `head` of token `tok`, as HP pairs.
+fn load_query(tok: u32, head: u32) -> array<vec2<f32>, HP> {
+    let qo = tok * P.q_stride + head * HD;
+    var q: array<vec2<f32>, HP>;
+    for (var d = 0u; d < HP; d++) {
+        q[d] = vec2<f32>(Q[qo + 2u * d], Q[qo + 2u * d + 1u]);
+    }
+    return q;
+}
