@@ -89,8 +89,10 @@ impl Capabilities {
     pub fn variant_summary(&self) -> String {
         let linear = match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output and a fixed tree ({})",
+                "linear: k-split, {} invocations per output and a fixed tree, prefill tiles of {} rows x {} columns ({})",
                 super::shader::LINEAR_WG,
+                super::shader::LINEAR_ROW_TILES[1],
+                super::shader::LINEAR_KSPLIT_COLS,
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" }
             ),
             LinearPath::Sequential { subgroup: Some(sg) } => {

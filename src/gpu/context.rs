@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::GpuError;
 use super::caps::Capabilities;
@@ -19,7 +19,7 @@ pub struct GpuContext {
     pipelines: Mutex<HashMap<KernelVariant, Kernel>>,
     health: Arc<DeviceHealth>,
     invalid_next_submit: AtomicBool,
-    pub(crate) resident: Mutex<Resident>,
+    resident: Mutex<Resident>,
     counters: CounterCells,
 }
 
@@ -165,6 +165,22 @@ impl GpuContext {
 
     pub(crate) fn count(&self) -> &CounterCells {
         &self.counters
+    }
+
+    /// The long-lived step resources, locked.
+    pub(crate) fn resident(&self) -> MutexGuard<'_, Resident> {
+        self.resident.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A buffer of `usage` holding `bytes` from the pool, created in its size class when none
+    /// is free.
+    pub(crate) fn pooled_buffer(
+        &self,
+        label: &str,
+        usage: wgpu::BufferUsages,
+        bytes: u64,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        self.resident().take_or_create(usage, bytes, |size| self.create_buffer(label, size, usage))
     }
 
     /// Largest byte size one storage binding may have on this device.

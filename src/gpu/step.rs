@@ -51,6 +51,8 @@ struct Dispatch {
     groups: [u32; 3],
 }
 
+/// Usage of the parameter ring.
+const PARAMS_RING: wgpu::BufferUsages = wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
 /// Usage of the pooled readback staging buffers.
 const STAGING: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 /// Usage of the pooled scratch tensors.
@@ -184,12 +186,16 @@ impl Step<'_> {
         let staging = {
             let mut resident = ctx.resident();
             if !self.dispatches.is_empty() {
-                let ring = resident.params_ring(ctx, self.params.len() as u64)?;
+                let ring = resident.params_ring(self.params.len() as u64, |size| {
+                    ctx.create_buffer("params ring", size, PARAMS_RING)
+                })?;
                 ctx.queue.write_buffer(&ring, 0, &self.params);
                 let groups: Vec<wgpu::BindGroup> = self
                     .dispatches
                     .iter()
-                    .map(|d| resident.bind_group(ctx, d_key(d, &ring), &d.kernel))
+                    .map(|d| {
+                        resident.bind_group(bind_key(d, &ring), |key| ctx.create_bind_group(key, &d.kernel))
+                    })
                     .collect();
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some("step"),
@@ -203,7 +209,9 @@ impl Step<'_> {
             }
             let mut staging = Vec::with_capacity(self.readbacks.len());
             for r in &self.readbacks {
-                let buf = resident.take_or_create(ctx, "readback", STAGING, r.size.max(4))?;
+                let buf = resident.take_or_create(STAGING, r.size.max(4), |size| {
+                    ctx.create_buffer("readback", size, STAGING)
+                })?;
                 if r.size > 0 {
                     encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
                 }
@@ -245,7 +253,7 @@ impl Step<'_> {
 }
 
 /// The bind-group key of dispatch `d` with its parameters in `ring`.
-fn d_key(d: &Dispatch, ring: &wgpu::Buffer) -> BindKey {
+fn bind_key(d: &Dispatch, ring: &wgpu::Buffer) -> BindKey {
     BindKey {
         variant: d.variant,
         params: (ring.clone(), d.params_offset),
@@ -253,8 +261,20 @@ fn d_key(d: &Dispatch, ring: &wgpu::Buffer) -> BindKey {
     }
 }
 
+impl GpuContext {
+    /// A new bind group of `kernel` for `key`, counted.
+    fn create_bind_group(&self, key: &BindKey, kernel: &Kernel) -> wgpu::BindGroup {
+        self.count().bind_group_created();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &kernel.layout,
+            entries: &bind_entries(key),
+        })
+    }
+}
+
 /// The entries of a bind group for `key`: its parameter block, then each whole buffer.
-pub(crate) fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
+fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
     let (ring, offset) = &key.params;
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: slots::PARAMS,
