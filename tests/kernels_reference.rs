@@ -823,6 +823,12 @@ fn bad_shapes_are_errors_not_panics() {
     let out = c.tensor(Elem::F32, &[2, 4]).unwrap();
     let mut step = c.step();
     assert!(matches!(step.linear(&x, &w, &out), Err(GpuError::Shape(_))));
+    let ids = c.tensor(Elem::U32, &[2]).unwrap();
+    assert!(matches!(step.write_u32(&out, &[1]), Err(GpuError::Shape(_))), "an f32 tensor");
+    assert!(matches!(step.write_u32(&ids, &[1, 2, 3]), Err(GpuError::Shape(_))), "past the buffer");
+    let x8 = c.tensor(Elem::F32, &[2, 8]).unwrap();
+    let not_gated = step.linear_gated(&x8, &w, GateActivation::Silu, &out);
+    assert!(matches!(not_gated, Err(GpuError::Shape(ref m)) if m.contains("gated")), "{not_gated:?}");
     assert!(matches!(c.upload_weight("q", DType::Q4_1, 2, 33, &[0; 40]), Err(GpuError::Shape(_))));
     assert!(matches!(c.upload_weight("f", DType::F32, 2, 3, &[0; 20]), Err(GpuError::Shape(_))));
     let shape = KvCacheShape { num_layers: 1, num_blocks: 4, block_size: 65, num_kv_heads: 1, head_dim: 64 };

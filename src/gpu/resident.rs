@@ -1,5 +1,5 @@
-//! What a context keeps across steps so that a steady-state step creates nothing: the
-//! parameter ring, the bind-group cache and the pool of staging and scratch buffers. Creating
+//! What a context keeps across steps so that a steady-state step creates nothing: the ring
+//! (each step's parameter blocks and input uploads), the bind-group cache and the pool of staging and scratch buffers. Creating
 //! what is missing is the caller's (the context's), through the closures each method takes.
 
 use super::GpuError;
@@ -15,9 +15,8 @@ pub(crate) struct Resident {
 }
 
 impl Resident {
-    /// The parameter ring, replaced by `create(size)` in the size class of `bytes` when
-    /// smaller.
-    pub(crate) fn params_ring(
+    /// The ring, replaced by `create(size)` in the size class of `bytes` when smaller.
+    pub(crate) fn ring(
         &mut self,
         bytes: u64,
         create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,

@@ -1,10 +1,11 @@
 //! The per-step encoder: kernels record dispatches, `submit` encodes them all into one command
 //! buffer (one compute pass, then the readback copies) and submits it once.
 //!
-//! Nothing is created per step once the shapes have been seen: parameters go into the
-//! context's persistent ring in one write, bind groups come from its cache (whole buffers are
-//! bound, so a tensor's row views share one group), and readback staging and scratch tensors
-//! come from its pool by size class.
+//! Nothing is created per step once the shapes have been seen: the kernels' parameter blocks
+//! and the step's input uploads ([`Step::write_u32`]) go into the context's persistent ring in
+//! one write (the inputs are copied on from there), bind groups come from its cache (whole
+//! buffers are bound, so a tensor's row views share one group), and readback staging and
+//! scratch tensors come from its pool by size class.
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -43,6 +44,13 @@ struct Readback {
     size: u64,
 }
 
+/// Input bytes at `offset` of the step's uploads, copied to the start of `buffer`.
+struct Upload {
+    buffer: wgpu::Buffer,
+    offset: u64,
+    size: u64,
+}
+
 struct Dispatch {
     variant: KernelVariant,
     kernel: Kernel,
@@ -51,8 +59,9 @@ struct Dispatch {
     groups: [u32; 3],
 }
 
-/// Usage of the parameter ring.
-const PARAMS_RING: wgpu::BufferUsages = wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
+/// Usage of the ring: the parameter blocks are bound from it, the uploads copied out of it.
+const RING: wgpu::BufferUsages =
+    wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 /// Usage of the pooled readback staging buffers.
 const STAGING: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 /// Usage of the pooled scratch tensors.
@@ -69,6 +78,8 @@ pub struct Step<'a> {
     started: Instant,
     dispatches: Vec<Dispatch>,
     params: Vec<u8>,
+    uploads: Vec<u8>,
+    copies: Vec<Upload>,
     readbacks: Vec<Readback>,
     scratch: Vec<wgpu::Buffer>,
 }
@@ -104,6 +115,8 @@ impl GpuContext {
             started: Instant::now(),
             dispatches: Vec::new(),
             params: Vec::new(),
+            uploads: Vec::new(),
+            copies: Vec::new(),
             readbacks: Vec::new(),
             scratch: Vec::new(),
         }
@@ -133,6 +146,26 @@ impl Step<'_> {
         self.params.extend_from_slice(bytemuck::bytes_of(params));
         self.params.resize((params_offset + PARAMS_BYTES) as usize, 0);
         self.dispatches.push(Dispatch { variant, kernel, params_offset, bindings, groups });
+        Ok(())
+    }
+
+    /// Writes `data` to the start of `t` before this step's dispatches run, through the
+    /// step's one upload (so a step's inputs cost no write of their own).
+    pub fn write_u32(&mut self, t: &Tensor, data: &[u32]) -> Result<(), GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if t.elem() != Elem::U32 || bytes.len() as u64 > t.buffer.size() {
+            return Err(GpuError::Shape(format!(
+                "writing {} u32 values into a {:?} tensor of {:?}",
+                data.len(),
+                t.elem(),
+                t.shape()
+            )));
+        }
+        if !bytes.is_empty() {
+            let offset = self.uploads.len() as u64;
+            self.uploads.extend_from_slice(bytes);
+            self.copies.push(Upload { buffer: t.buffer.clone(), offset, size: bytes.len() as u64 });
+        }
         Ok(())
     }
 
@@ -185,11 +218,17 @@ impl Step<'_> {
         }
         let staging = {
             let mut resident = ctx.resident();
+            let uploads_at = self.params.len() as u64;
+            let ring_bytes = [self.params.as_slice(), self.uploads.as_slice()].concat();
+            let ring =
+                resident.ring(ring_bytes.len() as u64, |size| ctx.create_buffer("ring", size, RING))?;
+            if !ring_bytes.is_empty() {
+                ctx.queue.write_buffer(&ring, 0, &ring_bytes);
+            }
+            for c in &self.copies {
+                encoder.copy_buffer_to_buffer(&ring, uploads_at + c.offset, &c.buffer, 0, Some(c.size));
+            }
             if !self.dispatches.is_empty() {
-                let ring = resident.params_ring(self.params.len() as u64, |size| {
-                    ctx.create_buffer("params ring", size, PARAMS_RING)
-                })?;
-                ctx.queue.write_buffer(&ring, 0, &self.params);
                 let groups: Vec<wgpu::BindGroup> = self
                     .dispatches
                     .iter()

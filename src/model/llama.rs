@@ -164,9 +164,9 @@ impl LlamaModel {
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
         ws.check(batch)?;
-        let inputs = Inputs::write(ctx, ws, batch)?;
-        let acts = ws.acts.rows(batch.input_ids.len())?;
         let mut step = ctx.step();
+        let inputs = Inputs::write(&mut step, ws, batch)?;
+        let acts = ws.acts.rows(batch.input_ids.len())?;
         step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
         if let Some(scale) = self.config.embedding_scale {
             step.scale(&acts.x, scale)?;
@@ -245,8 +245,8 @@ struct Inputs {
 }
 
 impl Inputs {
-    /// Writes `batch` into `ws`'s input buffers.
-    fn write(ctx: &GpuContext, ws: &Workspace, batch: &ForwardBatch) -> Result<Self, LlamaError> {
+    /// Writes `batch` into `ws`'s input buffers (through `step`'s one upload).
+    fn write(step: &mut Step<'_>, ws: &Workspace, batch: &ForwardBatch) -> Result<Self, LlamaError> {
         let (t, b) = (batch.input_ids.len(), batch.seq_lens.len());
         let tile_len = ws.head_tiles.first().map_or(1, |tile| tile.indices.len());
         let tiles = ws.head_tiles.iter().zip(batch.logits_indices.chunks(tile_len));
@@ -261,14 +261,14 @@ impl Inputs {
             },
             tile_rows: tiles.clone().map(|(_, indices)| indices.len()).collect(),
         };
-        ctx.write_u32(&inputs.ids, &batch.input_ids)?;
-        ctx.write_u32(&inputs.positions, &batch.positions)?;
-        ctx.write_u32(&inputs.slots, &batch.slot_mapping)?;
-        ctx.write_u32(&inputs.attn.query_start_loc, &batch.query_start_loc)?;
-        ctx.write_u32(&inputs.attn.seq_lens, &batch.seq_lens)?;
-        ctx.write_u32(&inputs.attn.block_table, &batch.block_table)?;
+        step.write_u32(&inputs.ids, &batch.input_ids)?;
+        step.write_u32(&inputs.positions, &batch.positions)?;
+        step.write_u32(&inputs.slots, &batch.slot_mapping)?;
+        step.write_u32(&inputs.attn.query_start_loc, &batch.query_start_loc)?;
+        step.write_u32(&inputs.attn.seq_lens, &batch.seq_lens)?;
+        step.write_u32(&inputs.attn.block_table, &batch.block_table)?;
         for (tile, indices) in tiles {
-            ctx.write_u32(&tile.indices.rows(indices.len())?, indices)?;
+            step.write_u32(&tile.indices.rows(indices.len())?, indices)?;
         }
         Ok(inputs)
     }
