@@ -1,5 +1,5 @@
-//! What a context keeps across steps so that a steady-state step creates nothing: the ring
-//! (each step's parameter blocks and input uploads), the bind-group cache and the pool of staging and scratch buffers. Creating
+//! What a context keeps across steps so that a steady-state step creates nothing: the
+//! parameter ring, the upload buffer (each step's inputs), the bind-group cache and the pool of staging and scratch buffers. Creating
 //! what is missing is the caller's (the context's), through the closures each method takes.
 
 use super::GpuError;
@@ -10,25 +10,29 @@ use super::pool::{BufferPool, size_class};
 #[derive(Debug, Default)]
 pub(crate) struct Resident {
     ring: Option<wgpu::Buffer>,
+    uploads: Option<wgpu::Buffer>,
     binds: BindGroupCache,
     pool: BufferPool,
 }
 
 impl Resident {
-    /// The ring, replaced by `create(size)` in the size class of `bytes` when smaller.
-    pub(crate) fn ring(
+    /// The parameter ring, replaced by `create(size)` in the size class of `bytes` when
+    /// smaller (the bind groups name it, so it grows apart from the uploads).
+    pub(crate) fn params_ring(
         &mut self,
         bytes: u64,
         create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
     ) -> Result<wgpu::Buffer, GpuError> {
-        match &self.ring {
-            Some(ring) if ring.size() >= bytes => Ok(ring.clone()),
-            _ => {
-                let ring = create(size_class(bytes))?;
-                self.ring = Some(ring.clone());
-                Ok(ring)
-            }
-        }
+        grown(&mut self.ring, bytes, create)
+    }
+
+    /// The upload buffer, replaced by `create(size)` in the size class of `bytes` when smaller.
+    pub(crate) fn uploads(
+        &mut self,
+        bytes: u64,
+        create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
+    ) -> Result<wgpu::Buffer, GpuError> {
+        grown(&mut self.uploads, bytes, create)
     }
 
     /// The bind group for `key`, from the cache or made by `create`.
@@ -62,5 +66,22 @@ impl Resident {
     /// Ends a step (ages the bind-group cache).
     pub(crate) fn end_step(&mut self) {
         self.binds.end_step();
+    }
+}
+
+/// `slot`'s buffer, replaced by `create(size)` in the size class of `bytes` when missing or
+/// smaller.
+fn grown(
+    slot: &mut Option<wgpu::Buffer>,
+    bytes: u64,
+    create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
+) -> Result<wgpu::Buffer, GpuError> {
+    match slot {
+        Some(buffer) if buffer.size() >= bytes => Ok(buffer.clone()),
+        _ => {
+            let buffer = create(size_class(bytes))?;
+            *slot = Some(buffer.clone());
+            Ok(buffer)
+        }
     }
 }

@@ -2,10 +2,10 @@
 //! buffer (one compute pass, then the readback copies) and submits it once.
 //!
 //! Nothing is created per step once the shapes have been seen: the kernels' parameter blocks
-//! and the step's input uploads ([`Step::write_u32`]) go into the context's persistent ring in
-//! one write (the inputs are copied on from there), bind groups come from its cache (whole
-//! buffers are bound, so a tensor's row views share one group), and readback staging and
-//! scratch tensors come from its pool by size class.
+//! go into the context's persistent ring in one write, the step's inputs
+//! ([`Step::write_u32`]) into its upload buffer in one more (and are copied on from there),
+//! bind groups come from its cache (whole buffers are bound, so a tensor's row views share one
+//! group), and readback staging and scratch tensors come from its pool by size class.
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -59,9 +59,10 @@ struct Dispatch {
     groups: [u32; 3],
 }
 
-/// Usage of the ring: the parameter blocks are bound from it, the uploads copied out of it.
-const RING: wgpu::BufferUsages =
-    wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
+/// Usage of the parameter ring.
+const PARAMS_RING: wgpu::BufferUsages = wgpu::BufferUsages::UNIFORM.union(wgpu::BufferUsages::COPY_DST);
+/// Usage of the upload buffer.
+const UPLOADS: wgpu::BufferUsages = wgpu::BufferUsages::COPY_SRC.union(wgpu::BufferUsages::COPY_DST);
 /// Usage of the pooled readback staging buffers.
 const STAGING: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 /// Usage of the pooled scratch tensors.
@@ -150,7 +151,7 @@ impl Step<'_> {
     }
 
     /// Writes `data` to the start of `t` before this step's dispatches run, through the
-    /// step's one upload (so a step's inputs cost no write of their own).
+    /// step's one upload (so each input costs no write of its own).
     pub fn write_u32(&mut self, t: &Tensor, data: &[u32]) -> Result<(), GpuError> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if t.elem() != Elem::U32 || bytes.len() as u64 > t.buffer.size() {
@@ -218,17 +219,19 @@ impl Step<'_> {
         }
         let staging = {
             let mut resident = ctx.resident();
-            let uploads_at = self.params.len() as u64;
-            let ring_bytes = [self.params.as_slice(), self.uploads.as_slice()].concat();
-            let ring =
-                resident.ring(ring_bytes.len() as u64, |size| ctx.create_buffer("ring", size, RING))?;
-            if !ring_bytes.is_empty() {
-                ctx.queue.write_buffer(&ring, 0, &ring_bytes);
-            }
-            for c in &self.copies {
-                encoder.copy_buffer_to_buffer(&ring, uploads_at + c.offset, &c.buffer, 0, Some(c.size));
+            if !self.copies.is_empty() {
+                let uploads = resident
+                    .uploads(self.uploads.len() as u64, |size| ctx.create_buffer("uploads", size, UPLOADS))?;
+                ctx.queue.write_buffer(&uploads, 0, &self.uploads);
+                for c in &self.copies {
+                    encoder.copy_buffer_to_buffer(&uploads, c.offset, &c.buffer, 0, Some(c.size));
+                }
             }
             if !self.dispatches.is_empty() {
+                let ring = resident.params_ring(self.params.len() as u64, |size| {
+                    ctx.create_buffer("params ring", size, PARAMS_RING)
+                })?;
+                ctx.queue.write_buffer(&ring, 0, &self.params);
                 let groups: Vec<wgpu::BindGroup> = self
                     .dispatches
                     .iter()
