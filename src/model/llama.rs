@@ -453,10 +453,15 @@ impl Loader<'_> {
         Ok(v)
     }
 
-    /// A norm's weights (Gemma's HF norms hold `w` of `x̂ · (1 + w)`: the 1 is added here, once).
+    /// What a norm's stored weights need added: Gemma's HF norms hold `w` of `x̂ · (1 + w)`,
+    /// and the 1 is added here, once.
+    fn norm_offset(&self) -> f32 {
+        if self.config.norm_weight_plus_one { 1.0 } else { 0.0 }
+    }
+
+    /// A norm's weights.
     fn norm(&self, t: &TensorView<'_>) -> Result<Tensor, LlamaError> {
-        let offset = if self.config.norm_weight_plus_one { 1.0 } else { 0.0 };
-        self.vectors(&t.shape, &[t], offset)
+        self.vectors(&t.shape, &[t], self.norm_offset())
     }
 
     fn layer(&self, l: usize, w: &LayerWeights<'_>) -> Result<GpuLayer, LlamaError> {
@@ -465,10 +470,7 @@ impl Loader<'_> {
             attn_norm: self.norm(&w.attn_norm)?,
             qkv: self.qkv(l, w)?,
             qk_norm: match &w.qk_norm {
-                Some([q, k]) => {
-                    let offset = if self.config.norm_weight_plus_one { 1.0 } else { 0.0 };
-                    Some(self.vectors(&[2, hd], &[q, k], offset)?)
-                }
+                Some([q, k]) => Some(self.vectors(&[2, hd], &[q, k], self.norm_offset())?),
                 None => None,
             },
             o_proj: self.matrix(&format!("layers.{l}.o_proj"), &w.o_proj)?,
