@@ -192,23 +192,23 @@ impl EngineBuilder {
 /// `PAGODA_ATTENTION=per-query|split-kv`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let backend = match (options.backend, env("PAGODA_BACKEND")) {
-        (Some(b), _) => Some(b),
-        (None, Some(name)) => Some(BackendChoice::parse(&name)?),
-        (None, None) => None,
-    };
+    // A value the options set wins; otherwise the variable's, parsed.
+    fn set_or<T>(
+        set: Option<T>,
+        var: Option<String>,
+        parse: fn(&str) -> Result<T, GpuError>,
+    ) -> Result<Option<T>, GpuError> {
+        match set {
+            Some(value) => Ok(Some(value)),
+            None => var.as_deref().map(parse).transpose(),
+        }
+    }
+    let backend = set_or(options.backend, env("PAGODA_BACKEND"), BackendChoice::parse)?;
     let env_mask =
         env("PAGODA_DISABLE_FEATURES").map(|v| FeatureMask::parse(&v)).transpose()?.unwrap_or_default();
-    let linear_strategy = match (options.linear_strategy, env("PAGODA_LINEAR")) {
-        (Some(s), _) => Some(s),
-        (None, Some(name)) => Some(LinearStrategy::parse(&name)?),
-        (None, None) => None,
-    };
-    let attention_strategy = match (options.attention_strategy, env("PAGODA_ATTENTION")) {
-        (Some(s), _) => Some(s),
-        (None, Some(name)) => Some(AttentionStrategy::parse(&name)?),
-        (None, None) => None,
-    };
+    let linear_strategy = set_or(options.linear_strategy, env("PAGODA_LINEAR"), LinearStrategy::parse)?;
+    let attention_strategy =
+        set_or(options.attention_strategy, env("PAGODA_ATTENTION"), AttentionStrategy::parse)?;
     Ok(GpuOptions {
         backend,
         adapter: options.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),

@@ -13,13 +13,28 @@ use super::shader::KernelVariant;
 /// Steps an unused bind group is kept.
 const KEEP_STEPS: u64 = 64;
 
+/// A whole buffer bound to one binding slot of a kernel (one of the constants of
+/// [`slots`](super::shader::slots)).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Binding {
+    pub(crate) slot: u32,
+    pub(crate) buffer: wgpu::Buffer,
+}
+
+impl Binding {
+    /// The whole of `buffer` at `slot`.
+    pub(crate) fn buffer(slot: u32, buffer: &wgpu::Buffer) -> Self {
+        Self { slot, buffer: buffer.clone() }
+    }
+}
+
 /// What makes two bind groups the same: the kernel, the parameter ring and offset, and the
 /// buffer at each slot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct BindKey {
     pub(crate) variant: KernelVariant,
     pub(crate) params: (wgpu::Buffer, u64),
-    pub(crate) buffers: Vec<(u32, wgpu::Buffer)>,
+    pub(crate) buffers: Vec<Binding>,
 }
 
 /// The cache: each bind group with the step that last used it.

@@ -2,6 +2,7 @@
 //! [`GpuError::Shape`] on a mismatch instead of dispatching.
 
 use super::GpuError;
+use super::bind_cache::Binding;
 use super::kv_cache::KvCache;
 use super::shader::params::{
     AttentionParams, ElementwiseParams, EmbedParams, LinearParams, RmsNormParams, RopeCacheParams, TopKParams,
@@ -10,7 +11,7 @@ use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LinearEpilogue, LinearPath,
 };
-use super::step::{Binding, Step};
+use super::step::Step;
 use super::tensor::{Elem, Tensor};
 use super::weights::Weight;
 

@@ -1,5 +1,5 @@
-//! Buffers that live across steps, reused by size class: the parameter ring, the readback
-//! staging buffers and a step's scratch tensors. A request takes the smallest free buffer of
+//! Buffers that live across steps, reused by size class: the readback staging buffers and a
+//! step's scratch tensors. A request takes the smallest free buffer of
 //! its usage whose size class (the next power of two, at least [`MIN_CLASS`] bytes) fits,
 //! and the step gives it back when its results are read, so a steady-state step creates no
 //! buffer.

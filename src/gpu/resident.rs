@@ -1,6 +1,7 @@
 //! What a context keeps across steps so that a steady-state step creates nothing: the
-//! parameter ring, the upload buffer (each step's inputs), the bind-group cache and the pool of staging and scratch buffers. Creating
-//! what is missing is the caller's (the context's), through the closures each method takes.
+//! parameter ring, the upload buffer (each step's inputs), the bind-group cache and the pool
+//! of staging and scratch buffers. Creating what is missing is the caller's (the context's),
+//! through the closures each method takes.
 
 use super::GpuError;
 use super::bind_cache::{BindGroupCache, BindKey};

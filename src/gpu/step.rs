@@ -11,32 +11,12 @@ use std::num::NonZeroU64;
 use std::time::Instant;
 
 use super::GpuError;
-use super::bind_cache::BindKey;
+use super::bind_cache::{BindKey, Binding};
 use super::context::{GpuContext, Kernel};
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
 use super::shader::slots;
 use super::tensor::{Elem, Tensor};
-
-/// A whole buffer bound to one binding slot of a kernel (one of the constants of [`slots`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Binding {
-    slot: u32,
-    buffer: wgpu::Buffer,
-}
-
-impl Binding {
-    /// `t`'s buffer at `slot` (kernels bound their reads by their parameters, so a row view
-    /// binds the same buffer as the whole tensor).
-    pub(crate) fn tensor(slot: u32, t: &Tensor) -> Self {
-        Self { slot, buffer: t.buffer.clone() }
-    }
-
-    /// The whole of `buffer` at `slot`.
-    pub(crate) fn buffer(slot: u32, buffer: &wgpu::Buffer) -> Self {
-        Self { slot, buffer: buffer.clone() }
-    }
-}
 
 /// A buffer range copied back to the CPU after the step.
 struct Readback {
@@ -154,14 +134,7 @@ impl Step<'_> {
     /// step's one upload (so each input costs no write of its own).
     pub fn write_u32(&mut self, t: &Tensor, data: &[u32]) -> Result<(), GpuError> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        if t.elem() != Elem::U32 || bytes.len() as u64 > t.buffer.size() {
-            return Err(GpuError::Shape(format!(
-                "writing {} u32 values into a {:?} tensor of {:?}",
-                data.len(),
-                t.elem(),
-                t.shape()
-            )));
-        }
+        t.check_write(Elem::U32, bytes)?;
         if !bytes.is_empty() {
             let offset = self.uploads.len() as u64;
             self.uploads.extend_from_slice(bytes);
@@ -208,6 +181,7 @@ impl Step<'_> {
     /// for the readbacks.
     pub fn submit(self) -> Result<StepOutput, GpuError> {
         let ctx = self.ctx;
+        let dispatched = self.dispatches.len();
         ctx.check_health()?;
         let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
@@ -232,21 +206,27 @@ impl Step<'_> {
                     ctx.create_buffer("params ring", size, PARAMS_RING)
                 })?;
                 ctx.queue.write_buffer(&ring, 0, &self.params);
-                let groups: Vec<wgpu::BindGroup> = self
+                let encoded: Vec<(Kernel, wgpu::BindGroup, [u32; 3])> = self
                     .dispatches
-                    .iter()
+                    .into_iter()
                     .map(|d| {
-                        resident.bind_group(bind_key(d, &ring), |key| ctx.create_bind_group(key, &d.kernel))
+                        let key = BindKey {
+                            variant: d.variant,
+                            params: (ring.clone(), d.params_offset),
+                            buffers: d.bindings,
+                        };
+                        let group = resident.bind_group(key, |key| ctx.create_bind_group(key, &d.kernel));
+                        (d.kernel, group, d.groups)
                     })
                     .collect();
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some("step"),
                     timestamp_writes: None,
                 });
-                for (d, group) in self.dispatches.iter().zip(&groups) {
-                    pass.set_pipeline(&d.kernel.pipeline);
+                for (kernel, group, groups) in &encoded {
+                    pass.set_pipeline(&kernel.pipeline);
                     pass.set_bind_group(0, group, &[]);
-                    pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
                 }
             }
             let mut staging = Vec::with_capacity(self.readbacks.len());
@@ -263,7 +243,7 @@ impl Step<'_> {
             resident.end_step();
             staging
         };
-        ctx.count().step_submitted(self.dispatches.len(), self.started.elapsed());
+        ctx.count().step_submitted(dispatched, self.started.elapsed());
         if let Some(err) = pollster::block_on(scope.pop()) {
             ctx.check_health()?;
             return Err(GpuError::Device(err.to_string()));
@@ -294,15 +274,6 @@ impl Step<'_> {
     }
 }
 
-/// The bind-group key of dispatch `d` with its parameters in `ring`.
-fn bind_key(d: &Dispatch, ring: &wgpu::Buffer) -> BindKey {
-    BindKey {
-        variant: d.variant,
-        params: (ring.clone(), d.params_offset),
-        buffers: d.bindings.iter().map(|b| (b.slot, b.buffer.clone())).collect(),
-    }
-}
-
 impl GpuContext {
     /// A new bind group of `kernel` for `key`, counted.
     fn create_bind_group(&self, key: &BindKey, kernel: &Kernel) -> wgpu::BindGroup {
@@ -327,10 +298,9 @@ fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
         }),
     }];
     entries.extend(
-        key.buffers.iter().map(|(slot, buffer)| wgpu::BindGroupEntry {
-            binding: *slot,
-            resource: buffer.as_entire_binding(),
-        }),
+        key.buffers
+            .iter()
+            .map(|b| wgpu::BindGroupEntry { binding: b.slot, resource: b.buffer.as_entire_binding() }),
     );
     entries
 }

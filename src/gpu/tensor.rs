@@ -1,6 +1,7 @@
 //! Plain device tensors (f32 activations, u32 indices): creation, upload, row views, readback.
 
 use super::GpuError;
+use super::bind_cache::Binding;
 use super::context::GpuContext;
 
 /// Element type of a [`Tensor`].
@@ -78,6 +79,19 @@ impl Tensor {
         Tensor { buffer, shape: shape.to_vec(), elem }
     }
 
+    /// `Ok` when `bytes` of `elem` values fit at the start of this tensor's buffer.
+    pub(crate) fn check_write(&self, elem: Elem, bytes: &[u8]) -> Result<(), GpuError> {
+        if self.elem != elem || bytes.len() as u64 > self.buffer.size() {
+            return Err(GpuError::Shape(format!(
+                "writing {} {elem:?} values into a {:?} tensor of {:?}",
+                bytes.len() / 4,
+                self.elem,
+                self.shape
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn byte_len(&self) -> u64 {
         4 * self.len() as u64
     }
@@ -90,6 +104,14 @@ impl Tensor {
             )));
         }
         Ok(())
+    }
+}
+
+impl Binding {
+    /// `t`'s buffer at `slot` (kernels bound their reads by their parameters, so a row view
+    /// binds the same buffer as the whole tensor).
+    pub(crate) fn tensor(slot: u32, t: &Tensor) -> Self {
+        Self { slot, buffer: t.buffer.clone() }
     }
 }
 
@@ -137,14 +159,7 @@ impl GpuContext {
     }
 
     fn write_words(&self, t: &Tensor, elem: Elem, bytes: &[u8]) -> Result<(), GpuError> {
-        if t.elem != elem || bytes.len() as u64 > t.buffer.size() {
-            return Err(GpuError::Shape(format!(
-                "writing {} {elem:?} values into a {:?} tensor of {:?}",
-                bytes.len() / 4,
-                t.elem,
-                t.shape
-            )));
-        }
+        t.check_write(elem, bytes)?;
         if !bytes.is_empty() {
             self.queue.write_buffer(&t.buffer, 0, bytes);
         }
