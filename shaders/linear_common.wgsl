@@ -1,7 +1,9 @@
 // y[m, y0 + n0 + n] = sum_k x[m, k] * w[n, k] for one part of a row-split weight, written by
 // the epilogue composed after this file (`emit`, or `emit_gated` for a gated weight, whose
 // part holds its gate rows and then as many up rows). Every output is one fma chain over k in
-// ascending order, whatever the path, row tile and epilogue.
+// ascending order, whatever the path, row tile and epilogue. The kernels read x through the
+// input functions composed after this file (`row_scale`, `input8`, `input1`): x as stored
+// (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
 struct LinearParams {
     m: u32,
     n_part: u32,
@@ -10,6 +12,7 @@ struct LinearParams {
     n0: u32,
     nx: u32,
     y0: u32,
+    eps: f32,
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;

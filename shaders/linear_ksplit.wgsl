@@ -18,13 +18,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     ROWS let xr_R = x_row(m0, RRu);
+    ROWS let s_R = row_scale(xr_R, t);
     ROWS COLS var acc_R_C = 0.0;
     GATED ROWS COLS var up_R_C = 0.0;
     let groups = P.k / 8u;
     for (var g = t; g < groups; g += WG) {
         COLS let w_C = w_group(rb_C, g);
         GATED COLS let u_C = w_group(ru_C, g);
-        ROWS let x_R = load_x8_direct(xr_R + 8u * g);
+        ROWS let x_R = input8(load_x8_direct(xr_R + 8u * g), s_R, 8u * g);
         ROWS COLS acc_R_C = dot8(x_R, w_C, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(x_R, u_C, up_R_C);
     }
@@ -32,7 +33,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var k = groups * 8u; k < P.k; k++) {
             COLS let w_C = w_elem(rb_C, k);
             GATED COLS let u_C = w_elem(ru_C, k);
-            ROWS let x_R = X[xr_R + k];
+            ROWS let x_R = input1(X[xr_R + k], s_R, k);
             ROWS COLS acc_R_C = fma(x_R, w_C, acc_R_C);
             GATED ROWS COLS up_R_C = fma(x_R, u_C, up_R_C);
         }

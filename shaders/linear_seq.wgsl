@@ -16,22 +16,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     ROWS let xr_R = x_row(m0, RRu);
+    ROWS let s_R = row_scale(xr_R, lid);
     ROWS COLS var acc_R_C = 0.0;
     GATED ROWS COLS var up_R_C = 0.0;
     let blocks = P.k / 32u;
     for (var b = 0u; b < blocks; b++) {
         COLS let w_C = w_block(rb_C, b);
         GATED COLS let u_C = w_block(ru_C, b);
-        ROWS let x_R = load_x8(xr_R + 32u * b, lane);
+        ROWS let x_R = input8(load_x8(xr_R + 32u * b, lane), s_R, 32u * b);
         ROWS COLS acc_R_C = dot8(x_R, w_C.g0, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(x_R, u_C.g0, up_R_C);
-        ROWS let y_R = load_x8(xr_R + 32u * b + 8u, lane);
+        ROWS let y_R = input8(load_x8(xr_R + 32u * b + 8u, lane), s_R, 32u * b + 8u);
         ROWS COLS acc_R_C = dot8(y_R, w_C.g1, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(y_R, u_C.g1, up_R_C);
-        ROWS let z_R = load_x8(xr_R + 32u * b + 16u, lane);
+        ROWS let z_R = input8(load_x8(xr_R + 32u * b + 16u, lane), s_R, 32u * b + 16u);
         ROWS COLS acc_R_C = dot8(z_R, w_C.g2, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(z_R, u_C.g2, up_R_C);
-        ROWS let v_R = load_x8(xr_R + 32u * b + 24u, lane);
+        ROWS let v_R = input8(load_x8(xr_R + 32u * b + 24u, lane), s_R, 32u * b + 24u);
         ROWS COLS acc_R_C = dot8(v_R, w_C.g3, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(v_R, u_C.g3, up_R_C);
     }
@@ -39,14 +40,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var g = blocks * 4u; g < groups; g++) {
         COLS let w_C = w_group(rb_C, g);
         GATED COLS let u_C = w_group(ru_C, g);
-        ROWS let x_R = load_x8(xr_R + 8u * g, lane);
+        ROWS let x_R = input8(load_x8(xr_R + 8u * g, lane), s_R, 8u * g);
         ROWS COLS acc_R_C = dot8(x_R, w_C, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(x_R, u_C, up_R_C);
     }
     for (var k = groups * 8u; k < P.k; k++) {
         COLS let w_C = w_elem(rb_C, k);
         GATED COLS let u_C = w_elem(ru_C, k);
-        ROWS let x_R = X[xr_R + k];
+        ROWS let x_R = input1(X[xr_R + k], s_R, k);
         ROWS COLS acc_R_C = fma(x_R, w_C, acc_R_C);
         GATED ROWS COLS up_R_C = fma(x_R, u_C, up_R_C);
     }

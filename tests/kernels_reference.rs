@@ -118,10 +118,14 @@ fn linear_rows_are_bitwise_independent_of_the_batch() {
 /// The fused epilogues give the bits of the separate kernels for every weight type, at a
 /// decode row and a prefill batch: `linear_add` is `linear` then `add_in_place`, `linear_into`
 /// with a bias is `linear` into its columns then the bias, `linear_gated` is two `linear`s then
-/// `gated_mul`; and a fused row alone equals the same row in batches of 3, 17 and 64.
+/// `gated_mul`. Each of them over [`LinearInput::rms_normed`] rows is `rms_norm` then the same
+/// kernel over its output, for the weight types that cover every activation load site of the
+/// kernels (blocks of 32 read whole, or as groups, super-blocks of 256). A fused row alone
+/// equals the same row in batches of 3, 17 and 64.
 #[test]
-fn fused_epilogues_equal_the_separate_kernels_bit_for_bit() {
+fn fused_epilogues_and_norms_equal_the_separate_kernels_bit_for_bit() {
     let c = ctx();
+    let eps = 1e-5;
     for &dtype in WEIGHT_TYPES {
         let (k, n) = if dtype.block_len() == 256 { (512, 37) } else { (96, 37) };
         let gate_bytes = quantize(dtype, &Rng::new(21).vec(n * k));
@@ -131,17 +135,22 @@ fn fused_epilogues_equal_the_separate_kernels_bit_for_bit() {
         let gated = c.upload_gated_weight("gate_up", dtype, n, k, &gate_bytes, &up_bytes).unwrap();
         let bias = Rng::new(23).vec(n);
         let bias_t = c.upload_f32(&[n], &bias).unwrap();
+        let norm_t = c.upload_f32(&[k], &Rng::new(26).vec(k)).unwrap();
         let batch = Rng::new(24).vec(64 * k);
         let residual = Rng::new(25).vec(64 * n);
-        let fused = |m: usize| -> [Vec<f32>; 3] {
-            let x = c.upload_f32(&[m, k], &batch[..m * k]).unwrap();
+        // linear_add, linear_into with the bias (its columns of the wider row) and linear_gated
+        // over the first `m` rows of `rows`, normed on the way in with `normed`.
+        let fused = |rows: &[f32], m: usize, normed: bool| -> [Vec<f32>; 3] {
+            let x = c.upload_f32(&[m, k], &rows[..m * k]).unwrap();
+            let input =
+                if normed { LinearInput::rms_normed(&x, &norm_t, eps) } else { LinearInput::Plain(&x) };
             let acc = c.upload_f32(&[m, n], &residual[..m * n]).unwrap();
             let wide = c.tensor(Elem::F32, &[m, n + 5]).unwrap();
             let act = c.tensor(Elem::F32, &[m, n]).unwrap();
             let mut step = c.step();
-            step.linear_add(&x, &gate, &acc).unwrap();
-            step.linear_into(&x, &gate, Some(&bias_t), &wide, 5).unwrap();
-            step.linear_gated(&x, &gated, GateActivation::Silu, &act).unwrap();
+            step.linear_add(input, &gate, &acc).unwrap();
+            step.linear_into(input, &gate, Some(&bias_t), &wide, 5).unwrap();
+            step.linear_gated(input, &gated, GateActivation::Silu, &act).unwrap();
             let ids = [step.read(&acc), step.read(&wide), step.read(&act)];
             let mut out = step.submit().unwrap();
             let wide = out.f32s(ids[1]);
@@ -161,19 +170,50 @@ fn fused_epilogues_equal_the_separate_kernels_bit_for_bit() {
             let ids = (step.read(&res_t), step.read(&act_t));
             let mut out = step.submit().unwrap();
             let biased: Vec<f32> = g.iter().enumerate().map(|(i, v)| v + bias[i % n]).collect();
-            let [added, into, act] = fused(m);
+            let [added, into, act] = fused(&batch, m, false);
             assert_eq!(bits(&added), bits(&out.f32s(ids.0)), "{dtype:?} m{m}: linear_add");
             assert_eq!(bits(&into), bits(&biased), "{dtype:?} m{m}: linear_into with bias");
             assert_eq!(bits(&act), bits(&out.f32s(ids.1)), "{dtype:?} m{m}: linear_gated");
+            if !NORMED_TYPES.contains(&dtype) {
+                continue;
+            }
+            let normed = rms_norm_gpu(&batch[..m * k], m, &norm_t, eps);
+            let separate = fused(&normed, m, false);
+            for (what, (a, b)) in
+                ["add", "into", "gated"].iter().zip(fused(&batch, m, true).iter().zip(&separate))
+            {
+                assert_eq!(bits(a), bits(b), "{dtype:?} m{m}: normed {what} vs rms_norm then {what}");
+            }
         }
-        let alone = fused(1);
-        for m in [3usize, 17, 64] {
-            let in_batch = fused(m);
-            for (what, (a, b)) in ["add", "into", "gated"].iter().zip(alone.iter().zip(&in_batch)) {
-                assert_eq!(bits(&b[..n]), bits(a), "{dtype:?}: fused {what} row alone vs in a batch of {m}");
+        for normed in [false, NORMED_TYPES.contains(&dtype)] {
+            let alone = fused(&batch, 1, normed);
+            for m in [3usize, 17, 64] {
+                let in_batch = fused(&batch, m, normed);
+                for (what, (a, b)) in ["add", "into", "gated"].iter().zip(alone.iter().zip(&in_batch)) {
+                    assert_eq!(
+                        bits(&b[..n]),
+                        bits(a),
+                        "{dtype:?} normed {normed}: {what} row alone vs in {m}"
+                    );
+                }
             }
         }
     }
+}
+
+/// The weight types the fused norm is checked with: F16 (blocks of 32 as four groups), Q8_0
+/// (whole blocks of 32) and Q4_K (super-blocks of 256).
+const NORMED_TYPES: [DType; 3] = [DType::F16, DType::Q8_0, DType::Q4K];
+
+/// `rms_norm` of the `m` rows of `x` with `weight`, through the GPU kernel.
+fn rms_norm_gpu(x: &[f32], m: usize, weight: &Tensor, eps: f32) -> Vec<f32> {
+    let c = ctx();
+    let k = weight.len();
+    let (xt, out) = (c.upload_f32(&[m, k], x).unwrap(), c.tensor(Elem::F32, &[m, k]).unwrap());
+    let mut step = c.step();
+    step.rms_norm(&xt, weight, eps, &out).unwrap();
+    let id = step.read(&out);
+    step.submit().unwrap().f32s(id)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

@@ -12,7 +12,7 @@ use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GpuContext, GpuOptions};
+use pagoda::gpu::{GpuContext, GpuOptions, NormStrategy};
 use pagoda::model::llama::LlamaModel;
 use pagoda::model::testing::{TinyLlama, prefill_logits};
 use pagoda::model::{ModelFiles, RopeVariant};
@@ -21,8 +21,11 @@ use pagoda::sampling::SamplingParams;
 const BLOCK: usize = 4;
 
 fn ctx() -> GpuContext {
-    GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
-        .expect("a wgpu adapter (lavapipe in CI)")
+    ctx_with(GpuOptions::default())
+}
+
+fn ctx_with(options: GpuOptions) -> GpuContext {
+    GpuContext::new(&gpu_options_from_env(&options).unwrap()).expect("a wgpu adapter (lavapipe in CI)")
 }
 
 /// Plain f64 Llama over the dequantized weights of `files`; logits of every position.
@@ -276,6 +279,10 @@ fn run_greedy(
 }
 
 fn tiny_executor(dir: &Path, num_blocks: usize) -> WgpuExecutor {
+    tiny_executor_on(ctx(), dir, num_blocks)
+}
+
+fn tiny_executor_on(ctx: GpuContext, dir: &Path, num_blocks: usize) -> WgpuExecutor {
     let tiny = TinyLlama::new(33);
     tiny.write_gguf(&dir.join("tiny.gguf"), DType::Q8_0).unwrap();
     let files = ModelFiles::open(dir.join("tiny.gguf")).unwrap();
@@ -291,7 +298,7 @@ fn tiny_executor(dir: &Path, num_blocks: usize) -> WgpuExecutor {
         max_model_len: 64,
         ..Default::default()
     };
-    WgpuExecutor::new(ctx(), &files, &cache, &sched, false).unwrap()
+    WgpuExecutor::new(ctx, &files, &cache, &sched, false).unwrap()
 }
 
 #[test]
@@ -335,20 +342,31 @@ fn executor_can_move_to_the_engine_thread() {
 
 /// Every step of the tiny model (Q8_0: Q/K/V and gate/up share a type) is the embedding, 8
 /// dispatches per layer (norm, Q/K/V, RoPE + cache, attention, o_proj + residual, norm,
-/// gate/up + SiLU, down + residual) and 4 for the head (gather, norm, LM head, top-k); and
-/// once every shape has been seen, a step creates no buffer and no bind group.
+/// gate/up + SiLU, down + residual) and 4 for the head (gather, norm, LM head, top-k); 6 and
+/// 3 with the norms fused into the linears they feed; and once every shape has been seen, a
+/// step creates no buffer and no bind group.
 #[test]
 fn steady_state_steps_create_no_buffers_or_bind_groups() {
-    let dir = tempfile::tempdir().unwrap();
     let prompts: Vec<Vec<u32>> = vec![PROMPT.to_vec(), vec![5, 6, 7], (100..114).collect()];
-    let mut exec = tiny_executor(dir.path(), 64);
-    let first = run_greedy(&mut exec, &prompts, 6, 4, None);
-    let before = exec.context().counters();
-    let again = run_greedy(&mut exec, &prompts, 6, 4, None);
-    let steady = exec.context().counters().since(&before);
-    assert_eq!(again, first);
-    assert!(steady.steps >= 8, "{steady:?}");
-    assert_eq!((steady.buffers_created, steady.bind_groups_created), (0, 0), "{steady:?}");
-    let layers = exec.model().config().num_hidden_layers as u64;
-    assert_eq!(steady.dispatches, steady.steps * (1 + 8 * layers + 4), "{steady:?}");
+    let mut tokens = Vec::new();
+    for (norms, per_layer, head) in [(NormStrategy::Separate, 8, 4), (NormStrategy::Fused, 6, 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx_with(GpuOptions { norm_strategy: Some(norms), ..GpuOptions::default() });
+        let mut exec = tiny_executor_on(ctx, dir.path(), 64);
+        let first = run_greedy(&mut exec, &prompts, 6, 4, None);
+        let before = exec.context().counters();
+        let again = run_greedy(&mut exec, &prompts, 6, 4, None);
+        let steady = exec.context().counters().since(&before);
+        assert_eq!(again, first);
+        assert!(steady.steps >= 8, "{steady:?}");
+        assert_eq!((steady.buffers_created, steady.bind_groups_created), (0, 0), "{norms:?}: {steady:?}");
+        let layers = exec.model().config().num_hidden_layers as u64;
+        assert_eq!(
+            steady.dispatches,
+            steady.steps * (1 + per_layer * layers + head),
+            "{norms:?}: {steady:?}"
+        );
+        tokens.push(first);
+    }
+    assert_eq!(tokens[0], tokens[1], "fused norms change the greedy tokens");
 }

@@ -8,7 +8,9 @@ use super::{Engine, EngineError};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
-use crate::gpu::{AttentionStrategy, BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy};
+use crate::gpu::{
+    AttentionStrategy, BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy, NormStrategy,
+};
 
 /// Which executor runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -209,6 +211,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
     let linear_strategy = set_or(options.linear_strategy, env("PAGODA_LINEAR"), LinearStrategy::parse)?;
     let attention_strategy =
         set_or(options.attention_strategy, env("PAGODA_ATTENTION"), AttentionStrategy::parse)?;
+    let norm_strategy = set_or(options.norm_strategy, env("PAGODA_NORM"), NormStrategy::parse)?;
     Ok(GpuOptions {
         backend,
         adapter: options.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
@@ -217,5 +220,6 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
             || env("PAGODA_WEBGPU_LIMITS").is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false")),
         linear_strategy,
         attention_strategy,
+        norm_strategy,
     })
 }

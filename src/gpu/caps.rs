@@ -1,6 +1,6 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::options::{AttentionStrategy, FeatureMask, LinearStrategy};
+use super::options::{AttentionStrategy, FeatureMask, LinearStrategy, NormStrategy};
 use super::shader::{AttentionPath, KvFormat, LinearPath};
 
 /// The KV element precision a caller asks for; [`Capabilities::kv_format`] says what it
@@ -47,6 +47,8 @@ pub struct Capabilities {
     pub forced_linear: Option<LinearStrategy>,
     /// Attention strategy forced by the options, if any.
     pub forced_attention: Option<AttentionStrategy>,
+    /// Norm fusion forced by the options, if any.
+    pub forced_norm: Option<NormStrategy>,
 }
 
 impl Capabilities {
@@ -72,6 +74,17 @@ impl Capabilities {
         match (self.forced_attention, self.is_cpu) {
             (Some(AttentionStrategy::PerQuery), _) | (None, true) => AttentionPath::PerQuery,
             (Some(AttentionStrategy::SplitKv), _) | (None, false) => AttentionPath::SplitKv,
+        }
+    }
+
+    /// True when the RMSNorm before a linear layer is fused into it: on the K-split path, whose
+    /// workgroup computes a row's scale once for all its invocations; not on the sequential
+    /// path, where every invocation would norm its rows again for its few columns (slower on
+    /// CPU drivers than the norm's own dispatch).
+    pub fn fuses_norms(&self) -> bool {
+        match self.forced_norm {
+            Some(strategy) => strategy == NormStrategy::Fused,
+            None => self.linear_path() == LinearPath::KSplit,
         }
     }
 
@@ -133,6 +146,11 @@ impl Capabilities {
                     if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
                 ),
             },
+            format!(
+                "rms_norm before a linear: {} ({})",
+                if self.fuses_norms() { "fused into the linear" } else { "its own dispatch" },
+                if self.forced_norm.is_some() { "forced" } else { "follows the linear path" }
+            ),
             "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one variant each (no optional features)"
                 .into(),
         ]

@@ -139,6 +139,7 @@ impl GpuContext {
             limits,
             forced_linear: options.linear_strategy,
             forced_attention: options.attention_strategy,
+            forced_norm: options.norm_strategy,
         };
         Ok(Self {
             device,

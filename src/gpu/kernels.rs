@@ -10,6 +10,7 @@ use super::shader::params::{
 use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LinearEpilogue, LinearPath,
+    LinearPrologue,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -53,6 +54,42 @@ impl AttentionSpec {
     /// Plain causal attention of `heads` heads of `head_dim`, scaled by `1 / sqrt(head_dim)`.
     pub fn causal(heads: usize, head_dim: usize) -> Self {
         Self { heads, scale: 1.0 / (head_dim as f32).sqrt(), window: None, softcap: None }
+    }
+}
+
+/// What a linear layer reads: a tensor as stored, or a tensor RMS-normed on the way in.
+#[derive(Debug, Clone, Copy)]
+pub enum LinearInput<'a> {
+    /// `x` as stored.
+    Plain(&'a Tensor),
+    /// `x / sqrt(mean(x²) + eps) * weight` per row, computed by the linear kernel itself with
+    /// the bits of [`Step::rms_norm`]: the RMSNorm fused into the projection it feeds.
+    RmsNormed {
+        /// The rows to norm, f32 `[M, K]`.
+        x: &'a Tensor,
+        /// The norm's weight, f32 `[K]`.
+        weight: &'a Tensor,
+        /// Added to the mean square.
+        eps: f32,
+    },
+}
+
+impl<'a> LinearInput<'a> {
+    /// `x` RMS-normed with `weight` and `eps` on the way into the linear.
+    pub fn rms_normed(x: &'a Tensor, weight: &'a Tensor, eps: f32) -> Self {
+        Self::RmsNormed { x, weight, eps }
+    }
+
+    fn x(self) -> &'a Tensor {
+        match self {
+            Self::Plain(x) | Self::RmsNormed { x, .. } => x,
+        }
+    }
+}
+
+impl<'a> From<&'a Tensor> for LinearInput<'a> {
+    fn from(x: &'a Tensor) -> Self {
+        Self::Plain(x)
     }
 }
 
@@ -109,55 +146,85 @@ impl Step<'_> {
         self.dispatch(KernelVariant::RmsNorm, &params, bindings, grid)
     }
 
-    /// `out = x · wᵀ` for `x: f32 [M, K]`, `w: [N, K]` of any weight type, `out: f32 [M, N]`.
-    /// Every output is one fma chain over k ascending, so a row's bits never depend on M.
-    pub fn linear(&mut self, x: &Tensor, w: &Weight, out: &Tensor) -> Result<(), GpuError> {
-        self.record_linear(x, w, out, 0, LinearEpilogue::Store, None)
+    /// The input of the linear layers that `rms_norm(x, weight, eps)` feeds: where the adapter
+    /// fuses norms ([`Capabilities::fuses_norms`](super::Capabilities::fuses_norms)), `x`
+    /// normed on the way into each of them, recording nothing; elsewhere the norm recorded
+    /// into `out` (shaped as `x`) and `out` returned. Either way the linears get the same bits.
+    pub fn rms_norm_input<'a>(
+        &mut self,
+        x: &'a Tensor,
+        weight: &'a Tensor,
+        eps: f32,
+        out: &'a Tensor,
+    ) -> Result<LinearInput<'a>, GpuError> {
+        if self.ctx.capabilities().fuses_norms() {
+            return Ok(LinearInput::rms_normed(x, weight, eps));
+        }
+        self.rms_norm(x, weight, eps, out)?;
+        Ok(LinearInput::Plain(out))
+    }
+
+    /// `out = x · wᵀ` for `x: f32 [M, K]` (as stored or [`LinearInput::RmsNormed`]), `w: [N, K]`
+    /// of any weight type, `out: f32 [M, N]`. Every output is one fma chain over k ascending, so
+    /// a row's bits never depend on M.
+    pub fn linear<'a>(
+        &mut self,
+        x: impl Into<LinearInput<'a>>,
+        w: &Weight,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        self.record_linear(x.into(), w, out, 0, LinearEpilogue::Store, None)
     }
 
     /// `out += x · wᵀ` (a projection and the residual add after it in one dispatch); the same
     /// bits as [`Self::linear`] then [`Self::add_in_place`].
-    pub fn linear_add(&mut self, x: &Tensor, w: &Weight, out: &Tensor) -> Result<(), GpuError> {
-        self.record_linear(x, w, out, 0, LinearEpilogue::Accumulate, None)
+    pub fn linear_add<'a>(
+        &mut self,
+        x: impl Into<LinearInput<'a>>,
+        w: &Weight,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        self.record_linear(x.into(), w, out, 0, LinearEpilogue::Accumulate, None)
     }
 
     /// `out[:, col0..col0 + N] = x · wᵀ (+ bias)` for `out: f32 [M, W]` and `bias: f32 [N]`: a
     /// projection writing its slice of a wider output (Q, K and V into one row).
-    pub fn linear_into(
+    pub fn linear_into<'a>(
         &mut self,
-        x: &Tensor,
+        x: impl Into<LinearInput<'a>>,
         w: &Weight,
         bias: Option<&Tensor>,
         out: &Tensor,
         col0: usize,
     ) -> Result<(), GpuError> {
         let epilogue = if bias.is_some() { LinearEpilogue::Bias } else { LinearEpilogue::Store };
-        self.record_linear(x, w, out, col0, epilogue, bias)
+        self.record_linear(x.into(), w, out, col0, epilogue, bias)
     }
 
     /// `out = act(x · gateᵀ) * (x · upᵀ)` for a gated weight (uploaded with
     /// [`GpuContext::upload_gated_weight`](super::GpuContext::upload_gated_weight)), `out: f32
     /// [M, N]`: the gated MLP's two projections and its activation in one dispatch, with the
     /// same bits as two [`Self::linear`]s and [`Self::gated_mul`].
-    pub fn linear_gated(
+    pub fn linear_gated<'a>(
         &mut self,
-        x: &Tensor,
+        x: impl Into<LinearInput<'a>>,
         w: &Weight,
         act: GateActivation,
         out: &Tensor,
     ) -> Result<(), GpuError> {
-        self.record_linear(x, w, out, 0, LinearEpilogue::Gated(act), None)
+        self.record_linear(x.into(), w, out, 0, LinearEpilogue::Gated(act), None)
     }
 
     fn record_linear(
         &mut self,
-        x: &Tensor,
+        input: LinearInput<'_>,
         w: &Weight,
         out: &Tensor,
         col0: usize,
         epilogue: LinearEpilogue,
         bias: Option<&Tensor>,
     ) -> Result<(), GpuError> {
+        let x = input.x();
         let (m, k) = dims2(x, "linear x")?;
         if k != w.cols() {
             return Err(GpuError::Shape(format!("linear: x has {k} columns, {} has {}", w.name(), w.cols())));
@@ -181,12 +248,19 @@ impl Step<'_> {
         if let Some(bias) = bias {
             bias.expect("linear bias", Elem::F32, &[w.rows()])?;
         }
+        let (prologue, norm, eps) = match input {
+            LinearInput::Plain(_) => (LinearPrologue::Plain, None, 0.0),
+            LinearInput::RmsNormed { weight, eps, .. } => {
+                weight.expect("linear norm weight", Elem::F32, &[k])?;
+                (LinearPrologue::RmsNorm, Some(weight), eps)
+            }
+        };
         if m == 0 {
             return Ok(());
         }
         let path = self.ctx.capabilities().linear_path();
         let rows_tile = if m >= PREFILL_MIN_ROWS { PREFILL_ROWS_TILE } else { 1 };
-        let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, epilogue };
+        let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, prologue, epilogue };
         let row_groups = m.div_ceil(rows_tile as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
         if row_groups > max_dim {
@@ -212,6 +286,7 @@ impl Step<'_> {
                 n0: u(part.row0),
                 nx: u(nx),
                 y0: u(col0),
+                eps,
             };
             let mut bindings = vec![
                 Binding::tensor(slots::linear::X, x),
@@ -219,6 +294,7 @@ impl Step<'_> {
                 Binding::tensor(slots::linear::Y, out),
             ];
             bindings.extend(bias.map(|b| Binding::tensor(slots::linear_bias::BIAS, b)));
+            bindings.extend(norm.map(|g| Binding::tensor(slots::linear_norm::NORM, g)));
             self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())

@@ -68,11 +68,13 @@ mod weights;
 pub use caps::{Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
-pub use kernels::{AttentionBatch, AttentionSpec, PREFILL_MIN_ROWS, RopeMode};
+pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, PREFILL_MIN_ROWS, RopeMode};
 pub use kv_cache::{KvCache, KvCacheShape};
-pub use options::{AttentionStrategy, BackendChoice, FeatureMask, GpuOptions, LinearStrategy};
+pub use options::{AttentionStrategy, BackendChoice, FeatureMask, GpuOptions, LinearStrategy, NormStrategy};
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
-pub use shader::{AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath};
+pub use shader::{
+    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue,
+};
 pub use step::{ReadbackId, Step, StepOutput};
 pub use tensor::{Elem, Tensor};
 pub use weights::{Weight, resident_bytes};

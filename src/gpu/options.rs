@@ -113,6 +113,27 @@ impl AttentionStrategy {
     }
 }
 
+/// Forces whether the RMSNorm before a linear layer is fused into it instead of choosing it
+/// from the linear path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormStrategy {
+    /// The norm is its own dispatch, writing the normed rows the linear then reads.
+    Separate,
+    /// The linear kernel norms its input rows itself (one dispatch fewer per norm).
+    Fused,
+}
+
+impl NormStrategy {
+    /// `separate` or `fused`, any case.
+    pub fn parse(name: &str) -> Result<Self, GpuError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "separate" => Ok(Self::Separate),
+            "fused" => Ok(Self::Fused),
+            other => Err(GpuError::BadOption(format!("unknown norm strategy `{other}` (separate, fused)"))),
+        }
+    }
+}
+
 /// Everything that decides which device pagoda opens and how.
 ///
 /// The GPU layer reads no environment: the engine fills unset fields from the `PAGODA_*`
@@ -131,6 +152,8 @@ pub struct GpuOptions {
     pub linear_strategy: Option<LinearStrategy>,
     /// Attention kernel; `None` chooses from the adapter type.
     pub attention_strategy: Option<AttentionStrategy>,
+    /// Norm fusion; `None` chooses from the linear path.
+    pub norm_strategy: Option<NormStrategy>,
 }
 
 impl GpuOptions {
@@ -150,6 +173,7 @@ impl GpuOptions {
             webgpu_default_limits: webgpu_limits,
             linear_strategy: None,
             attention_strategy: None,
+            norm_strategy: None,
         })
     }
 }

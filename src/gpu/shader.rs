@@ -17,7 +17,8 @@
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_SEQ_WG`], [`ATTENTION_SPLIT_WG`]) is injected as `WG`, which the shader
 //!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
-//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM`, `TN` and `GATES` (linear).
+//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM`, `TN` and `GATES` (linear),
+//!   `NORM_WG` (the RMSNorm scale's partial sums, in rms_norm and the norming linears).
 //!
 //! Every composed shader starts with a comment naming its files, then its injected constants,
 //! each with the Rust item it comes from, e.g. for RMSNorm:
@@ -148,6 +149,21 @@ impl LinearEpilogue {
     }
 }
 
+/// What a linear kernel does to its input rows before the product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinearPrologue {
+    /// Reads x as stored.
+    Plain,
+    /// Reads `rms_norm(x) * g`: the RMSNorm that feeds the projection, computed per row tile
+    /// with the rms_norm kernel's order, so the product has the bits of the two kernels.
+    RmsNorm,
+}
+
+impl LinearPrologue {
+    /// Both prologues.
+    pub const ALL: [LinearPrologue; 2] = [Self::Plain, Self::RmsNorm];
+}
+
 /// How the attention kernel spreads one query's context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttentionPath {
@@ -266,6 +282,8 @@ pub enum KernelVariant {
         path: LinearPath,
         /// Rows of x each invocation (sequential) or workgroup (K-split) computes.
         rows_tile: u32,
+        /// What it does to its input rows first.
+        prologue: LinearPrologue,
         /// What it does with each output.
         epilogue: LinearEpilogue,
     },
@@ -313,13 +331,17 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, path, rows_tile, epilogue } => {
+            Self::Linear { dtype, path, rows_tile, prologue, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
                     LinearPath::KSplit => "ksplit".into(),
                 };
-                format!("linear/{}/{path}/tm{rows_tile}/{}", dtype.name(), epilogue.name())
+                let norm = match prologue {
+                    LinearPrologue::Plain => "",
+                    LinearPrologue::RmsNorm => "rms-",
+                };
+                format!("linear/{}/{path}/tm{rows_tile}/{norm}{}", dtype.name(), epilogue.name())
             }
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
@@ -390,8 +412,12 @@ impl KernelVariant {
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
             Self::TopK => slots::top_k::ALL,
-            Self::Linear { epilogue: LinearEpilogue::Bias, .. } => slots::linear_bias::ALL,
-            Self::Linear { .. } => slots::linear::ALL,
+            Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
+                (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
+                (LinearEpilogue::Bias, LinearPrologue::RmsNorm) => slots::linear_bias_norm::ALL,
+                (_, LinearPrologue::Plain) => slots::linear::ALL,
+                (_, LinearPrologue::RmsNorm) => slots::linear_norm::ALL,
+            },
             Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
             Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
             Self::Attention { .. } => slots::attention::ALL,
@@ -405,7 +431,7 @@ pub const TESTED_HEAD_DIMS: [u32; 4] = [64, 80, 96, 128];
 pub const SUBGROUP_SIZES: [u32; 4] = [8, 16, 32, 64];
 
 /// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
-/// epilogues, KV formats and the tested head dimensions.
+/// prologues, epilogues, KV formats and the tested head dimensions.
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
@@ -423,8 +449,10 @@ pub fn all_variants() -> Vec<KernelVariant> {
         out.push(KernelVariant::Embed { dtype });
         for path in &paths {
             for rows_tile in LINEAR_ROW_TILES {
-                for epilogue in LinearEpilogue::ALL {
-                    out.push(KernelVariant::Linear { dtype, path: *path, rows_tile, epilogue });
+                for prologue in LinearPrologue::ALL {
+                    for epilogue in LinearEpilogue::ALL {
+                        out.push(KernelVariant::Linear { dtype, path: *path, rows_tile, prologue, epilogue });
+                    }
                 }
             }
         }

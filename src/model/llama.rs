@@ -12,8 +12,8 @@ use super::files::ModelFiles;
 use super::tensor::TensorView;
 use super::weights::{LayerWeights, LlamaWeights, WeightError, WeightFile};
 use crate::gpu::{
-    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, Llama3RopeScaling,
-    RopeMode, Step, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
+    Llama3RopeScaling, RopeMode, Step, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -198,8 +198,8 @@ impl LlamaModel {
                 tile.logits.rows(rows)?,
             );
             step.gather_rows(&acts.x, &indices, &xr)?;
-            step.rms_norm(&xr, &self.norm, self.config.rms_norm_eps, &hr)?;
-            step.linear(&hr, &self.lm_head, &logits)?;
+            let h = step.rms_norm_input(&xr, &self.norm, self.config.rms_norm_eps, &hr)?;
+            step.linear(h, &self.lm_head, &logits)?;
             if let Some(cap) = self.config.final_logit_softcap {
                 step.softcap(&logits, cap)?;
             }
@@ -274,10 +274,10 @@ impl Inputs {
     }
 }
 
-/// The activation buffers: the residual stream `x`, the normed input `h`, the fused Q/K/V row
-/// `qkv`, the attention output `att`, the MLP's activation `act`; `o`, a projection's output
-/// before Gemma's post-norm; and the gate and up outputs of an MLP whose two projections have
-/// different types.
+/// The activation buffers: the residual stream `x`, the normed input `h` (where norms are not
+/// fused into the linears they feed), the fused Q/K/V row `qkv`, the attention output `att`,
+/// the MLP's activation `act`; `o`, a projection's output before Gemma's post-norm (normed into
+/// `h`); and the gate and up outputs of an MLP whose two projections have different types.
 #[derive(Debug)]
 struct Activations {
     x: Tensor,
@@ -339,30 +339,31 @@ impl GpuLayer {
         index: usize,
     ) -> Result<(), LlamaError> {
         let eps = model.config.rms_norm_eps;
-        step.rms_norm(&a.x, &self.attn_norm, eps, &a.h)?;
-        self.attention(step, model, inputs, a, cache, index)?;
+        let h = step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?;
+        self.attention(step, model, h, a, inputs, KvLayer { cache, index })?;
         add_projection(step, a, &a.att, &self.o_proj, self.post_attn_norm.as_ref(), eps)?;
-        step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
-        self.gate_up(step, model, a)?;
+        let h = step.rms_norm_input(&a.x, &self.ffn_norm, eps, &a.h)?;
+        self.gate_up(step, model, h, a)?;
         add_projection(step, a, &a.act, &self.down_proj, self.post_ffn_norm.as_ref(), eps)?;
         Ok(())
     }
 
-    /// `att = attention(rope(q), rope(k), v)` over the paged cache, the new keys and values
-    /// written into it first; with Qwen3's norms, `q` and `k` are RMS-normed per head before
-    /// RoPE.
+    /// `att = attention(rope(q), rope(k), v)` for `q, k, v` projected from `h`, over the paged
+    /// cache, the new keys and values written into it first; with Qwen3's norms, `q` and `k`
+    /// are RMS-normed per head before RoPE.
     fn attention(
         &self,
         step: &mut Step<'_>,
         model: &LlamaModel,
-        inputs: &Inputs,
+        h: LinearInput<'_>,
         a: &Activations,
-        cache: &KvCache,
-        index: usize,
+        inputs: &Inputs,
+        kv: KvLayer<'_>,
     ) -> Result<(), LlamaError> {
         let c = &model.config;
+        let KvLayer { cache, index } = kv;
         for p in &self.qkv {
-            step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
+            step.linear_into(h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
         }
         let window = c.layer_windows[index];
         let inv_freq = match (&model.local_inv_freq, window) {
@@ -388,16 +389,22 @@ impl GpuLayer {
     }
 
     /// `act = act(gate_proj(h)) * up_proj(h)`, `act` SiLU or Gemma's GELU-tanh.
-    fn gate_up(&self, step: &mut Step<'_>, model: &LlamaModel, a: &Activations) -> Result<(), LlamaError> {
+    fn gate_up(
+        &self,
+        step: &mut Step<'_>,
+        model: &LlamaModel,
+        h: LinearInput<'_>,
+        a: &Activations,
+    ) -> Result<(), LlamaError> {
         let act = match model.config.mlp_activation {
             MlpActivation::Silu => GateActivation::Silu,
             MlpActivation::GeluTanh => GateActivation::GeluTanh,
         };
         match (&self.gate_up, &a.gate_up) {
-            (GateUp::Gated(w), _) => step.linear_gated(&a.h, w, act, &a.act)?,
+            (GateUp::Gated(w), _) => step.linear_gated(h, w, act, &a.act)?,
             (GateUp::Split { gate, up }, Some([gate_out, up_out])) => {
-                step.linear(&a.h, gate, gate_out)?;
-                step.linear(&a.h, up, up_out)?;
+                step.linear(h, gate, gate_out)?;
+                step.linear(h, up, up_out)?;
                 step.gated_mul(act, gate_out, up_out, &a.act)?;
             }
             (GateUp::Split { .. }, None) => {
@@ -406,6 +413,13 @@ impl GpuLayer {
         }
         Ok(())
     }
+}
+
+/// One layer of the paged KV cache.
+#[derive(Debug, Clone, Copy)]
+struct KvLayer<'a> {
+    cache: &'a KvCache,
+    index: usize,
 }
 
 /// `x += proj(input)`, or with Gemma's sandwich `x += post_norm(proj(input))` (`o` holds the
@@ -657,7 +671,7 @@ pub struct Workspace {
 }
 
 /// The head's buffers for one tile of sampled rows: which token rows, their hidden states
-/// gathered and normed, and their logits. A large vocabulary times many sequences would
+/// gathered and (where the norm is not fused into the LM head) normed, and their logits. A large vocabulary times many sequences would
 /// exceed one binding (256 × 151936 × 4 bytes is 155 MB), so the rows are cut into tiles.
 #[derive(Debug)]
 struct HeadTile {

@@ -3,7 +3,8 @@
 
 use super::unroll::{select_gated, unroll};
 use super::{
-    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, MAX_BLOCK_SIZE, slots,
+    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue,
+    MAX_BLOCK_SIZE, WORKGROUP_SIZE, slots,
 };
 use crate::dtype::DType;
 
@@ -123,11 +124,16 @@ impl KernelVariant {
         }
     }
 
+    /// True when the variant computes RMSNorm scales (`rms_scale.wgsl`, sized by `NORM_WG`).
+    fn norms_rows(&self) -> bool {
+        matches!(self, Self::RmsNorm | Self::Linear { prologue: LinearPrologue::RmsNorm, .. })
+    }
+
     /// The files of `shaders/` the variant is made of, in order.
     fn files(&self) -> Vec<ShaderFile> {
         match *self {
             Self::Embed { dtype } => [vec![shader_file!("embed.wgsl")], weight_files(dtype)].concat(),
-            Self::RmsNorm => vec![shader_file!("rms_norm.wgsl")],
+            Self::RmsNorm => vec![shader_file!("rms_scale.wgsl"), shader_file!("rms_norm.wgsl")],
             Self::GatedMul { act } => {
                 vec![shader_file!("elementwise.wgsl"), act.file(), shader_file!("gated_mul.wgsl")]
             }
@@ -136,7 +142,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, path, epilogue, .. } => {
+            Self::Linear { dtype, path, prologue, epilogue, .. } => {
                 let body = match path {
                     LinearPath::Sequential { subgroup: Some(_) } => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
@@ -152,7 +158,14 @@ impl KernelVariant {
                     LinearEpilogue::Bias => vec![shader_file!("epi_bias.wgsl")],
                     LinearEpilogue::Gated(act) => vec![act.file(), shader_file!("epi_gated.wgsl")],
                 };
-                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype), body, epilogue].concat()
+                let input = match prologue {
+                    LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
+                    LinearPrologue::RmsNorm => {
+                        vec![shader_file!("rms_scale.wgsl"), shader_file!("xin_rms_norm.wgsl")]
+                    }
+                };
+                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype), input, body, epilogue]
+                    .concat()
             }
             Self::RopeCache { kv, qk_norm } => {
                 let norm = if qk_norm {
@@ -188,6 +201,9 @@ impl KernelVariant {
                 format!("shader::slots::{}::{name}", kernel_slots.kernel),
             )
         }));
+        if self.norms_rows() {
+            out.push(Injected::new("NORM_WG", WORKGROUP_SIZE, "shader::WORKGROUP_SIZE (rms_norm's)"));
+        }
         match *self {
             Self::Linear { path, rows_tile, epilogue, .. } => {
                 out.push(Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile"));

@@ -154,6 +154,9 @@ kernel_params! {
         /// Column of y where the weight's first row goes (a projection writing into a slice
         /// of a wider output).
         y0: u32,
+        /// Added to the mean square of the RMSNorm fused before the linear
+        /// ([`LinearPrologue::RmsNorm`](super::LinearPrologue::RmsNorm)); 0 otherwise.
+        eps: f32,
     }
 }
 

@@ -111,6 +111,21 @@ binding_slots! {
         Y = 3,
         BIAS = 4,
     }
+    /// `shaders/linear_common.wgsl` with `xin_rms_norm.wgsl`, every epilogue but the bias.
+    linear_norm {
+        X = 1,
+        W = 2,
+        Y = 3,
+        NORM = 5,
+    }
+    /// `shaders/linear_common.wgsl` with `xin_rms_norm.wgsl` and `epi_bias.wgsl`.
+    linear_bias_norm {
+        X = 1,
+        W = 2,
+        Y = 3,
+        BIAS = 4,
+        NORM = 5,
+    }
     /// `shaders/attention.wgsl`.
     attention {
         Q = 1,
