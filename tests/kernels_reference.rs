@@ -602,7 +602,8 @@ fn attention_reference(case: &AttnCase, d: &SeqData, pos: usize, head: usize) ->
 }
 
 /// Runs steps over several sequences: each step computes the next chunk of every sequence
-/// (chunk lengths from `chunks(seq index, step)`), writing K/V then attending. Returns each
+/// (chunk lengths from `chunks(seq index, step)`), writing K/V then attending (a step of
+/// cached-prefix tokens only writes K/V). Returns each
 /// sequence's attention output for every position it computed, in position order.
 fn run_attention(
     case: &AttnCase,
@@ -680,6 +681,12 @@ fn run_attention_on(
         let mut step = c.step();
         step.rope_cache(&qkv_t, &positions, &no_rotation, None, &st, &cache, 0, h, RopeMode::Interleaved)
             .unwrap();
+        step_no += 1;
+        // A step of cached-prefix tokens only just fills the cache: nothing reads its outputs.
+        if ids.iter().all(|&(s, start, n)| start + n <= seqs[s].cached) {
+            step.submit().unwrap();
+            continue;
+        }
         step.paged_attention(&qkv_t, &cache, 0, &batch, &case.spec(), &out).unwrap();
         let id = step.read(&out);
         let o = step.submit().unwrap().f32s(id);
@@ -691,7 +698,6 @@ fn run_attention_on(
             }
             row += n;
         }
-        step_no += 1;
     }
     outs
 }
