@@ -2,7 +2,7 @@
 // the epilogue composed after this file (`emit`, or `emit_gated` for a gated weight, whose
 // part holds its gate rows and then as many up rows). Every output is one fma chain over k in
 // ascending order, whatever the path, row tile and epilogue. The kernels read x through the
-// input functions composed after this file (`row_scale`, `input8`, `input1`): x as stored
+// input functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as stored
 // (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
 struct LinearParams {
     m: u32,

@@ -1,5 +1,5 @@
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * g. One workgroup per row; the scale comes
-// from rms_scale.wgsl, composed before this file.
+// from rms_scale.wgsl (one row: NORM_ROWS = 1), composed before this file.
 struct RmsNormParams {
     rows: u32,
     d: u32,
@@ -15,7 +15,8 @@ struct RmsNormParams {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let row = wid.y * nwg.x + wid.x;
     let base = min(row, P.rows - 1u) * P.d;
-    let scale = rms_scale(base, P.d, P.eps, t);
+    rms_scales(row, P.rows, P.d, P.eps, t);
+    let scale = norm_scale[0];
     if (row < P.rows) {
         for (var k = t; k < P.d; k += WG) {
             OUT[base + k] = X[base + k] * scale * WEIGHT[k];

@@ -1,28 +1,34 @@
-// The RMSNorm scale of one row of X, 1 / sqrt(mean(x²) + eps), in one order whatever the
-// calling kernel's workgroup size: NORM_WG strided sums of squares (sum l takes x[l],
-// x[l + NORM_WG], ... in order), then a fixed tree over them. The rms_norm kernel and the
-// linear kernels that norm their input (xin_rms_norm.wgsl) share it, so a fused norm has the
-// bits of the separate kernel. Every invocation of the workgroup calls it (it has barriers)
-// and gets the scale.
-var<workgroup> norm_red: array<f32, NORM_WG>;
+// RMSNorm scales, 1 / sqrt(mean(x²) + eps), of the NORM_ROWS rows of X from row m0 (rows past
+// the last, `rows - 1`, repeat it), into `norm_scale`. Each row's sum has one order whatever
+// the calling kernel's workgroup size: NORM_WG strided partial sums of squares (partial l
+// takes x[l], x[l + NORM_WG], ... in order), then a fixed tree over them (partial l adds
+// partial l + s for s = NORM_WG / 2, ..., 1). The rms_norm kernel and the linear kernels that
+// norm their input (xin_rms_norm.wgsl) share it, so a fused norm has the bits of the separate
+// kernel. The workgroup's invocations share the rows' partial sums and tree levels between
+// them; every invocation calls it (it has barriers).
+var<workgroup> norm_red: array<f32, NORM_ROWS * NORM_WG>;
+var<workgroup> norm_scale: array<f32, NORM_ROWS>;
 
-fn rms_scale(xr: u32, d: u32, eps: f32, t: u32) -> f32 {
-    for (var l = t; l < NORM_WG; l += WG) {
+fn rms_scales(m0: u32, rows: u32, d: u32, eps: f32, t: u32) {
+    for (var i = t; i < NORM_ROWS * NORM_WG; i += WG) {
+        let xr = min(m0 + i / NORM_WG, rows - 1u) * d;
         var ss = 0.0;
-        for (var k = l; k < d; k += NORM_WG) {
+        for (var k = i % NORM_WG; k < d; k += NORM_WG) {
             let v = X[xr + k];
             ss = fma(v, v, ss);
         }
-        norm_red[l] = ss;
+        norm_red[i] = ss;
     }
     for (var s = NORM_WG / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
-        for (var l = t; l < s; l += WG) {
-            norm_red[l] = norm_red[l] + norm_red[l + s];
+        for (var i = t; i < NORM_ROWS * s; i += WG) {
+            let j = i / s * NORM_WG + i % s;
+            norm_red[j] = norm_red[j] + norm_red[j + s];
         }
     }
     workgroupBarrier();
-    let scale = 1.0 / sqrt(norm_red[0] / f32(d) + eps);
+    for (var r = t; r < NORM_ROWS; r += WG) {
+        norm_scale[r] = 1.0 / sqrt(norm_red[r * NORM_WG] / f32(d) + eps);
+    }
     workgroupBarrier();
-    return scale;
 }

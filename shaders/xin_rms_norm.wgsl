@@ -1,10 +1,14 @@
-// Linear input RMS-normed on the way in: x[k] * scale * NORM[k], the scale of each row from
-// rms_scale.wgsl (computed once per row tile by the whole workgroup), so the linear reads the
-// bits the rms_norm kernel would have written.
+// Linear input RMS-normed on the way in: x[k] * scale * NORM[k], the scales of the workgroup's
+// NORM_ROWS rows from m0 computed first by all its invocations (rms_scale.wgsl), so the linear
+// reads the bits the rms_norm kernel would have written.
 @group(0) @binding(SLOT_NORM) var<storage, read> NORM: array<f32>;
 
-fn row_scale(xr: u32, t: u32) -> f32 {
-    return rms_scale(xr, P.k, P.eps, t);
+fn row_scales(m0: u32, t: u32) {
+    rms_scales(m0, P.m, P.k, P.eps, t);
+}
+
+fn row_scale(r: u32) -> f32 {
+    return norm_scale[r];
 }
 
 fn input8(x: W8, s: f32, k: u32) -> W8 {

@@ -102,8 +102,9 @@ impl Capabilities {
     pub fn variant_summary(&self) -> String {
         let linear = match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output and a fixed tree, prefill tiles of {} rows x {} columns ({})",
+                "linear: k-split, {} invocations per output and a fixed tree; prefill as a GEMM of {} x {} rows by {} weight rows, each chunk of the weights dequantized once into workgroup memory ({})",
                 super::shader::LINEAR_WG,
+                super::shader::LINEAR_GEMM_BANDS,
                 super::shader::LINEAR_ROW_TILES[1],
                 super::shader::LINEAR_KSPLIT_COLS,
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" }

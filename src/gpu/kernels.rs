@@ -261,7 +261,7 @@ impl Step<'_> {
         let path = self.ctx.capabilities().linear_path();
         let rows_tile = if m >= PREFILL_MIN_ROWS { PREFILL_ROWS_TILE } else { 1 };
         let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, prologue, epilogue };
-        let row_groups = m.div_ceil(rows_tile as usize);
+        let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
         if row_groups > max_dim {
             return Err(GpuError::TooLarge(format!("linear: {m} rows exceed the dispatch limit")));

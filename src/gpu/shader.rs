@@ -15,9 +15,10 @@
 //!   named after the WGSL variable bound there. The composer injects each as `SLOT_<NAME>` and
 //!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
-//!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_SEQ_WG`], [`ATTENTION_SPLIT_WG`]) is injected as `WG`, which the shader
-//!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
-//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM`, `TN` and `GATES` (linear),
+//!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
+//!   [`ATTENTION_SPLIT_WG`]) is injected as `WG`, which the shader uses in
+//!   `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
+//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM`, `TN`, `GATES` and `BANDS` (linear),
 //!   `NORM_WG` (the RMSNorm scale's partial sums, in rms_norm and the norming linears).
 //!
 //! Every composed shader starts with a comment naming its files, then its injected constants,
@@ -209,12 +210,18 @@ impl KvFormat {
 pub const WORKGROUP_SIZE: u32 = 64;
 /// Invocations per workgroup of top-k (one workgroup per row).
 pub const TOP_K_WG: u32 = 256;
-/// Invocations per workgroup of the K-split linear kernels.
+/// Invocations per output of the K-split linear kernels (the lanes K is split across): the
+/// decode GEMV's workgroup, and each row band of the prefill GEMM.
 pub const LINEAR_WG: u32 = 64;
-/// Output columns a K-split workgroup computes for a prefill row tile (a decode row takes one
-/// column a workgroup): each activation load then serves this many weight rows. Every
-/// output's reduction is the same either way.
-pub const LINEAR_KSPLIT_COLS: u32 = 4;
+/// Row bands of a K-split prefill (GEMM) workgroup: each band of [`LINEAR_WG`] lanes computes
+/// its own rows of the same columns, all of them reading one dequantized weight tile.
+pub const LINEAR_GEMM_BANDS: u32 = 4;
+/// Invocations per workgroup of the K-split prefill GEMM.
+pub const LINEAR_GEMM_WG: u32 = LINEAR_WG * LINEAR_GEMM_BANDS;
+/// Weight rows a K-split prefill tile reads (its output columns, or half as many columns of a
+/// gated weight, each with a gate and an up row): one per band when the bands stage a chunk
+/// of the tile together, so it equals [`LINEAR_GEMM_BANDS`].
+pub const LINEAR_KSPLIT_COLS: u32 = LINEAR_GEMM_BANDS;
 /// Invocations per workgroup of the sequential linear kernels (small, so that decode-sized
 /// layers still give every CPU thread a workgroup).
 pub const LINEAR_SEQ_WG: u32 = 16;
@@ -280,7 +287,8 @@ pub enum KernelVariant {
         dtype: DType,
         /// Reduction strategy.
         path: LinearPath,
-        /// Rows of x each invocation (sequential) or workgroup (K-split) computes.
+        /// Rows of x each invocation (sequential) or row band (K-split) computes: 1 for decode
+        /// (the GEMV on the K-split path), more for prefill (the GEMM).
         rows_tile: u32,
         /// What it does to its input rows first.
         prologue: LinearPrologue,
@@ -366,7 +374,8 @@ impl KernelVariant {
         match self {
             Self::TopK => (TOP_K_WG, "TOP_K_WG"),
             Self::Linear { path: LinearPath::Sequential { .. }, .. } => (LINEAR_SEQ_WG, "LINEAR_SEQ_WG"),
-            Self::Linear { path: LinearPath::KSplit, .. } => (LINEAR_WG, "LINEAR_WG"),
+            Self::Linear { path: LinearPath::KSplit, rows_tile: 1, .. } => (LINEAR_WG, "LINEAR_WG"),
+            Self::Linear { path: LinearPath::KSplit, .. } => (LINEAR_GEMM_WG, "LINEAR_GEMM_WG"),
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 (ATTENTION_SPLIT_WG, "ATTENTION_SPLIT_WG")
             }
@@ -377,11 +386,26 @@ impl KernelVariant {
     /// Output columns one invocation (sequential linear) or workgroup (K-split) computes; 1
     /// for every other kernel.
     pub fn columns_tile(&self) -> u32 {
+        let gates = |epilogue: &LinearEpilogue| if epilogue.is_gated() { 2 } else { 1 };
         match self {
             Self::Linear { path: LinearPath::Sequential { .. }, epilogue, .. } => {
-                LINEAR_SEQ_COLS / if epilogue.is_gated() { 2 } else { 1 }
+                LINEAR_SEQ_COLS / gates(epilogue)
             }
-            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } if *rows_tile > 1 => LINEAR_KSPLIT_COLS,
+            Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } if *rows_tile > 1 => {
+                LINEAR_KSPLIT_COLS / gates(epilogue)
+            }
+            _ => 1,
+        }
+    }
+
+    /// Rows of x one invocation (sequential linear) or workgroup (K-split: the GEMM's bands
+    /// together) computes; 1 for every other kernel.
+    pub fn rows_per_workgroup(&self) -> u32 {
+        match self {
+            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } if *rows_tile > 1 => {
+                rows_tile * LINEAR_GEMM_BANDS
+            }
+            Self::Linear { rows_tile, .. } => *rows_tile,
             _ => 1,
         }
     }

@@ -3,8 +3,8 @@
 
 use super::unroll::{select_gated, unroll};
 use super::{
-    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue,
-    MAX_BLOCK_SIZE, WORKGROUP_SIZE, slots,
+    AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath,
+    LinearPrologue, MAX_BLOCK_SIZE, WORKGROUP_SIZE, slots,
 };
 use crate::dtype::DType;
 
@@ -124,9 +124,15 @@ impl KernelVariant {
         }
     }
 
-    /// True when the variant computes RMSNorm scales (`rms_scale.wgsl`, sized by `NORM_WG`).
-    fn norms_rows(&self) -> bool {
-        matches!(self, Self::RmsNorm | Self::Linear { prologue: LinearPrologue::RmsNorm, .. })
+    /// The rows a workgroup computes RMSNorm scales for, when the variant does
+    /// (`rms_scale.wgsl`, sized by `NORM_WG` and `NORM_ROWS`).
+    fn normed_rows(&self) -> Option<u32> {
+        match self {
+            Self::RmsNorm | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => {
+                Some(self.rows_per_workgroup())
+            }
+            _ => None,
+        }
     }
 
     /// The files of `shaders/` the variant is made of, in order.
@@ -142,7 +148,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, path, prologue, epilogue, .. } => {
+            Self::Linear { dtype, path, rows_tile, prologue, epilogue } => {
                 let body = match path {
                     LinearPath::Sequential { subgroup: Some(_) } => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
@@ -150,7 +156,8 @@ impl KernelVariant {
                     LinearPath::Sequential { subgroup: None } => {
                         vec![shader_file!("xload_direct.wgsl"), shader_file!("linear_seq.wgsl")]
                     }
-                    LinearPath::KSplit => vec![shader_file!("linear_ksplit.wgsl")],
+                    LinearPath::KSplit if rows_tile == 1 => vec![shader_file!("linear_ksplit.wgsl")],
+                    LinearPath::KSplit => vec![shader_file!("linear_gemm.wgsl")],
                 };
                 let epilogue = match epilogue {
                     LinearEpilogue::Store => vec![shader_file!("epi_store.wgsl")],
@@ -201,26 +208,29 @@ impl KernelVariant {
                 format!("shader::slots::{}::{name}", kernel_slots.kernel),
             )
         }));
-        if self.norms_rows() {
+        if let Some(rows) = self.normed_rows() {
             out.push(Injected::new("NORM_WG", WORKGROUP_SIZE, "shader::WORKGROUP_SIZE (rms_norm's)"));
+            out.push(Injected::new("NORM_ROWS", rows, "KernelVariant::rows_per_workgroup"));
         }
         match *self {
             Self::Linear { path, rows_tile, epilogue, .. } => {
-                out.push(Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile"));
+                let tm = Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile");
+                let gates = Injected::new(
+                    "GATES",
+                    if epilogue.is_gated() { 2 } else { 1 },
+                    "LinearEpilogue::is_gated (gate and up rows)",
+                );
                 match path {
                     LinearPath::Sequential { .. } => {
                         let from = "KernelVariant::columns_tile (shader::LINEAR_SEQ_COLS rows)";
-                        out.push(Injected::new("TN", self.columns_tile(), from))
+                        out.extend([tm, Injected::new("TN", self.columns_tile(), from)]);
                     }
+                    LinearPath::KSplit if rows_tile == 1 => out.push(gates),
                     LinearPath::KSplit => {
-                        let from = "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS for prefill)";
-                        out.push(Injected::new("TN", self.columns_tile(), from));
-                        let gates = if epilogue.is_gated() { 2 } else { 1 };
-                        out.push(Injected::new(
-                            "GATES",
-                            gates,
-                            "LinearEpilogue::is_gated (gate and up rows)",
-                        ));
+                        let from = "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)";
+                        let tn = Injected::new("TN", self.columns_tile(), from);
+                        let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
+                        out.extend([tm, tn, gates, bands]);
                     }
                 }
             }
