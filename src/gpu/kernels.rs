@@ -93,7 +93,8 @@ impl<'a> From<&'a Tensor> for LinearInput<'a> {
     }
 }
 
-/// Rows of x one invocation (or workgroup) computes at once for the prefill path.
+/// Rows of x one invocation (sequential) or one band of the K-split GEMM computes at once for
+/// the prefill path.
 const PREFILL_ROWS_TILE: u32 = 4;
 /// Below this many rows the decode row tile (1) is used.
 pub const PREFILL_MIN_ROWS: usize = 4;
