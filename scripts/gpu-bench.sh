@@ -12,7 +12,10 @@
 # target/gpu-bench/ (about 40 MB) with the checkout; models go to $PAGODA_BENCH_DIR (default
 # /tmp/pagoda-gpu-bench). Narrow a run with MODELS="llama-3.2-1b:q4_k ...",
 # DECODE_BATCHES=1,8 and PREFILL_LENS="512"; KERNEL_BENCH=0 skips the kernel bench. The
-# default set finishes in about 8 minutes on one discrete GPU.
+# prefills of one model (TILE_SWEEP, default llama-3.2-1b:q4_k; empty for none) also run with
+# each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16, 32: rows "prefill LEN tROWS"), to see whether
+# the adapter's choice is the fastest. The default set finishes in about 8 minutes on one
+# discrete GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,18 +78,25 @@ run() {
                 }'
         done < <("$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
             --input-len 128 --output-len 32)
+        local tiles=auto
+        if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
+            tiles="auto 8 16 32"
+        fi
         for len in $prefill_lens; do
-            local report ttft host disp
-            report=$("$bin" bench "${flags[@]}" --model "$file" --num-requests 1 --input-len "$len" \
-                --output-len 1 --max-num-batched-tokens "$len")
-            ttft=$(field ttft_p50_s "$report")
-            host=$(field host_us_per_step "$report")
-            disp=$(field dispatches_per_step "$report")
-            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v len="$len" -v ttft="$ttft" -v host="$host" \
-                -v disp="$disp" 'BEGIN {
-                    printf "%-14s %-5s %7s  %-13s %9.1f %9s %9.1f %8.0f %8.0f\n",
-                        m, d, gb, "prefill " len, len / ttft, "-", ttft * 1e3, host, disp
-                }'
+            for tile in $tiles; do
+                local report ttft host disp label="prefill $len"
+                [[ $tile == auto ]] || label="$label t$tile"
+                report=$(PAGODA_GEMM_ROWS=${tile#auto} "$bin" bench "${flags[@]}" --model "$file" \
+                    --num-requests 1 --input-len "$len" --output-len 1 --max-num-batched-tokens "$len")
+                ttft=$(field ttft_p50_s "$report")
+                host=$(field host_us_per_step "$report")
+                disp=$(field dispatches_per_step "$report")
+                awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v label="$label" -v len="$len" -v ttft="$ttft" \
+                    -v host="$host" -v disp="$disp" 'BEGIN {
+                        printf "%-14s %-5s %7s  %-13s %9.1f %9s %9.1f %8.0f %8.0f\n",
+                            m, d, gb, label, len / ttft, "-", ttft * 1e3, host, disp
+                    }'
+            done
         done
         rm -f "$file"
     done

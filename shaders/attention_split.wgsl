@@ -7,9 +7,7 @@
 // on its own context: one token alone, in a batch, in a prefill chunk or decoding. A context
 // of one partition gives attention.wgsl's result (the other invocations add zeros).
 
-// Value dimensions combined per round of the tree (bounds the workgroup memory).
-const CHUNK: u32 = 32u;
-
+// CHUNK value dimensions are combined per round of the tree (bounds the workgroup memory).
 var<workgroup> red_m: array<f32, WG>;
 var<workgroup> red_l: array<f32, WG>;
 var<workgroup> red_v: array<f32, WG * CHUNK>;

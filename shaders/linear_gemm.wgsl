@@ -13,8 +13,9 @@ const WROWS: u32 = TN * GATES;
 // Outputs each invocation accumulates (gate and up sums both).
 const OUTS: u32 = TM * TN * GATES;
 // The staged weights (row r, lane l at 2 (r LANES + l) and the next vec4), reused after the K
-// loop to pass partial sums down the tree (LANES / 2 lanes x BANDS x OUTS values).
-var<workgroup> tile: array<vec4<f32>, 2u * WROWS * LANES>;
+// loop to pass partial sums down the tree (LANES / 2 lanes x BANDS x OUTS values); TILE is the
+// larger of the two, in vec4s.
+var<workgroup> tile: array<vec4<f32>, TILE>;
 
 fn stage(r: u32, l: u32, w: W8) {
     tile[2u * (r * LANES + l)] = w.a;

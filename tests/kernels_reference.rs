@@ -2,7 +2,11 @@
 //! batch-invariance guarantees (bitwise). Runs on whatever adapter `PAGODA_*` selects
 //! (lavapipe in CI), so it can be repeated per forced configuration.
 
+mod kernels_support;
+
 use std::sync::OnceLock;
+
+use kernels_support::{Rng, bits};
 
 use pagoda::dtype::{DType, dequantize, quantize};
 use pagoda::engine::engine_config::gpu_options_from_env;
@@ -15,30 +19,6 @@ fn ctx() -> &'static GpuContext {
         GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
             .expect("a wgpu adapter (lavapipe in CI)")
     })
-}
-
-/// A small deterministic generator (xorshift64*), values in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
 }
 
 const WEIGHT_TYPES: &[DType] = &pagoda::gpu::shader::WEIGHT_DTYPES;
@@ -214,10 +194,6 @@ fn rms_norm_gpu(x: &[f32], m: usize, weight: &Tensor, eps: f32) -> Vec<f32> {
     step.rms_norm(&xt, weight, eps, &out).unwrap();
     let id = step.read(&out);
     step.submit().unwrap().f32s(id)
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The contract between every composed shader and its Rust caller, read from the final WGSL
 //! with naga: the uniform at `slots::PARAMS` has the name, field names, offsets, types and size
 //! of the variant's Rust params struct; every other resource sits at the Rust slot of its name
-//! and every Rust slot is bound; the entry point runs `workgroup_size()` invocations.
+//! and every Rust slot is bound; the entry point runs `workgroup_size()` invocations; its
+//! workgroup memory is `workgroup_bytes()` (what the adapter choices are sized by).
 
 use naga::{AddressSpace, Module, ScalarKind, TypeInner};
 use pagoda::gpu::shader::params::{ParamsField, ParamsLayout};
@@ -13,12 +14,30 @@ struct Contract {
     params: ParamsLayout,
     slots: KernelSlots,
     workgroup_size: u32,
+    workgroup_bytes: u32,
 }
 
 impl Contract {
     fn of(variant: &KernelVariant) -> Self {
-        Self { params: variant.params(), slots: variant.slots(), workgroup_size: variant.workgroup_size() }
+        Self {
+            params: variant.params(),
+            slots: variant.slots(),
+            workgroup_size: variant.workgroup_size(),
+            workgroup_bytes: variant.workgroup_bytes(),
+        }
     }
+}
+
+/// Bytes of the module's `var<workgroup>` variables, as naga lays them out.
+fn reflected_workgroup_bytes(module: &Module) -> u32 {
+    let mut layouter = naga::proc::Layouter::default();
+    layouter.update(module.to_ctx()).expect("a module naga parsed lays out");
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == AddressSpace::WorkGroup)
+        .map(|(_, v)| layouter[v.ty].size)
+        .sum()
 }
 
 /// WGSL's spelling of a scalar type.
@@ -118,11 +137,18 @@ fn violations(src: &str, contract: &Contract) -> Vec<String> {
         )),
         entries => out.push(format!("{} entry points", entries.len())),
     }
+    let workgroup_bytes = reflected_workgroup_bytes(&module);
+    if workgroup_bytes != contract.workgroup_bytes {
+        out.push(format!(
+            "{workgroup_bytes} bytes of workgroup memory in WGSL, {} in Rust",
+            contract.workgroup_bytes
+        ));
+    }
     out
 }
 
 #[test]
-fn every_variant_matches_its_rust_params_slots_and_workgroup_size() {
+fn every_variant_matches_its_rust_params_slots_and_workgroup_size_and_memory() {
     let variants = all_variants();
     let failures: Vec<String> = variants
         .iter()
@@ -171,7 +197,7 @@ fn a_params_field_moved_on_one_side_only_is_caught() {
 }
 
 #[test]
-fn a_binding_slot_or_workgroup_size_changed_on_one_side_only_is_caught() {
+fn a_binding_slot_workgroup_size_or_memory_changed_on_one_side_only_is_caught() {
     let variant = KernelVariant::GatedMul { act: GateActivation::Silu };
     let src = variant.source();
     let slot_moved = src.replacen("@binding(SLOT_UP)", "@binding(SLOT_OUT)", 1);
@@ -183,4 +209,12 @@ fn a_binding_slot_or_workgroup_size_changed_on_one_side_only_is_caught() {
     assert_ne!(wg_fixed, src);
     let errors = violations(&wg_fixed, &Contract::of(&variant));
     assert!(errors.iter().any(|e| e.contains("workgroup size")), "{errors:?}");
+
+    let top_k = KernelVariant::TopK;
+    let src = top_k.source();
+    let memory_grown =
+        src.replacen("var<workgroup> best_v: array<f32, WG>;", "var<workgroup> best_v: array<f32, 300>;", 1);
+    assert_ne!(memory_grown, src);
+    let errors = violations(&memory_grown, &Contract::of(&top_k));
+    assert!(errors.iter().any(|e| e.contains("workgroup memory")), "{errors:?}");
 }

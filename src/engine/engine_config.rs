@@ -9,7 +9,8 @@ use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
 use crate::gpu::{
-    AttentionStrategy, BackendChoice, FeatureMask, GpuError, GpuOptions, LinearStrategy, NormStrategy,
+    AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuError, GpuOptions, LinearStrategy,
+    NormStrategy,
 };
 
 /// Which executor runs the model.
@@ -190,8 +191,9 @@ impl EngineBuilder {
 /// `options` with the fields left unset filled from the `PAGODA_*` environment variables —
 /// the one place pagoda reads them: `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the
 /// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
-/// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit` and
-/// `PAGODA_ATTENTION=per-query|split-kv`.
+/// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit`,
+/// `PAGODA_ATTENTION=per-query|split-kv`, `PAGODA_NORM=separate|fused` and
+/// `PAGODA_GEMM_ROWS=8|16|32`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     // A value the options set wins; otherwise the variable's, parsed.
@@ -212,6 +214,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
     let attention_strategy =
         set_or(options.attention_strategy, env("PAGODA_ATTENTION"), AttentionStrategy::parse)?;
     let norm_strategy = set_or(options.norm_strategy, env("PAGODA_NORM"), NormStrategy::parse)?;
+    let gemm_rows = set_or(options.gemm_rows, env("PAGODA_GEMM_ROWS"), GemmRows::parse)?;
     Ok(GpuOptions {
         backend,
         adapter: options.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
@@ -221,5 +224,6 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         linear_strategy,
         attention_strategy,
         norm_strategy,
+        gemm_rows,
     })
 }

@@ -1,7 +1,10 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::options::{AttentionStrategy, FeatureMask, LinearStrategy, NormStrategy};
-use super::shader::{AttentionPath, KvFormat, LinearPath};
+use super::options::{AttentionStrategy, FeatureMask, GemmRows, LinearStrategy, NormStrategy};
+use super::shader::{
+    AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue,
+};
+use crate::dtype::DType;
 
 /// The KV element precision a caller asks for; [`Capabilities::kv_format`] says what it
 /// becomes on the device.
@@ -29,6 +32,8 @@ pub struct Capabilities {
     pub device_type: String,
     /// True for CPU (software) adapters such as lavapipe.
     pub is_cpu: bool,
+    /// True for discrete GPUs.
+    pub is_discrete: bool,
     /// SHADER_F16 enabled on the device.
     pub shader_f16: bool,
     /// SUBGROUP enabled on the device.
@@ -49,6 +54,8 @@ pub struct Capabilities {
     pub forced_attention: Option<AttentionStrategy>,
     /// Norm fusion forced by the options, if any.
     pub forced_norm: Option<NormStrategy>,
+    /// Largest K-split GEMM tile forced by the options, if any.
+    pub forced_gemm_rows: Option<GemmRows>,
 }
 
 impl Capabilities {
@@ -88,6 +95,35 @@ impl Capabilities {
         }
     }
 
+    /// The most rows a K-split prefill GEMM tile takes on this device: as forced, else 32 on
+    /// discrete GPUs and 16 elsewhere (each dequantized weight chunk serves that many rows; a
+    /// discrete GPU's registers hold the 32-row tile's 8 rows × 4 columns a lane), lowered
+    /// while its workgroup memory (with a fused norm's) exceeds the device's.
+    pub fn gemm_max_rows(&self) -> u32 {
+        if let Some(forced) = self.forced_gemm_rows {
+            return forced.rows();
+        }
+        let preferred = if self.is_discrete { 32 } else { 16 };
+        let rows = GemmRows::ALL.into_iter().rev().find(|&rows| rows <= preferred && self.gemm_fits(rows));
+        rows.unwrap_or(GemmRows::ALL[0])
+    }
+
+    /// True when a GEMM tile of `rows` rows, with a fused norm, fits the device's workgroup
+    /// memory.
+    pub fn gemm_fits(&self, rows: u32) -> bool {
+        gemm_variant(rows / LINEAR_GEMM_BANDS).workgroup_bytes()
+            <= self.limits.max_compute_workgroup_storage_size
+    }
+
+    /// Rows each band of the K-split GEMM computes for a batch of `m` rows: the largest tile up
+    /// to [`Self::gemm_max_rows`] that the batch fills, else the smallest. Every tile gives each
+    /// output the GEMV's reduction order, so choosing by `m` keeps rows batch-invariant.
+    pub fn gemm_band_rows(&self, m: usize) -> u32 {
+        let max = self.gemm_max_rows();
+        let rows = GemmRows::ALL.into_iter().rev().find(|&rows| rows <= max && rows as usize <= m);
+        rows.unwrap_or(GemmRows::ALL[0]) / LINEAR_GEMM_BANDS
+    }
+
     /// The pool format for a requested KV precision: `Auto` is f16 with SHADER_F16 and f32
     /// without; f16 uses `vec2<f16>` with SHADER_F16 and packed u32 words without.
     pub fn kv_format(&self, requested: KvPrecision) -> KvFormat {
@@ -102,12 +138,16 @@ impl Capabilities {
     pub fn variant_summary(&self) -> String {
         let linear = match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output and a fixed tree; prefill as a GEMM of {} x {} rows by {} weight rows, each chunk of the weights dequantized once into workgroup memory ({})",
+                "linear: k-split, {} invocations per output and a fixed tree ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
                 super::shader::LINEAR_WG,
-                super::shader::LINEAR_GEMM_BANDS,
-                super::shader::LINEAR_ROW_TILES[1],
+                if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" },
+                self.gemm_max_rows(),
+                match (self.forced_gemm_rows, self.is_discrete) {
+                    (Some(_), _) => "forced",
+                    (None, true) => "discrete GPU",
+                    (None, false) => "not a discrete GPU",
+                },
                 super::shader::LINEAR_KSPLIT_COLS,
-                if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" }
             ),
             LinearPath::Sequential { subgroup: Some(sg) } => {
                 format!(
@@ -186,5 +226,17 @@ impl Capabilities {
             l.max_compute_invocations_per_workgroup,
             l.max_storage_buffers_per_shader_stage,
         )
+    }
+}
+
+/// The largest-memory GEMM of `band_rows` rows a band: with a fused norm (the weight type and
+/// epilogue do not change its memory).
+fn gemm_variant(band_rows: u32) -> KernelVariant {
+    KernelVariant::Linear {
+        dtype: DType::F16,
+        path: LinearPath::KSplit,
+        rows_tile: band_rows,
+        prologue: LinearPrologue::RmsNorm,
+        epilogue: LinearEpilogue::Store,
     }
 }

@@ -9,7 +9,7 @@ use super::caps::Capabilities;
 use super::counters::{CounterCells, GpuCounters};
 use super::options::{FeatureMask, GpuOptions};
 use super::resident::Resident;
-use super::shader::KernelVariant;
+use super::shader::{KernelVariant, LinearPath};
 
 /// An opened wgpu device with pagoda's capabilities and compiled pipelines.
 pub struct GpuContext {
@@ -127,6 +127,7 @@ impl GpuContext {
             driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
             device_type: format!("{:?}", info.device_type),
             is_cpu: info.device_type == wgpu::DeviceType::Cpu,
+            is_discrete: info.device_type == wgpu::DeviceType::DiscreteGpu,
             shader_f16,
             subgroup,
             subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
@@ -140,7 +141,17 @@ impl GpuContext {
             forced_linear: options.linear_strategy,
             forced_attention: options.attention_strategy,
             forced_norm: options.norm_strategy,
+            forced_gemm_rows: options.gemm_rows,
         };
+        if let Some(rows) = options.gemm_rows.map(|r| r.rows())
+            && caps.linear_path() == LinearPath::KSplit
+            && !caps.gemm_fits(rows)
+        {
+            return Err(GpuError::BadOption(format!(
+                "a GEMM tile of {rows} rows needs more than the device's {} bytes of workgroup memory",
+                caps.limits.max_compute_workgroup_storage_size
+            )));
+        }
         Ok(Self {
             device,
             queue,

@@ -93,9 +93,9 @@ impl<'a> From<&'a Tensor> for LinearInput<'a> {
     }
 }
 
-/// Rows of x one invocation (sequential) or one band of the K-split GEMM computes at once for
-/// the prefill path.
-const PREFILL_ROWS_TILE: u32 = 4;
+/// Rows of x one invocation of the sequential kernel computes at once for the prefill path (a
+/// band of the K-split GEMM takes [`gemm_band_rows`](super::Capabilities::gemm_band_rows)).
+const SEQ_PREFILL_ROWS_TILE: u32 = 4;
 /// Below this many rows the decode row tile (1) is used.
 pub const PREFILL_MIN_ROWS: usize = 4;
 
@@ -260,7 +260,11 @@ impl Step<'_> {
             return Ok(());
         }
         let path = self.ctx.capabilities().linear_path();
-        let rows_tile = if m >= PREFILL_MIN_ROWS { PREFILL_ROWS_TILE } else { 1 };
+        let rows_tile = match path {
+            _ if m < PREFILL_MIN_ROWS => 1,
+            LinearPath::Sequential { .. } => SEQ_PREFILL_ROWS_TILE,
+            LinearPath::KSplit => self.ctx.capabilities().gemm_band_rows(m),
+        };
         let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, prologue, epilogue };
         let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;

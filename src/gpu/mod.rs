@@ -70,7 +70,9 @@ pub use context::GpuContext;
 pub use counters::GpuCounters;
 pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, PREFILL_MIN_ROWS, RopeMode};
 pub use kv_cache::{KvCache, KvCacheShape};
-pub use options::{AttentionStrategy, BackendChoice, FeatureMask, GpuOptions, LinearStrategy, NormStrategy};
+pub use options::{
+    AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuOptions, LinearStrategy, NormStrategy,
+};
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{
     AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue,

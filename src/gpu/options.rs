@@ -134,6 +134,38 @@ impl NormStrategy {
     }
 }
 
+/// Forces the rows of the K-split prefill GEMM's tile (its largest; smaller batches still take
+/// a smaller one) instead of choosing them from the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmRows(u32);
+
+impl GemmRows {
+    /// The tile sizes there are kernels for.
+    pub const ALL: [u32; 3] = [8, 16, 32];
+
+    /// A tile of `rows` rows: 8, 16 or 32.
+    pub fn new(rows: u32) -> Result<Self, GpuError> {
+        if Self::ALL.contains(&rows) {
+            Ok(Self(rows))
+        } else {
+            Err(GpuError::BadOption(format!("no GEMM tile of {rows} rows (8, 16, 32)")))
+        }
+    }
+
+    /// `8`, `16` or `32`.
+    pub fn parse(rows: &str) -> Result<Self, GpuError> {
+        let rows = rows.trim();
+        rows.parse()
+            .map_err(|_| GpuError::BadOption(format!("GEMM rows `{rows}` is not a number")))
+            .and_then(Self::new)
+    }
+
+    /// The tile's rows.
+    pub fn rows(self) -> u32 {
+        self.0
+    }
+}
+
 /// Everything that decides which device pagoda opens and how.
 ///
 /// The GPU layer reads no environment: the engine fills unset fields from the `PAGODA_*`
@@ -154,6 +186,8 @@ pub struct GpuOptions {
     pub attention_strategy: Option<AttentionStrategy>,
     /// Norm fusion; `None` chooses from the linear path.
     pub norm_strategy: Option<NormStrategy>,
+    /// Largest K-split GEMM tile; `None` chooses from the adapter.
+    pub gemm_rows: Option<GemmRows>,
 }
 
 impl GpuOptions {
@@ -174,6 +208,7 @@ impl GpuOptions {
             linear_strategy: None,
             attention_strategy: None,
             norm_strategy: None,
+            gemm_rows: None,
         })
     }
 }

@@ -231,12 +231,18 @@ pub const LINEAR_SEQ_WG: u32 = 16;
 pub const LINEAR_SEQ_COLS: u32 = 4;
 /// Invocations per workgroup of split-KV attention: partitions one query works on at once.
 pub const ATTENTION_SPLIT_WG: u32 = 32;
+/// Head dimensions split-KV attention combines at once in its workgroup memory.
+pub const ATTENTION_SPLIT_CHUNK: u32 = 32;
 /// Keys per split-KV partition (rounded down to whole KV blocks, at least one).
 pub const KV_PARTITION_TOKENS: u32 = 128;
 /// Largest KV block size the attention kernel accepts.
 pub const MAX_BLOCK_SIZE: u32 = 64;
-/// Row tiles the linear kernels are built with: 1 for decode, 4 for prefill.
-pub const LINEAR_ROW_TILES: [u32; 2] = [1, 4];
+/// Row tiles the sequential linear kernels are built with: 1 for decode, 4 for prefill.
+pub const LINEAR_SEQ_ROW_TILES: [u32; 2] = [1, 4];
+/// Row tiles the K-split linear kernels are built with: 1 for decode (the GEMV), then the rows
+/// each band of the prefill GEMM computes, whose tile is [`LINEAR_GEMM_BANDS`] times as many
+/// rows (8, 16 or 32: the adapter sets the largest, the batch picks one up to it).
+pub const LINEAR_KSPLIT_ROW_TILES: [u32; 4] = [1, 2, 4, 8];
 /// Weight element types the linear and embedding kernels read.
 pub const WEIGHT_DTYPES: [DType; 15] = [
     DType::F32,
@@ -410,6 +416,25 @@ impl KernelVariant {
         }
     }
 
+    /// Bytes of workgroup memory the variant's shader declares: its RMSNorm scales when it
+    /// computes them, the K-split reductions' exchange and the GEMM's weight tile, split-KV
+    /// attention's partial states, top-k's candidates.
+    pub fn workgroup_bytes(&self) -> u32 {
+        let norm = self.normed_rows().map_or(0, |rows| 4 * rows * (WORKGROUP_SIZE + 1));
+        let body = match *self {
+            Self::Linear { path: LinearPath::KSplit, rows_tile: 1, epilogue, .. } => {
+                4 * LINEAR_WG * if epilogue.is_gated() { 2 } else { 1 }
+            }
+            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } => 16 * gemm_tile_vec4s(rows_tile),
+            Self::Attention { path: AttentionPath::SplitKv, .. } => {
+                4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
+            }
+            Self::TopK => 8 * TOP_K_WG,
+            _ => 0,
+        };
+        norm + body
+    }
+
     /// The layout of the parameter block the variant reads at [`slots::PARAMS`].
     pub fn params(&self) -> ParamsLayout {
         match self {
@@ -454,6 +479,15 @@ pub const TESTED_HEAD_DIMS: [u32; 4] = [64, 80, 96, 128];
 /// Subgroup sizes the subgroup variants are built for (lavapipe 8, Intel 16, NVIDIA/Apple 32, AMD 64).
 pub const SUBGROUP_SIZES: [u32; 4] = [8, 16, 32, 64];
 
+/// vec4s of workgroup memory a K-split GEMM of `rows_tile` rows a band declares (`TILE`): the
+/// larger of its staged weights (two vec4s per lane and weight row) and its tree's exchange
+/// (half the lanes of every band pass all their outputs at once).
+pub(crate) fn gemm_tile_vec4s(rows_tile: u32) -> u32 {
+    let staged = 2 * LINEAR_KSPLIT_COLS * LINEAR_WG;
+    let exchange = LINEAR_WG / 2 * LINEAR_GEMM_BANDS * rows_tile * LINEAR_KSPLIT_COLS / 4;
+    staged.max(exchange)
+}
+
 /// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
 /// prologues, epilogues, KV formats and the tested head dimensions.
 pub fn all_variants() -> Vec<KernelVariant> {
@@ -472,7 +506,11 @@ pub fn all_variants() -> Vec<KernelVariant> {
     for dtype in WEIGHT_DTYPES {
         out.push(KernelVariant::Embed { dtype });
         for path in &paths {
-            for rows_tile in LINEAR_ROW_TILES {
+            let row_tiles: &[u32] = match path {
+                LinearPath::Sequential { .. } => &LINEAR_SEQ_ROW_TILES,
+                LinearPath::KSplit => &LINEAR_KSPLIT_ROW_TILES,
+            };
+            for &rows_tile in row_tiles {
                 for prologue in LinearPrologue::ALL {
                     for epilogue in LinearEpilogue::ALL {
                         out.push(KernelVariant::Linear { dtype, path: *path, rows_tile, prologue, epilogue });

@@ -3,8 +3,8 @@
 
 use super::unroll::{select_gated, unroll};
 use super::{
-    AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath,
-    LinearPrologue, MAX_BLOCK_SIZE, WORKGROUP_SIZE, slots,
+    ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
+    LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WORKGROUP_SIZE, gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
 
@@ -126,7 +126,7 @@ impl KernelVariant {
 
     /// The rows a workgroup computes RMSNorm scales for, when the variant does
     /// (`rms_scale.wgsl`, sized by `NORM_WG` and `NORM_ROWS`).
-    fn normed_rows(&self) -> Option<u32> {
+    pub(super) fn normed_rows(&self) -> Option<u32> {
         match self {
             Self::RmsNorm | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => {
                 Some(self.rows_per_workgroup())
@@ -230,13 +230,18 @@ impl KernelVariant {
                         let from = "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)";
                         let tn = Injected::new("TN", self.columns_tile(), from);
                         let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
-                        out.extend([tm, tn, gates, bands]);
+                        let tile =
+                            Injected::new("TILE", gemm_tile_vec4s(rows_tile), "shader::gemm_tile_vec4s");
+                        out.extend([tm, tn, gates, bands, tile]);
                     }
                 }
             }
-            Self::Attention { head_dim, .. } => {
+            Self::Attention { head_dim, path, .. } => {
                 out.push(Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"));
                 out.push(Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"));
+                if path == AttentionPath::SplitKv {
+                    out.push(Injected::new("CHUNK", ATTENTION_SPLIT_CHUNK, "shader::ATTENTION_SPLIT_CHUNK"));
+                }
             }
             _ => {}
         }

@@ -1,0 +1,109 @@
+//! The K-split prefill GEMM at every tile an adapter or a batch may pick (8, 16 and 32 rows):
+//! each row of a batch has the bits of the same row through the decode GEMV, plain and fused
+//! (normed input, gated epilogue), full tiles and partial ones, so which tile runs never
+//! changes a result. Forces the K-split path and the largest tile on whatever adapter runs it.
+
+mod kernels_support;
+
+use kernels_support::{Rng, bits};
+use pagoda::dtype::{DType, quantize};
+use pagoda::engine::engine_config::gpu_options_from_env;
+use pagoda::gpu::*;
+
+fn ksplit_ctx(gemm_rows: u32) -> GpuContext {
+    let options = GpuOptions {
+        linear_strategy: Some(LinearStrategy::KSplit),
+        gemm_rows: Some(GemmRows::new(gemm_rows).unwrap()),
+        ..GpuOptions::default()
+    };
+    GpuContext::new(&gpu_options_from_env(&options).unwrap()).expect("a wgpu adapter (lavapipe in CI)")
+}
+
+/// Batches that take each tile up to 32 rows (`gemm_band_rows`), with full and partial tiles.
+const BATCHES: [usize; 5] = [4, 9, 17, 33, 64];
+const EPS: f32 = 1e-5;
+
+/// Each batch of `batches` (its rows) through `linear` and `linear_gated`, the input normed or
+/// not, all in one step.
+fn plain_and_gated(
+    c: &GpuContext,
+    batches: &[&[f32]],
+    norm: Option<&Tensor>,
+    w: &Weight,
+    gated: &Weight,
+) -> Vec<[Vec<f32>; 2]> {
+    let k = w.cols();
+    let mut step = c.step();
+    let mut ids = Vec::new();
+    for rows in batches {
+        let m = rows.len() / k;
+        let x = c.upload_f32(&[m, k], rows).unwrap();
+        let input = match norm {
+            Some(g) => LinearInput::rms_normed(&x, g, EPS),
+            None => LinearInput::Plain(&x),
+        };
+        let y = c.tensor(Elem::F32, &[m, w.rows()]).unwrap();
+        let act = c.tensor(Elem::F32, &[m, gated.rows()]).unwrap();
+        step.linear(input, w, &y).unwrap();
+        step.linear_gated(input, gated, GateActivation::Silu, &act).unwrap();
+        ids.push((step.read(&y), step.read(&act)));
+    }
+    let mut out = step.submit().unwrap();
+    ids.into_iter().map(|(y, act)| [out.f32s(y), out.f32s(act)]).collect()
+}
+
+#[test]
+fn every_gemm_tile_gives_each_row_the_gemv_bits() {
+    let c = ksplit_ctx(32);
+    assert_eq!(BATCHES.map(|m| c.capabilities().gemm_band_rows(m) * 4), [8, 8, 16, 32, 32]);
+    let m_max = BATCHES[BATCHES.len() - 1];
+    for dtype in [DType::F16, DType::Q8_0, DType::Q4K] {
+        let (k, n) = if dtype.block_len() == 256 { (768, 37) } else { (544, 37) };
+        let bytes = |seed| quantize(dtype, &Rng::new(seed).vec(n * k));
+        let w = c.upload_weight("w", dtype, n, k, &bytes(1)).unwrap();
+        let gated = c.upload_gated_weight("gate_up", dtype, n, k, &bytes(2), &bytes(3)).unwrap();
+        let norm = c.upload_f32(&[k], &Rng::new(4).vec(k)).unwrap();
+        let batch = Rng::new(5).vec(m_max * k);
+        for norm in [None, Some(&norm)] {
+            let alone = plain_and_gated(&c, &batch.chunks(k).collect::<Vec<_>>(), norm, &w, &gated);
+            let batches = BATCHES.map(|m| &batch[..m * k]);
+            for (m, [y, act]) in BATCHES.into_iter().zip(plain_and_gated(&c, &batches, norm, &w, &gated)) {
+                for (r, [y1, act1]) in alone.iter().enumerate().take(m) {
+                    let what = format!("{dtype:?} normed {}: row {r} of {m}", norm.is_some());
+                    assert_eq!(bits(&y[r * n..(r + 1) * n]), bits(y1), "{what}, linear");
+                    assert_eq!(bits(&act[r * n..(r + 1) * n]), bits(act1), "{what}, gated");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
+    let c = ksplit_ctx(16);
+    assert_eq!(c.capabilities().gemm_max_rows(), 16);
+    let mut caps = c.capabilities().clone();
+    let tiles = |caps: &Capabilities| [4, 7, 8, 15, 16, 31, 32, 4096].map(|m| 4 * caps.gemm_band_rows(m));
+    assert_eq!(tiles(&caps), [8, 8, 8, 8, 16, 16, 16, 16]);
+    for (forced, expected) in [(8, [8; 8]), (32, [8, 8, 8, 8, 16, 16, 32, 32])] {
+        caps.forced_gemm_rows = Some(GemmRows::new(forced).unwrap());
+        assert_eq!(tiles(&caps), expected, "forced {forced}");
+    }
+    caps.forced_gemm_rows = None;
+    caps.is_discrete = true;
+    assert_eq!(caps.gemm_max_rows(), 32, "a discrete GPU with the memory takes 32 rows");
+    caps.limits.max_compute_workgroup_storage_size = 16 << 10;
+    assert_eq!(caps.gemm_max_rows(), 16, "32 rows with a fused norm need more than 16 KiB");
+    assert!(GemmRows::parse("24").is_err() && GemmRows::parse("x").is_err());
+    let small = GpuOptions {
+        linear_strategy: Some(LinearStrategy::KSplit),
+        gemm_rows: Some(GemmRows::new(32).unwrap()),
+        webgpu_default_limits: true,
+        ..GpuOptions::default()
+    };
+    let refused = GpuContext::new(&gpu_options_from_env(&small).unwrap());
+    assert!(
+        matches!(refused, Err(GpuError::BadOption(_))),
+        "a forced tile the device cannot hold is refused"
+    );
+}
