@@ -645,7 +645,13 @@ fn print_report(report: &WorkloadReport) {
     if let Some(d) = &report.device {
         println!("{:<32} {:.0} us", "host time per step", d.host_us_per_step);
         println!("{:<32} {:.1}", "dispatches per step", d.dispatches_per_step);
-        println!("{:<32} {} / {}", "buffers / bind groups created", d.buffers_created, d.bind_groups_created);
+        println!(
+            "{:<32} {} / {} / {}",
+            "pipelines / buffers / bind groups created",
+            d.pipelines_created,
+            d.buffers_created,
+            d.bind_groups_created
+        );
     }
 }
 

@@ -85,10 +85,17 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
     let mut caps = c.capabilities().clone();
     let tiles = |caps: &Capabilities| [4, 7, 8, 15, 16, 31, 32, 4096].map(|m| 4 * caps.gemm_band_rows(m));
     assert_eq!(tiles(&caps), [8, 8, 8, 8, 16, 16, 16, 16]);
-    for (forced, expected) in [(8, [8; 8]), (32, [8, 8, 8, 8, 16, 16, 32, 32])] {
+    assert_eq!(linear_warm_up_rows(&caps), [1, 4, 16], "the decode row and each tile's smallest batch");
+    for (forced, expected, warm_up) in
+        [(8, [8; 8], vec![1, 4]), (32, [8, 8, 8, 8, 16, 16, 32, 32], vec![1, 4, 16, 32])]
+    {
         caps.forced_gemm_rows = Some(GemmRows::new(forced).unwrap());
         assert_eq!(tiles(&caps), expected, "forced {forced}");
+        assert_eq!(linear_warm_up_rows(&caps), warm_up, "forced {forced}");
     }
+    caps.forced_linear = Some(LinearStrategy::Sequential);
+    assert_eq!(linear_warm_up_rows(&caps), [1, 4], "the sequential kernel has one prefill tile");
+    caps.forced_linear = Some(LinearStrategy::KSplit);
     caps.forced_gemm_rows = None;
     caps.is_discrete = true;
     assert_eq!(caps.gemm_max_rows(), 32, "a discrete GPU with the memory takes 32 rows");

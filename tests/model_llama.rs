@@ -12,7 +12,7 @@ use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GpuContext, GpuOptions, NormStrategy};
+use pagoda::gpu::{GemmRows, GpuContext, GpuOptions, LinearStrategy, NormStrategy};
 use pagoda::model::llama::LlamaModel;
 use pagoda::model::testing::{TinyLlama, prefill_logits};
 use pagoda::model::{ModelFiles, RopeVariant};
@@ -369,4 +369,28 @@ fn steady_state_steps_create_no_buffers_or_bind_groups() {
         tokens.push(first);
     }
     assert_eq!(tokens[0], tokens[1], "fused norms change the greedy tokens");
+}
+
+/// The executor's warm-up builds every pipeline a step takes, on the sequential path and on
+/// the K-split path with every GEMM tile: prefills of 3 to 50 tokens at once or in chunks
+/// and batched decodes build nothing more, so no request's first token waits on a shader
+/// compile.
+#[test]
+fn the_warm_up_builds_every_pipeline_a_step_uses() {
+    let prompts: Vec<Vec<u32>> = vec![PROMPT.to_vec(), vec![5, 6, 7], (100..150).collect()];
+    let ksplit = GpuOptions {
+        linear_strategy: Some(LinearStrategy::KSplit),
+        gemm_rows: Some(GemmRows::new(32).unwrap()),
+        ..GpuOptions::default()
+    };
+    for options in [GpuOptions::default(), ksplit] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut exec = tiny_executor_on(ctx_with(options.clone()), dir.path(), 64);
+        let warmed = exec.context().counters();
+        assert!(warmed.pipelines_created > 0);
+        run_greedy(&mut exec, &prompts, 4, 64, None);
+        run_greedy(&mut exec, &prompts, 4, 7, None);
+        let later = exec.context().counters().since(&warmed);
+        assert_eq!(later.pipelines_created, 0, "{options:?}: {later:?}");
+    }
 }

@@ -11,7 +11,9 @@ use super::{ExecutorError, ModelExecutor, StepMasks};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::core::scheduler_config::SchedulerConfig;
-use crate::gpu::{GpuContext, GpuCounters, GpuError, KvCache, KvCacheShape, KvPrecision, PREFILL_MIN_ROWS};
+use crate::gpu::{
+    GpuContext, GpuCounters, GpuError, KvCache, KvCacheShape, KvPrecision, linear_warm_up_rows,
+};
 use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
@@ -182,13 +184,15 @@ impl WgpuExecutor {
     }
 
     /// Builds every pipeline a step uses before the first request arrives, so its time to
-    /// first token does not include shader compilation: two throwaway steps, a short prefill
-    /// (the linear kernels' prefill tile, the row gather) and a single decode row, whose
-    /// keys and values go to the null block, which no sequence reads.
+    /// first token does not include shader compilation: a throwaway step for each row tile
+    /// of the linear kernels (a single decode row, then the smallest prefill of each tile),
+    /// sampling every row it may so that the LM head takes the same tiles; its keys and
+    /// values go to the null block, which no sequence reads.
     fn warm_up(&self) -> Result<(), ExecutorError> {
         let mb = self.workspace.limits().max_blocks_per_seq;
-        let max_tokens = self.workspace.limits().max_tokens;
-        for tokens in [PREFILL_MIN_ROWS.min(max_tokens), 1] {
+        let (max_tokens, max_seqs) = (self.workspace.limits().max_tokens, self.workspace.limits().max_seqs);
+        let rows = linear_warm_up_rows(self.ctx.capabilities());
+        for tokens in rows.into_iter().filter(|&tokens| tokens <= max_tokens) {
             let batch = ForwardBatch {
                 input_ids: vec![0; tokens],
                 positions: (0..tokens as u32).collect(),
@@ -196,7 +200,7 @@ impl WgpuExecutor {
                 query_start_loc: vec![0, tokens as u32],
                 seq_lens: vec![tokens as u32],
                 block_table: vec![0; mb],
-                logits_indices: vec![tokens as u32 - 1],
+                logits_indices: (tokens.saturating_sub(max_seqs) as u32..tokens as u32).collect(),
             };
             self.model
                 .forward(&self.ctx, &self.workspace, &self.cache, &batch, 1, false)

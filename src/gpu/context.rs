@@ -231,6 +231,7 @@ impl GpuContext {
             return Err(GpuError::Shader(format!("{label}: {err}")));
         }
         let kernel = Kernel { layout: pipeline.get_bind_group_layout(0), pipeline };
+        self.count().pipeline_created();
         cache.insert(variant, kernel.clone());
         Ok(kernel)
     }

@@ -1,6 +1,7 @@
-//! What the device layer has created and run, counted as it happens: buffers, bind groups,
-//! steps, dispatches and the host time spent recording and submitting them. The counts make
-//! "a steady-state step creates nothing" a test; the host time is for benchmarks.
+//! What the device layer has created and run, counted as it happens: pipelines, buffers, bind
+//! groups, steps, dispatches and the host time spent recording and submitting them. The counts
+//! make "a steady-state step creates nothing" and "the warm-up builds every pipeline" tests;
+//! the host time is for benchmarks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -8,6 +9,8 @@ use std::time::Duration;
 /// Running totals since the context was opened (see [`GpuContext::counters`](super::GpuContext::counters)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GpuCounters {
+    /// Compute pipelines built (one per kernel variant, the first time a step uses it).
+    pub pipelines_created: u64,
     /// Device buffers created (weights, caches, workspaces, pools, parameter rings).
     pub buffers_created: u64,
     /// Bind groups created.
@@ -25,6 +28,7 @@ impl GpuCounters {
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &GpuCounters) -> GpuCounters {
         GpuCounters {
+            pipelines_created: self.pipelines_created - earlier.pipelines_created,
             buffers_created: self.buffers_created - earlier.buffers_created,
             bind_groups_created: self.bind_groups_created - earlier.bind_groups_created,
             steps: self.steps - earlier.steps,
@@ -42,6 +46,7 @@ impl GpuCounters {
 /// The live counters a context updates.
 #[derive(Debug, Default)]
 pub(crate) struct CounterCells {
+    pipelines_created: AtomicU64,
     buffers_created: AtomicU64,
     bind_groups_created: AtomicU64,
     steps: AtomicU64,
@@ -50,6 +55,10 @@ pub(crate) struct CounterCells {
 }
 
 impl CounterCells {
+    pub(crate) fn pipeline_created(&self) {
+        self.pipelines_created.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn buffer_created(&self) {
         self.buffers_created.fetch_add(1, Ordering::Relaxed);
     }
@@ -67,6 +76,7 @@ impl CounterCells {
 
     pub(crate) fn snapshot(&self) -> GpuCounters {
         GpuCounters {
+            pipelines_created: self.pipelines_created.load(Ordering::Relaxed),
             buffers_created: self.buffers_created.load(Ordering::Relaxed),
             bind_groups_created: self.bind_groups_created.load(Ordering::Relaxed),
             steps: self.steps.load(Ordering::Relaxed),

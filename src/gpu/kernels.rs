@@ -3,6 +3,7 @@
 
 use super::GpuError;
 use super::bind_cache::Binding;
+use super::caps::Capabilities;
 use super::kv_cache::KvCache;
 use super::shader::params::{
     AttentionParams, ElementwiseParams, EmbedParams, LinearParams, RmsNormParams, RopeCacheParams, TopKParams,
@@ -94,10 +95,35 @@ impl<'a> From<&'a Tensor> for LinearInput<'a> {
 }
 
 /// Rows of x one invocation of the sequential kernel computes at once for the prefill path (a
-/// band of the K-split GEMM takes [`gemm_band_rows`](super::Capabilities::gemm_band_rows)).
+/// band of the K-split GEMM takes [`Capabilities::gemm_band_rows`]).
 const SEQ_PREFILL_ROWS_TILE: u32 = 4;
 /// Below this many rows the decode row tile (1) is used.
-pub const PREFILL_MIN_ROWS: usize = 4;
+const PREFILL_MIN_ROWS: usize = 4;
+
+/// The row tile a linear layer over `m` rows takes on a device: 1 for decode-sized batches,
+/// else the sequential kernel's prefill tile or the K-split GEMM's band rows.
+fn rows_tile(caps: &Capabilities, m: usize) -> u32 {
+    match caps.linear_path() {
+        _ if m < PREFILL_MIN_ROWS => 1,
+        LinearPath::Sequential { .. } => SEQ_PREFILL_ROWS_TILE,
+        LinearPath::KSplit => caps.gemm_band_rows(m),
+    }
+}
+
+/// Batch sizes (rows) that between them take every row tile the linear layers use on a
+/// device, the smallest batch of each: a warm-up step of each builds every linear pipeline.
+pub fn linear_warm_up_rows(caps: &Capabilities) -> Vec<usize> {
+    let largest = caps.gemm_max_rows().max(SEQ_PREFILL_ROWS_TILE) as usize;
+    let mut tiles = Vec::new();
+    (1..=largest)
+        .filter(|&m| {
+            let tile = rows_tile(caps, m);
+            let new = !tiles.contains(&tile);
+            tiles.push(tile);
+            new
+        })
+        .collect()
+}
 
 fn u(n: usize) -> u32 {
     n as u32
@@ -148,7 +174,7 @@ impl Step<'_> {
     }
 
     /// The input of the linear layers that `rms_norm(x, weight, eps)` feeds: where the adapter
-    /// fuses norms ([`Capabilities::fuses_norms`](super::Capabilities::fuses_norms)), `x`
+    /// fuses norms ([`Capabilities::fuses_norms`]), `x`
     /// normed on the way into each of them, recording nothing; elsewhere the norm recorded
     /// into `out` (shaped as `x`) and `out` returned. Either way the linears get the same bits.
     pub fn rms_norm_input<'a>(
@@ -260,11 +286,7 @@ impl Step<'_> {
             return Ok(());
         }
         let path = self.ctx.capabilities().linear_path();
-        let rows_tile = match path {
-            _ if m < PREFILL_MIN_ROWS => 1,
-            LinearPath::Sequential { .. } => SEQ_PREFILL_ROWS_TILE,
-            LinearPath::KSplit => self.ctx.capabilities().gemm_band_rows(m),
-        };
+        let rows_tile = rows_tile(self.ctx.capabilities(), m);
         let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, prologue, epilogue };
         let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;

@@ -68,7 +68,7 @@ mod weights;
 pub use caps::{Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
-pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, PREFILL_MIN_ROWS, RopeMode};
+pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, RopeMode, linear_warm_up_rows};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuOptions, LinearStrategy, NormStrategy,

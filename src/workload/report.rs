@@ -63,6 +63,9 @@ pub struct DeviceReport {
     pub host_us_per_step: f64,
     /// Compute dispatches per step, mean.
     pub dispatches_per_step: f64,
+    /// Pipelines built during the run (none once the warm-up has built every one).
+    #[serde(default)]
+    pub pipelines_created: u64,
     /// Device buffers created during the run (first sight of each shape only).
     pub buffers_created: u64,
     /// Bind groups created during the run (first sight of each shape only).
@@ -75,6 +78,7 @@ impl DeviceReport {
         Self {
             host_us_per_step: c.host_us_per_step(),
             dispatches_per_step: if c.steps == 0 { 0.0 } else { c.dispatches as f64 / c.steps as f64 },
+            pipelines_created: c.pipelines_created,
             buffers_created: c.buffers_created,
             bind_groups_created: c.bind_groups_created,
         }
