@@ -53,7 +53,7 @@ run() {
     fi
     local flags=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching --json
         --num-gpu-blocks "${NUM_GPU_BLOCKS:-1536}")
-    printf '\n%-14s %-5s %7s  %-13s %9s %9s %9s %8s %8s %6s\n' \
+    printf '\n%-14s %-5s %7s  %-16s %9s %9s %9s %8s %8s %6s\n' \
         model dtype GB run tok/s ITL_ms TTFT_ms host_us disp/st GB/s
     for spec in $models; do
         local shape=${spec%%:*} dtype=${spec##*:}
@@ -73,7 +73,7 @@ run() {
             awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$b" -v itl="$itl" -v ttft="$ttft" \
                 -v host="$host" -v disp="$disp" -v bw="$bandwidth" 'BEGIN {
                     gbs = gb / itl
-                    printf "%-14s %-5s %7s  %-13s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
+                    printf "%-14s %-5s %7s  %-16s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
                         m, d, gb, "decode B=" b, b / itl, itl * 1e3, ttft * 1e3, host, disp, gbs, 100 * gbs / bw, bw
                 }'
         done < <("$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
@@ -93,7 +93,7 @@ run() {
                 disp=$(field dispatches_per_step "$report")
                 awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v label="$label" -v len="$len" -v ttft="$ttft" \
                     -v host="$host" -v disp="$disp" 'BEGIN {
-                        printf "%-14s %-5s %7s  %-13s %9.1f %9s %9.1f %8.0f %8.0f\n",
+                        printf "%-14s %-5s %7s  %-16s %9.1f %9s %9.1f %8.0f %8.0f\n",
                             m, d, gb, label, len / ttft, "-", ttft * 1e3, host, disp
                     }'
             done
