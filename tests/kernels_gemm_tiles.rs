@@ -1,7 +1,7 @@
 //! The K-split prefill GEMM at every tile an adapter or a batch may pick (8, 16 and 32 rows):
-//! each row of a batch has the bits of the same row through the decode GEMV, plain and fused
-//! (normed input, gated epilogue), full tiles and partial ones, so which tile runs never
-//! changes a result. Forces the K-split path and the largest tile on whatever adapter runs it.
+//! each row of a batch has the bits of the same row through the decode GEMV, with every
+//! epilogue and a plain or normed input, in full tiles and partial ones, so which tile runs
+//! never changes a result. Forces the K-split path and the largest tile on whatever adapter runs it.
 
 mod kernels_support;
 
@@ -23,33 +23,46 @@ fn ksplit_ctx(gemm_rows: u32) -> GpuContext {
 const BATCHES: [usize; 5] = [4, 9, 17, 33, 64];
 const EPS: f32 = 1e-5;
 
-/// Each batch of `batches` (its rows) through `linear` and `linear_gated`, the input normed or
-/// not, all in one step.
-fn plain_and_gated(
-    c: &GpuContext,
-    batches: &[&[f32]],
-    norm: Option<&Tensor>,
-    w: &Weight,
-    gated: &Weight,
-) -> Vec<[Vec<f32>; 2]> {
-    let k = w.cols();
+/// A weight of each kind and what the rows run through it read.
+struct Case {
+    w: Weight,
+    gated: Weight,
+    bias: Tensor,
+    norm: Option<Tensor>,
+    x: Vec<f32>,
+    residual: Vec<f32>,
+}
+
+/// Rows `start .. start + m` of the case through each fused epilogue, the input normed or not,
+/// one step for all of `ranges`: `linear` (store), `linear_gated`, `linear_add` onto their
+/// residual rows, and `linear_into` with the bias from column 3 of a wider row.
+fn epilogues(c: &GpuContext, case: &Case, ranges: &[(usize, usize)]) -> Vec<[Vec<f32>; 4]> {
+    let (k, n) = (case.w.cols(), case.w.rows());
     let mut step = c.step();
     let mut ids = Vec::new();
-    for rows in batches {
-        let m = rows.len() / k;
-        let x = c.upload_f32(&[m, k], rows).unwrap();
-        let input = match norm {
+    for &(start, m) in ranges {
+        let x = c.upload_f32(&[m, k], &case.x[start * k..(start + m) * k]).unwrap();
+        let input = match &case.norm {
             Some(g) => LinearInput::rms_normed(&x, g, EPS),
             None => LinearInput::Plain(&x),
         };
-        let y = c.tensor(Elem::F32, &[m, w.rows()]).unwrap();
-        let act = c.tensor(Elem::F32, &[m, gated.rows()]).unwrap();
-        step.linear(input, w, &y).unwrap();
-        step.linear_gated(input, gated, GateActivation::Silu, &act).unwrap();
-        ids.push((step.read(&y), step.read(&act)));
+        let y = c.tensor(Elem::F32, &[m, n]).unwrap();
+        let act = c.tensor(Elem::F32, &[m, case.gated.rows()]).unwrap();
+        let acc = c.upload_f32(&[m, n], &case.residual[start * n..(start + m) * n]).unwrap();
+        let wide = c.tensor(Elem::F32, &[m, n + 3]).unwrap();
+        step.linear(input, &case.w, &y).unwrap();
+        step.linear_gated(input, &case.gated, GateActivation::Silu, &act).unwrap();
+        step.linear_add(input, &case.w, &acc).unwrap();
+        step.linear_into(input, &case.w, Some(&case.bias), &wide, 3).unwrap();
+        ids.push([&y, &act, &acc, &wide].map(|t| step.read(t)));
     }
     let mut out = step.submit().unwrap();
-    ids.into_iter().map(|(y, act)| [out.f32s(y), out.f32s(act)]).collect()
+    ids.into_iter()
+        .map(|[y, act, acc, wide]| {
+            let into = out.f32s(wide).chunks(n + 3).flat_map(|row| row[3..].to_vec()).collect();
+            [out.f32s(y), out.f32s(act), out.f32s(acc), into]
+        })
+        .collect()
 }
 
 #[test]
@@ -60,18 +73,28 @@ fn every_gemm_tile_gives_each_row_the_gemv_bits() {
     for dtype in [DType::F16, DType::Q8_0, DType::Q4K] {
         let (k, n) = if dtype.block_len() == 256 { (768, 37) } else { (544, 37) };
         let bytes = |seed| quantize(dtype, &Rng::new(seed).vec(n * k));
-        let w = c.upload_weight("w", dtype, n, k, &bytes(1)).unwrap();
-        let gated = c.upload_gated_weight("gate_up", dtype, n, k, &bytes(2), &bytes(3)).unwrap();
-        let norm = c.upload_f32(&[k], &Rng::new(4).vec(k)).unwrap();
-        let batch = Rng::new(5).vec(m_max * k);
-        for norm in [None, Some(&norm)] {
-            let alone = plain_and_gated(&c, &batch.chunks(k).collect::<Vec<_>>(), norm, &w, &gated);
-            let batches = BATCHES.map(|m| &batch[..m * k]);
-            for (m, [y, act]) in BATCHES.into_iter().zip(plain_and_gated(&c, &batches, norm, &w, &gated)) {
-                for (r, [y1, act1]) in alone.iter().enumerate().take(m) {
-                    let what = format!("{dtype:?} normed {}: row {r} of {m}", norm.is_some());
-                    assert_eq!(bits(&y[r * n..(r + 1) * n]), bits(y1), "{what}, linear");
-                    assert_eq!(bits(&act[r * n..(r + 1) * n]), bits(act1), "{what}, gated");
+        for normed in [false, true] {
+            let case = Case {
+                w: c.upload_weight("w", dtype, n, k, &bytes(1)).unwrap(),
+                gated: c.upload_gated_weight("gate_up", dtype, n, k, &bytes(2), &bytes(3)).unwrap(),
+                bias: c.upload_f32(&[n], &Rng::new(4).vec(n)).unwrap(),
+                norm: normed.then(|| c.upload_f32(&[k], &Rng::new(5).vec(k)).unwrap()),
+                x: Rng::new(6).vec(m_max * k),
+                residual: Rng::new(7).vec(m_max * n),
+            };
+            let alone = epilogues(&c, &case, &(0..m_max).map(|r| (r, 1)).collect::<Vec<_>>());
+            let batches = epilogues(&c, &case, &BATCHES.map(|m| (0, m)));
+            for (m, batch) in BATCHES.into_iter().zip(batches) {
+                for (r, row) in alone.iter().enumerate().take(m) {
+                    for (what, (got, want)) in
+                        ["store", "gated", "add", "bias"].iter().zip(batch.iter().zip(row))
+                    {
+                        assert_eq!(
+                            bits(&got[r * n..(r + 1) * n]),
+                            bits(want),
+                            "{dtype:?} normed {normed}: row {r} of {m}, {what}"
+                        );
+                    }
                 }
             }
         }
