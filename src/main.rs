@@ -647,10 +647,7 @@ fn print_report(report: &WorkloadReport) {
         println!("{:<32} {:.1}", "dispatches per step", d.dispatches_per_step);
         println!(
             "{:<32} {} / {} / {}",
-            "pipelines / buffers / bind groups created",
-            d.pipelines_created,
-            d.buffers_created,
-            d.bind_groups_created
+            "created pipelines/buffers/groups", d.pipelines_created, d.buffers_created, d.bind_groups_created
         );
     }
 }

@@ -16,7 +16,8 @@ fn ksplit_ctx(gemm_rows: u32) -> GpuContext {
         gemm_rows: Some(GemmRows::new(gemm_rows).unwrap()),
         ..GpuOptions::default()
     };
-    GpuContext::new(&gpu_options_from_env(&options).unwrap()).expect("a wgpu adapter (lavapipe in CI)")
+    GpuContext::new(&gpu_options_from_env(&options).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI) with the workgroup memory of the GEMM tile")
 }
 
 /// Batches that take each tile up to 32 rows (`gemm_band_rows`), with full and partial tiles.
@@ -121,9 +122,12 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
     caps.forced_linear = Some(LinearStrategy::KSplit);
     caps.forced_gemm_rows = None;
     caps.is_discrete = true;
+    caps.limits.max_compute_workgroup_storage_size = 32 << 10;
     assert_eq!(caps.gemm_max_rows(), 32, "a discrete GPU with the memory takes 32 rows");
     caps.limits.max_compute_workgroup_storage_size = 16 << 10;
     assert_eq!(caps.gemm_max_rows(), 16, "32 rows with a fused norm need more than 16 KiB");
+    caps.forced_norm = Some(NormStrategy::Separate);
+    assert_eq!(caps.gemm_max_rows(), 32, "without the norm's partial sums 32 rows take 16 KiB");
     assert!(GemmRows::parse("24").is_err() && GemmRows::parse("x").is_err());
     let small = GpuOptions {
         linear_strategy: Some(LinearStrategy::KSplit),

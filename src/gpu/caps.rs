@@ -98,7 +98,7 @@ impl Capabilities {
     /// The most rows a K-split prefill GEMM tile takes on this device: as forced, else 32 on
     /// discrete GPUs and 16 elsewhere (each dequantized weight chunk serves that many rows; a
     /// discrete GPU's registers hold the 32-row tile's 8 rows × 4 columns a lane), lowered
-    /// while its workgroup memory (with a fused norm's) exceeds the device's.
+    /// while its workgroup memory (with the norm's when norms are fused) exceeds the device's.
     pub fn gemm_max_rows(&self) -> u32 {
         if let Some(forced) = self.forced_gemm_rows {
             return forced.rows();
@@ -108,11 +108,19 @@ impl Capabilities {
         rows.unwrap_or(GemmRows::ALL[0])
     }
 
-    /// True when a GEMM tile of `rows` rows, with a fused norm, fits the device's workgroup
-    /// memory.
+    /// True when a GEMM tile of `rows` rows (with the norm when norms are fused) fits the
+    /// device's workgroup memory.
     pub fn gemm_fits(&self, rows: u32) -> bool {
-        gemm_variant(rows / LINEAR_GEMM_BANDS).workgroup_bytes()
-            <= self.limits.max_compute_workgroup_storage_size
+        let prologue = if self.fuses_norms() { LinearPrologue::RmsNorm } else { LinearPrologue::Plain };
+        // The weight type and the epilogue do not change the memory.
+        let variant = KernelVariant::Linear {
+            dtype: DType::F16,
+            path: LinearPath::KSplit,
+            rows_tile: rows / LINEAR_GEMM_BANDS,
+            prologue,
+            epilogue: LinearEpilogue::Store,
+        };
+        variant.workgroup_bytes() <= self.limits.max_compute_workgroup_storage_size
     }
 
     /// Rows each band of the K-split GEMM computes for a batch of `m` rows: the largest tile up
@@ -226,17 +234,5 @@ impl Capabilities {
             l.max_compute_invocations_per_workgroup,
             l.max_storage_buffers_per_shader_stage,
         )
-    }
-}
-
-/// The largest-memory GEMM of `band_rows` rows a band: with a fused norm (the weight type and
-/// epilogue do not change its memory).
-fn gemm_variant(band_rows: u32) -> KernelVariant {
-    KernelVariant::Linear {
-        dtype: DType::F16,
-        path: LinearPath::KSplit,
-        rows_tile: band_rows,
-        prologue: LinearPrologue::RmsNorm,
-        epilogue: LinearEpilogue::Store,
     }
 }

@@ -10,8 +10,8 @@ use super::shader::params::{
 };
 use super::shader::slots;
 use super::shader::{
-    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LinearEpilogue, LinearPath,
-    LinearPrologue,
+    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LINEAR_SEQ_ROW_TILES, LinearEpilogue,
+    LinearPath, LinearPrologue,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -96,13 +96,13 @@ impl<'a> From<&'a Tensor> for LinearInput<'a> {
 
 /// Rows of x one invocation of the sequential kernel computes at once for the prefill path (a
 /// band of the K-split GEMM takes [`Capabilities::gemm_band_rows`]).
-const SEQ_PREFILL_ROWS_TILE: u32 = 4;
+const SEQ_PREFILL_ROWS_TILE: u32 = LINEAR_SEQ_ROW_TILES[1];
 /// Below this many rows the decode row tile (1) is used.
 const PREFILL_MIN_ROWS: usize = 4;
 
 /// The row tile a linear layer over `m` rows takes on a device: 1 for decode-sized batches,
 /// else the sequential kernel's prefill tile or the K-split GEMM's band rows.
-fn rows_tile(caps: &Capabilities, m: usize) -> u32 {
+fn linear_rows_tile(caps: &Capabilities, m: usize) -> u32 {
     match caps.linear_path() {
         _ if m < PREFILL_MIN_ROWS => 1,
         LinearPath::Sequential { .. } => SEQ_PREFILL_ROWS_TILE,
@@ -114,15 +114,8 @@ fn rows_tile(caps: &Capabilities, m: usize) -> u32 {
 /// device, the smallest batch of each: a warm-up step of each builds every linear pipeline.
 pub fn linear_warm_up_rows(caps: &Capabilities) -> Vec<usize> {
     let largest = caps.gemm_max_rows().max(SEQ_PREFILL_ROWS_TILE) as usize;
-    let mut tiles = Vec::new();
-    (1..=largest)
-        .filter(|&m| {
-            let tile = rows_tile(caps, m);
-            let new = !tiles.contains(&tile);
-            tiles.push(tile);
-            new
-        })
-        .collect()
+    // The tile only grows with the batch.
+    (1..=largest).filter(|&m| m == 1 || linear_rows_tile(caps, m) != linear_rows_tile(caps, m - 1)).collect()
 }
 
 fn u(n: usize) -> u32 {
@@ -286,7 +279,7 @@ impl Step<'_> {
             return Ok(());
         }
         let path = self.ctx.capabilities().linear_path();
-        let rows_tile = rows_tile(self.ctx.capabilities(), m);
+        let rows_tile = linear_rows_tile(self.ctx.capabilities(), m);
         let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, prologue, epilogue };
         let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;

@@ -1,6 +1,7 @@
 //! How to pick and configure the device: backend, adapter, masked features, limits.
 
 use super::GpuError;
+use super::shader::{LINEAR_GEMM_BANDS, LINEAR_KSPLIT_ROW_TILES};
 
 /// A graphics API wgpu can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,15 +141,19 @@ impl NormStrategy {
 pub struct GemmRows(u32);
 
 impl GemmRows {
-    /// The tile sizes there are kernels for.
-    pub const ALL: [u32; 3] = [8, 16, 32];
+    /// The tile sizes there are kernels for: the GEMM's band rows times its bands.
+    pub const ALL: [u32; 3] = [
+        LINEAR_KSPLIT_ROW_TILES[1] * LINEAR_GEMM_BANDS,
+        LINEAR_KSPLIT_ROW_TILES[2] * LINEAR_GEMM_BANDS,
+        LINEAR_KSPLIT_ROW_TILES[3] * LINEAR_GEMM_BANDS,
+    ];
 
     /// A tile of `rows` rows: 8, 16 or 32.
     pub fn new(rows: u32) -> Result<Self, GpuError> {
         if Self::ALL.contains(&rows) {
             Ok(Self(rows))
         } else {
-            Err(GpuError::BadOption(format!("no GEMM tile of {rows} rows (8, 16, 32)")))
+            Err(GpuError::BadOption(format!("no GEMM tile of {rows} rows ({:?})", Self::ALL)))
         }
     }
 

@@ -18,8 +18,12 @@
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
 //!   [`ATTENTION_SPLIT_WG`]) is injected as `WG`, which the shader uses in
 //!   `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
-//! - **Specialisation.** `HD` and `MAX_BS` (attention), `TM`, `TN`, `GATES` and `BANDS` (linear),
-//!   `NORM_WG` (the RMSNorm scale's partial sums, in rms_norm and the norming linears).
+//! - **Specialisation.** `HD`, `MAX_BS` and `CHUNK` (attention), `TM`, `TN`, `GATES`, `BANDS`
+//!   and `TILE` (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales' partial sums, in
+//!   rms_norm and the norming linears).
+//! - **Workgroup memory.** [`KernelVariant::workgroup_bytes`] is what the shader's
+//!   `var<workgroup>`s take, sized by those constants; the adapter choices (the GEMM tile)
+//!   are checked against the device's limit with it.
 //!
 //! Every composed shader starts with a comment naming its files, then its injected constants,
 //! each with the Rust item it comes from, e.g. for RMSNorm:
