@@ -118,7 +118,7 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
         assert_eq!(linear_warm_up_rows(&caps), warm_up, "forced {forced}");
     }
     caps.forced_linear = Some(LinearStrategy::Sequential);
-    assert_eq!(linear_warm_up_rows(&caps), [1, 4], "the sequential kernel has one prefill tile");
+    assert_eq!(linear_warm_up_rows(&caps), [1, 4, 8], "the sequential kernel's tiles of 1, 4 and 8 rows");
     caps.forced_linear = Some(LinearStrategy::KSplit);
     caps.forced_gemm_rows = None;
     caps.is_discrete = true;

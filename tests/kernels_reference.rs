@@ -80,7 +80,7 @@ fn linear_rows_are_bitwise_independent_of_the_batch() {
         let batch = Rng::new(8).vec(64 * k);
         let row = 11;
         let alone = linear_gpu(&batch[row * k..(row + 1) * k], 1, &w);
-        for m in [3usize, 17, 64] {
+        for m in [3usize, 5, 17, 64] {
             // Put the row at a different position in each batch.
             let at = (row * 7 + m) % m;
             let mut x = batch[..m * k].to_vec();

@@ -94,18 +94,18 @@ impl<'a> From<&'a Tensor> for LinearInput<'a> {
     }
 }
 
-/// Rows of x one invocation of the sequential kernel computes at once for the prefill path (a
-/// band of the K-split GEMM takes [`Capabilities::gemm_band_rows`]).
-const SEQ_PREFILL_ROWS_TILE: u32 = LINEAR_SEQ_ROW_TILES[1];
-/// Below this many rows the decode row tile (1) is used.
-const PREFILL_MIN_ROWS: usize = 4;
+/// Below this many rows the K-split path takes the GEMV (row tile 1).
+const GEMM_MIN_ROWS: usize = 4;
 
-/// The row tile a linear layer over `m` rows takes on a device: 1 for decode-sized batches,
-/// else the sequential kernel's prefill tile or the K-split GEMM's band rows.
+/// The row tile a linear layer over `m` rows takes on a device: the largest sequential tile
+/// the batch fills, or on the K-split path the GEMV below [`GEMM_MIN_ROWS`] and the GEMM's
+/// band rows ([`Capabilities::gemm_band_rows`]) from there.
 fn linear_rows_tile(caps: &Capabilities, m: usize) -> u32 {
     match caps.linear_path() {
-        _ if m < PREFILL_MIN_ROWS => 1,
-        LinearPath::Sequential { .. } => SEQ_PREFILL_ROWS_TILE,
+        LinearPath::Sequential { .. } => {
+            LINEAR_SEQ_ROW_TILES.into_iter().rev().find(|&tile| tile as usize <= m).unwrap_or(1)
+        }
+        LinearPath::KSplit if m < GEMM_MIN_ROWS => 1,
         LinearPath::KSplit => caps.gemm_band_rows(m),
     }
 }
@@ -113,7 +113,7 @@ fn linear_rows_tile(caps: &Capabilities, m: usize) -> u32 {
 /// Batch sizes (rows) that between them take every row tile the linear layers use on a
 /// device, the smallest batch of each: a warm-up step of each builds every linear pipeline.
 pub fn linear_warm_up_rows(caps: &Capabilities) -> Vec<usize> {
-    let largest = caps.gemm_max_rows().max(SEQ_PREFILL_ROWS_TILE) as usize;
+    let largest = caps.gemm_max_rows().max(LINEAR_SEQ_ROW_TILES[LINEAR_SEQ_ROW_TILES.len() - 1]) as usize;
     // The tile only grows with the batch.
     (1..=largest).filter(|&m| m == 1 || linear_rows_tile(caps, m) != linear_rows_tile(caps, m - 1)).collect()
 }
