@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxBuildHasher;
+
 use super::shader::KernelVariant;
 
 /// Steps an unused bind group is kept.
@@ -40,7 +42,9 @@ pub(crate) struct BindKey {
 /// The cache: each bind group with the step that last used it.
 #[derive(Debug, Default)]
 pub(crate) struct BindGroupCache {
-    groups: HashMap<BindKey, (wgpu::BindGroup, u64)>,
+    /// Hashed with FxHash: every dispatch of every step looks its key up, and the keys are
+    /// our own (SipHash's flood resistance buys nothing here).
+    groups: HashMap<BindKey, (wgpu::BindGroup, u64), FxBuildHasher>,
     step: u64,
 }
 

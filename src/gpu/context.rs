@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use rustc_hash::FxBuildHasher;
+
 use super::GpuError;
 use super::caps::Capabilities;
 use super::counters::{CounterCells, GpuCounters};
@@ -16,7 +18,7 @@ pub struct GpuContext {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     caps: Capabilities,
-    pipelines: Mutex<HashMap<KernelVariant, Kernel>>,
+    pipelines: Mutex<HashMap<KernelVariant, Kernel, FxBuildHasher>>,
     health: Arc<DeviceHealth>,
     invalid_next_submit: AtomicBool,
     resident: Mutex<Resident>,
@@ -156,7 +158,7 @@ impl GpuContext {
             device,
             queue,
             caps,
-            pipelines: Mutex::new(HashMap::new()),
+            pipelines: Mutex::new(HashMap::default()),
             health,
             invalid_next_submit: AtomicBool::new(false),
             resident: Mutex::new(Resident::default()),

@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxBuildHasher;
+
 /// The smallest size class, in bytes.
 const MIN_CLASS: u64 = 256;
 
@@ -17,7 +19,7 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
 /// Free buffers by (usage, size class), last returned first.
 #[derive(Debug, Default)]
 pub(crate) struct BufferPool {
-    free: HashMap<(wgpu::BufferUsages, u64), Vec<wgpu::Buffer>>,
+    free: HashMap<(wgpu::BufferUsages, u64), Vec<wgpu::Buffer>, FxBuildHasher>,
 }
 
 impl BufferPool {
