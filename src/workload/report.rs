@@ -64,7 +64,6 @@ pub struct DeviceReport {
     /// Compute dispatches per step, mean.
     pub dispatches_per_step: f64,
     /// Pipelines built during the run (none once the warm-up has built every one).
-    #[serde(default)]
     pub pipelines_created: u64,
     /// Device buffers created during the run (first sight of each shape only).
     pub buffers_created: u64,
