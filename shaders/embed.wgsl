@@ -8,7 +8,6 @@ struct EmbedParams {
 
 @group(0) @binding(SLOT_P) var<uniform> P: EmbedParams;
 @group(0) @binding(SLOT_IDS) var<storage, read> IDS: array<u32>;
-@group(0) @binding(SLOT_W) var<storage, read> W: array<u32>;
 @group(0) @binding(SLOT_OUT) var<storage, read_write> OUT: array<f32>;
 
 @compute @workgroup_size(WG)

@@ -17,7 +17,6 @@ struct LinearParams {
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;
 @group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;
-@group(0) @binding(SLOT_W) var<storage, read> W: array<u32>;
 @group(0) @binding(SLOT_Y) var<storage, read_write> Y: array<f32>;
 
 fn dot8(x: W8, w: W8, acc: f32) -> f32 {

@@ -1,3 +1,5 @@
+// The types of the weight functions.
+
 // Eight consecutive weights (or activations) of one row, dequantized to f32.
 struct W8 {
     a: vec4<f32>,
@@ -10,4 +12,18 @@ struct W32 {
     g1: W8,
     g2: W8,
     g3: W8,
+}
+
+// Word `o` and the four words after it, read in one run (a block's scale word and its
+// quants; `wl_head4` of the wsrc_*.wgsl files).
+struct WHead4 {
+    head: u32,
+    q: vec4<u32>,
+}
+
+// Word `o` and the eight words after it (`wl_head8`).
+struct WHead8 {
+    head: u32,
+    q0: vec4<u32>,
+    q1: vec4<u32>,
 }

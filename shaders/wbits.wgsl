@@ -10,7 +10,7 @@ fn q4_nibbles(w: u32, shift: u32) -> vec4<f32> {
 // low nibble of byte j for j < 16, the high nibble of byte j - 16 otherwise.
 fn q4_nibble_at(qs: u32, j: u32) -> u32 {
     let b = j % 16u;
-    return (W[qs + b / 4u] >> (8u * (b % 4u) + 4u * (j / 16u))) & 15u;
+    return (wl(qs + b / 4u) >> (8u * (b % 4u) + 4u * (j / 16u))) & 15u;
 }
 
 // Q5_0/Q5_1: the fifth bits of weights j..j+3 (bits j..j+3 of qh), as multiples of 16.

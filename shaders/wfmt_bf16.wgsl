@@ -8,10 +8,11 @@ fn bf16_pair(w: u32) -> vec2<f32> {
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
-    return bf16_pair(W[rb + k / 2u])[k % 2u];
+    return bf16_pair(wl(rb + k / 2u))[k % 2u];
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {
     let o = rb + 4u * g;
-    return W8(vec4<f32>(bf16_pair(W[o]), bf16_pair(W[o + 1u])), vec4<f32>(bf16_pair(W[o + 2u]), bf16_pair(W[o + 3u])));
+    let q = wl4(o);
+    return W8(vec4<f32>(bf16_pair(q.x), bf16_pair(q.y)), vec4<f32>(bf16_pair(q.z), bf16_pair(q.w)));
 }

@@ -4,14 +4,15 @@ fn w_row_words(k: u32) -> u32 {
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
-    return unpack2x16float(W[rb + k / 2u])[k % 2u];
+    return unpack2x16float(wl(rb + k / 2u))[k % 2u];
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {
     let o = rb + 4u * g;
-    let p0 = unpack2x16float(W[o]);
-    let p1 = unpack2x16float(W[o + 1u]);
-    let p2 = unpack2x16float(W[o + 2u]);
-    let p3 = unpack2x16float(W[o + 3u]);
+    let q = wl4(o);
+    let p0 = unpack2x16float(q.x);
+    let p1 = unpack2x16float(q.y);
+    let p2 = unpack2x16float(q.z);
+    let p3 = unpack2x16float(q.w);
     return W8(vec4<f32>(p0, p1), vec4<f32>(p2, p3));
 }

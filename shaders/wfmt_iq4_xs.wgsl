@@ -8,9 +8,9 @@ fn w_row_words(k: u32) -> u32 {
 
 // d times the signed 6-bit scale of sub-block j of the super-block at `base`.
 fn iq4xs_scale(base: u32, j: u32) -> f32 {
-    let w0 = W[base];
+    let w0 = wl(base);
     let high = (w0 >> (16u + 2u * j)) & 3u;
-    let low = (W[base + 1u] >> (4u * j)) & 15u;
+    let low = (wl(base + 1u) >> (4u * j)) & 15u;
     return unpack2x16float(w0).x * (f32(low | (high << 4u)) - 32.0);
 }
 
@@ -27,5 +27,5 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let o = base + 2u + 4u * j + 2u * (q % 2u);
     let shift = 4u * (q / 2u);
     let dl = iq4xs_scale(base, j);
-    return W8(dl * iq4_values(W[o], shift), dl * iq4_values(W[o + 1u], shift));
+    return W8(dl * iq4_values(wl(o), shift), dl * iq4_values(wl(o + 1u), shift));
 }

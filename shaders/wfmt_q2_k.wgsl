@@ -8,14 +8,14 @@ fn w_row_words(k: u32) -> u32 {
 
 // (d * scale, dmin * min) of weights 16 group .. 16 group + 15 of the super-block at `base`.
 fn q2k_scale(base: u32, group: u32) -> vec2<f32> {
-    let byte = (W[base + group / 4u] >> (8u * (group % 4u))) & 255u;
-    let dm = unpack2x16float(W[base + 20u]);
+    let byte = (wl(base + group / 4u) >> (8u * (group % 4u))) & 255u;
+    let dm = unpack2x16float(wl(base + 20u));
     return vec2<f32>(dm.x * f32(byte & 15u), dm.y * f32(byte >> 4u));
 }
 
 // q of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
 fn q2k_quad(base: u32, i: u32) -> vec4<f32> {
-    return q2_quad(W[base + 4u + (32u * (i / 128u) + i % 32u) / 4u], 2u * (i % 128u / 32u));
+    return q2_quad(wl(base + 4u + (32u * (i / 128u) + i % 32u) / 4u), 2u * (i % 128u / 32u));
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {

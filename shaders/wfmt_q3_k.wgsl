@@ -8,21 +8,21 @@ fn w_row_words(k: u32) -> u32 {
 
 // Byte i (0..12) of the packed scales of the super-block at `base`.
 fn q3k_scale_byte(base: u32, i: u32) -> u32 {
-    return (W[base + 25u + i / 4u] >> (8u * (i % 4u))) & 255u;
+    return (wl(base + 25u + i / 4u) >> (8u * (i % 4u))) & 255u;
 }
 
 // d times the signed scale of weights 16 group .. 16 group + 15.
 fn q3k_scale(base: u32, group: u32) -> f32 {
     let low = (q3k_scale_byte(base, group % 8u) >> (4u * (group / 8u))) & 15u;
     let high = (q3k_scale_byte(base, 8u + group % 4u) >> (2u * (group / 4u))) & 3u;
-    return unpack2x16float(W[base]).x * (f32(low | (high << 4u)) - 32.0);
+    return unpack2x16float(wl(base)).x * (f32(low | (high << 4u)) - 32.0);
 }
 
 // q of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
 fn q3k_quad(base: u32, i: u32) -> vec4<f32> {
     let l = i % 32u;
-    let low = q2_quad(W[base + 9u + (32u * (i / 128u) + l) / 4u], 2u * (i % 128u / 32u));
-    let mask = W[base + 1u + l / 4u] >> (i / 32u);
+    let low = q2_quad(wl(base + 9u + (32u * (i / 128u) + l) / 4u), 2u * (i % 128u / 32u));
+    let mask = wl(base + 1u + l / 4u) >> (i / 32u);
     let clear = vec4<f32>(f32(1u - (mask & 1u)), f32(1u - ((mask >> 8u) & 1u)), f32(1u - ((mask >> 16u) & 1u)), f32(1u - ((mask >> 24u) & 1u)));
     return low - 4.0 * clear;
 }

@@ -7,7 +7,7 @@ fn w_row_words(k: u32) -> u32 {
 fn w_elem(rb: u32, k: u32) -> f32 {
     let base = rb + k / 32u * 5u;
     let j = k % 32u;
-    let dm = unpack2x16float(W[base]);
+    let dm = unpack2x16float(wl(base));
     let q = q4_nibble_at(base + 1u, j);
     return dm.x * f32(q) + dm.y;
 }
@@ -17,19 +17,20 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let q = g % 4u;
     let o = base + 1u + 2u * (q % 2u);
     let shift = 4u * (q / 2u);
-    let dm = unpack2x16float(W[base]);
-    return W8(dm.x * q4_nibbles(W[o], shift) + dm.y, dm.x * q4_nibbles(W[o + 1u], shift) + dm.y);
+    let dm = unpack2x16float(wl(base));
+    return W8(dm.x * q4_nibbles(wl(o), shift) + dm.y, dm.x * q4_nibbles(wl(o + 1u), shift) + dm.y);
 }
 
 // A whole block: scale and minimum read once and each of the four nibble words read once (low
 // nibbles are weights 0..15, high nibbles 16..31).
 fn w_block(rb: u32, b: u32) -> W32 {
     let o = rb + 5u * b;
-    let dm = unpack2x16float(W[o]);
-    let q0 = W[o + 1u];
-    let q1 = W[o + 2u];
-    let q2 = W[o + 3u];
-    let q3 = W[o + 4u];
+    let words = wl_head4(o);
+    let dm = unpack2x16float(words.head);
+    let q0 = words.q.x;
+    let q1 = words.q.y;
+    let q2 = words.q.z;
+    let q3 = words.q.w;
     return W32(
         W8(dm.x * q4_nibbles(q0, 0u) + dm.y, dm.x * q4_nibbles(q1, 0u) + dm.y),
         W8(dm.x * q4_nibbles(q2, 0u) + dm.y, dm.x * q4_nibbles(q3, 0u) + dm.y),

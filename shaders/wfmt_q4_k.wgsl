@@ -10,7 +10,7 @@ fn w_elem(rb: u32, k: u32) -> f32 {
     let j = k % 256u / 32u;
     let l = k % 32u;
     let s = k_sub_scale(base, j);
-    let q = (W[base + 4u + 8u * (j / 2u) + l / 4u] >> (8u * (l % 4u) + 4u * (j % 2u))) & 15u;
+    let q = (wl(base + 4u + 8u * (j / 2u) + l / 4u) >> (8u * (l % 4u) + 4u * (j % 2u))) & 15u;
     return s.x * f32(q) - s.y;
 }
 
@@ -20,7 +20,7 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let o = base + 4u + 8u * (j / 2u) + 2u * (g % 4u);
     let shift = 4u * (j % 2u);
     let s = k_sub_scale(base, j);
-    return W8(s.x * q4_nibbles(W[o], shift) - s.y, s.x * q4_nibbles(W[o + 1u], shift) - s.y);
+    return W8(s.x * q4_nibbles(wl(o), shift) - s.y, s.x * q4_nibbles(wl(o + 1u), shift) - s.y);
 }
 
 // A whole sub-block of 32: its scale and minimum decoded once, its eight words read once.
@@ -31,9 +31,9 @@ fn w_block(rb: u32, b: u32) -> W32 {
     let shift = 4u * (j % 2u);
     let s = k_sub_scale(base, j);
     return W32(
-        W8(s.x * q4_nibbles(W[o], shift) - s.y, s.x * q4_nibbles(W[o + 1u], shift) - s.y),
-        W8(s.x * q4_nibbles(W[o + 2u], shift) - s.y, s.x * q4_nibbles(W[o + 3u], shift) - s.y),
-        W8(s.x * q4_nibbles(W[o + 4u], shift) - s.y, s.x * q4_nibbles(W[o + 5u], shift) - s.y),
-        W8(s.x * q4_nibbles(W[o + 6u], shift) - s.y, s.x * q4_nibbles(W[o + 7u], shift) - s.y),
+        W8(s.x * q4_nibbles(wl(o), shift) - s.y, s.x * q4_nibbles(wl(o + 1u), shift) - s.y),
+        W8(s.x * q4_nibbles(wl(o + 2u), shift) - s.y, s.x * q4_nibbles(wl(o + 3u), shift) - s.y),
+        W8(s.x * q4_nibbles(wl(o + 4u), shift) - s.y, s.x * q4_nibbles(wl(o + 5u), shift) - s.y),
+        W8(s.x * q4_nibbles(wl(o + 6u), shift) - s.y, s.x * q4_nibbles(wl(o + 7u), shift) - s.y),
     );
 }

@@ -8,9 +8,9 @@ fn w_row_words(k: u32) -> u32 {
 fn w_elem(rb: u32, k: u32) -> f32 {
     let base = rb + k / 32u * 6u;
     let j = k % 32u;
-    let d = unpack2x16float(W[base]).x;
+    let d = unpack2x16float(wl(base)).x;
     let low = q4_nibble_at(base + 2u, j);
-    let high = ((W[base + 1u] >> j) & 1u) * 16u;
+    let high = ((wl(base + 1u) >> j) & 1u) * 16u;
     return d * (f32(low + high) - 16.0);
 }
 
@@ -19,21 +19,21 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let q = g % 4u;
     let o = base + 2u + 2u * (q % 2u);
     let shift = 4u * (q / 2u);
-    let d = unpack2x16float(W[base]).x;
-    let qh = W[base + 1u];
-    return W8(d * (q4_nibbles(W[o], shift) + q5_high(qh, 8u * q) - 16.0),
-              d * (q4_nibbles(W[o + 1u], shift) + q5_high(qh, 8u * q + 4u) - 16.0));
+    let d = unpack2x16float(wl(base)).x;
+    let qh = wl(base + 1u);
+    return W8(d * (q4_nibbles(wl(o), shift) + q5_high(qh, 8u * q) - 16.0),
+              d * (q4_nibbles(wl(o + 1u), shift) + q5_high(qh, 8u * q + 4u) - 16.0));
 }
 
 // A whole block: scale and fifth bits read once, each of the four nibble words once.
 fn w_block(rb: u32, b: u32) -> W32 {
     let o = rb + 6u * b;
-    let d = unpack2x16float(W[o]).x;
-    let qh = W[o + 1u];
-    let q0 = W[o + 2u];
-    let q1 = W[o + 3u];
-    let q2 = W[o + 4u];
-    let q3 = W[o + 5u];
+    let d = unpack2x16float(wl(o)).x;
+    let qh = wl(o + 1u);
+    let q0 = wl(o + 2u);
+    let q1 = wl(o + 3u);
+    let q2 = wl(o + 4u);
+    let q3 = wl(o + 5u);
     return W32(
         W8(d * (q4_nibbles(q0, 0u) + q5_high(qh, 0u) - 16.0), d * (q4_nibbles(q1, 0u) + q5_high(qh, 4u) - 16.0)),
         W8(d * (q4_nibbles(q2, 0u) + q5_high(qh, 8u) - 16.0), d * (q4_nibbles(q3, 0u) + q5_high(qh, 12u) - 16.0)),

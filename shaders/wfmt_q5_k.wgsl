@@ -10,8 +10,8 @@ fn w_elem(rb: u32, k: u32) -> f32 {
     let j = k % 256u / 32u;
     let l = k % 32u;
     let s = k_sub_scale(base, j);
-    let low = (W[base + 12u + 8u * (j / 2u) + l / 4u] >> (8u * (l % 4u) + 4u * (j % 2u))) & 15u;
-    let high = ((W[base + 4u + l / 4u] >> (8u * (l % 4u) + j)) & 1u) * 16u;
+    let low = (wl(base + 12u + 8u * (j / 2u) + l / 4u) >> (8u * (l % 4u) + 4u * (j % 2u))) & 15u;
+    let high = ((wl(base + 4u + l / 4u) >> (8u * (l % 4u) + j)) & 1u) * 16u;
     return s.x * f32(low + high) - s.y;
 }
 
@@ -23,8 +23,8 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let h = base + 4u + 2u * p;
     let shift = 4u * (j % 2u);
     let s = k_sub_scale(base, j);
-    return W8(s.x * (q4_nibbles(W[o], shift) + k5_high(W[h], j)) - s.y,
-              s.x * (q4_nibbles(W[o + 1u], shift) + k5_high(W[h + 1u], j)) - s.y);
+    return W8(s.x * (q4_nibbles(wl(o), shift) + k5_high(wl(h), j)) - s.y,
+              s.x * (q4_nibbles(wl(o + 1u), shift) + k5_high(wl(h + 1u), j)) - s.y);
 }
 
 // A whole sub-block of 32: its scale and minimum decoded once, its eight nibble words and
@@ -37,13 +37,13 @@ fn w_block(rb: u32, b: u32) -> W32 {
     let shift = 4u * (j % 2u);
     let s = k_sub_scale(base, j);
     return W32(
-        W8(s.x * (q4_nibbles(W[o], shift) + k5_high(W[h], j)) - s.y,
-           s.x * (q4_nibbles(W[o + 1u], shift) + k5_high(W[h + 1u], j)) - s.y),
-        W8(s.x * (q4_nibbles(W[o + 2u], shift) + k5_high(W[h + 2u], j)) - s.y,
-           s.x * (q4_nibbles(W[o + 3u], shift) + k5_high(W[h + 3u], j)) - s.y),
-        W8(s.x * (q4_nibbles(W[o + 4u], shift) + k5_high(W[h + 4u], j)) - s.y,
-           s.x * (q4_nibbles(W[o + 5u], shift) + k5_high(W[h + 5u], j)) - s.y),
-        W8(s.x * (q4_nibbles(W[o + 6u], shift) + k5_high(W[h + 6u], j)) - s.y,
-           s.x * (q4_nibbles(W[o + 7u], shift) + k5_high(W[h + 7u], j)) - s.y),
+        W8(s.x * (q4_nibbles(wl(o), shift) + k5_high(wl(h), j)) - s.y,
+           s.x * (q4_nibbles(wl(o + 1u), shift) + k5_high(wl(h + 1u), j)) - s.y),
+        W8(s.x * (q4_nibbles(wl(o + 2u), shift) + k5_high(wl(h + 2u), j)) - s.y,
+           s.x * (q4_nibbles(wl(o + 3u), shift) + k5_high(wl(h + 3u), j)) - s.y),
+        W8(s.x * (q4_nibbles(wl(o + 4u), shift) + k5_high(wl(h + 4u), j)) - s.y,
+           s.x * (q4_nibbles(wl(o + 5u), shift) + k5_high(wl(h + 5u), j)) - s.y),
+        W8(s.x * (q4_nibbles(wl(o + 6u), shift) + k5_high(wl(h + 6u), j)) - s.y,
+           s.x * (q4_nibbles(wl(o + 7u), shift) + k5_high(wl(h + 7u), j)) - s.y),
     );
 }

@@ -8,16 +8,16 @@ fn w_row_words(k: u32) -> u32 {
 
 // d times the scale of weights 16 s .. 16 s + 15 of the super-block at `base`.
 fn q6_scale(base: u32, s: u32) -> f32 {
-    let byte = (W[base + 49u + s / 4u] >> (8u * (s % 4u))) & 255u;
-    return unpack2x16float(W[base]).x * f32(bitcast<i32>(byte << 24u) >> 24u);
+    let byte = (wl(base + 49u + s / 4u) >> (8u * (s % 4u))) & 255u;
+    return unpack2x16float(wl(base)).x * f32(bitcast<i32>(byte << 24u) >> 24u);
 }
 
 // q - 32 of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
 fn q6_quad(base: u32, i: u32) -> vec4<f32> {
     let h = i / 128u;
     let r = i % 128u;
-    let low = q4_nibbles(W[base + 1u + (64u * h + r % 64u) / 4u], 4u * (r / 64u));
-    return low + q6_high(W[base + 33u + (32u * h + r % 32u) / 4u], 2u * (r / 32u)) - 32.0;
+    let low = q4_nibbles(wl(base + 1u + (64u * h + r % 64u) / 4u), 4u * (r / 64u));
+    return low + q6_high(wl(base + 33u + (32u * h + r % 32u) / 4u), 2u * (r / 32u)) - 32.0;
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {

@@ -3,12 +3,12 @@
 
 // Byte i (0..12) of the packed scales of the super-block at word `base`.
 fn k_scale_byte(base: u32, i: u32) -> u32 {
-    return (W[base + 1u + i / 4u] >> (8u * (i % 4u))) & 255u;
+    return (wl(base + 1u + i / 4u) >> (8u * (i % 4u))) & 255u;
 }
 
 // (d * scale, dmin * min) of sub-block j (0..8): w = x * q - y.
 fn k_sub_scale(base: u32, j: u32) -> vec2<f32> {
-    let dm = unpack2x16float(W[base]);
+    let dm = unpack2x16float(wl(base));
     var sc: u32;
     var m: u32;
     if (j < 4u) {

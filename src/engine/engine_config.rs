@@ -10,7 +10,7 @@ use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
 use crate::gpu::{
     AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuError, GpuOptions, LinearStrategy,
-    NormStrategy,
+    NormStrategy, WeightSource,
 };
 
 /// Which executor runs the model.
@@ -192,8 +192,8 @@ impl EngineBuilder {
 /// the one place pagoda reads them: `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the
 /// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
 /// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit`,
-/// `PAGODA_ATTENTION=per-query|split-kv`, `PAGODA_NORM=separate|fused` and
-/// `PAGODA_GEMM_ROWS=8|16|32`.
+/// `PAGODA_ATTENTION=per-query|split-kv`, `PAGODA_NORM=separate|fused`,
+/// `PAGODA_GEMM_ROWS=8|16|32` and `PAGODA_WEIGHTS=buffer|texture`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     // A value the options set wins; otherwise the variable's, parsed.
@@ -215,6 +215,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         set_or(options.attention_strategy, env("PAGODA_ATTENTION"), AttentionStrategy::parse)?;
     let norm_strategy = set_or(options.norm_strategy, env("PAGODA_NORM"), NormStrategy::parse)?;
     let gemm_rows = set_or(options.gemm_rows, env("PAGODA_GEMM_ROWS"), GemmRows::parse)?;
+    let weight_source = set_or(options.weight_source, env("PAGODA_WEIGHTS"), WeightSource::parse)?;
     Ok(GpuOptions {
         backend,
         adapter: options.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
@@ -225,5 +226,6 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         attention_strategy,
         norm_strategy,
         gemm_rows,
+        weight_source,
     })
 }

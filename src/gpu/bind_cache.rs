@@ -11,22 +11,48 @@ use std::collections::HashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::shader::KernelVariant;
+use super::weights::WeightWords;
 
 /// Steps an unused bind group is kept.
 const KEEP_STEPS: u64 = 64;
 
-/// A whole buffer bound to one binding slot of a kernel (one of the constants of
+/// What a binding slot holds: a whole buffer, or a weight texture's view.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Bound {
+    Buffer(wgpu::Buffer),
+    Texture(wgpu::TextureView),
+}
+
+/// A resource bound to one binding slot of a kernel (one of the constants of
 /// [`slots`](super::shader::slots)).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Binding {
     pub(crate) slot: u32,
-    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) resource: Bound,
 }
 
 impl Binding {
     /// The whole of `buffer` at `slot`.
     pub(crate) fn buffer(slot: u32, buffer: &wgpu::Buffer) -> Self {
-        Self { slot, buffer: buffer.clone() }
+        Self { slot, resource: Bound::Buffer(buffer.clone()) }
+    }
+
+    /// The words of one part of a weight at `slot`.
+    pub(crate) fn weight(slot: u32, words: &WeightWords) -> Self {
+        let resource = match words {
+            WeightWords::Buffer(buffer) => Bound::Buffer(buffer.clone()),
+            WeightWords::Texture(view) => Bound::Texture(view.clone()),
+        };
+        Self { slot, resource }
+    }
+
+    /// The bind group entry.
+    pub(crate) fn entry(&self) -> wgpu::BindGroupEntry<'_> {
+        let resource = match &self.resource {
+            Bound::Buffer(buffer) => buffer.as_entire_binding(),
+            Bound::Texture(view) => wgpu::BindingResource::TextureView(view),
+        };
+        wgpu::BindGroupEntry { binding: self.slot, resource }
     }
 }
 

@@ -3,6 +3,7 @@
 use super::options::{AttentionStrategy, FeatureMask, GemmRows, LinearStrategy, NormStrategy};
 use super::shader::{
     AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue,
+    WeightSource,
 };
 use crate::dtype::DType;
 
@@ -56,6 +57,8 @@ pub struct Capabilities {
     pub forced_norm: Option<NormStrategy>,
     /// Largest K-split GEMM tile forced by the options, if any.
     pub forced_gemm_rows: Option<GemmRows>,
+    /// Weight source forced by the options, if any.
+    pub forced_weight_source: Option<WeightSource>,
 }
 
 impl Capabilities {
@@ -73,6 +76,20 @@ impl Capabilities {
         let (min, max) = self.subgroup_sizes;
         let subgroup = (self.subgroup && min == max && min >= 8).then_some(min);
         LinearPath::Sequential { subgroup }
+    }
+
+    /// Where the linear and embedding kernels read weights from: textures on the sequential
+    /// path of a CPU adapter (lavapipe gathers a texel for all lanes at once but loads storage
+    /// words lane by lane), buffers elsewhere and always on the K-split path.
+    pub fn weight_source(&self) -> WeightSource {
+        if self.linear_path() == LinearPath::KSplit {
+            return WeightSource::Buffer;
+        }
+        match self.forced_weight_source {
+            Some(source) => source,
+            None if self.is_cpu => WeightSource::Texture,
+            None => WeightSource::Buffer,
+        }
     }
 
     /// The attention kernel on this device: one invocation per (query, head) on CPU adapters,
@@ -115,6 +132,7 @@ impl Capabilities {
         // The weight type and the epilogue do not change the memory.
         let variant = KernelVariant::Linear {
             dtype: DType::F16,
+            source: WeightSource::Buffer,
             path: LinearPath::KSplit,
             rows_tile: rows / LINEAR_GEMM_BANDS,
             prologue,
@@ -195,6 +213,19 @@ impl Capabilities {
                     if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
                 ),
             },
+            format!(
+                "weights: {} ({})",
+                match self.weight_source() {
+                    WeightSource::Texture => "rgba32uint textures, a texel fetched for all lanes at once",
+                    WeightSource::Buffer => "storage buffers",
+                },
+                match (self.forced_weight_source, self.linear_path()) {
+                    (_, LinearPath::KSplit) => "the k-split path",
+                    (Some(_), _) => "forced",
+                    (None, _) if self.is_cpu => "CPU adapter",
+                    (None, _) => "not a CPU adapter",
+                }
+            ),
             format!(
                 "rms_norm before a linear: {} ({})",
                 if self.fuses_norms() { "fused into the linear" } else { "its own dispatch" },

@@ -11,7 +11,7 @@ use super::caps::Capabilities;
 use super::counters::{CounterCells, GpuCounters};
 use super::options::{FeatureMask, GpuOptions};
 use super::resident::Resident;
-use super::shader::{KernelVariant, LinearPath};
+use super::shader::{KernelVariant, LinearPath, WeightSource};
 
 /// An opened wgpu device with pagoda's capabilities and compiled pipelines.
 pub struct GpuContext {
@@ -144,7 +144,11 @@ impl GpuContext {
             forced_attention: options.attention_strategy,
             forced_norm: options.norm_strategy,
             forced_gemm_rows: options.gemm_rows,
+            forced_weight_source: options.weight_source,
         };
+        if options.weight_source == Some(WeightSource::Texture) && caps.linear_path() == LinearPath::KSplit {
+            return Err(GpuError::BadOption("weight textures need the sequential linear path".into()));
+        }
         if let Some(rows) = options.gemm_rows.map(|r| r.rows())
             && caps.linear_path() == LinearPath::KSplit
             && !caps.gemm_fits(rows)

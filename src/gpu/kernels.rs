@@ -136,14 +136,14 @@ impl Step<'_> {
         let t = ids.len();
         ids.expect("embed ids", Elem::U32, &[t])?;
         out.expect("embed out", Elem::F32, &[t, table.cols()])?;
-        let variant = KernelVariant::Embed { dtype: table.dtype() };
+        let variant = KernelVariant::Embed { dtype: table.dtype(), source: table.source() };
         for part in &table.parts {
             let params =
                 EmbedParams { tokens: u(t), d: u(table.cols()), row0: u(part.row0), rows: u(part.rows) };
             let grid = self.grid_1d(variant, t * table.cols());
             let bindings = vec![
                 Binding::tensor(slots::embed::IDS, ids),
-                Binding::buffer(slots::embed::W, &part.buffer),
+                Binding::weight(slots::embed::W, &part.words),
                 Binding::tensor(slots::embed::OUT, out),
             ];
             self.dispatch(variant, &params, bindings, grid)?;
@@ -280,7 +280,14 @@ impl Step<'_> {
         }
         let path = self.ctx.capabilities().linear_path();
         let rows_tile = linear_rows_tile(self.ctx.capabilities(), m);
-        let variant = KernelVariant::Linear { dtype: w.dtype(), path, rows_tile, prologue, epilogue };
+        let variant = KernelVariant::Linear {
+            dtype: w.dtype(),
+            source: w.source(),
+            path,
+            rows_tile,
+            prologue,
+            epilogue,
+        };
         let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
         if row_groups > max_dim {
@@ -310,7 +317,7 @@ impl Step<'_> {
             };
             let mut bindings = vec![
                 Binding::tensor(slots::linear::X, x),
-                Binding::buffer(slots::linear::W, &part.buffer),
+                Binding::weight(slots::linear::W, &part.words),
                 Binding::tensor(slots::linear::Y, out),
             ];
             bindings.extend(bias.map(|b| Binding::tensor(slots::linear_bias::BIAS, b)));

@@ -76,6 +76,7 @@ pub use options::{
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{
     AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue,
+    WeightSource,
 };
 pub use step::{ReadbackId, Step, StepOutput};
 pub use tensor::{Elem, Tensor};

@@ -1,7 +1,7 @@
 //! How to pick and configure the device: backend, adapter, masked features, limits.
 
 use super::GpuError;
-use super::shader::{LINEAR_GEMM_BANDS, LINEAR_KSPLIT_ROW_TILES};
+use super::shader::{LINEAR_GEMM_BANDS, LINEAR_KSPLIT_ROW_TILES, WeightSource};
 
 /// A graphics API wgpu can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +135,17 @@ impl NormStrategy {
     }
 }
 
+impl WeightSource {
+    /// `buffer` or `texture`, any case.
+    pub fn parse(name: &str) -> Result<Self, GpuError> {
+        let name = name.trim().to_ascii_lowercase();
+        Self::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| GpuError::BadOption(format!("unknown weight source `{name}` (buffer, texture)")))
+    }
+}
+
 /// Forces the rows of the K-split prefill GEMM's tile (its largest; smaller batches still take
 /// a smaller one) instead of choosing them from the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +204,8 @@ pub struct GpuOptions {
     pub norm_strategy: Option<NormStrategy>,
     /// Largest K-split GEMM tile; `None` chooses from the adapter.
     pub gemm_rows: Option<GemmRows>,
+    /// Where the sequential linear kernels read weights from; `None` chooses from the adapter.
+    pub weight_source: Option<WeightSource>,
 }
 
 impl GpuOptions {
@@ -214,6 +227,7 @@ impl GpuOptions {
             attention_strategy: None,
             norm_strategy: None,
             gemm_rows: None,
+            weight_source: None,
         })
     }
 }

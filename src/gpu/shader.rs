@@ -20,7 +20,8 @@
 //!   `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
 //! - **Specialisation.** `HD`, `MAX_BS` and `CHUNK` (attention), `TM`, `TN`, `GATES`, `BANDS`
 //!   and `TILE` (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales' partial sums, in
-//!   rms_norm and the norming linears).
+//!   rms_norm and the norming linears), `W_TEXELS` (a weight texture's row, for the kernels
+//!   that read weights from textures: [`WeightSource`]).
 //! - **Workgroup memory.** [`KernelVariant::workgroup_bytes`] is what the shader's
 //!   `var<workgroup>`s take, sized by those constants; the adapter choices (the GEMM tile)
 //!   are checked against the device's limit with it.
@@ -94,6 +95,17 @@ pub enum LinearPath {
     /// One workgroup of `WG` invocations per output, K split across them and a fixed tree
     /// reduction (fast on discrete GPUs for decode).
     KSplit,
+}
+
+impl LinearPath {
+    /// The weight sources the path reads from: the K-split path's workgroups already read
+    /// consecutive words and keep to buffers.
+    pub fn weight_sources(self) -> &'static [WeightSource] {
+        match self {
+            Self::Sequential { .. } => &WeightSource::ALL,
+            Self::KSplit => &[WeightSource::Buffer],
+        }
+    }
 }
 
 /// The activation of a gated MLP: `act(gate) * up`.
@@ -268,6 +280,42 @@ pub const WEIGHT_DTYPES: [DType; 15] = [
     DType::IQ4XS,
 ];
 
+/// Texels in a row of a weight texture ([`WeightSource::Texture`]), injected as `W_TEXELS`.
+pub const WEIGHT_TEXELS: u32 = 2048;
+
+/// Where a linear or embedding kernel reads its weight's u32 words from. Both hold the same
+/// words (the layout of `weights.rs`), so the source never changes a result's bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightSource {
+    /// A storage buffer (`shaders/wsrc_buffer.wgsl`).
+    Buffer,
+    /// An rgba32uint texture, [`WEIGHT_TEXELS`] texels a row (`shaders/wsrc_texture.wgsl`): a
+    /// CPU driver fetches a texel for all lanes at once where it loads a storage word lane by
+    /// lane. The sequential path only.
+    Texture,
+}
+
+impl WeightSource {
+    /// Both sources.
+    pub const ALL: [Self; 2] = [Self::Buffer, Self::Texture];
+
+    /// The name `PAGODA_WEIGHTS` and `pagoda info` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Buffer => "buffer",
+            Self::Texture => "texture",
+        }
+    }
+
+    /// What a variant's label adds for this source.
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Buffer => "",
+            Self::Texture => "@texture",
+        }
+    }
+}
+
 /// One specialisation of one kernel family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelVariant {
@@ -275,6 +323,8 @@ pub enum KernelVariant {
     Embed {
         /// Table element type.
         dtype: DType,
+        /// Where the table's words are read from.
+        source: WeightSource,
     },
     /// RMSNorm.
     RmsNorm,
@@ -297,6 +347,8 @@ pub enum KernelVariant {
     Linear {
         /// Weight element type.
         dtype: DType,
+        /// Where the weight's words are read from.
+        source: WeightSource,
         /// Reduction strategy.
         path: LinearPath,
         /// Rows of x each invocation (sequential) or row band (K-split) computes: 1 for decode
@@ -343,7 +395,7 @@ impl KernelVariant {
     /// A short unique name, used as the pipeline label.
     pub fn label(&self) -> String {
         match self {
-            Self::Embed { dtype } => format!("embed/{}", dtype.name()),
+            Self::Embed { dtype, source } => format!("embed/{}{}", dtype.name(), source.suffix()),
             Self::RmsNorm => "rms_norm".into(),
             Self::GatedMul { act } => format!("gated_mul/{}", act.name()),
             Self::Scale => "scale".into(),
@@ -351,7 +403,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, path, rows_tile, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, prologue, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
@@ -361,7 +413,8 @@ impl KernelVariant {
                     LinearPrologue::Plain => "",
                     LinearPrologue::RmsNorm => "rms-",
                 };
-                format!("linear/{}/{path}/tm{rows_tile}/{norm}{}", dtype.name(), epilogue.name())
+                let (dtype, epilogue, source) = (dtype.name(), epilogue.name(), source.suffix());
+                format!("linear/{dtype}{source}/{path}/tm{rows_tile}/{norm}{epilogue}")
             }
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
@@ -510,7 +563,9 @@ pub fn all_variants() -> Vec<KernelVariant> {
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];
     paths.extend(SUBGROUP_SIZES.iter().map(|&sg| LinearPath::Sequential { subgroup: Some(sg) }));
     for dtype in WEIGHT_DTYPES {
-        out.push(KernelVariant::Embed { dtype });
+        for source in WeightSource::ALL {
+            out.push(KernelVariant::Embed { dtype, source });
+        }
         for path in &paths {
             let row_tiles: &[u32] = match path {
                 LinearPath::Sequential { .. } => &LINEAR_SEQ_ROW_TILES,
@@ -519,7 +574,17 @@ pub fn all_variants() -> Vec<KernelVariant> {
             for &rows_tile in row_tiles {
                 for prologue in LinearPrologue::ALL {
                     for epilogue in LinearEpilogue::ALL {
-                        out.push(KernelVariant::Linear { dtype, path: *path, rows_tile, prologue, epilogue });
+                        for source in path.weight_sources() {
+                            let (path, source) = (*path, *source);
+                            out.push(KernelVariant::Linear {
+                                dtype,
+                                source,
+                                path,
+                                rows_tile,
+                                prologue,
+                                epilogue,
+                            });
+                        }
                     }
                 }
             }

@@ -286,7 +286,7 @@ impl GpuContext {
     }
 }
 
-/// The entries of a bind group for `key`: its parameter block, then each whole buffer.
+/// The entries of a bind group for `key`: its parameter block, then each bound resource.
 fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
     let (ring, offset) = &key.params;
     let mut entries = vec![wgpu::BindGroupEntry {
@@ -297,10 +297,6 @@ fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
             size: NonZeroU64::new(PARAMS_BYTES),
         }),
     }];
-    entries.extend(
-        key.buffers
-            .iter()
-            .map(|b| wgpu::BindGroupEntry { binding: b.slot, resource: b.buffer.as_entire_binding() }),
-    );
+    entries.extend(key.buffers.iter().map(Binding::entry));
     entries
 }

@@ -111,7 +111,7 @@ impl Binding {
     /// `t`'s buffer at `slot` (kernels bound their reads by their parameters, so a row view
     /// binds the same buffer as the whole tensor).
     pub(crate) fn tensor(slot: u32, t: &Tensor) -> Self {
-        Self { slot, buffer: t.buffer.clone() }
+        Self::buffer(slot, &t.buffer)
     }
 }
 

@@ -1,15 +1,24 @@
 //! Weight upload: raw GGUF / little-endian bytes kept in their format, rows padded to whole u32
-//! words, and split by rows across buffers so each stays under the binding limit.
+//! words, and split by rows across buffers (or textures) so each stays under the binding limit.
 
 use super::GpuError;
 use super::context::GpuContext;
+use super::shader::{WEIGHT_TEXELS, WeightSource};
 use crate::dtype::DType;
 
-/// A contiguous range of rows of a weight in one buffer (of a gated weight: the range of its
-/// gate rows, then the same range of its up rows).
+/// Where one part's words live: a storage buffer, or an rgba32uint texture holding the same
+/// words four a texel, [`WEIGHT_TEXELS`] texels a row (see [`WeightSource`]).
+#[derive(Debug, Clone)]
+pub(crate) enum WeightWords {
+    Buffer(wgpu::Buffer),
+    Texture(wgpu::TextureView),
+}
+
+/// A contiguous range of rows of a weight in one buffer or texture (of a gated weight: the
+/// range of its gate rows, then the same range of its up rows).
 #[derive(Debug, Clone)]
 pub(crate) struct WeightPart {
-    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) words: WeightWords,
     pub(crate) row0: usize,
     pub(crate) rows: usize,
 }
@@ -58,9 +67,17 @@ impl Weight {
         self.cols
     }
 
-    /// Number of buffers the rows are split across.
+    /// Number of buffers (or textures) the rows are split across.
     pub fn num_parts(&self) -> usize {
         self.parts.len()
+    }
+
+    /// Where the kernels read its words from.
+    pub fn source(&self) -> WeightSource {
+        match self.parts.first().map(|p| &p.words) {
+            Some(WeightWords::Texture(_)) => WeightSource::Texture,
+            _ => WeightSource::Buffer,
+        }
     }
 }
 
@@ -181,7 +198,8 @@ impl GpuContext {
             }
         }
         let stored_row_bytes = 4 * row_words(dtype, cols) as u64 * groups.len() as u64;
-        let rows_per_part = (self.max_binding_bytes() / stored_row_bytes) as usize;
+        let source = self.capabilities().weight_source();
+        let rows_per_part = (self.max_part_bytes(source) / stored_row_bytes) as usize;
         if rows_per_part == 0 {
             return Err(GpuError::TooLarge(format!(
                 "{name}: one row of {stored_row_bytes} bytes exceeds the binding limit"
@@ -196,14 +214,64 @@ impl GpuContext {
                     repack_row(dtype, row, &mut data);
                 }
             }
-            let buffer = self.create_buffer(
-                name,
-                data.len() as u64,
-                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            )?;
-            self.queue.write_buffer(&buffer, 0, &data);
-            parts.push(WeightPart { buffer, row0, rows: n });
+            parts.push(WeightPart { words: self.upload_words(name, source, data)?, row0, rows: n });
         }
         Ok(Weight { name: name.to_string(), dtype, rows, cols, gated: groups.len() == 2, parts })
+    }
+}
+
+/// Bytes of a texel row of a weight texture.
+const TEXEL_ROW_BYTES: usize = 16 * WEIGHT_TEXELS as usize;
+
+impl GpuContext {
+    /// The most bytes one part of a weight may hold: the binding limit, and for a texture no
+    /// more than its tallest texture holds besides the two texels the shaders may read past
+    /// the end.
+    fn max_part_bytes(&self, source: WeightSource) -> u64 {
+        let texture_rows = self.capabilities().limits.max_texture_dimension_2d as u64;
+        match source {
+            WeightSource::Buffer => self.max_binding_bytes(),
+            WeightSource::Texture => self.max_binding_bytes().min(texture_rows * TEXEL_ROW_BYTES as u64 - 32),
+        }
+    }
+
+    /// One part's words on the device, from `source`.
+    fn upload_words(
+        &self,
+        name: &str,
+        source: WeightSource,
+        mut data: Vec<u8>,
+    ) -> Result<WeightWords, GpuError> {
+        if source == WeightSource::Buffer {
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+            let buffer = self.create_buffer(name, data.len() as u64, usage)?;
+            self.queue.write_buffer(&buffer, 0, &data);
+            return Ok(WeightWords::Buffer(buffer));
+        }
+        // Whole texel rows, with room for the two texels past the last word a run may fetch.
+        let rows = (data.len() + 32).div_ceil(TEXEL_ROW_BYTES);
+        data.resize(rows * TEXEL_ROW_BYTES, 0);
+        let size = wgpu::Extent3d { width: WEIGHT_TEXELS, height: rows as u32, depth_or_array_layers: 1 };
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let texture = self.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some(name),
+            size,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba32Uint,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::OutOfMemory(format!("{name}: a weight texture of {rows} rows: {err}")));
+        }
+        let layout = wgpu::TexelCopyBufferLayout {
+            offset: 0,
+            bytes_per_row: Some(TEXEL_ROW_BYTES as u32),
+            rows_per_image: Some(rows as u32),
+        };
+        self.queue.write_texture(texture.as_image_copy(), &data, layout, size);
+        Ok(WeightWords::Texture(texture.create_view(&wgpu::TextureViewDescriptor::default())))
     }
 }

@@ -4,7 +4,8 @@
 use super::unroll::{select_gated, unroll};
 use super::{
     ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WORKGROUP_SIZE, gemm_tile_vec4s, slots,
+    LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource,
+    gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
 
@@ -47,32 +48,41 @@ impl KvFormat {
 }
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
-/// after the shared pieces the format uses: `w8.wgsl` (the W8/W32 types), `wbits.wgsl` (bit
+/// after `w8.wgsl` (the W8/W32 types and the word runs), the word loads of `source` (`wl`,
+/// `wl4`, `wl_head4`, `wl_head8`) and the shared pieces the format uses: `wbits.wgsl` (bit
 /// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl`
 /// (the IQ4 table), and `wblock_groups.wgsl` (a block as four groups) for formats without a
 /// `w_block` of their own.
-fn weight_files(dtype: DType) -> Vec<ShaderFile> {
-    let w8 = shader_file!("w8.wgsl");
+fn weight_files(dtype: DType, source: WeightSource) -> Vec<ShaderFile> {
+    let words = match source {
+        WeightSource::Buffer => shader_file!("wsrc_buffer.wgsl"),
+        WeightSource::Texture => shader_file!("wsrc_texture.wgsl"),
+    };
+    [vec![shader_file!("w8.wgsl"), words], format_files(dtype)].concat()
+}
+
+/// The files of [`weight_files`] after the word loads.
+fn format_files(dtype: DType) -> Vec<ShaderFile> {
     let groups = shader_file!("wblock_groups.wgsl");
     let bits = shader_file!("wbits.wgsl");
     let k_scales = shader_file!("wk_scales.wgsl");
     let iq4 = shader_file!("wiq4.wgsl");
     match dtype {
-        DType::F32 => vec![w8, shader_file!("wfmt_f32.wgsl"), groups],
-        DType::F16 => vec![w8, shader_file!("wfmt_f16.wgsl"), groups],
-        DType::BF16 => vec![w8, shader_file!("wfmt_bf16.wgsl"), groups],
-        DType::Q8_0 => vec![w8, shader_file!("wfmt_q8_0.wgsl")],
-        DType::Q4_0 => vec![w8, bits, shader_file!("wfmt_q4_0.wgsl")],
-        DType::Q4_1 => vec![w8, bits, shader_file!("wfmt_q4_1.wgsl")],
-        DType::Q5_0 => vec![w8, bits, shader_file!("wfmt_q5_0.wgsl")],
-        DType::Q5_1 => vec![w8, bits, shader_file!("wfmt_q5_1.wgsl")],
-        DType::IQ4NL => vec![w8, bits, iq4, shader_file!("wfmt_iq4_nl.wgsl")],
-        DType::Q4K => vec![w8, bits, k_scales, shader_file!("wfmt_q4_k.wgsl")],
-        DType::Q5K => vec![w8, bits, k_scales, shader_file!("wfmt_q5_k.wgsl")],
-        DType::Q6K => vec![w8, bits, shader_file!("wfmt_q6_k.wgsl"), groups],
-        DType::Q2K => vec![w8, bits, shader_file!("wfmt_q2_k.wgsl"), groups],
-        DType::Q3K => vec![w8, bits, shader_file!("wfmt_q3_k.wgsl"), groups],
-        DType::IQ4XS => vec![w8, bits, iq4, shader_file!("wfmt_iq4_xs.wgsl"), groups],
+        DType::F32 => vec![shader_file!("wfmt_f32.wgsl"), groups],
+        DType::F16 => vec![shader_file!("wfmt_f16.wgsl"), groups],
+        DType::BF16 => vec![shader_file!("wfmt_bf16.wgsl"), groups],
+        DType::Q8_0 => vec![shader_file!("wfmt_q8_0.wgsl")],
+        DType::Q4_0 => vec![bits, shader_file!("wfmt_q4_0.wgsl")],
+        DType::Q4_1 => vec![bits, shader_file!("wfmt_q4_1.wgsl")],
+        DType::Q5_0 => vec![bits, shader_file!("wfmt_q5_0.wgsl")],
+        DType::Q5_1 => vec![bits, shader_file!("wfmt_q5_1.wgsl")],
+        DType::IQ4NL => vec![bits, iq4, shader_file!("wfmt_iq4_nl.wgsl")],
+        DType::Q4K => vec![bits, k_scales, shader_file!("wfmt_q4_k.wgsl")],
+        DType::Q5K => vec![bits, k_scales, shader_file!("wfmt_q5_k.wgsl")],
+        DType::Q6K => vec![bits, shader_file!("wfmt_q6_k.wgsl"), groups],
+        DType::Q2K => vec![bits, shader_file!("wfmt_q2_k.wgsl"), groups],
+        DType::Q3K => vec![bits, shader_file!("wfmt_q3_k.wgsl"), groups],
+        DType::IQ4XS => vec![bits, iq4, shader_file!("wfmt_iq4_xs.wgsl"), groups],
     }
 }
 
@@ -138,7 +148,9 @@ impl KernelVariant {
     /// The files of `shaders/` the variant is made of, in order.
     fn files(&self) -> Vec<ShaderFile> {
         match *self {
-            Self::Embed { dtype } => [vec![shader_file!("embed.wgsl")], weight_files(dtype)].concat(),
+            Self::Embed { dtype, source } => {
+                [vec![shader_file!("embed.wgsl")], weight_files(dtype, source)].concat()
+            }
             Self::RmsNorm => vec![shader_file!("rms_scale.wgsl"), shader_file!("rms_norm.wgsl")],
             Self::GatedMul { act } => {
                 vec![shader_file!("elementwise.wgsl"), act.file(), shader_file!("gated_mul.wgsl")]
@@ -148,7 +160,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, path, rows_tile, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, prologue, epilogue } => {
                 let body = match path {
                     LinearPath::Sequential { subgroup: Some(_) } => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
@@ -171,7 +183,7 @@ impl KernelVariant {
                         vec![shader_file!("rms_scale.wgsl"), shader_file!("xin_rms_norm.wgsl")]
                     }
                 };
-                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype), input, body, epilogue]
+                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype, source), input, body, epilogue]
                     .concat()
             }
             Self::RopeCache { kv, qk_norm } => {
@@ -211,6 +223,11 @@ impl KernelVariant {
         if let Some(rows) = self.normed_rows() {
             out.push(Injected::new("NORM_WG", WORKGROUP_SIZE, "shader::WORKGROUP_SIZE (rms_norm's)"));
             out.push(Injected::new("NORM_ROWS", rows, "KernelVariant::rows_per_workgroup"));
+        }
+        if let Self::Embed { source: WeightSource::Texture, .. }
+        | Self::Linear { source: WeightSource::Texture, .. } = self
+        {
+            out.push(Injected::new("W_TEXELS", WEIGHT_TEXELS, "shader::WEIGHT_TEXELS"));
         }
         match *self {
             Self::Linear { path, rows_tile, epilogue, .. } => {

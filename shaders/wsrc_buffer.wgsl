@@ -1,0 +1,20 @@
+// Weights read from a storage buffer of u32 words (the layout of src/gpu/weights.rs), one load
+// a word. The weight formats read through these functions only.
+@group(0) @binding(SLOT_W) var<storage, read> W: array<u32>;
+
+fn wl(i: u32) -> u32 {
+    return W[i];
+}
+
+// Words i..i+3.
+fn wl4(i: u32) -> vec4<u32> {
+    return vec4<u32>(W[i], W[i + 1u], W[i + 2u], W[i + 3u]);
+}
+
+fn wl_head4(o: u32) -> WHead4 {
+    return WHead4(W[o], wl4(o + 1u));
+}
+
+fn wl_head8(o: u32) -> WHead8 {
+    return WHead8(W[o], wl4(o + 1u), wl4(o + 5u));
+}
