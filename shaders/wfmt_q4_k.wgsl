@@ -30,10 +30,12 @@ fn w_block(rb: u32, b: u32) -> W32 {
     let o = base + 4u + 8u * (j / 2u);
     let shift = 4u * (j % 2u);
     let s = k_sub_scale(base, j);
+    let q0 = wl4a(o);
+    let q1 = wl4a(o + 4u);
     return W32(
-        W8(s.x * q4_nibbles(wl(o), shift) - s.y, s.x * q4_nibbles(wl(o + 1u), shift) - s.y),
-        W8(s.x * q4_nibbles(wl(o + 2u), shift) - s.y, s.x * q4_nibbles(wl(o + 3u), shift) - s.y),
-        W8(s.x * q4_nibbles(wl(o + 4u), shift) - s.y, s.x * q4_nibbles(wl(o + 5u), shift) - s.y),
-        W8(s.x * q4_nibbles(wl(o + 6u), shift) - s.y, s.x * q4_nibbles(wl(o + 7u), shift) - s.y),
+        W8(s.x * q4_nibbles(q0.x, shift) - s.y, s.x * q4_nibbles(q0.y, shift) - s.y),
+        W8(s.x * q4_nibbles(q0.z, shift) - s.y, s.x * q4_nibbles(q0.w, shift) - s.y),
+        W8(s.x * q4_nibbles(q1.x, shift) - s.y, s.x * q4_nibbles(q1.y, shift) - s.y),
+        W8(s.x * q4_nibbles(q1.z, shift) - s.y, s.x * q4_nibbles(q1.w, shift) - s.y),
     );
 }

@@ -36,14 +36,18 @@ fn w_block(rb: u32, b: u32) -> W32 {
     let h = base + 4u;
     let shift = 4u * (j % 2u);
     let s = k_sub_scale(base, j);
+    let q0 = wl4a(o);
+    let q1 = wl4a(o + 4u);
+    let h0 = wl4a(h);
+    let h1 = wl4a(h + 4u);
     return W32(
-        W8(s.x * (q4_nibbles(wl(o), shift) + k5_high(wl(h), j)) - s.y,
-           s.x * (q4_nibbles(wl(o + 1u), shift) + k5_high(wl(h + 1u), j)) - s.y),
-        W8(s.x * (q4_nibbles(wl(o + 2u), shift) + k5_high(wl(h + 2u), j)) - s.y,
-           s.x * (q4_nibbles(wl(o + 3u), shift) + k5_high(wl(h + 3u), j)) - s.y),
-        W8(s.x * (q4_nibbles(wl(o + 4u), shift) + k5_high(wl(h + 4u), j)) - s.y,
-           s.x * (q4_nibbles(wl(o + 5u), shift) + k5_high(wl(h + 5u), j)) - s.y),
-        W8(s.x * (q4_nibbles(wl(o + 6u), shift) + k5_high(wl(h + 6u), j)) - s.y,
-           s.x * (q4_nibbles(wl(o + 7u), shift) + k5_high(wl(h + 7u), j)) - s.y),
+        W8(s.x * (q4_nibbles(q0.x, shift) + k5_high(h0.x, j)) - s.y,
+           s.x * (q4_nibbles(q0.y, shift) + k5_high(h0.y, j)) - s.y),
+        W8(s.x * (q4_nibbles(q0.z, shift) + k5_high(h0.z, j)) - s.y,
+           s.x * (q4_nibbles(q0.w, shift) + k5_high(h0.w, j)) - s.y),
+        W8(s.x * (q4_nibbles(q1.x, shift) + k5_high(h1.x, j)) - s.y,
+           s.x * (q4_nibbles(q1.y, shift) + k5_high(h1.y, j)) - s.y),
+        W8(s.x * (q4_nibbles(q1.z, shift) + k5_high(h1.z, j)) - s.y,
+           s.x * (q4_nibbles(q1.w, shift) + k5_high(h1.w, j)) - s.y),
     );
 }

@@ -11,6 +11,11 @@ fn wl4(i: u32) -> vec4<u32> {
     return vec4<u32>(W[i], W[i + 1u], W[i + 2u], W[i + 3u]);
 }
 
+// Words i..i+3 for i a multiple of 4 (a word run the format aligns: K-quant headers and quants).
+fn wl4a(i: u32) -> vec4<u32> {
+    return wl4(i);
+}
+
 fn wl_head4(o: u32) -> WHead4 {
     return WHead4(W[o], wl4(o + 1u));
 }

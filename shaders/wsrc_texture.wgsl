@@ -28,6 +28,12 @@ fn wl4(i: u32) -> vec4<u32> {
     return wshift(wtexel(t), wtexel(t + 1u), i % 4u);
 }
 
+// Words i..i+3 for i a multiple of 4 (a word run the format aligns: K-quant headers and
+// quants): one texel.
+fn wl4a(i: u32) -> vec4<u32> {
+    return wtexel(i / 4u);
+}
+
 fn wl_head4(o: u32) -> WHead4 {
     let t = o / 4u;
     let s = o % 4u;

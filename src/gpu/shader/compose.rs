@@ -49,7 +49,7 @@ impl KvFormat {
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
 /// after `w8.wgsl` (the W8/W32 types and the word runs), the word loads of `source` (`wl`,
-/// `wl4`, `wl_head4`, `wl_head8`) and the shared pieces the format uses: `wbits.wgsl` (bit
+/// `wl4`, `wl4a`, `wl_head4`, `wl_head8`) and the shared pieces the format uses: `wbits.wgsl` (bit
 /// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl`
 /// (the IQ4 table), and `wblock_groups.wgsl` (a block as four groups) for formats without a
 /// `w_block` of their own.
