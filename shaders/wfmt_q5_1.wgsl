@@ -29,11 +29,12 @@ fn w_group(rb: u32, g: u32) -> W8 {
 fn w_block(rb: u32, b: u32) -> W32 {
     let o = rb + 6u * b;
     let dm = unpack2x16float(wl(o));
-    let qh = wl(o + 1u);
-    let q0 = wl(o + 2u);
-    let q1 = wl(o + 3u);
-    let q2 = wl(o + 4u);
-    let q3 = wl(o + 5u);
+    let words = wl_head4(o + 1u);
+    let qh = words.head;
+    let q0 = words.q.x;
+    let q1 = words.q.y;
+    let q2 = words.q.z;
+    let q3 = words.q.w;
     return W32(
         W8(dm.x * (q4_nibbles(q0, 0u) + q5_high(qh, 0u)) + dm.y, dm.x * (q4_nibbles(q1, 0u) + q5_high(qh, 4u)) + dm.y),
         W8(dm.x * (q4_nibbles(q2, 0u) + q5_high(qh, 8u)) + dm.y, dm.x * (q4_nibbles(q3, 0u) + q5_high(qh, 12u)) + dm.y),

@@ -1,8 +1,8 @@
 //! The sequential kernels read the same words from a weight texture as from a storage buffer:
 //! every weight type, through the linear, gated and embedding kernels, gives the same bits
-//! from either source, at shapes whose word runs start at every offset within a texel and
-//! whose rows end mid-texel. Forces the sequential path and each source on whatever adapter
-//! runs it.
+//! from either source, at shapes whose word runs start at every offset within a texel, whose
+//! rows end mid-texel and whose words fill more than a texture row. Forces the sequential path
+//! and each source on whatever adapter runs it.
 
 mod kernels_support;
 
@@ -21,12 +21,14 @@ fn ctx(source: WeightSource) -> GpuContext {
     GpuContext::new(&gpu_options_from_env(&options).unwrap()).expect("a wgpu adapter (lavapipe in CI)")
 }
 
-/// `[n, k]`: an odd K for the dense types (rows ending mid-word and mid-texel), else three
-/// blocks and a half-used last texel row offset (37 rows shift each row's first word).
+/// `[n, k]`: an odd K for the dense types (rows ending mid-word and mid-texel, so runs start at
+/// every offset within a texel; the K-quants keep theirs aligned by design), and enough rows
+/// (563) that every type's words fill more than one texture row of 8192 words (runs that cross
+/// from one row to the next: the smallest rows, Q4_0's three blocks, take 15 words).
 fn shape(dtype: DType) -> (usize, usize) {
     match dtype.block_len() {
-        1 => (37, 75),
-        len => (37, 3 * len),
+        1 => (563, 75),
+        len => (563, 3 * len),
     }
 }
 
@@ -42,7 +44,7 @@ fn outputs(c: &GpuContext, dtype: DType) -> Vec<Vec<f32>> {
     let x = c.upload_f32(&[5, k], &Rng::new(4).vec(5 * k)).unwrap();
     let y = c.tensor(Elem::F32, &[5, n]).unwrap();
     let act = c.tensor(Elem::F32, &[1, n]).unwrap();
-    let rows = c.upload_u32(&[5], &[0, 36, 7, 18, 1]).unwrap();
+    let rows = c.upload_u32(&[5], &[0, 562, 7, 318, 1]).unwrap();
     let embedded = c.tensor(Elem::F32, &[5, k]).unwrap();
     let mut step = c.step();
     step.linear(&x, &w, &y).unwrap();

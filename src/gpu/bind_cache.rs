@@ -1,17 +1,16 @@
-//! Bind groups built once per (kernel, buffers) and reused by every later step that binds
-//! the same buffers to the same kernel at the same parameter offset.
+//! Bind groups built once per (kernel, resources) and reused by every later step that binds
+//! the same buffers and weight textures to the same kernel at the same parameter offset.
 //!
-//! A step binds whole buffers (a tensor's row view shares its buffer), and the parameter
-//! ring gives the i-th dispatch of a step the same offset every step, so steady-state steps
-//! find every bind group here. Entries no step used for [`KEEP_STEPS`] steps are dropped,
-//! releasing the buffers they hold.
+//! A step binds whole buffers (a tensor's row view shares its buffer) and whole weight
+//! textures, and the parameter ring gives the i-th dispatch of a step the same offset every
+//! step, so steady-state steps find every bind group here. Entries no step used for
+//! [`KEEP_STEPS`] steps are dropped, releasing what they hold.
 
 use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
 use super::shader::KernelVariant;
-use super::weights::WeightWords;
 
 /// Steps an unused bind group is kept.
 const KEEP_STEPS: u64 = 64;
@@ -19,7 +18,9 @@ const KEEP_STEPS: u64 = 64;
 /// What a binding slot holds: a whole buffer, or a weight texture's view.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Bound {
+    /// A whole storage or uniform buffer.
     Buffer(wgpu::Buffer),
+    /// A weight texture's view.
     Texture(wgpu::TextureView),
 }
 
@@ -37,15 +38,6 @@ impl Binding {
         Self { slot, resource: Bound::Buffer(buffer.clone()) }
     }
 
-    /// The words of one part of a weight at `slot`.
-    pub(crate) fn weight(slot: u32, words: &WeightWords) -> Self {
-        let resource = match words {
-            WeightWords::Buffer(buffer) => Bound::Buffer(buffer.clone()),
-            WeightWords::Texture(view) => Bound::Texture(view.clone()),
-        };
-        Self { slot, resource }
-    }
-
     /// The bind group entry.
     pub(crate) fn entry(&self) -> wgpu::BindGroupEntry<'_> {
         let resource = match &self.resource {
@@ -57,12 +49,12 @@ impl Binding {
 }
 
 /// What makes two bind groups the same: the kernel, the parameter ring and offset, and the
-/// buffer at each slot.
+/// resource at each slot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct BindKey {
     pub(crate) variant: KernelVariant,
     pub(crate) params: (wgpu::Buffer, u64),
-    pub(crate) buffers: Vec<Binding>,
+    pub(crate) bindings: Vec<Binding>,
 }
 
 /// The cache: each bind group with the step that last used it.

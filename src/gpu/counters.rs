@@ -11,7 +11,8 @@ use std::time::Duration;
 pub struct GpuCounters {
     /// Compute pipelines built (one per kernel variant, the first time a step uses it).
     pub pipelines_created: u64,
-    /// Device buffers created (weights, caches, workspaces, pools, parameter rings).
+    /// Device buffers created (weights, caches, workspaces, pools, parameter rings), weight
+    /// textures included.
     pub buffers_created: u64,
     /// Bind groups created.
     pub bind_groups_created: u64,

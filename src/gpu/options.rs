@@ -204,7 +204,8 @@ pub struct GpuOptions {
     pub norm_strategy: Option<NormStrategy>,
     /// Largest K-split GEMM tile; `None` chooses from the adapter.
     pub gemm_rows: Option<GemmRows>,
-    /// Where the sequential linear kernels read weights from; `None` chooses from the adapter.
+    /// Where the linear and embedding kernels read weights from; `None` chooses from the
+    /// adapter. Textures need the sequential linear path (with K-split they are a `BadOption`).
     pub weight_source: Option<WeightSource>,
 }
 

@@ -299,7 +299,7 @@ impl WeightSource {
     /// Both sources.
     pub const ALL: [Self; 2] = [Self::Buffer, Self::Texture];
 
-    /// The name `PAGODA_WEIGHTS` and `pagoda info` use.
+    /// The name `PAGODA_WEIGHTS` takes.
     pub fn name(self) -> &'static str {
         match self {
             Self::Buffer => "buffer",

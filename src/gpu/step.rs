@@ -4,8 +4,8 @@
 //! Nothing is created per step once the shapes have been seen: the kernels' parameter blocks
 //! go into the context's persistent ring in one write, the step's inputs
 //! ([`Step::write_u32`]) into its upload buffer in one more (and are copied on from there),
-//! bind groups come from its cache (whole buffers are bound, so a tensor's row views share one
-//! group), and readback staging and scratch tensors come from its pool by size class.
+//! bind groups come from its cache (whole buffers and weight textures are bound, so a tensor's
+//! row views share one group), and readback staging and scratch tensors come from its pool by size class.
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -213,7 +213,7 @@ impl Step<'_> {
                         let key = BindKey {
                             variant: d.variant,
                             params: (ring.clone(), d.params_offset),
-                            buffers: d.bindings,
+                            bindings: d.bindings,
                         };
                         let group = resident.bind_group(key, |key| ctx.create_bind_group(key, &d.kernel));
                         (d.kernel, group, d.groups)
@@ -297,6 +297,6 @@ fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
             size: NonZeroU64::new(PARAMS_BYTES),
         }),
     }];
-    entries.extend(key.buffers.iter().map(Binding::entry));
+    entries.extend(key.bindings.iter().map(Binding::entry));
     entries
 }

@@ -2,6 +2,7 @@
 //! words, and split by rows across buffers (or textures) so each stays under the binding limit.
 
 use super::GpuError;
+use super::bind_cache::{Binding, Bound};
 use super::context::GpuContext;
 use super::shader::{WEIGHT_TEXELS, WeightSource};
 use crate::dtype::DType;
@@ -10,8 +11,21 @@ use crate::dtype::DType;
 /// words four a texel, [`WEIGHT_TEXELS`] texels a row (see [`WeightSource`]).
 #[derive(Debug, Clone)]
 pub(crate) enum WeightWords {
+    /// A storage buffer of the words.
     Buffer(wgpu::Buffer),
+    /// A view of the rgba32uint texture of the words.
     Texture(wgpu::TextureView),
+}
+
+impl WeightWords {
+    /// These words bound at `slot`.
+    pub(crate) fn binding(&self, slot: u32) -> Binding {
+        let resource = match self {
+            Self::Buffer(buffer) => Bound::Buffer(buffer.clone()),
+            Self::Texture(view) => Bound::Texture(view.clone()),
+        };
+        Binding { slot, resource }
+    }
 }
 
 /// A contiguous range of rows of a weight in one buffer or texture (of a gated weight: the
@@ -144,7 +158,8 @@ fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
 impl GpuContext {
     /// Uploads a `[rows, cols]` weight from its raw bytes (GGUF block layout for quantized
     /// types, little-endian otherwise). Quantized weights stay quantized; a weight above the
-    /// binding limit is split across buffers by rows, invisibly to the kernels' callers.
+    /// binding limit is split by rows across buffers (or textures, see [`WeightSource`]),
+    /// invisibly to the kernels' callers.
     pub fn upload_weight(
         &self,
         name: &str,
@@ -158,7 +173,7 @@ impl GpuContext {
 
     /// Uploads a gated pair of `[rows, cols]` weights of one type (an MLP's gate and up
     /// projections) as one weight for [`Step::linear_gated`](super::Step::linear_gated): each
-    /// buffer holds a range of gate rows followed by the same range of up rows.
+    /// part holds a range of gate rows followed by the same range of up rows.
     pub fn upload_gated_weight(
         &self,
         name: &str,
@@ -202,7 +217,7 @@ impl GpuContext {
         let rows_per_part = (self.max_part_bytes(source) / stored_row_bytes) as usize;
         if rows_per_part == 0 {
             return Err(GpuError::TooLarge(format!(
-                "{name}: one row of {stored_row_bytes} bytes exceeds the binding limit"
+                "{name}: one row of {stored_row_bytes} bytes exceeds what one buffer or texture may bind"
             )));
         }
         let mut parts = Vec::new();
@@ -225,8 +240,7 @@ const TEXEL_ROW_BYTES: usize = 16 * WEIGHT_TEXELS as usize;
 
 impl GpuContext {
     /// The most bytes one part of a weight may hold: the binding limit, and for a texture no
-    /// more than its tallest texture holds besides the two texels the shaders may read past
-    /// the end.
+    /// more than its tallest texture holds besides the texel a word run may read past the end.
     fn max_part_bytes(&self, source: WeightSource) -> u64 {
         let texture_rows = self.capabilities().limits.max_texture_dimension_2d as u64;
         match source {
@@ -235,7 +249,7 @@ impl GpuContext {
         }
     }
 
-    /// One part's words on the device, from `source`.
+    /// One part's words on the device, in `source`. A texture is counted with the buffers.
     fn upload_words(
         &self,
         name: &str,
@@ -248,10 +262,11 @@ impl GpuContext {
             self.queue.write_buffer(&buffer, 0, &data);
             return Ok(WeightWords::Buffer(buffer));
         }
-        // Whole texel rows, with room for the two texels past the last word a run may fetch.
+        // Whole texel rows, with room for the texel past the last word a run may fetch.
         let rows = (data.len() + 32).div_ceil(TEXEL_ROW_BYTES);
         data.resize(rows * TEXEL_ROW_BYTES, 0);
         let size = wgpu::Extent3d { width: WEIGHT_TEXELS, height: rows as u32, depth_or_array_layers: 1 };
+        self.count().buffer_created();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let texture = self.device.create_texture(&wgpu::TextureDescriptor {
             label: Some(name),

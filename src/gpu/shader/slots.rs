@@ -36,7 +36,7 @@ macro_rules! binding_slots {
 }
 
 binding_slots! {
-    /// `shaders/embed.wgsl`.
+    /// `shaders/embed.wgsl` (`W` declared by `wsrc_buffer.wgsl` or `wsrc_texture.wgsl`).
     embed {
         IDS = 1,
         W = 2,
@@ -98,7 +98,8 @@ binding_slots! {
         VALUES = 2,
         IDS = 3,
     }
-    /// `shaders/linear_common.wgsl`, both paths, every epilogue but the bias.
+    /// `shaders/linear_common.wgsl` (`W` declared by `wsrc_buffer.wgsl` or `wsrc_texture.wgsl`),
+    /// both paths, every epilogue but the bias.
     linear {
         X = 1,
         W = 2,
