@@ -20,7 +20,7 @@ const KEEP_STEPS: u64 = 64;
 pub(crate) enum Bound {
     /// A whole storage or uniform buffer.
     Buffer(wgpu::Buffer),
-    /// A weight texture's view.
+    /// A weight texture's view (rgba32uint, see `weights.rs`).
     Texture(wgpu::TextureView),
 }
 
@@ -33,6 +33,11 @@ pub(crate) struct Binding {
 }
 
 impl Binding {
+    /// `resource` at `slot`.
+    pub(crate) fn new(slot: u32, resource: &Bound) -> Self {
+        Self { slot, resource: resource.clone() }
+    }
+
     /// The whole of `buffer` at `slot`.
     pub(crate) fn buffer(slot: u32, buffer: &wgpu::Buffer) -> Self {
         Self { slot, resource: Bound::Buffer(buffer.clone()) }

@@ -143,7 +143,7 @@ impl Step<'_> {
             let grid = self.grid_1d(variant, t * table.cols());
             let bindings = vec![
                 Binding::tensor(slots::embed::IDS, ids),
-                part.words.binding(slots::embed::W),
+                Binding::new(slots::embed::W, &part.words),
                 Binding::tensor(slots::embed::OUT, out),
             ];
             self.dispatch(variant, &params, bindings, grid)?;
@@ -317,7 +317,7 @@ impl Step<'_> {
             };
             let mut bindings = vec![
                 Binding::tensor(slots::linear::X, x),
-                part.words.binding(slots::linear::W),
+                Binding::new(slots::linear::W, &part.words),
                 Binding::tensor(slots::linear::Y, out),
             ];
             bindings.extend(bias.map(|b| Binding::tensor(slots::linear_bias::BIAS, b)));

@@ -2,37 +2,17 @@
 //! words, and split by rows across buffers (or textures) so each stays under the binding limit.
 
 use super::GpuError;
-use super::bind_cache::{Binding, Bound};
+use super::bind_cache::Bound;
 use super::context::GpuContext;
 use super::shader::{WEIGHT_TEXELS, WeightSource};
 use crate::dtype::DType;
 
-/// Where one part's words live: a storage buffer, or an rgba32uint texture holding the same
-/// words four a texel, [`WEIGHT_TEXELS`] texels a row (see [`WeightSource`]).
-#[derive(Debug, Clone)]
-pub(crate) enum WeightWords {
-    /// A storage buffer of the words.
-    Buffer(wgpu::Buffer),
-    /// A view of the rgba32uint texture of the words.
-    Texture(wgpu::TextureView),
-}
-
-impl WeightWords {
-    /// These words bound at `slot`.
-    pub(crate) fn binding(&self, slot: u32) -> Binding {
-        let resource = match self {
-            Self::Buffer(buffer) => Bound::Buffer(buffer.clone()),
-            Self::Texture(view) => Bound::Texture(view.clone()),
-        };
-        Binding { slot, resource }
-    }
-}
-
 /// A contiguous range of rows of a weight in one buffer or texture (of a gated weight: the
-/// range of its gate rows, then the same range of its up rows).
+/// range of its gate rows, then the same range of its up rows). A texture is rgba32uint and
+/// holds the buffer's words four a texel, [`WEIGHT_TEXELS`] texels a row (see [`WeightSource`]).
 #[derive(Debug, Clone)]
 pub(crate) struct WeightPart {
-    pub(crate) words: WeightWords,
+    pub(crate) words: Bound,
     pub(crate) row0: usize,
     pub(crate) rows: usize,
 }
@@ -89,7 +69,7 @@ impl Weight {
     /// Where the kernels read its words from.
     pub fn source(&self) -> WeightSource {
         match self.parts.first().map(|p| &p.words) {
-            Some(WeightWords::Texture(_)) => WeightSource::Texture,
+            Some(Bound::Texture(_)) => WeightSource::Texture,
             _ => WeightSource::Buffer,
         }
     }
@@ -250,17 +230,12 @@ impl GpuContext {
     }
 
     /// One part's words on the device, in `source`. A texture is counted with the buffers.
-    fn upload_words(
-        &self,
-        name: &str,
-        source: WeightSource,
-        mut data: Vec<u8>,
-    ) -> Result<WeightWords, GpuError> {
+    fn upload_words(&self, name: &str, source: WeightSource, mut data: Vec<u8>) -> Result<Bound, GpuError> {
         if source == WeightSource::Buffer {
             let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
             let buffer = self.create_buffer(name, data.len() as u64, usage)?;
             self.queue.write_buffer(&buffer, 0, &data);
-            return Ok(WeightWords::Buffer(buffer));
+            return Ok(Bound::Buffer(buffer));
         }
         // Whole texel rows, with room for the texel past the last word a run may fetch.
         let rows = (data.len() + 32).div_ceil(TEXEL_ROW_BYTES);
@@ -287,6 +262,6 @@ impl GpuContext {
             rows_per_image: Some(rows as u32),
         };
         self.queue.write_texture(texture.as_image_copy(), &data, layout, size);
-        Ok(WeightWords::Texture(texture.create_view(&wgpu::TextureViewDescriptor::default())))
+        Ok(Bound::Texture(texture.create_view(&wgpu::TextureViewDescriptor::default())))
     }
 }
