@@ -21,6 +21,12 @@ struct WHead4 {
     q: vec4<u32>,
 }
 
+// Eight consecutive words (`wl8`).
+struct WRun8 {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+}
+
 // Word `o` and the eight words after it (`wl_head8`).
 struct WHead8 {
     head: u32,

@@ -29,3 +29,18 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let dl = iq4xs_scale(base, j);
     return W8(dl * iq4_values(wl(o), shift), dl * iq4_values(wl(o + 1u), shift));
 }
+
+// A whole sub-block of 32: its scale decoded once, its four nibble words read as one run (low
+// nibbles are weights 0..15, high nibbles 16..31).
+fn w_block(rb: u32, b: u32) -> W32 {
+    let base = rb + b / 8u * 34u;
+    let j = b % 8u;
+    let q = wl4(base + 2u + 4u * j);
+    let dl = iq4xs_scale(base, j);
+    return W32(
+        W8(dl * iq4_values(q.x, 0u), dl * iq4_values(q.y, 0u)),
+        W8(dl * iq4_values(q.z, 0u), dl * iq4_values(q.w, 0u)),
+        W8(dl * iq4_values(q.x, 4u), dl * iq4_values(q.y, 4u)),
+        W8(dl * iq4_values(q.z, 4u), dl * iq4_values(q.w, 4u)),
+    );
+}

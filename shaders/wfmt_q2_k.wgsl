@@ -6,11 +6,15 @@ fn w_row_words(k: u32) -> u32 {
     return k / 256u * 21u;
 }
 
+// (d * scale, dmin * min) of a group of 16 weights from its scale byte.
+fn q2k_scale_of(dm: vec2<f32>, byte: u32) -> vec2<f32> {
+    return vec2<f32>(dm.x * f32(byte & 15u), dm.y * f32(byte >> 4u));
+}
+
 // (d * scale, dmin * min) of weights 16 group .. 16 group + 15 of the super-block at `base`.
 fn q2k_scale(base: u32, group: u32) -> vec2<f32> {
     let byte = (wl(base + group / 4u) >> (8u * (group % 4u))) & 255u;
-    let dm = unpack2x16float(wl(base + 20u));
-    return vec2<f32>(dm.x * f32(byte & 15u), dm.y * f32(byte >> 4u));
+    return q2k_scale_of(unpack2x16float(wl(base + 20u)), byte);
 }
 
 // q of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
@@ -30,4 +34,24 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let i = g % 32u * 8u;
     let s = q2k_scale(base, i / 16u);
     return W8(s.x * q2k_quad(base, i) - s.y, s.x * q2k_quad(base, i + 4u) - s.y);
+}
+
+// A whole block of 32 (weights 32 j .. 32 j + 31 of a super-block): d, dmin and the word of its
+// two scales read once, its eight qs words as one run.
+fn w_block(rb: u32, b: u32) -> W32 {
+    let base = rb + b / 8u * 21u;
+    let i = b % 8u * 32u;
+    let qs = wl8(base + 4u + 8u * (i / 128u));
+    let dm = unpack2x16float(wl(base + 20u));
+    let g = i / 16u;
+    let scales = wl(base + g / 4u);
+    let lo = q2k_scale_of(dm, (scales >> (8u * (g % 4u))) & 255u);
+    let hi = q2k_scale_of(dm, (scales >> (8u * (g % 4u) + 8u)) & 255u);
+    let shift = 2u * (i % 128u / 32u);
+    return W32(
+        W8(lo.x * q2_quad(qs.lo.x, shift) - lo.y, lo.x * q2_quad(qs.lo.y, shift) - lo.y),
+        W8(lo.x * q2_quad(qs.lo.z, shift) - lo.y, lo.x * q2_quad(qs.lo.w, shift) - lo.y),
+        W8(hi.x * q2_quad(qs.hi.x, shift) - hi.y, hi.x * q2_quad(qs.hi.y, shift) - hi.y),
+        W8(hi.x * q2_quad(qs.hi.z, shift) - hi.y, hi.x * q2_quad(qs.hi.w, shift) - hi.y),
+    );
 }

@@ -12,12 +12,17 @@ fn q6_scale(base: u32, s: u32) -> f32 {
     return unpack2x16float(wl(base)).x * f32(bitcast<i32>(byte << 24u) >> 24u);
 }
 
+// q - 32 of four weights at offset r (mod 128) of their half super-block, from their ql word
+// `l` and qh word `h`.
+fn q6_quad_of(l: u32, h: u32, r: u32) -> vec4<f32> {
+    return q4_nibbles(l, 4u * (r / 64u)) + q6_high(h, 2u * (r / 32u)) - 32.0;
+}
+
 // q - 32 of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
 fn q6_quad(base: u32, i: u32) -> vec4<f32> {
     let h = i / 128u;
     let r = i % 128u;
-    let low = q4_nibbles(wl(base + 1u + (64u * h + r % 64u) / 4u), 4u * (r / 64u));
-    return low + q6_high(wl(base + 33u + (32u * h + r % 32u) / 4u), 2u * (r / 32u)) - 32.0;
+    return q6_quad_of(wl(base + 1u + (64u * h + r % 64u) / 4u), wl(base + 33u + (32u * h + r % 32u) / 4u), r);
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
@@ -31,4 +36,26 @@ fn w_group(rb: u32, g: u32) -> W8 {
     let i = g % 32u * 8u;
     let scale = q6_scale(base, i / 16u);
     return W8(scale * q6_quad(base, i), scale * q6_quad(base, i + 4u));
+}
+
+// A whole block of 32 (weights 32 j .. 32 j + 31 of a super-block): d and the word of its two
+// scales read once, and its eight ql words and eight qh words each read as one run.
+fn w_block(rb: u32, b: u32) -> W32 {
+    let base = rb + b / 8u * 53u;
+    let i = b % 8u * 32u;
+    let h = i / 128u;
+    let r = i % 128u;
+    let ql = wl8(base + 1u + (64u * h + r % 64u) / 4u);
+    let qh = wl8(base + 33u + 8u * h);
+    let d = unpack2x16float(wl(base)).x;
+    let scales = wl(base + 49u + i / 64u);
+    let s = i / 16u % 4u;
+    let lo = d * f32(bitcast<i32>(((scales >> (8u * s)) & 255u) << 24u) >> 24u);
+    let hi = d * f32(bitcast<i32>(((scales >> (8u * s + 8u)) & 255u) << 24u) >> 24u);
+    return W32(
+        W8(lo * q6_quad_of(ql.lo.x, qh.lo.x, r), lo * q6_quad_of(ql.lo.y, qh.lo.y, r)),
+        W8(lo * q6_quad_of(ql.lo.z, qh.lo.z, r), lo * q6_quad_of(ql.lo.w, qh.lo.w, r)),
+        W8(hi * q6_quad_of(ql.hi.x, qh.hi.x, r), hi * q6_quad_of(ql.hi.y, qh.hi.y, r)),
+        W8(hi * q6_quad_of(ql.hi.z, qh.hi.z, r), hi * q6_quad_of(ql.hi.w, qh.hi.w, r)),
+    );
 }

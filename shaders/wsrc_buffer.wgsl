@@ -16,6 +16,11 @@ fn wl4a(i: u32) -> vec4<u32> {
     return wl4(i);
 }
 
+// Words i..i+7.
+fn wl8(i: u32) -> WRun8 {
+    return WRun8(wl4(i), wl4(i + 4u));
+}
+
 fn wl_head4(o: u32) -> WHead4 {
     return WHead4(W[o], wl4(o + 1u));
 }

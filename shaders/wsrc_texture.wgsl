@@ -34,6 +34,13 @@ fn wl4a(i: u32) -> vec4<u32> {
     return wtexel(i / 4u);
 }
 
+// Words i..i+7: three texels.
+fn wl8(i: u32) -> WRun8 {
+    let t = i / 4u;
+    let b = wtexel(t + 1u);
+    return WRun8(wshift(wtexel(t), b, i % 4u), wshift(b, wtexel(t + 2u), i % 4u));
+}
+
 fn wl_head4(o: u32) -> WHead4 {
     let t = o / 4u;
     let s = o % 4u;

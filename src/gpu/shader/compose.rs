@@ -49,10 +49,10 @@ impl KvFormat {
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
 /// after `w8.wgsl` (the W8/W32 types and the word runs), the word loads of `source` (`wl`,
-/// `wl4`, `wl4a`, `wl_head4`, `wl_head8`) and the shared pieces the format uses: `wbits.wgsl` (bit
-/// fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl`
-/// (the IQ4 table), and `wblock_groups.wgsl` (a block as four groups) for formats without a
-/// `w_block` of their own.
+/// `wl4`, `wl4a`, `wl8`, `wl_head4`, `wl_head8`) and the shared pieces the format uses:
+/// `wbits.wgsl` (bit fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header),
+/// `wiq4.wgsl` (the IQ4 table), and `wblock_groups.wgsl` (a block as four groups) for the dense
+/// formats, which have no `w_block` of their own.
 fn weight_files(dtype: DType, source: WeightSource) -> Vec<ShaderFile> {
     let words = match source {
         WeightSource::Buffer => shader_file!("wsrc_buffer.wgsl"),
@@ -79,10 +79,10 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
         DType::IQ4NL => vec![bits, iq4, shader_file!("wfmt_iq4_nl.wgsl")],
         DType::Q4K => vec![bits, k_scales, shader_file!("wfmt_q4_k.wgsl")],
         DType::Q5K => vec![bits, k_scales, shader_file!("wfmt_q5_k.wgsl")],
-        DType::Q6K => vec![bits, shader_file!("wfmt_q6_k.wgsl"), groups],
-        DType::Q2K => vec![bits, shader_file!("wfmt_q2_k.wgsl"), groups],
-        DType::Q3K => vec![bits, shader_file!("wfmt_q3_k.wgsl"), groups],
-        DType::IQ4XS => vec![bits, iq4, shader_file!("wfmt_iq4_xs.wgsl"), groups],
+        DType::Q6K => vec![bits, shader_file!("wfmt_q6_k.wgsl")],
+        DType::Q2K => vec![bits, shader_file!("wfmt_q2_k.wgsl")],
+        DType::Q3K => vec![bits, shader_file!("wfmt_q3_k.wgsl")],
+        DType::IQ4XS => vec![bits, iq4, shader_file!("wfmt_iq4_xs.wgsl")],
     }
 }
 
