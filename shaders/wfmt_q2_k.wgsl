@@ -6,15 +6,16 @@ fn w_row_words(k: u32) -> u32 {
     return k / 256u * 21u;
 }
 
-// (d * scale, dmin * min) of a group of 16 weights from its scale byte.
-fn q2k_scale_of(dm: vec2<f32>, byte: u32) -> vec2<f32> {
+// (d * scale, dmin * min) of weights 16 group .. 16 group + 15, from (d, dmin) and the word
+// holding the group's scale byte.
+fn q2k_scale_of(dm: vec2<f32>, word: u32, group: u32) -> vec2<f32> {
+    let byte = (word >> (8u * (group % 4u))) & 255u;
     return vec2<f32>(dm.x * f32(byte & 15u), dm.y * f32(byte >> 4u));
 }
 
 // (d * scale, dmin * min) of weights 16 group .. 16 group + 15 of the super-block at `base`.
 fn q2k_scale(base: u32, group: u32) -> vec2<f32> {
-    let byte = (wl(base + group / 4u) >> (8u * (group % 4u))) & 255u;
-    return q2k_scale_of(unpack2x16float(wl(base + 20u)), byte);
+    return q2k_scale_of(unpack2x16float(wl(base + 20u)), wl(base + group / 4u), group);
 }
 
 // q of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
@@ -45,8 +46,8 @@ fn w_block(rb: u32, b: u32) -> W32 {
     let dm = unpack2x16float(wl(base + 20u));
     let g = i / 16u;
     let scales = wl(base + g / 4u);
-    let lo = q2k_scale_of(dm, (scales >> (8u * (g % 4u))) & 255u);
-    let hi = q2k_scale_of(dm, (scales >> (8u * (g % 4u) + 8u)) & 255u);
+    let lo = q2k_scale_of(dm, scales, g);
+    let hi = q2k_scale_of(dm, scales, g + 1u);
     let shift = 2u * (i % 128u / 32u);
     return W32(
         W8(lo.x * q2_quad(qs.lo.x, shift) - lo.y, lo.x * q2_quad(qs.lo.y, shift) - lo.y),

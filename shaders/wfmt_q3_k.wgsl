@@ -19,6 +19,13 @@ fn q3k_scale_of(d: f32, lo: u32, hi: u32, group: u32) -> f32 {
     return d * (f32(low | (high << 4u)) - 32.0);
 }
 
+// d times the signed scale of weights 16 group .. 16 group + 15, from words 24..27 of the
+// super-block (the last qs word, then the three scale words).
+fn q3k_scale_in(d: f32, words: vec4<u32>, group: u32) -> f32 {
+    let shift = 8u * (group % 4u);
+    return q3k_scale_of(d, (words[1u + group % 8u / 4u] >> shift) & 255u, (words.w >> shift) & 255u, group);
+}
+
 // d times the signed scale of weights 16 group .. 16 group + 15.
 fn q3k_scale(base: u32, group: u32) -> f32 {
     let d = unpack2x16float(wl(base)).x;
@@ -60,12 +67,9 @@ fn w_block(rb: u32, b: u32) -> W32 {
     let qs = wl8(base + 9u + 8u * (i / 128u));
     let hm = wl8(base + 1u);
     let d = unpack2x16float(wl(base)).x;
-    let sc = wl4(base + 25u);
-    let g = i / 16u;
-    let shift = 8u * (g % 4u);
-    let lo = q3k_scale_of(d, (sc[g % 8u / 4u] >> shift) & 255u, (sc.z >> shift) & 255u, g);
-    let shift1 = 8u * ((g + 1u) % 4u);
-    let hi = q3k_scale_of(d, (sc[(g + 1u) % 8u / 4u] >> shift1) & 255u, (sc.z >> shift1) & 255u, g + 1u);
+    let words = wl4(base + 24u);
+    let lo = q3k_scale_in(d, words, i / 16u);
+    let hi = q3k_scale_in(d, words, i / 16u + 1u);
     return W32(
         W8(lo * q3k_quad_of(qs.lo.x, hm.lo.x, i), lo * q3k_quad_of(qs.lo.y, hm.lo.y, i)),
         W8(lo * q3k_quad_of(qs.lo.z, hm.lo.z, i), lo * q3k_quad_of(qs.lo.w, hm.lo.w, i)),

@@ -6,10 +6,15 @@ fn w_row_words(k: u32) -> u32 {
     return k / 256u * 53u;
 }
 
+// d times scale s (its byte of the scales' word `word`).
+fn q6_scale_of(d: f32, word: u32, s: u32) -> f32 {
+    let byte = (word >> (8u * (s % 4u))) & 255u;
+    return d * f32(bitcast<i32>(byte << 24u) >> 24u);
+}
+
 // d times the scale of weights 16 s .. 16 s + 15 of the super-block at `base`.
 fn q6_scale(base: u32, s: u32) -> f32 {
-    let byte = (wl(base + 49u + s / 4u) >> (8u * (s % 4u))) & 255u;
-    return unpack2x16float(wl(base)).x * f32(bitcast<i32>(byte << 24u) >> 24u);
+    return q6_scale_of(unpack2x16float(wl(base)).x, wl(base + 49u + s / 4u), s);
 }
 
 // q - 32 of four weights at offset r (mod 128) of their half super-block, from their ql word
@@ -49,9 +54,8 @@ fn w_block(rb: u32, b: u32) -> W32 {
     let qh = wl8(base + 33u + 8u * h);
     let d = unpack2x16float(wl(base)).x;
     let scales = wl(base + 49u + i / 64u);
-    let s = i / 16u % 4u;
-    let lo = d * f32(bitcast<i32>(((scales >> (8u * s)) & 255u) << 24u) >> 24u);
-    let hi = d * f32(bitcast<i32>(((scales >> (8u * s + 8u)) & 255u) << 24u) >> 24u);
+    let lo = q6_scale_of(d, scales, i / 16u);
+    let hi = q6_scale_of(d, scales, i / 16u + 1u);
     return W32(
         W8(lo * q6_quad_of(ql.lo.x, qh.lo.x, r), lo * q6_quad_of(ql.lo.y, qh.lo.y, r)),
         W8(lo * q6_quad_of(ql.lo.z, qh.lo.z, r), lo * q6_quad_of(ql.lo.w, qh.lo.w, r)),
