@@ -4,6 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh --test
+# Lavapipe's compiled shaders kept with the rest of the cache, so a CI machine that keeps
+# ~/.cache/pagoda does not compile them again (Mesa checks each entry against the driver).
+export MESA_SHADER_CACHE_DIR="${MESA_SHADER_CACHE_DIR:-${PAGODA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pagoda}/mesa}"
 export PAGODA_MODEL_GGUF="$(scripts/fetch-model.sh)"
 # Llama 2's SentencePiece vocabulary as a GGUF, and the default model in llama.cpp's mixes
 # (the first run builds llama-quantize: a few minutes).

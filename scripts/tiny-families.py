@@ -6,7 +6,9 @@ the GGUF files llama.cpp's convert_hf_to_gguf.py makes of them.
 
 writes OUT_DIR/<name>/ (default: the pagoda cache, families/) for every family below:
 config.json, model.safetensors (f32), tokenizer.json, tokenizer_config.json, tokenizer.model
-(SentencePiece families), and <name>.f32.gguf / <name>.f16.gguf. Prints OUT_DIR.
+(SentencePiece families), and <name>.f32.gguf / <name>.f16.gguf. Prints OUT_DIR. OUT_DIR/.made-by
+records what the files were made from (these scripts, the package versions, the families);
+a run that would make the same files leaves them as they are.
 
 Everything is deterministic: weights come from numpy's default_rng with a fixed seed per
 family and are rounded to the bfloat16 grid with no f16 subnormals, so the f32, bf16 and f16
@@ -745,6 +747,18 @@ def sha256(path):
     return digest.hexdigest()
 
 
+def made_by(names, no_gguf):
+    """What the files depend on: these scripts, the packages that write them, the request. A
+    directory stamped with the same text is already what this run would write."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256()
+    for script in ("tiny-families.py", "npm_tokenizers.py"):
+        digest.update((ROOT / "scripts" / script).read_bytes())
+    versions = ", ".join(f"{package} {version(package)}" for package in ("gguf", "numpy", "safetensors"))
+    return f"{digest.hexdigest()}\n{versions}\n{','.join(names)} no_gguf={no_gguf}\n"
+
+
 def main(argv):
     import argparse
 
@@ -755,6 +769,12 @@ def main(argv):
     args = parser.parse_args(argv)
     out = pathlib.Path(args.out)
     names = [n for n in args.only.split(",") if n] or list(FAMILIES)
+    stamp = out / ".made-by"
+    key = made_by(names, args.no_gguf)
+    if stamp.is_file() and stamp.read_text() == key:
+        print(out)
+        return
+    stamp.unlink(missing_ok=True)
     for name in names:
         family = FAMILIES[name]
         spec, cfg, normalizer, weights = write_hf(name, family, out / name)
@@ -762,6 +782,7 @@ def main(argv):
             for outtype in ("f32", "f16"):
                 path = out / name / f"{name}.{outtype}.gguf"
                 write_gguf(name, family, out / name, spec, cfg, weights, outtype, path)
+    stamp.write_text(key)
     print(out)
 
 
