@@ -164,7 +164,7 @@ impl Tokenizer {
     }
 
     fn assemble(
-        mut def: Value,
+        def: Value,
         with_special: tokenizers::Tokenizer,
         bos_token_id: Option<u32>,
         eos_token_id: Option<u32>,
@@ -189,10 +189,7 @@ impl Tokenizer {
                 *s = t.special;
             }
         }
-        if let Some(list) = def.get_mut("added_tokens").and_then(Value::as_array_mut) {
-            list.retain(|t| !t.get("special").and_then(Value::as_bool).unwrap_or(false));
-        }
-        let literal = build(&def)?;
+        let literal = literal_tokenizer(def, &with_special, added.values())?;
         Ok(Self { with_special, literal, token_bytes, special, bos_token_id, eos_token_id, add_bos_token })
     }
 
@@ -330,6 +327,29 @@ fn build(def: &Value) -> Result<tokenizers::Tokenizer, TokenizerError> {
         .map_err(|e| TokenizerError::Invalid(e.to_string()))
 }
 
+/// The tokenizer that reads the text of special tokens as plain text: `with_special` told not
+/// to split them out. Where a special token's match could hide a non-special added token
+/// (one inside it, or starting in it), that would differ from a tokenizer without the special
+/// tokens, so it is built as one from `def` instead.
+fn literal_tokenizer<'a>(
+    mut def: Value,
+    with_special: &tokenizers::Tokenizer,
+    added: impl Iterator<Item = &'a tokenizers::AddedToken>,
+) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    let (special, plain): (Vec<_>, Vec<_>) = added.partition(|t| t.special);
+    let hides =
+        |s: &str, p: &str| s.contains(p) || s.char_indices().skip(1).any(|(i, _)| p.starts_with(&s[i..]));
+    if plain.iter().any(|p| special.iter().any(|s| hides(&s.content, &p.content))) {
+        if let Some(list) = def.get_mut("added_tokens").and_then(Value::as_array_mut) {
+            list.retain(|t| !t.get("special").and_then(Value::as_bool).unwrap_or(false));
+        }
+        return build(&def);
+    }
+    let mut literal = with_special.clone();
+    literal.set_encode_special_tokens(true);
+    Ok(literal)
+}
+
 /// With a `continuing_subword_prefix`, the tokenizers crate cuts that prefix off the second
 /// token of every BPE merge without checking it is there (an overflow, or a cut inside a
 /// UTF-8 character): refuse such merges first.
@@ -442,6 +462,49 @@ mod tests {
     fn sentencepiece_pieces_become_bytes() {
         assert_eq!(piece_bytes("<0x0A>"), vec![b'\n']);
         assert_eq!(piece_bytes("\u{2581}the"), b" the".to_vec());
+    }
+
+    /// A word-level tokenizer with the special token `<|x|>` and the non-special `plain`, both
+    /// in its vocabulary as in real tokenizers.
+    fn word_level(plain: &str) -> Value {
+        json!({
+            "version": "1.0",
+            "added_tokens": [
+                {"id": 4, "content": "<|x|>", "single_word": false, "lstrip": false, "rstrip": false,
+                 "normalized": false, "special": true},
+                {"id": 5, "content": plain, "single_word": false, "lstrip": false, "rstrip": false,
+                 "normalized": false, "special": false},
+            ],
+            "normalizer": null,
+            "pre_tokenizer": {"type": "WhitespaceSplit"},
+            "post_processor": null,
+            "decoder": null,
+            "model": {
+                "type": "WordLevel",
+                "vocab": {"[UNK]": 0, "a": 1, "b": 2, "x|>": 3, "<|x|>": 4, plain: 5},
+                "unk_token": "[UNK]",
+            },
+        })
+    }
+
+    /// Ids of `text` from the definition with its special tokens taken out.
+    fn without_special(def: &Value, text: &str) -> Vec<u32> {
+        let mut def = def.clone();
+        def["added_tokens"].as_array_mut().unwrap().retain(|t| t["special"] == false);
+        build(&def).unwrap().encode(text, false).unwrap().get_ids().to_vec()
+    }
+
+    #[test]
+    fn special_tokens_read_as_text_are_what_a_tokenizer_without_them_reads() {
+        let text = "a <|x|> <|y b";
+        for plain in ["<|y", "<|", "x|> <"] {
+            let def = word_level(plain);
+            let tokenizer = Tokenizer::from_hf_json(def.clone(), None).unwrap();
+            let literal = tokenizer.encode(text, false).unwrap();
+            assert_eq!(literal, without_special(&def, text), "{plain}");
+            assert!(literal.contains(&5), "{plain}: {literal:?}");
+            assert!(tokenizer.encode(text, true).unwrap().contains(&4), "{plain}");
+        }
     }
 
     #[test]
