@@ -10,23 +10,34 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-use super::shader::KernelVariant;
+use super::resource::{DeviceBuffer, ResourceId};
+use super::shader::slots;
 
 /// Steps an unused bind group is kept.
 const KEEP_STEPS: u64 = 64;
 
 /// What a binding slot holds: a whole buffer, or a weight texture's view.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub(crate) enum Bound {
     /// A whole storage or uniform buffer.
-    Buffer(wgpu::Buffer),
-    /// A weight texture's view (rgba32uint, see `weights.rs`).
-    Texture(wgpu::TextureView),
+    Buffer(DeviceBuffer),
+    /// A weight texture's view (rgba32uint, see `weights.rs`), with the id given when it was made.
+    Texture(ResourceId, wgpu::TextureView),
+}
+
+impl Bound {
+    /// The number that names it in bind-group keys.
+    pub(crate) fn id(&self) -> ResourceId {
+        match self {
+            Self::Buffer(buffer) => buffer.id(),
+            Self::Texture(id, _) => *id,
+        }
+    }
 }
 
 /// A resource bound to one binding slot of a kernel (one of the constants of
 /// [`slots`](super::shader::slots)).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub(crate) struct Binding {
     pub(crate) slot: u32,
     pub(crate) resource: Bound,
@@ -39,7 +50,7 @@ impl Binding {
     }
 
     /// The whole of `buffer` at `slot`.
-    pub(crate) fn buffer(slot: u32, buffer: &wgpu::Buffer) -> Self {
+    pub(crate) fn buffer(slot: u32, buffer: &DeviceBuffer) -> Self {
         Self { slot, resource: Bound::Buffer(buffer.clone()) }
     }
 
@@ -47,19 +58,33 @@ impl Binding {
     pub(crate) fn entry(&self) -> wgpu::BindGroupEntry<'_> {
         let resource = match &self.resource {
             Bound::Buffer(buffer) => buffer.as_entire_binding(),
-            Bound::Texture(view) => wgpu::BindingResource::TextureView(view),
+            Bound::Texture(_, view) => wgpu::BindingResource::TextureView(view),
         };
         wgpu::BindGroupEntry { binding: self.slot, resource }
     }
 }
 
-/// What makes two bind groups the same: the kernel, the parameter ring and offset, and the
-/// resource at each slot.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// What makes two bind groups the same: the pipeline, the parameter block's offset in the
+/// ring, and the resource at each slot (the ring at [`slots::PARAMS`]), all by number, in one
+/// flat value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct BindKey {
-    pub(crate) variant: KernelVariant,
-    pub(crate) params: (wgpu::Buffer, u64),
-    pub(crate) bindings: Vec<Binding>,
+    kernel: ResourceId,
+    params_offset: u64,
+    resources: [Option<ResourceId>; slots::COUNT],
+}
+
+impl BindKey {
+    /// The key of the pipeline named `kernel` with its parameters at `offset` of `ring` and
+    /// `bindings`.
+    pub(crate) fn new(kernel: ResourceId, ring: &DeviceBuffer, offset: u64, bindings: &[Binding]) -> Self {
+        let mut resources = [None; slots::COUNT];
+        resources[slots::PARAMS as usize] = Some(ring.id());
+        for b in bindings {
+            resources[b.slot as usize] = Some(b.resource.id());
+        }
+        Self { kernel, params_offset: offset, resources }
+    }
 }
 
 /// The cache: each bind group with the step that last used it.
@@ -76,10 +101,10 @@ impl BindGroupCache {
     pub(crate) fn get_or_create(
         &mut self,
         key: BindKey,
-        create: impl FnOnce(&BindKey) -> wgpu::BindGroup,
+        create: impl FnOnce() -> wgpu::BindGroup,
     ) -> wgpu::BindGroup {
         let step = self.step;
-        let entry = self.groups.entry(key).or_insert_with_key(|key| (create(key), step));
+        let entry = self.groups.entry(key).or_insert_with(|| (create(), step));
         entry.1 = step;
         entry.0.clone()
     }

@@ -11,6 +11,7 @@ use super::caps::Capabilities;
 use super::counters::{CounterCells, GpuCounters};
 use super::options::{FeatureMask, GpuOptions};
 use super::resident::Resident;
+use super::resource::{DeviceBuffer, ResourceId};
 use super::shader::{KernelVariant, LinearPath, WeightSource};
 
 /// An opened wgpu device with pagoda's capabilities and compiled pipelines.
@@ -51,6 +52,8 @@ impl DeviceHealth {
 /// A compiled kernel variant and the layout of its bind group 0.
 #[derive(Debug, Clone)]
 pub(crate) struct Kernel {
+    /// Names the pipeline in bind-group keys.
+    pub(crate) id: ResourceId,
     pub(crate) pipeline: wgpu::ComputePipeline,
     pub(crate) layout: wgpu::BindGroupLayout,
 }
@@ -197,7 +200,7 @@ impl GpuContext {
         label: &str,
         usage: wgpu::BufferUsages,
         bytes: u64,
-    ) -> Result<wgpu::Buffer, GpuError> {
+    ) -> Result<DeviceBuffer, GpuError> {
         self.resident().take_or_create(usage, bytes, |size| self.create_buffer(label, size, usage))
     }
 
@@ -236,7 +239,7 @@ impl GpuContext {
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Shader(format!("{label}: {err}")));
         }
-        let kernel = Kernel { layout: pipeline.get_bind_group_layout(0), pipeline };
+        let kernel = Kernel { id: ResourceId::fresh(), layout: pipeline.get_bind_group_layout(0), pipeline };
         self.count().pipeline_created();
         cache.insert(variant, kernel.clone());
         Ok(kernel)

@@ -141,7 +141,7 @@ impl Step<'_> {
             let params =
                 EmbedParams { tokens: u(t), d: u(table.cols()), row0: u(part.row0), rows: u(part.rows) };
             let grid = self.grid_1d(variant, t * table.cols());
-            let bindings = vec![
+            let bindings = [
                 Binding::tensor(slots::embed::IDS, ids),
                 Binding::new(slots::embed::W, &part.words),
                 Binding::tensor(slots::embed::OUT, out),
@@ -158,7 +158,7 @@ impl Step<'_> {
         out.expect("rms_norm out", Elem::F32, &[rows, d])?;
         let params = RmsNormParams { rows: u(rows), d: u(d), eps };
         let grid = self.grid_groups(rows);
-        let bindings = vec![
+        let bindings = [
             Binding::tensor(slots::rms_norm::X, x),
             Binding::tensor(slots::rms_norm::WEIGHT, weight),
             Binding::tensor(slots::rms_norm::OUT, out),
@@ -315,13 +315,14 @@ impl Step<'_> {
                 y0: u(col0),
                 eps,
             };
-            let mut bindings = vec![
+            let bindings = [
                 Binding::tensor(slots::linear::X, x),
                 Binding::new(slots::linear::W, &part.words),
                 Binding::tensor(slots::linear::Y, out),
-            ];
-            bindings.extend(bias.map(|b| Binding::tensor(slots::linear_bias::BIAS, b)));
-            bindings.extend(norm.map(|g| Binding::tensor(slots::linear_norm::NORM, g)));
+            ]
+            .into_iter()
+            .chain(bias.map(|b| Binding::tensor(slots::linear_bias::BIAS, b)))
+            .chain(norm.map(|g| Binding::tensor(slots::linear_norm::NORM, g)));
             self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())
@@ -341,7 +342,7 @@ impl Step<'_> {
         out.expect("gated mul out", Elem::F32, gate.shape())?;
         let n = gate.len();
         let grid = self.grid_1d(variant, n);
-        let bindings = vec![
+        let bindings = [
             Binding::tensor(slots::gated_mul::GATE, gate),
             Binding::tensor(slots::gated_mul::UP, up),
             Binding::tensor(slots::gated_mul::OUT, out),
@@ -353,7 +354,7 @@ impl Step<'_> {
     pub fn scale(&mut self, x: &Tensor, factor: f32) -> Result<(), GpuError> {
         let n = x.len();
         let grid = self.grid_1d(KernelVariant::Scale, n);
-        let bindings = vec![Binding::tensor(slots::scale::X, x)];
+        let bindings = [Binding::tensor(slots::scale::X, x)];
         self.dispatch(
             KernelVariant::Scale,
             &ElementwiseParams { n: u(n), d: 1, value: factor },
@@ -369,7 +370,7 @@ impl Step<'_> {
         }
         let n = x.len();
         let grid = self.grid_1d(KernelVariant::Softcap, n);
-        let bindings = vec![Binding::tensor(slots::softcap::X, x)];
+        let bindings = [Binding::tensor(slots::softcap::X, x)];
         self.dispatch(
             KernelVariant::Softcap,
             &ElementwiseParams { n: u(n), d: 1, value: cap },
@@ -384,7 +385,7 @@ impl Step<'_> {
         let n = x.len();
         let grid = self.grid_1d(KernelVariant::AddInPlace, n);
         let bindings =
-            vec![Binding::tensor(slots::add_in_place::X, x), Binding::tensor(slots::add_in_place::Y, y)];
+            [Binding::tensor(slots::add_in_place::X, x), Binding::tensor(slots::add_in_place::Y, y)];
         self.dispatch(
             KernelVariant::AddInPlace,
             &ElementwiseParams { n: u(n), d: 1, value: 0.0 },
@@ -402,7 +403,7 @@ impl Step<'_> {
         out.expect("gather_rows out", Elem::F32, &[r, d])?;
         let n = r * d;
         let grid = self.grid_1d(KernelVariant::GatherRows, n);
-        let bindings = vec![
+        let bindings = [
             Binding::tensor(slots::gather_rows::SRC, src),
             Binding::tensor(slots::gather_rows::INDICES, indices),
             Binding::tensor(slots::gather_rows::OUT, out),
@@ -457,15 +458,16 @@ impl Step<'_> {
             eps: qk_norm.map_or(0.0, |(_, eps)| eps),
         };
         let grid = self.grid_1d(variant, t * width / hd);
-        let mut bindings = vec![
+        let bindings = [
             Binding::tensor(slots::rope_cache::QKV, qkv),
             Binding::tensor(slots::rope_cache::POSITIONS, positions),
             Binding::tensor(slots::rope_cache::INV_FREQ, inv_freq),
             Binding::tensor(slots::rope_cache::SLOT_MAPPING, slot_mapping),
             Binding::buffer(slots::rope_cache::K_CACHE, kc),
             Binding::buffer(slots::rope_cache::V_CACHE, vc),
-        ];
-        bindings.extend(qk_norm.map(|(w, _)| Binding::tensor(slots::rope_cache_qk_norm::QK_NORM, w)));
+        ]
+        .into_iter()
+        .chain(qk_norm.map(|(w, _)| Binding::tensor(slots::rope_cache_qk_norm::QK_NORM, w)));
         self.dispatch(variant, &params, bindings, grid)
     }
 
@@ -537,7 +539,7 @@ impl Step<'_> {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
             AttentionPath::SplitKv => self.grid_groups(t * heads),
         };
-        let bindings = vec![
+        let bindings = [
             Binding::tensor(slots::attention::Q, q),
             Binding::buffer(slots::attention::K_CACHE, kc),
             Binding::buffer(slots::attention::V_CACHE, vc),
@@ -565,7 +567,7 @@ impl Step<'_> {
         values.expect("top_k values", Elem::F32, &[rows, k])?;
         ids.expect("top_k ids", Elem::U32, &[rows, k])?;
         let grid = self.grid_groups(rows);
-        let bindings = vec![
+        let bindings = [
             Binding::tensor(slots::top_k::LOGITS, logits),
             Binding::tensor(slots::top_k::VALUES, values),
             Binding::tensor(slots::top_k::IDS, ids),

@@ -4,6 +4,7 @@
 use super::GpuError;
 use super::caps::KvPrecision;
 use super::context::GpuContext;
+use super::resource::DeviceBuffer;
 use super::shader::{KvFormat, MAX_BLOCK_SIZE};
 
 /// Shape of the paged KV cache.
@@ -26,7 +27,7 @@ pub struct KvCacheShape {
 pub struct KvCache {
     shape: KvCacheShape,
     format: KvFormat,
-    pub(crate) layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    pub(crate) layers: Vec<(DeviceBuffer, DeviceBuffer)>,
 }
 
 impl KvCache {

@@ -59,6 +59,7 @@ mod kv_cache;
 mod options;
 mod pool;
 mod resident;
+mod resource;
 mod rope;
 pub mod shader;
 mod step;

@@ -6,12 +6,13 @@
 use super::GpuError;
 use super::bind_cache::{BindGroupCache, BindKey};
 use super::pool::{BufferPool, size_class};
+use super::resource::DeviceBuffer;
 
 /// The context's long-lived step resources, behind one lock.
 #[derive(Debug, Default)]
 pub(crate) struct Resident {
-    ring: Option<wgpu::Buffer>,
-    uploads: Option<wgpu::Buffer>,
+    ring: Option<DeviceBuffer>,
+    uploads: Option<DeviceBuffer>,
     binds: BindGroupCache,
     pool: BufferPool,
 }
@@ -22,8 +23,8 @@ impl Resident {
     pub(crate) fn params_ring(
         &mut self,
         bytes: u64,
-        create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
-    ) -> Result<wgpu::Buffer, GpuError> {
+        create: impl FnOnce(u64) -> Result<DeviceBuffer, GpuError>,
+    ) -> Result<DeviceBuffer, GpuError> {
         grown(&mut self.ring, bytes, create)
     }
 
@@ -31,8 +32,8 @@ impl Resident {
     pub(crate) fn uploads(
         &mut self,
         bytes: u64,
-        create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
-    ) -> Result<wgpu::Buffer, GpuError> {
+        create: impl FnOnce(u64) -> Result<DeviceBuffer, GpuError>,
+    ) -> Result<DeviceBuffer, GpuError> {
         grown(&mut self.uploads, bytes, create)
     }
 
@@ -40,7 +41,7 @@ impl Resident {
     pub(crate) fn bind_group(
         &mut self,
         key: BindKey,
-        create: impl FnOnce(&BindKey) -> wgpu::BindGroup,
+        create: impl FnOnce() -> wgpu::BindGroup,
     ) -> wgpu::BindGroup {
         self.binds.get_or_create(key, create)
     }
@@ -51,8 +52,8 @@ impl Resident {
         &mut self,
         usage: wgpu::BufferUsages,
         bytes: u64,
-        create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
-    ) -> Result<wgpu::Buffer, GpuError> {
+        create: impl FnOnce(u64) -> Result<DeviceBuffer, GpuError>,
+    ) -> Result<DeviceBuffer, GpuError> {
         match self.pool.take(usage, bytes) {
             Some(buffer) => Ok(buffer),
             None => create(size_class(bytes)),
@@ -60,7 +61,7 @@ impl Resident {
     }
 
     /// Returns a buffer from [`Self::take_or_create`] to the pool.
-    pub(crate) fn give_back(&mut self, usage: wgpu::BufferUsages, buffer: wgpu::Buffer) {
+    pub(crate) fn give_back(&mut self, usage: wgpu::BufferUsages, buffer: DeviceBuffer) {
         self.pool.give_back(usage, buffer);
     }
 
@@ -73,10 +74,10 @@ impl Resident {
 /// `slot`'s buffer, replaced by `create(size)` in the size class of `bytes` when missing or
 /// smaller.
 fn grown(
-    slot: &mut Option<wgpu::Buffer>,
+    slot: &mut Option<DeviceBuffer>,
     bytes: u64,
-    create: impl FnOnce(u64) -> Result<wgpu::Buffer, GpuError>,
-) -> Result<wgpu::Buffer, GpuError> {
+    create: impl FnOnce(u64) -> Result<DeviceBuffer, GpuError>,
+) -> Result<DeviceBuffer, GpuError> {
     match slot {
         Some(buffer) if buffer.size() >= bytes => Ok(buffer.clone()),
         _ => {

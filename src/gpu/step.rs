@@ -8,11 +8,13 @@
 //! row views share one group), and readback staging and scratch tensors come from its pool by size class.
 
 use std::num::NonZeroU64;
+use std::ops::Range;
 use std::time::Instant;
 
 use super::GpuError;
 use super::bind_cache::{BindKey, Binding};
 use super::context::{GpuContext, Kernel};
+use super::resource::DeviceBuffer;
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
 use super::shader::slots;
@@ -20,22 +22,22 @@ use super::tensor::{Elem, Tensor};
 
 /// A buffer range copied back to the CPU after the step.
 struct Readback {
-    buffer: wgpu::Buffer,
+    buffer: DeviceBuffer,
     size: u64,
 }
 
 /// Input bytes at `offset` of the step's uploads, copied to the start of `buffer`.
 struct Upload {
-    buffer: wgpu::Buffer,
+    buffer: DeviceBuffer,
     offset: u64,
     size: u64,
 }
 
 struct Dispatch {
-    variant: KernelVariant,
     kernel: Kernel,
     params_offset: u64,
-    bindings: Vec<Binding>,
+    /// Its range of [`Step::bindings`].
+    bindings: Range<usize>,
     groups: [u32; 3],
 }
 
@@ -58,11 +60,13 @@ pub struct Step<'a> {
     pub(crate) ctx: &'a GpuContext,
     started: Instant,
     dispatches: Vec<Dispatch>,
+    /// Every dispatch's bindings, one after another.
+    bindings: Vec<Binding>,
     params: Vec<u8>,
     uploads: Vec<u8>,
     copies: Vec<Upload>,
     readbacks: Vec<Readback>,
-    scratch: Vec<wgpu::Buffer>,
+    scratch: Vec<DeviceBuffer>,
 }
 
 /// The readbacks of a submitted step.
@@ -95,6 +99,7 @@ impl GpuContext {
             ctx: self,
             started: Instant::now(),
             dispatches: Vec::new(),
+            bindings: Vec::new(),
             params: Vec::new(),
             uploads: Vec::new(),
             copies: Vec::new(),
@@ -111,22 +116,25 @@ impl Step<'_> {
         &mut self,
         variant: KernelVariant,
         params: &P,
-        bindings: Vec<Binding>,
+        bindings: impl IntoIterator<Item = Binding>,
         groups: [u32; 3],
     ) -> Result<(), GpuError> {
         debug_assert_eq!(variant.params(), P::LAYOUT, "{} takes other parameters", variant.label());
+        let kernel = self.ctx.kernel(variant)?;
+        let first = self.bindings.len();
+        self.bindings.extend(bindings);
+        let bindings = first..self.bindings.len();
         debug_assert!(
-            bindings.iter().all(|b| variant.slots().named.iter().any(|&(_, slot)| slot == b.slot)),
+            has_slots(variant, &self.bindings[bindings.clone()]),
             "{} has no such binding slot",
             variant.label()
         );
-        let kernel = self.ctx.kernel(variant)?;
         let align = u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(1);
         let params_offset = (self.params.len() as u64).next_multiple_of(align);
         self.params.resize(params_offset as usize, 0);
         self.params.extend_from_slice(bytemuck::bytes_of(params));
         self.params.resize((params_offset + PARAMS_BYTES) as usize, 0);
-        self.dispatches.push(Dispatch { variant, kernel, params_offset, bindings, groups });
+        self.dispatches.push(Dispatch { kernel, params_offset, bindings, groups });
         Ok(())
     }
 
@@ -172,7 +180,7 @@ impl Step<'_> {
     }
 
     /// Copies the first `size` bytes of `buffer` back to the CPU after this step's dispatches.
-    pub(crate) fn read_buffer(&mut self, buffer: &wgpu::Buffer, size: u64) -> ReadbackId {
+    pub(crate) fn read_buffer(&mut self, buffer: &DeviceBuffer, size: u64) -> ReadbackId {
         self.readbacks.push(Readback { buffer: buffer.clone(), size });
         ReadbackId(self.readbacks.len() - 1)
     }
@@ -210,12 +218,11 @@ impl Step<'_> {
                     .dispatches
                     .into_iter()
                     .map(|d| {
-                        let key = BindKey {
-                            variant: d.variant,
-                            params: (ring.clone(), d.params_offset),
-                            bindings: d.bindings,
-                        };
-                        let group = resident.bind_group(key, |key| ctx.create_bind_group(key, &d.kernel));
+                        let bindings = &self.bindings[d.bindings];
+                        let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
+                        let group = resident.bind_group(key, || {
+                            ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
+                        });
                         (d.kernel, group, d.groups)
                     })
                     .collect();
@@ -275,28 +282,35 @@ impl Step<'_> {
 }
 
 impl GpuContext {
-    /// A new bind group of `kernel` for `key`, counted.
-    fn create_bind_group(&self, key: &BindKey, kernel: &Kernel) -> wgpu::BindGroup {
+    /// A new bind group of `kernel`, counted: its parameter block at `offset` of `ring`, then
+    /// each of `bindings`.
+    fn create_bind_group(
+        &self,
+        kernel: &Kernel,
+        ring: &DeviceBuffer,
+        offset: u64,
+        bindings: &[Binding],
+    ) -> wgpu::BindGroup {
         self.count().bind_group_created();
+        let params = wgpu::BindGroupEntry {
+            binding: slots::PARAMS,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: ring,
+                offset,
+                size: NonZeroU64::new(PARAMS_BYTES),
+            }),
+        };
+        let entries: Vec<_> = std::iter::once(params).chain(bindings.iter().map(Binding::entry)).collect();
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &kernel.layout,
-            entries: &bind_entries(key),
+            entries: &entries,
         })
     }
 }
 
-/// The entries of a bind group for `key`: its parameter block, then each bound resource.
-fn bind_entries(key: &BindKey) -> Vec<wgpu::BindGroupEntry<'_>> {
-    let (ring, offset) = &key.params;
-    let mut entries = vec![wgpu::BindGroupEntry {
-        binding: slots::PARAMS,
-        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: ring,
-            offset: *offset,
-            size: NonZeroU64::new(PARAMS_BYTES),
-        }),
-    }];
-    entries.extend(key.bindings.iter().map(Binding::entry));
-    entries
+/// True when every one of `bindings` is at a slot `variant` declares.
+fn has_slots(variant: KernelVariant, bindings: &[Binding]) -> bool {
+    let named = variant.slots().named;
+    bindings.iter().all(|b| named.iter().any(|&(_, slot)| slot == b.slot))
 }

@@ -3,6 +3,7 @@
 use super::GpuError;
 use super::bind_cache::Binding;
 use super::context::GpuContext;
+use super::resource::DeviceBuffer;
 
 /// Element type of a [`Tensor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub enum Elem {
 /// workspace sized for the largest step can serve every step.
 #[derive(Debug, Clone)]
 pub struct Tensor {
-    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) buffer: DeviceBuffer,
     shape: Vec<usize>,
     elem: Elem,
 }
@@ -75,7 +76,7 @@ impl Tensor {
     }
 
     /// A tensor of `shape` over `buffer`, which holds at least its elements.
-    pub(crate) fn from_buffer(buffer: wgpu::Buffer, shape: &[usize], elem: Elem) -> Tensor {
+    pub(crate) fn from_buffer(buffer: DeviceBuffer, shape: &[usize], elem: Elem) -> Tensor {
         Tensor { buffer, shape: shape.to_vec(), elem }
     }
 
@@ -187,7 +188,7 @@ impl GpuContext {
         label: &str,
         size: u64,
         usage: wgpu::BufferUsages,
-    ) -> Result<wgpu::Buffer, GpuError> {
+    ) -> Result<DeviceBuffer, GpuError> {
         self.count().buffer_created();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -198,7 +199,7 @@ impl GpuContext {
         });
         match pollster::block_on(scope.pop()) {
             Some(err) => Err(GpuError::OutOfMemory(format!("{label} of {size} bytes: {err}"))),
-            None => Ok(buffer),
+            None => Ok(DeviceBuffer::new(buffer)),
         }
     }
 }

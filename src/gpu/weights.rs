@@ -4,6 +4,7 @@
 use super::GpuError;
 use super::bind_cache::Bound;
 use super::context::GpuContext;
+use super::resource::ResourceId;
 use super::shader::{WEIGHT_TEXELS, WeightSource};
 use crate::dtype::DType;
 
@@ -69,7 +70,7 @@ impl Weight {
     /// Where the kernels read its words from.
     pub fn source(&self) -> WeightSource {
         match self.parts.first().map(|p| &p.words) {
-            Some(Bound::Texture(_)) => WeightSource::Texture,
+            Some(Bound::Texture(..)) => WeightSource::Texture,
             _ => WeightSource::Buffer,
         }
     }
@@ -262,6 +263,6 @@ impl GpuContext {
             rows_per_image: Some(rows as u32),
         };
         self.queue.write_texture(texture.as_image_copy(), &data, layout, size);
-        Ok(Bound::Texture(texture.create_view(&wgpu::TextureViewDescriptor::default())))
+        Ok(Bound::Texture(ResourceId::fresh(), texture.create_view(&wgpu::TextureViewDescriptor::default())))
     }
 }

@@ -32,7 +32,24 @@ macro_rules! binding_slots {
                 named: &[$((stringify!($name), $name),)*],
             };
         }
-    )*};
+    )*
+        /// One past the largest slot of any kernel ([`PARAMS`] included): a bind group's
+        /// resources fit an array this long, indexed by slot.
+        pub const COUNT: usize = one_past_largest(&[PARAMS, $($($slot,)*)*]);
+    };
+}
+
+/// One past the largest of `slots`.
+const fn one_past_largest(slots: &[u32]) -> usize {
+    let mut end = 0;
+    let mut i = 0;
+    while i < slots.len() {
+        if slots[i] as usize + 1 > end {
+            end = slots[i] as usize + 1;
+        }
+        i += 1;
+    }
+    end
 }
 
 binding_slots! {
