@@ -1,48 +1,49 @@
-// K-split GEMV (decode on GPUs): one workgroup per output; invocation t sums the 8-wide groups
-// t, t + WG, ... of K in order (invocation 0 then the last k % 8 weights), and a fixed tree
-// adds the WG partial sums (for a gated weight the up row's sums too). linear_gemm.wgsl
+// K-split GEMV (decode on GPUs): a workgroup computes TN outputs of one row (TN weight rows
+// read against one load of the activations, a gate and an up row each for a gated weight);
+// invocation t sums the 8-wide groups t, t + WG, ... of K in order (invocation 0 then the last
+// k % 8 weights), and a fixed tree adds the WG partial sums of each output. linear_gemm.wgsl
 // computes prefill tiles in the same order, so a decode row and the same row in a prefill
-// batch have the same bits. Lines starting with GATED are kept only for a gated weight and
-// lines starting with PLAIN only for a plain one (see the docs of src/gpu/shader.rs).
-var<workgroup> red: array<f32, GATES * WG>;
+// batch have the same bits. Lines starting with GATED are kept only for a gated weight, PLAIN
+// only for a plain one, and COLS lines repeat per output (see the docs of src/gpu/shader.rs).
+var<workgroup> red: array<f32, TN * GATES * WG>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let n = wid.z * P.nx + wid.x;
+    let n = (wid.z * P.nx + wid.x) * TN;
     let m = wid.y;
     let row_words = w_row_words(P.k);
-    let rb = min(n, P.n_part - 1u) * row_words;
-    GATED let ru = rb + P.n_part * row_words;
+    COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
+    GATED COLS let ru_C = rb_C + P.n_part * row_words;
     let xr = x_row(m, 0u);
     row_scales(m, t);
     let scale = row_scale(0u);
-    var acc = 0.0;
-    GATED var up = 0.0;
+    COLS var acc_C = 0.0;
+    GATED COLS var up_C = 0.0;
     let groups = P.k / 8u;
     for (var g = t; g < groups; g += WG) {
         let x = input8(load_x8_direct(xr + 8u * g), scale, 8u * g);
-        acc = dot8(x, w_group(rb, g), acc);
-        GATED up = dot8(x, w_group(ru, g), up);
+        COLS acc_C = dot8(x, w_group(rb_C, g), acc_C);
+        GATED COLS up_C = dot8(x, w_group(ru_C, g), up_C);
     }
     if (t == 0u) {
         for (var k = groups * 8u; k < P.k; k++) {
             let x = input1(X[xr + k], scale, k);
-            acc = fma(x, w_elem(rb, k), acc);
-            GATED up = fma(x, w_elem(ru, k), up);
+            COLS acc_C = fma(x, w_elem(rb_C, k), acc_C);
+            GATED COLS up_C = fma(x, w_elem(ru_C, k), up_C);
         }
     }
-    red[t] = acc;
-    GATED red[WG + t] = up;
+    COLS red[CCu * WG + t] = acc_C;
+    GATED COLS red[(TN + CCu) * WG + t] = up_C;
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
         if (t < s) {
-            for (var r = 0u; r < GATES; r++) {
+            for (var r = 0u; r < TN * GATES; r++) {
                 red[r * WG + t] = red[r * WG + t] + red[r * WG + t + s];
             }
         }
     }
-    if (t == 0u && m < P.m && n < P.n_part) {
-        PLAIN emit(m, n, red[0]);
-        GATED emit_gated(m, n, red[0], red[WG]);
+    if (t == 0u && m < P.m) {
+        PLAIN COLS if (n + CCu < P.n_part) { emit(m, n + CCu, red[CCu * WG]); }
+        GATED COLS if (n + CCu < P.n_part) { emit_gated(m, n + CCu, red[CCu * WG], red[(TN + CCu) * WG]); }
     }
 }

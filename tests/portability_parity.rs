@@ -3,7 +3,7 @@
 //! discrete GPU gets (K-split linear, split-KV attention). Each configuration
 //! is built as explicit [`GpuOptions`] and must
 //! - decode two fixture prompts of `greedy_fp32` together for 16 tokens (8 with the discrete-GPU
-//!   kernels, whose workgroup per output makes a step of two rows take seconds on lavapipe)
+//!   kernels, whose 64-lane workgroups make a step of two rows take seconds on lavapipe)
 //!   with an f32 KV cache, token for token equal to the fp32 reference, and
 //! - be bitwise batch-invariant within itself: with an f16 KV cache (`vec2<f16>` where
 //!   shader-f16 is on, packed u32 words where it is masked), the short prompt's last-position

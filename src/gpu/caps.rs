@@ -164,8 +164,9 @@ impl Capabilities {
     pub fn variant_summary(&self) -> String {
         let linear = match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output and a fixed tree ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
+                "linear: k-split, {} invocations per output and a fixed tree, decode reading {} weight rows a workgroup ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
                 super::shader::LINEAR_WG,
+                super::shader::LINEAR_KSPLIT_COLS,
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" },
                 self.gemm_max_rows(),
                 match (self.forced_gemm_rows, self.is_discrete) {

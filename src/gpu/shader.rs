@@ -92,8 +92,8 @@ pub enum LinearPath {
         /// Subgroup size the variant is built for, or `None` for plain loads.
         subgroup: Option<u32>,
     },
-    /// One workgroup of `WG` invocations per output, K split across them and a fixed tree
-    /// reduction (fast on discrete GPUs for decode).
+    /// K split across a workgroup of `WG` invocations and a fixed tree reduction per output,
+    /// [`LINEAR_KSPLIT_COLS`] weight rows a workgroup (fast on discrete GPUs for decode).
     KSplit,
 }
 
@@ -234,9 +234,10 @@ pub const LINEAR_WG: u32 = 64;
 pub const LINEAR_GEMM_BANDS: u32 = 4;
 /// Invocations per workgroup of the K-split prefill GEMM.
 pub const LINEAR_GEMM_WG: u32 = LINEAR_WG * LINEAR_GEMM_BANDS;
-/// Weight rows a K-split prefill tile reads (its output columns, or half as many columns of a
-/// gated weight, each with a gate and an up row): one per band when the bands stage a chunk
-/// of the tile together, so it equals [`LINEAR_GEMM_BANDS`].
+/// Weight rows a K-split workgroup reads (its output columns, or half as many columns of a
+/// gated weight, each with a gate and an up row): in the prefill GEMM one per band when the
+/// bands stage a chunk of the tile together, so it equals [`LINEAR_GEMM_BANDS`]; the decode
+/// GEMV reads as many against one load of the activations.
 pub const LINEAR_KSPLIT_COLS: u32 = LINEAR_GEMM_BANDS;
 /// Invocations per workgroup of the sequential linear kernels (small, so that decode-sized
 /// layers still give every CPU thread a workgroup).
@@ -456,9 +457,7 @@ impl KernelVariant {
             Self::Linear { path: LinearPath::Sequential { .. }, epilogue, .. } => {
                 LINEAR_SEQ_COLS / gates(epilogue)
             }
-            Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } if *rows_tile > 1 => {
-                LINEAR_KSPLIT_COLS / gates(epilogue)
-            }
+            Self::Linear { path: LinearPath::KSplit, epilogue, .. } => LINEAR_KSPLIT_COLS / gates(epilogue),
             _ => 1,
         }
     }
@@ -481,9 +480,7 @@ impl KernelVariant {
     pub fn workgroup_bytes(&self) -> u32 {
         let norm = self.normed_rows().map_or(0, |rows| 4 * rows * (WORKGROUP_SIZE + 1));
         let body = match *self {
-            Self::Linear { path: LinearPath::KSplit, rows_tile: 1, epilogue, .. } => {
-                4 * LINEAR_WG * if epilogue.is_gated() { 2 } else { 1 }
-            }
+            Self::Linear { path: LinearPath::KSplit, rows_tile: 1, .. } => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS,
             Self::Linear { path: LinearPath::KSplit, rows_tile, .. } => 16 * gemm_tile_vec4s(rows_tile),
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)

@@ -237,15 +237,22 @@ impl KernelVariant {
                     if epilogue.is_gated() { 2 } else { 1 },
                     "LinearEpilogue::is_gated (gate and up rows)",
                 );
+                let tn = Injected::new(
+                    "TN",
+                    self.columns_tile(),
+                    match path {
+                        LinearPath::Sequential { .. } => {
+                            "KernelVariant::columns_tile (shader::LINEAR_SEQ_COLS rows)"
+                        }
+                        LinearPath::KSplit => {
+                            "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)"
+                        }
+                    },
+                );
                 match path {
-                    LinearPath::Sequential { .. } => {
-                        let from = "KernelVariant::columns_tile (shader::LINEAR_SEQ_COLS rows)";
-                        out.extend([tm, Injected::new("TN", self.columns_tile(), from)]);
-                    }
-                    LinearPath::KSplit if rows_tile == 1 => out.push(gates),
+                    LinearPath::Sequential { .. } => out.extend([tm, tn]),
+                    LinearPath::KSplit if rows_tile == 1 => out.extend([tn, gates]),
                     LinearPath::KSplit => {
-                        let from = "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)";
-                        let tn = Injected::new("TN", self.columns_tile(), from);
                         let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
                         let tile =
                             Injected::new("TILE", gemm_tile_vec4s(rows_tile), "shader::gemm_tile_vec4s");
