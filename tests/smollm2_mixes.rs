@@ -55,36 +55,65 @@ fn expected_types(mix: &str) -> &'static [&'static str] {
     }
 }
 
-#[test]
-fn every_mix_loads_and_generates_the_reference_tokens() {
+/// `mix` loads with its stored types, and its greedy continuation of every reference prompt is
+/// the reference's up to the first step whose margin is below [`MIN_MARGIN`].
+fn generates_the_reference_tokens(mix: &str) {
     let reference = reference();
     let tokens = reference["tokens"].as_u64().unwrap() as usize;
-    for (mix, entry) in reference["mixes"].as_object().unwrap() {
-        let path = mix_path(mix);
-        let files = ModelFiles::open(&path).unwrap();
-        let mut types: Vec<&str> =
-            files.weights.tensors().map(|t| t.dtype.name()).filter(|&name| name != "f32").collect();
-        types.sort_unstable();
-        types.dedup();
-        assert_eq!(types, expected_types(mix), "{mix}: stored types");
-        let mut engine = Engine::builder().model(&path).kv_cache_dtype(KvCacheDtype::F32).build().unwrap();
-        let cases = entry["cases"].as_array().unwrap();
-        let prompts: Vec<Prompt> = cases.iter().map(|c| Prompt::TokenIds(ids(&c["prompt_ids"]))).collect();
-        let params = SamplingParams { temperature: 0.0, max_tokens: tokens, ..SamplingParams::default() };
-        let completions = engine.generate(prompts, &params).unwrap();
-        for (case, completion) in cases.iter().zip(&completions) {
-            let expected = ids(&case["generated_ids"]);
-            let margins: Vec<f64> =
-                case["step_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
-            let checked = margins.iter().position(|&m| m < MIN_MARGIN).unwrap_or(expected.len());
-            assert_eq!(
-                completion.token_ids[..checked.min(completion.token_ids.len())],
-                expected[..checked],
-                "{mix} prompt {}",
-                case["id"]
-            );
-        }
+    let entry = &reference["mixes"][mix];
+    let path = mix_path(mix);
+    let files = ModelFiles::open(&path).unwrap();
+    let mut types: Vec<&str> =
+        files.weights.tensors().map(|t| t.dtype.name()).filter(|&name| name != "f32").collect();
+    types.sort_unstable();
+    types.dedup();
+    assert_eq!(types, expected_types(mix), "{mix}: stored types");
+    let mut engine = Engine::builder().model(&path).kv_cache_dtype(KvCacheDtype::F32).build().unwrap();
+    let cases = entry["cases"].as_array().unwrap();
+    let prompts: Vec<Prompt> = cases.iter().map(|c| Prompt::TokenIds(ids(&c["prompt_ids"]))).collect();
+    let params = SamplingParams { temperature: 0.0, max_tokens: tokens, ..SamplingParams::default() };
+    let completions = engine.generate(prompts, &params).unwrap();
+    for (case, completion) in cases.iter().zip(&completions) {
+        let expected = ids(&case["generated_ids"]);
+        let margins: Vec<f64> =
+            case["step_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
+        let checked = margins.iter().position(|&m| m < MIN_MARGIN).unwrap_or(expected.len());
+        assert_eq!(
+            completion.token_ids[..checked.min(completion.token_ids.len())],
+            expected[..checked],
+            "{mix} prompt {}",
+            case["id"]
+        );
     }
+}
+
+/// One test per mix, so that the test harness's threads share them out.
+macro_rules! mix_tests {
+    ($($test:ident => $mix:literal),* $(,)?) => {
+        /// The mixes tested one by one below.
+        const MIXES: &[&str] = &[$($mix),*];
+        $(#[test] fn $test() { generates_the_reference_tokens($mix); })*
+    };
+}
+
+mix_tests! {
+    q4_k_m_generates_the_reference_tokens => "Q4_K_M",
+    q5_k_m_generates_the_reference_tokens => "Q5_K_M",
+    q6_k_generates_the_reference_tokens => "Q6_K",
+    q3_k_m_generates_the_reference_tokens => "Q3_K_M",
+    iq4_xs_generates_the_reference_tokens => "IQ4_XS",
+    q5_0_generates_the_reference_tokens => "Q5_0",
+    q2_k_generates_the_reference_tokens => "Q2_K",
+}
+
+#[test]
+fn every_mix_of_the_reference_has_its_test() {
+    let reference = reference();
+    let mut held: Vec<&str> = reference["mixes"].as_object().unwrap().keys().map(String::as_str).collect();
+    let mut tested = MIXES.to_vec();
+    held.sort_unstable();
+    tested.sort_unstable();
+    assert_eq!(held, tested);
 }
 
 #[test]
