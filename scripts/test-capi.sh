@@ -10,12 +10,12 @@ target="${CARGO_TARGET_DIR:-target}"
 # The library under the C ABI without default features (no server, visualizer, tokio or
 # winit), as `-p pagoda-capi` builds it for hosts: it and the C ABI pass clippy.
 cargo clippy -p pagoda-capi --all-targets -- -D warnings
-# The sanitizer runs link the C ABI built with the features `cargo test` builds the library
-# with (the default ones and the test fixtures), so they reuse its builds: the lean feature
-# set's dependencies, compiled again, took 4.5 minutes on two cores. The C ABI's code is the
-# same either way.
+# The sanitizer runs link the C ABI built as `cargo test` builds the library (the default
+# features, the test fixtures, and through `--all-targets` the dependencies' features as the
+# dev-dependencies unify them), so they reuse its builds: the lean feature set's dependencies,
+# compiled again, took 4.5 minutes on two cores. The C ABI's code is the same either way.
 workspace=(--workspace --features pagoda/testing)
-cargo build "${workspace[@]}"
+cargo build "${workspace[@]}" --all-targets
 cargo test "${workspace[@]}" --test header
 lib="$(realpath "$target/debug")"
 out="$target/capi"

@@ -64,9 +64,11 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # K-split kernels to kernels_reference.
 PAGODA_ATTENTION=split-kv cargo test --test model_families
 
-# The official openai Python package against `pagoda serve` on the default model (the
-# binary as `cargo test` built it, with the test fixtures, and the C ABI's library).
-cargo build --workspace --features pagoda/testing
+# The official openai Python package against `pagoda serve` on the default model: the binary
+# (with the test fixtures) and the C ABI's library as the test run built them. `--all-targets`
+# keeps the dev-dependencies in the feature resolution; without them num-traits loses
+# proptest's `libm`, and naga, wgpu, egui and what depends on them compile again.
+cargo build --workspace --all-targets --features pagoda/testing
 python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # Structured outputs and tool calls through it: 200 schema-constrained replies validated by
 # the jsonschema package, regex/choice/grammar replies, tool call round trips.
