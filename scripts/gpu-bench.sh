@@ -2,8 +2,8 @@
 # The GPU benchmark: decode at batch 1, 8, 32 and 128 (128-token prompts, 32 tokens each),
 # prefill of 512 and 2048 tokens, and the kernel bench, on random-weight models of real shapes
 # (the default model's, Llama 3.2 1B's and Llama 2 7B's; Q4_K, Q8_0, F16) that the binary
-# writes where it runs. Prints tok/s, host time per step, dispatches per step, and the weights'
-# GB/s as a share of the adapter's memory bandwidth.
+# writes where it runs. Prints tok/s, host time per step (median), dispatches per step, and the
+# weights' GB/s as a share of the adapter's memory bandwidth.
 #
 #   scripts/gpu-bench.sh build                # here: release binaries into target/gpu-bench/
 #   scripts/gpu-bench.sh run BANDWIDTH_GB_S   # on the GPU machine (needs no cargo, no network)
@@ -67,7 +67,7 @@ run() {
             local b=${counts[$n]} itl ttft host disp
             n=$((n + 1))
             itl=$(field itl_mean_s "$report")
-            host=$(field host_us_per_step "$report")
+            host=$(field host_us_p50 "$report")
             disp=$(field dispatches_per_step "$report")
             ttft=$(field ttft_p50_s "$report")
             awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$b" -v itl="$itl" -v ttft="$ttft" \
@@ -89,7 +89,7 @@ run() {
                 report=$(PAGODA_GEMM_ROWS=${tile#auto} "$bin" bench "${flags[@]}" --model "$file" \
                     --num-requests 1 --input-len "$len" --output-len 1 --max-num-batched-tokens "$len")
                 ttft=$(field ttft_p50_s "$report")
-                host=$(field host_us_per_step "$report")
+                host=$(field host_us_p50 "$report")
                 disp=$(field dispatches_per_step "$report")
                 awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v label="$label" -v len="$len" -v ttft="$ttft" \
                     -v host="$host" -v disp="$disp" 'BEGIN {

@@ -643,7 +643,10 @@ fn print_report(report: &WorkloadReport) {
         println!("{name:<32} {value}");
     }
     if let Some(d) = &report.device {
-        println!("{:<32} {:.0} us", "host time per step", d.host_us_per_step);
+        println!(
+            "{:<32} {:.0} us / {:.0} us",
+            "host time per step mean / p50", d.host_us_per_step, d.host_us_p50
+        );
         println!("{:<32} {:.1}", "dispatches per step", d.dispatches_per_step);
         println!(
             "{:<32} {} / {} / {}",

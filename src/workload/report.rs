@@ -1,6 +1,7 @@
 //! What a workload run measured, and the latency bookkeeping every runner shares.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +62,10 @@ pub struct WorkloadReport {
 pub struct DeviceReport {
     /// Host time recording and submitting a step, mean, microseconds.
     pub host_us_per_step: f64,
+    /// The same, median over the engine steps that ran one device step each: on a shared
+    /// machine one descheduled step moves the mean, not this.
+    #[serde(default)]
+    pub host_us_p50: f64,
     /// Compute dispatches per step, mean.
     pub dispatches_per_step: f64,
     /// Pipelines built during the run (none once the warm-up has built every one).
@@ -72,10 +77,15 @@ pub struct DeviceReport {
 }
 
 impl DeviceReport {
-    /// The report of the device counters `c`, taken over a run.
-    pub fn of(c: &GpuCounters) -> Self {
+    /// The report of the device counters `c`, taken over a run, and `step_host_times`, the
+    /// host time of each engine step that ran one device step.
+    pub fn of(c: &GpuCounters, step_host_times: &[Duration]) -> Self {
+        let mut sorted = step_host_times.to_vec();
+        sorted.sort_unstable();
+        let p50 = sorted.get(sorted.len() / 2).map_or(0.0, |t| t.as_secs_f64() * 1e6);
         Self {
             host_us_per_step: c.host_us_per_step(),
+            host_us_p50: p50,
             dispatches_per_step: if c.steps == 0 { 0.0 } else { c.dispatches as f64 / c.steps as f64 },
             pipelines_created: c.pipelines_created,
             buffers_created: c.buffers_created,
@@ -213,4 +223,25 @@ pub fn percentile(values: &mut [f64], fraction: f64) -> f64 {
     values.sort_by(f64::total_cmp);
     let rank = (fraction * values.len() as f64).ceil() as usize;
     values[rank.clamp(1, values.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_report_has_the_mean_over_steps_and_the_median_step() {
+        let counters = GpuCounters {
+            steps: 4,
+            dispatches: 980,
+            host_time: Duration::from_micros(2000),
+            ..GpuCounters::default()
+        };
+        let steps = [400, 300, 1000, 300].map(Duration::from_micros);
+        let report = DeviceReport::of(&counters, &steps);
+        assert_eq!(report.host_us_per_step, 500.0);
+        assert_eq!(report.host_us_p50, 400.0);
+        assert_eq!(report.dispatches_per_step, 245.0);
+        assert_eq!(DeviceReport::of(&GpuCounters::default(), &[]).host_us_p50, 0.0);
+    }
 }

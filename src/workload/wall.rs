@@ -15,6 +15,8 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     pending.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
     let before = engine.metrics().scheduler;
     let device_before = engine.device_counters();
+    let mut device_last = device_before;
+    let mut step_host_times = Vec::new();
     let start = Instant::now();
     let mut latencies = Latencies::default();
     let mut counts = RunCounts { num_requests: workload.arrivals.len(), ..RunCounts::default() };
@@ -36,6 +38,13 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
         if engine.has_unfinished_requests() {
             let outputs = engine.step()?;
             let now = start.elapsed().as_secs_f64();
+            if let (Some(after), Some(last)) = (engine.device_counters(), device_last) {
+                let step = after.since(&last);
+                if step.steps == 1 {
+                    step_host_times.push(step.host_time);
+                }
+                device_last = Some(after);
+            }
             peak_usage = peak_usage.max(engine.scheduler().kv_cache_manager().usage());
             for output in outputs {
                 latencies.record(output.request_id, output.new_token_ids.len(), now);
@@ -55,7 +64,7 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let mut report =
         WorkloadReport::new(&workload.name, &counts, start.elapsed().as_secs_f64(), &latencies, &stats);
     if let (Some(after), Some(before)) = (engine.device_counters(), device_before) {
-        report.device = Some(DeviceReport::of(&after.since(&before)));
+        report.device = Some(DeviceReport::of(&after.since(&before), &step_host_times));
     }
     Ok(report)
 }
