@@ -24,16 +24,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var b = 0u; b < blocks; b++) {
         COLS let w_C = w_block(rb_C, b);
         GATED COLS let u_C = w_block(ru_C, b);
-        ROWS let x_R = input8(load_x8(xr_R + 32u * b, lane), s_R, 32u * b);
+        ROWS let x_R = load_x8(xr_R + 32u * b, 32u * b, s_R, lane);
         ROWS COLS acc_R_C = dot8(x_R, w_C.g0, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(x_R, u_C.g0, up_R_C);
-        ROWS let y_R = input8(load_x8(xr_R + 32u * b + 8u, lane), s_R, 32u * b + 8u);
+        ROWS let y_R = load_x8(xr_R + 32u * b + 8u, 32u * b + 8u, s_R, lane);
         ROWS COLS acc_R_C = dot8(y_R, w_C.g1, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(y_R, u_C.g1, up_R_C);
-        ROWS let z_R = input8(load_x8(xr_R + 32u * b + 16u, lane), s_R, 32u * b + 16u);
+        ROWS let z_R = load_x8(xr_R + 32u * b + 16u, 32u * b + 16u, s_R, lane);
         ROWS COLS acc_R_C = dot8(z_R, w_C.g2, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(z_R, u_C.g2, up_R_C);
-        ROWS let v_R = input8(load_x8(xr_R + 32u * b + 24u, lane), s_R, 32u * b + 24u);
+        ROWS let v_R = load_x8(xr_R + 32u * b + 24u, 32u * b + 24u, s_R, lane);
         ROWS COLS acc_R_C = dot8(v_R, w_C.g3, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(v_R, u_C.g3, up_R_C);
     }
@@ -41,7 +41,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var g = blocks * 4u; g < groups; g++) {
         COLS let w_C = w_group(rb_C, g);
         GATED COLS let u_C = w_group(ru_C, g);
-        ROWS let x_R = input8(load_x8(xr_R + 8u * g, lane), s_R, 8u * g);
+        ROWS let x_R = load_x8(xr_R + 8u * g, 8u * g, s_R, lane);
         ROWS COLS acc_R_C = dot8(x_R, w_C, acc_R_C);
         GATED ROWS COLS up_R_C = dot8(x_R, u_C, up_R_C);
     }

@@ -103,8 +103,9 @@ impl Capabilities {
 
     /// True when the RMSNorm before a linear layer is fused into it: on the K-split path, whose
     /// workgroup computes a row's scale once for all its invocations; not on the sequential
-    /// path, where every invocation would norm its rows again for its few columns (slower on
-    /// CPU drivers than the norm's own dispatch).
+    /// path, where every invocation would norm its rows again for its few columns (on
+    /// lavapipe a decode step of the default model then takes 10–15% longer on the device,
+    /// for a quarter fewer dispatches and a fifth less host time).
     pub fn fuses_norms(&self) -> bool {
         match self.forced_norm {
             Some(strategy) => strategy == NormStrategy::Fused,
