@@ -1,6 +1,7 @@
 // y[m, y0 + n0 + n] = sum_k x[m, k] * w[n, k] for one part of a row-split weight, written by
-// the epilogue composed after this file (`emit`, or `emit_gated` for a gated weight, whose
-// part holds its gate rows and then as many up rows). Every output is one fma chain over k in
+// the epilogue composed after this file (`emit`; `emit_gated` for a gated weight, whose
+// part holds its gate rows and then as many up rows; `emit_pair` for the rotary epilogue,
+// which takes two neighbouring columns at once). Every output is one fma chain over k in
 // ascending order, whatever the path, row tile and epilogue. The kernels read x through the
 // input functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as stored
 // (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
@@ -13,6 +14,9 @@ struct LinearParams {
     nx: u32,
     y0: u32,
     eps: f32,
+    heads: u32,
+    kv_heads: u32,
+    hd: u32,
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;

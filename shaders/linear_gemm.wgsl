@@ -5,8 +5,8 @@
 // LANES / 2, ..., 1), so each output has the bits of a decode row (linear_ksplit.wgsl).
 // Each chunk of LANES groups of the tile's TN columns (gate and up rows for a gated weight)
 // is dequantized once into workgroup memory, one group an invocation, and read by every band:
-// a weight group is dequantized once per BANDS * TM rows. Lines starting with ROWS / COLS,
-// GATED / PLAIN are expanded by the composer as in the other linear kernels.
+// a weight group is dequantized once per BANDS * TM rows. Lines starting with ROWS / COLS /
+// PAIRS, GATED / PAIRED / PLAIN are expanded by the composer as in the other linear kernels.
 const LANES: u32 = WG / BANDS;
 // Weight rows of a tile, one per band when staging: TN columns, twice for a gated weight.
 const WROWS: u32 = TN * GATES;
@@ -98,5 +98,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (lane == 0u) {
         PLAIN ROWS COLS if (mr + RRu < P.m && n + CCu < P.n_part) { emit(mr + RRu, n + CCu, acc_R_C); }
         GATED ROWS COLS if (mr + RRu < P.m && n + CCu < P.n_part) { emit_gated(mr + RRu, n + CCu, acc_R_C, up_R_C); }
+        PAIRED ROWS PAIRS if (mr + RRu < P.m && n + CCu < P.n_part) { emit_pair(mr + RRu, n + CCu, acc_R_C, acc_R_D); }
     }
 }

@@ -3,8 +3,9 @@
 // invocation t sums the 8-wide groups t, t + WG, ... of K in order (invocation 0 then the last
 // k % 8 weights), and a fixed tree adds the WG partial sums of each output. linear_gemm.wgsl
 // computes prefill tiles in the same order, so a decode row and the same row in a prefill
-// batch have the same bits. Lines starting with GATED are kept only for a gated weight, PLAIN
-// only for a plain one, and COLS lines repeat per output (see the docs of src/gpu/shader.rs).
+// batch have the same bits. Lines starting with GATED are kept only for a gated weight, PAIRED
+// only for an epilogue of column pairs, PLAIN only for the others; COLS lines repeat per output
+// and PAIRS lines per pair of outputs (see the docs of src/gpu/shader.rs).
 var<workgroup> red: array<f32, TN * GATES * WG>;
 
 @compute @workgroup_size(WG)
@@ -45,5 +46,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (t == 0u && m < P.m) {
         PLAIN COLS if (n + CCu < P.n_part) { emit(m, n + CCu, red[CCu * WG]); }
         GATED COLS if (n + CCu < P.n_part) { emit_gated(m, n + CCu, red[CCu * WG], red[(TN + CCu) * WG]); }
+        PAIRED PAIRS if (n + CCu < P.n_part) { emit_pair(m, n + CCu, red[CCu * WG], red[DDu * WG]); }
     }
 }

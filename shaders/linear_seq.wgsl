@@ -6,7 +6,9 @@
 // load TM rows. Lines starting with ROWS / COLS are repeated by the composer for rows 0..TM
 // (`_R`, `RR` become the row number) and columns 0..TN (`_C`, `CC` become the column number),
 // so accumulators are plain registers; lines starting with GATED are kept only for a gated
-// weight and lines starting with PLAIN only for a plain one (see the docs of src/gpu/shader.rs).
+// weight, PAIRED only for an epilogue taking two columns at once (PAIRS repeats the line per
+// column pair: `CC`, `_C` the first, `DD`, `_D` the second) and PLAIN only for the others
+// (see the docs of src/gpu/shader.rs).
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 LANE_ARG) {
     LANE_LET
@@ -54,4 +56,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     PLAIN ROWS COLS if (m0 + RRu < P.m && n + CCu < P.n_part) { emit(m0 + RRu, n + CCu, acc_R_C); }
     GATED ROWS COLS if (m0 + RRu < P.m && n + CCu < P.n_part) { emit_gated(m0 + RRu, n + CCu, acc_R_C, up_R_C); }
+    PAIRED ROWS PAIRS if (m0 + RRu < P.m && n + CCu < P.n_part) { emit_pair(m0 + RRu, n + CCu, acc_R_C, acc_R_D); }
 }

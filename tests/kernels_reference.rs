@@ -181,6 +181,114 @@ fn fused_epilogues_and_norms_equal_the_separate_kernels_bit_for_bit() {
     }
 }
 
+/// RoPE and the K/V write in the Q/K/V projection's epilogue (`linear_rope_cache`) give the
+/// bits of `linear_into` then `rope_cache`, in the Q/K/V row and in both pools, for the weight
+/// types of the fused-norm test and the default model's Q4_1 (the epilogue never sees the
+/// weight type) on the adapter's own kernels and on the K-split ones (GEMV and GEMM), with f32 and f16
+/// pools, at a decode row and prefill batches, a concatenated weight or one weight a head kind
+/// at its own columns, and normed inputs; tokens with no slot write no cache. A fused row
+/// alone equals the same row in a batch of 64.
+#[test]
+fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
+    let (heads, kv_heads, hd, block) = (4, 2, 16, 16);
+    let width = (heads + 2 * kv_heads) * hd;
+    let eps = 1e-5;
+    for c in [ctx(), gpu_class_ctx()] {
+        for dtype in [DType::Q4_1].into_iter().chain(NORMED_TYPES) {
+            let k = if dtype.block_len() == 256 { 512 } else { 96 };
+            let bytes = quantize(dtype, &Rng::new(31).vec(width * k));
+            let fused_w = c.upload_weight("qkv", dtype, width, k, &bytes).unwrap();
+            let row_bytes = bytes.len() / width;
+            let per_kind: Vec<(Weight, usize)> =
+                [(0, heads * hd), (heads * hd, kv_heads * hd), ((heads + kv_heads) * hd, kv_heads * hd)]
+                    .into_iter()
+                    .map(|(col0, rows)| {
+                        let part = &bytes[col0 * row_bytes..(col0 + rows) * row_bytes];
+                        (c.upload_weight("part", dtype, rows, k, part).unwrap(), col0)
+                    })
+                    .collect();
+            let layouts: [&[(Weight, usize)]; 2] = [&[(fused_w, 0)], &per_kind];
+            let norm_t = c.upload_f32(&[k], &Rng::new(32).vec(k)).unwrap();
+            let inv = c.upload_f32(&[hd / 2], &rope_inv_freq(hd, 10000.0, None)).unwrap();
+            let batch = Rng::new(33).vec(64 * k);
+            let normed_too = dtype != DType::Q4_1;
+            let mut alone = None;
+            for (m, precision, layout, normed) in [
+                (1, KvPrecision::F32, 0, false),
+                (64, KvPrecision::F32, 0, false),
+                (17, KvPrecision::F16, 0, false),
+                (3, KvPrecision::F16, 1, normed_too),
+                (64, KvPrecision::F32, 1, normed_too),
+            ] {
+                let positions: Vec<u32> = (0..m as u32).map(|i| 7 * i + 3).collect();
+                // Every fifth token has no slot; the others fill the pool backwards.
+                let slots: Vec<u32> =
+                    (0..m as u32).map(|i| if i % 5 == 4 { u32::MAX } else { 127 - i }).collect();
+                let shape = KvCacheShape {
+                    num_layers: 1,
+                    num_blocks: 8,
+                    block_size: block,
+                    num_kv_heads: kv_heads,
+                    head_dim: hd,
+                };
+                let run = |fused: bool| {
+                    let cache = c.kv_cache(shape, precision).unwrap();
+                    let x = c.upload_f32(&[m, k], &batch[..m * k]).unwrap();
+                    let input = if normed {
+                        LinearInput::rms_normed(&x, &norm_t, eps)
+                    } else {
+                        LinearInput::Plain(&x)
+                    };
+                    let qkv = c.tensor(Elem::F32, &[m, width]).unwrap();
+                    let (pt, st) =
+                        (c.upload_u32(&[m], &positions).unwrap(), c.upload_u32(&[m], &slots).unwrap());
+                    let rope = RopeCacheArgs {
+                        positions: &pt,
+                        inv_freq: &inv,
+                        qk_norm: None,
+                        slot_mapping: &st,
+                        cache: &cache,
+                        layer: 0,
+                        heads,
+                        mode: RopeMode::Interleaved,
+                    };
+                    let mut step = c.step();
+                    for (w, col0) in layouts[layout] {
+                        if fused {
+                            step.linear_rope_cache(input, w, &qkv, *col0, &rope).unwrap();
+                        } else {
+                            step.linear_into(input, w, None, &qkv, *col0).unwrap();
+                        }
+                    }
+                    if !fused {
+                        step.rope_cache(&qkv, &rope).unwrap();
+                    }
+                    let id = step.read(&qkv);
+                    let row = step.submit().unwrap().f32s(id);
+                    let (kc, vc) = c.read_kv_layer(&cache, 0).unwrap();
+                    (row, kc, vc)
+                };
+                let what = format!(
+                    "{:?} {dtype:?} m{m} {precision:?} layout {layout} normed {normed}",
+                    c.capabilities().linear_path()
+                );
+                let (fused, separate) = (run(true), run(false));
+                assert_eq!(bits(&fused.0), bits(&separate.0), "{what}: the Q/K/V row");
+                assert_eq!(bits(&fused.1), bits(&separate.1), "{what}: the K pool");
+                assert_eq!(bits(&fused.2), bits(&separate.2), "{what}: the V pool");
+                assert!(fused.1.iter().any(|&v| v != 0.0), "{what}: nothing cached");
+                match (m, &alone) {
+                    (1, _) => alone = Some(fused.0),
+                    (64, Some(row)) if layout == 0 => {
+                        assert_eq!(bits(&fused.0[..width]), bits(row), "{what}: row alone vs in 64")
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
 /// The weight types the fused norm is checked with: F16 (blocks of 32 as four groups), Q8_0
 /// (whole blocks of 32) and Q4_K (super-blocks of 256).
 const NORMED_TYPES: [DType; 3] = [DType::F16, DType::Q8_0, DType::Q4K];
@@ -348,7 +456,17 @@ fn rope_cache_rotates_normalises_and_caches_heads() {
             let eps = 1e-6;
             let mut step = c.step();
             let norm = qk_norm.then_some((&wt, eps));
-            step.rope_cache(&xt, &pt, &it, norm, &st, &cache, 0, heads, mode).unwrap();
+            let rope = RopeCacheArgs {
+                positions: &pt,
+                inv_freq: &it,
+                qk_norm: norm,
+                slot_mapping: &st,
+                cache: &cache,
+                layer: 0,
+                heads,
+                mode,
+            };
+            step.rope_cache(&xt, &rope).unwrap();
             let id = step.read(&xt);
             let y = step.submit().unwrap().f32s(id);
             let (kc, vc) = c.read_kv_layer(&cache, 0).unwrap();
@@ -655,8 +773,17 @@ fn run_attention_on(
         };
         let out = c.tensor(Elem::F32, &[t, h * hd]).unwrap();
         let mut step = c.step();
-        step.rope_cache(&qkv_t, &positions, &no_rotation, None, &st, &cache, 0, h, RopeMode::Interleaved)
-            .unwrap();
+        let rope = RopeCacheArgs {
+            positions: &positions,
+            inv_freq: &no_rotation,
+            qk_norm: None,
+            slot_mapping: &st,
+            cache: &cache,
+            layer: 0,
+            heads: h,
+            mode: RopeMode::Interleaved,
+        };
+        step.rope_cache(&qkv_t, &rope).unwrap();
         step_no += 1;
         // A step of cached-prefix tokens only just fills the cache: nothing reads its outputs.
         if ids.iter().all(|&(s, start, n)| start + n <= seqs[s].cached) {

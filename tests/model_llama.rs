@@ -12,7 +12,7 @@ use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GemmRows, GpuContext, GpuOptions, LinearStrategy, NormStrategy};
+use pagoda::gpu::{GemmRows, GpuContext, GpuOptions, LinearStrategy, NormStrategy, RopeStrategy};
 use pagoda::model::llama::LlamaModel;
 use pagoda::model::testing::{TinyLlama, prefill_logits};
 use pagoda::model::{ModelFiles, RopeVariant};
@@ -342,16 +342,23 @@ fn executor_can_move_to_the_engine_thread() {
 
 /// Every step of the tiny model (Q8_0: Q/K/V and gate/up share a type) is the embedding, 8
 /// dispatches per layer (norm, Q/K/V, RoPE + cache, attention, o_proj + residual, norm,
-/// gate/up + SiLU, down + residual) and 4 for the head (gather, norm, LM head, top-k); 6 and
-/// 3 with the norms fused into the linears they feed; and once every shape has been seen, a
-/// step creates no buffer and no bind group.
+/// gate/up + SiLU, down + residual) and 4 for the head (gather, norm, LM head, top-k); 7 a
+/// layer with RoPE + cache in the Q/K/V projection's epilogue; 5 and 3 with the norms fused
+/// into the linears they feed as well; the same tokens each way; and once every shape has been
+/// seen, a step creates no buffer and no bind group.
 #[test]
 fn steady_state_steps_create_no_buffers_or_bind_groups() {
     let prompts: Vec<Vec<u32>> = vec![PROMPT.to_vec(), vec![5, 6, 7], (100..114).collect()];
     let mut tokens = Vec::new();
-    for (norms, per_layer, head) in [(NormStrategy::Separate, 8, 4), (NormStrategy::Fused, 6, 3)] {
+    for (norms, rope, per_layer, head) in [
+        (NormStrategy::Separate, RopeStrategy::Separate, 8, 4),
+        (NormStrategy::Separate, RopeStrategy::Fused, 7, 4),
+        (NormStrategy::Fused, RopeStrategy::Fused, 5, 3),
+    ] {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = ctx_with(GpuOptions { norm_strategy: Some(norms), ..GpuOptions::default() });
+        let options =
+            GpuOptions { norm_strategy: Some(norms), rope_strategy: Some(rope), ..GpuOptions::default() };
+        let ctx = ctx_with(options);
         let mut exec = tiny_executor_on(ctx, dir.path(), 64);
         let first = run_greedy(&mut exec, &prompts, 6, 4, None);
         let before = exec.context().counters();
@@ -359,16 +366,14 @@ fn steady_state_steps_create_no_buffers_or_bind_groups() {
         let steady = exec.context().counters().since(&before);
         assert_eq!(again, first);
         assert!(steady.steps >= 8, "{steady:?}");
-        assert_eq!((steady.buffers_created, steady.bind_groups_created), (0, 0), "{norms:?}: {steady:?}");
+        let what = format!("{norms:?} norms, {rope:?} rope: {steady:?}");
+        assert_eq!((steady.buffers_created, steady.bind_groups_created), (0, 0), "{what}");
         let layers = exec.model().config().num_hidden_layers as u64;
-        assert_eq!(
-            steady.dispatches,
-            steady.steps * (1 + per_layer * layers + head),
-            "{norms:?}: {steady:?}"
-        );
+        assert_eq!(steady.dispatches, steady.steps * (1 + per_layer * layers + head), "{what}");
         tokens.push(first);
     }
-    assert_eq!(tokens[0], tokens[1], "fused norms change the greedy tokens");
+    assert_eq!(tokens[0], tokens[1], "the fused RoPE changes the greedy tokens");
+    assert_eq!(tokens[0], tokens[2], "fused norms change the greedy tokens");
 }
 
 /// The executor's warm-up builds every pipeline a step takes, on the sequential path and on

@@ -10,7 +10,7 @@ use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
 use crate::gpu::{
     AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuError, GpuOptions, LinearStrategy,
-    NormStrategy, WeightSource,
+    NormStrategy, RopeStrategy, WeightSource,
 };
 
 /// Which executor runs the model.
@@ -192,7 +192,7 @@ impl EngineBuilder {
 /// the one place pagoda reads them: `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the
 /// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
 /// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit`,
-/// `PAGODA_ATTENTION=per-query|split-kv`, `PAGODA_NORM=separate|fused`,
+/// `PAGODA_ATTENTION=per-query|split-kv`, `PAGODA_NORM=separate|fused`, `PAGODA_ROPE=separate|fused`,
 /// `PAGODA_GEMM_ROWS=8|16|32` and `PAGODA_WEIGHTS=buffer|texture`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -214,6 +214,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
     let attention_strategy =
         set_or(options.attention_strategy, env("PAGODA_ATTENTION"), AttentionStrategy::parse)?;
     let norm_strategy = set_or(options.norm_strategy, env("PAGODA_NORM"), NormStrategy::parse)?;
+    let rope_strategy = set_or(options.rope_strategy, env("PAGODA_ROPE"), RopeStrategy::parse)?;
     let gemm_rows = set_or(options.gemm_rows, env("PAGODA_GEMM_ROWS"), GemmRows::parse)?;
     let weight_source = set_or(options.weight_source, env("PAGODA_WEIGHTS"), WeightSource::parse)?;
     Ok(GpuOptions {
@@ -225,6 +226,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         linear_strategy,
         attention_strategy,
         norm_strategy,
+        rope_strategy,
         gemm_rows,
         weight_source,
     })

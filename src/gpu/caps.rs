@@ -1,6 +1,6 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::options::{AttentionStrategy, FeatureMask, GemmRows, LinearStrategy, NormStrategy};
+use super::options::{AttentionStrategy, FeatureMask, GemmRows, LinearStrategy, NormStrategy, RopeStrategy};
 use super::shader::{
     AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue,
     WeightSource,
@@ -55,6 +55,8 @@ pub struct Capabilities {
     pub forced_attention: Option<AttentionStrategy>,
     /// Norm fusion forced by the options, if any.
     pub forced_norm: Option<NormStrategy>,
+    /// RoPE + K/V write fusion forced by the options, if any.
+    pub forced_rope: Option<RopeStrategy>,
     /// Largest K-split GEMM tile forced by the options, if any.
     pub forced_gemm_rows: Option<GemmRows>,
     /// Weight source forced by the options, if any.
@@ -111,6 +113,13 @@ impl Capabilities {
             Some(strategy) => strategy == NormStrategy::Fused,
             None => self.linear_path() == LinearPath::KSplit,
         }
+    }
+
+    /// True when RoPE and the paged K/V write run in the Q/K/V projections' epilogue (where the
+    /// model allows it): on every path unless forced apart. The epilogue's work is the
+    /// separate kernel's, a pair of columns at a time, so only the dispatch goes.
+    pub fn fuses_rope(&self) -> bool {
+        self.forced_rope != Some(RopeStrategy::Separate)
     }
 
     /// The most rows a K-split prefill GEMM tile takes on this device: as forced, else 32 on
@@ -232,6 +241,15 @@ impl Capabilities {
                 "rms_norm before a linear: {} ({})",
                 if self.fuses_norms() { "fused into the linear" } else { "its own dispatch" },
                 if self.forced_norm.is_some() { "forced" } else { "follows the linear path" }
+            ),
+            format!(
+                "rope + kv write: {} ({})",
+                if self.fuses_rope() {
+                    "in the q/k/v projections' epilogue where the model rotates interleaved pairs without q/k norms or bias, else its own dispatch"
+                } else {
+                    "its own dispatch"
+                },
+                if self.forced_rope.is_some() { "forced" } else { "default" }
             ),
             "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one variant each (no optional features)"
                 .into(),

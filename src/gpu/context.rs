@@ -146,6 +146,7 @@ impl GpuContext {
             forced_linear: options.linear_strategy,
             forced_attention: options.attention_strategy,
             forced_norm: options.norm_strategy,
+            forced_rope: options.rope_strategy,
             forced_gemm_rows: options.gemm_rows,
             forced_weight_source: options.weight_source,
         };

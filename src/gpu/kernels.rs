@@ -5,6 +5,7 @@ use super::GpuError;
 use super::bind_cache::Binding;
 use super::caps::Capabilities;
 use super::kv_cache::KvCache;
+use super::resource::DeviceBuffer;
 use super::shader::params::{
     AttentionParams, ElementwiseParams, EmbedParams, LinearParams, RmsNormParams, RopeCacheParams, TopKParams,
 };
@@ -24,6 +25,74 @@ pub enum RopeMode {
     Interleaved,
     /// Pairs (i, i + head_dim / 2): HF safetensors (NeoX style).
     HalfSplit,
+}
+
+/// What RoPE and the paged K/V write of one layer read besides its Q/K/V row: [`Step::rope_cache`]
+/// as its own dispatch, or in the projections' epilogue ([`Step::linear_rope_cache`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RopeCacheArgs<'a> {
+    /// `u32 [T]`: each token's position.
+    pub positions: &'a Tensor,
+    /// `f32 [head_dim / 2]` (see [`rope_inv_freq`](super::rope_inv_freq)).
+    pub inv_freq: &'a Tensor,
+    /// Query and key heads RMS-normed first with `f32 [2, head_dim]` weights and this eps
+    /// (Qwen3, Gemma 3).
+    pub qk_norm: Option<(&'a Tensor, f32)>,
+    /// `u32 [T]`: each token's cache slot (block * block_size + offset; `u32::MAX` skips it).
+    pub slot_mapping: &'a Tensor,
+    /// The paged pools.
+    pub cache: &'a KvCache,
+    /// The layer of `cache` written.
+    pub layer: usize,
+    /// Query heads of the row.
+    pub heads: usize,
+    /// Which pairs of a head rotate together.
+    pub mode: RopeMode,
+}
+
+impl<'a> RopeCacheArgs<'a> {
+    /// Checks the inputs' shapes for `t` tokens; returns the layer's K and V pools.
+    fn check(&self, t: usize) -> Result<&'a (DeviceBuffer, DeviceBuffer), GpuError> {
+        let hd = self.cache.shape().head_dim;
+        self.positions.expect("rope_cache positions", Elem::U32, &[t])?;
+        self.slot_mapping.expect("rope_cache slot_mapping", Elem::U32, &[t])?;
+        self.inv_freq.expect("rope_cache inv_freq", Elem::F32, &[hd / 2])?;
+        if let Some((weights, _)) = self.qk_norm {
+            weights.expect("rope_cache qk_norm", Elem::F32, &[2, hd])?;
+        }
+        self.cache
+            .layers
+            .get(self.layer)
+            .ok_or_else(|| GpuError::Shape(format!("no KV layer {}", self.layer)))
+    }
+
+    /// Columns of the Q/K/V row: the query heads, then the key heads, then the value heads.
+    fn row_width(&self) -> usize {
+        let s = self.cache.shape();
+        (self.heads + 2 * s.num_kv_heads) * s.head_dim
+    }
+}
+
+/// What a linear kernel does with its outputs, with the tensors the epilogue reads.
+#[derive(Debug, Clone, Copy)]
+enum Epilogue<'a> {
+    Store,
+    Accumulate,
+    Bias(&'a Tensor),
+    Gated(GateActivation),
+    RopeCache(&'a RopeCacheArgs<'a>),
+}
+
+impl Epilogue<'_> {
+    fn kind(self) -> LinearEpilogue {
+        match self {
+            Self::Store => LinearEpilogue::Store,
+            Self::Accumulate => LinearEpilogue::Accumulate,
+            Self::Bias(_) => LinearEpilogue::Bias,
+            Self::Gated(act) => LinearEpilogue::Gated(act),
+            Self::RopeCache(rope) => LinearEpilogue::RopeCache(rope.cache.format()),
+        }
+    }
 }
 
 /// The varlen batch layout paged attention reads, as u32 tensors.
@@ -118,6 +187,58 @@ pub fn linear_warm_up_rows(caps: &Capabilities) -> Vec<usize> {
     (1..=largest).filter(|&m| m == 1 || linear_rows_tile(caps, m) != linear_rows_tile(caps, m - 1)).collect()
 }
 
+/// The linear variant a device runs for `m` rows of `input` through `w`.
+fn linear_variant(
+    caps: &Capabilities,
+    input: LinearInput<'_>,
+    w: &Weight,
+    m: usize,
+    epilogue: LinearEpilogue,
+) -> KernelVariant {
+    let prologue = match input {
+        LinearInput::Plain(_) => LinearPrologue::Plain,
+        LinearInput::RmsNormed { .. } => LinearPrologue::RmsNorm,
+    };
+    KernelVariant::Linear {
+        dtype: w.dtype(),
+        source: w.source(),
+        path: caps.linear_path(),
+        rows_tile: linear_rows_tile(caps, m),
+        prologue,
+        epilogue,
+    }
+}
+
+/// Checks a projection of `m` rows into columns `col0..` of a `width`-wide Q/K/V row for the
+/// rotary epilogue, which takes whole pairs of a head; returns the layer's K and V pools.
+fn check_fused_rope<'c>(
+    rope: &RopeCacheArgs<'c>,
+    w: &Weight,
+    m: usize,
+    width: usize,
+    col0: usize,
+) -> Result<&'c (DeviceBuffer, DeviceBuffer), GpuError> {
+    let pools = rope.check(m)?;
+    if width != rope.row_width() {
+        return Err(GpuError::Shape(format!(
+            "linear_rope_cache: a row of {width} columns is not the Q/K/V row of {}",
+            rope.row_width()
+        )));
+    }
+    if rope.mode != RopeMode::Interleaved || rope.qk_norm.is_some() {
+        return Err(GpuError::Shape("linear_rope_cache: only interleaved RoPE without Q/K norms".into()));
+    }
+    if !col0.is_multiple_of(2)
+        || w.parts.iter().any(|p| !p.row0.is_multiple_of(2) || !p.rows.is_multiple_of(2))
+    {
+        return Err(GpuError::Shape(format!(
+            "linear_rope_cache: {} at column {col0} splits a pair",
+            w.name()
+        )));
+    }
+    Ok(pools)
+}
+
 fn u(n: usize) -> u32 {
     n as u32
 }
@@ -193,7 +314,7 @@ impl Step<'_> {
         w: &Weight,
         out: &Tensor,
     ) -> Result<(), GpuError> {
-        self.record_linear(x.into(), w, out, 0, LinearEpilogue::Store, None)
+        self.record_linear(x.into(), w, out, 0, Epilogue::Store)
     }
 
     /// `out += x · wᵀ` (a projection and the residual add after it in one dispatch); the same
@@ -204,7 +325,7 @@ impl Step<'_> {
         w: &Weight,
         out: &Tensor,
     ) -> Result<(), GpuError> {
-        self.record_linear(x.into(), w, out, 0, LinearEpilogue::Accumulate, None)
+        self.record_linear(x.into(), w, out, 0, Epilogue::Accumulate)
     }
 
     /// `out[:, col0..col0 + N] = x · wᵀ (+ bias)` for `out: f32 [M, W]` and `bias: f32 [N]`: a
@@ -217,8 +338,8 @@ impl Step<'_> {
         out: &Tensor,
         col0: usize,
     ) -> Result<(), GpuError> {
-        let epilogue = if bias.is_some() { LinearEpilogue::Bias } else { LinearEpilogue::Store };
-        self.record_linear(x.into(), w, out, col0, epilogue, bias)
+        let epilogue = bias.map_or(Epilogue::Store, Epilogue::Bias);
+        self.record_linear(x.into(), w, out, col0, epilogue)
     }
 
     /// `out = act(x · gateᵀ) * (x · upᵀ)` for a gated weight (uploaded with
@@ -232,7 +353,44 @@ impl Step<'_> {
         act: GateActivation,
         out: &Tensor,
     ) -> Result<(), GpuError> {
-        self.record_linear(x.into(), w, out, 0, LinearEpilogue::Gated(act), None)
+        self.record_linear(x.into(), w, out, 0, Epilogue::Gated(act))
+    }
+
+    /// True when [`Self::linear_rope_cache`] can take this projection's RoPE and K/V write:
+    /// the adapter fuses them ([`Capabilities::fuses_rope`]), the model rotates interleaved
+    /// pairs without Q/K norms, the projection has no bias, its parts split on whole pairs and
+    /// the kernel's storage buffers fit the device's limit.
+    pub fn fuses_rope_cache(
+        &self,
+        x: LinearInput<'_>,
+        w: &Weight,
+        bias: Option<&Tensor>,
+        rope: &RopeCacheArgs,
+    ) -> bool {
+        let caps = self.ctx.capabilities();
+        let variant = linear_variant(caps, x, w, 1, LinearEpilogue::RopeCache(rope.cache.format()));
+        caps.fuses_rope()
+            && bias.is_none()
+            && rope.mode == RopeMode::Interleaved
+            && rope.qk_norm.is_none()
+            && w.parts.iter().all(|p| p.row0.is_multiple_of(2) && p.rows.is_multiple_of(2))
+            && variant.storage_buffers() <= caps.limits.max_storage_buffers_per_shader_stage
+    }
+
+    /// `out[:, col0..col0 + N] = x · wᵀ` for a Q/K/V projection writing its columns of the row
+    /// [`Self::rope_cache`] takes, with that kernel's work in the epilogue: query columns stored
+    /// rotated, key and value columns stored as projected and written (keys rotated) into the
+    /// cache. The same bits as [`Self::linear_into`] then [`Self::rope_cache`]; only interleaved
+    /// RoPE without Q/K norms ([`Self::fuses_rope_cache`] says when).
+    pub fn linear_rope_cache<'a>(
+        &mut self,
+        x: impl Into<LinearInput<'a>>,
+        w: &Weight,
+        out: &Tensor,
+        col0: usize,
+        rope: &RopeCacheArgs,
+    ) -> Result<(), GpuError> {
+        self.record_linear(x.into(), w, out, col0, Epilogue::RopeCache(rope))
     }
 
     fn record_linear(
@@ -241,9 +399,9 @@ impl Step<'_> {
         w: &Weight,
         out: &Tensor,
         col0: usize,
-        epilogue: LinearEpilogue,
-        bias: Option<&Tensor>,
+        epi: Epilogue<'_>,
     ) -> Result<(), GpuError> {
+        let epilogue = epi.kind();
         let x = input.x();
         let (m, k) = dims2(x, "linear x")?;
         if k != w.cols() {
@@ -265,29 +423,39 @@ impl Step<'_> {
                 w.rows()
             )));
         }
-        if let Some(bias) = bias {
-            bias.expect("linear bias", Elem::F32, &[w.rows()])?;
+        let mut extra = Vec::new();
+        let (mut heads, mut kv_heads, mut hd) = (0, 0, 0);
+        match epi {
+            Epilogue::Bias(bias) => {
+                bias.expect("linear bias", Elem::F32, &[w.rows()])?;
+                extra.push(Binding::tensor(slots::linear_bias::BIAS, bias));
+            }
+            Epilogue::RopeCache(rope) => {
+                let (kc, vc) = check_fused_rope(rope, w, m, width, col0)?;
+                let s = rope.cache.shape();
+                (heads, kv_heads, hd) = (rope.heads, s.num_kv_heads, s.head_dim);
+                extra.extend([
+                    Binding::tensor(slots::linear_rope_cache::POSITIONS, rope.positions),
+                    Binding::tensor(slots::linear_rope_cache::INV_FREQ, rope.inv_freq),
+                    Binding::tensor(slots::linear_rope_cache::SLOT_MAPPING, rope.slot_mapping),
+                    Binding::buffer(slots::linear_rope_cache::K_CACHE, kc),
+                    Binding::buffer(slots::linear_rope_cache::V_CACHE, vc),
+                ]);
+            }
+            Epilogue::Store | Epilogue::Accumulate | Epilogue::Gated(_) => {}
         }
-        let (prologue, norm, eps) = match input {
-            LinearInput::Plain(_) => (LinearPrologue::Plain, None, 0.0),
+        let (norm, eps) = match input {
+            LinearInput::Plain(_) => (None, 0.0),
             LinearInput::RmsNormed { weight, eps, .. } => {
                 weight.expect("linear norm weight", Elem::F32, &[k])?;
-                (LinearPrologue::RmsNorm, Some(weight), eps)
+                (Some(weight), eps)
             }
         };
         if m == 0 {
             return Ok(());
         }
         let path = self.ctx.capabilities().linear_path();
-        let rows_tile = linear_rows_tile(self.ctx.capabilities(), m);
-        let variant = KernelVariant::Linear {
-            dtype: w.dtype(),
-            source: w.source(),
-            path,
-            rows_tile,
-            prologue,
-            epilogue,
-        };
+        let variant = linear_variant(self.ctx.capabilities(), input, w, m, epilogue);
         let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
         let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
         if row_groups > max_dim {
@@ -314,6 +482,9 @@ impl Step<'_> {
                 nx: u(nx),
                 y0: u(col0),
                 eps,
+                heads: u(heads),
+                kv_heads: u(kv_heads),
+                hd: u(hd),
             };
             let bindings = [
                 Binding::tensor(slots::linear::X, x),
@@ -321,7 +492,7 @@ impl Step<'_> {
                 Binding::tensor(slots::linear::Y, out),
             ]
             .into_iter()
-            .chain(bias.map(|b| Binding::tensor(slots::linear_bias::BIAS, b)))
+            .chain(extra.iter().cloned())
             .chain(norm.map(|g| Binding::tensor(slots::linear_norm::NORM, g)));
             self.dispatch(variant, &params, bindings, grid)?;
         }
@@ -416,58 +587,36 @@ impl Step<'_> {
         )
     }
 
-    /// RoPE and the paged K/V write on the fused projection `qkv: f32 [T, (heads + 2 kv_heads)
-    /// * head_dim]` (query heads, key heads, value heads): the query heads are rotated in place,
-    /// the key heads rotated and written with the value heads into layer `layer` of `cache` at
-    /// `slot_mapping: u32 [T]` (slot = block * block_size + offset; `u32::MAX` skips the
-    /// token). `positions: u32 [T]`, `inv_freq: f32 [head_dim / 2]` (see
-    /// [`rope_inv_freq`](super::rope_inv_freq)). With `qk_norm = Some((weights, eps))`, the query
-    /// and key heads are first RMS-normed with `weights: f32 [2, head_dim]` (Qwen3, Gemma 3).
-    #[allow(clippy::too_many_arguments)]
-    pub fn rope_cache(
-        &mut self,
-        qkv: &Tensor,
-        positions: &Tensor,
-        inv_freq: &Tensor,
-        qk_norm: Option<(&Tensor, f32)>,
-        slot_mapping: &Tensor,
-        cache: &KvCache,
-        layer: usize,
-        heads: usize,
-        mode: RopeMode,
-    ) -> Result<(), GpuError> {
-        let s = cache.shape();
+    /// RoPE and the paged K/V write on `qkv: f32 [T, (heads + 2 kv_heads) * head_dim]` (query
+    /// heads, key heads, value heads): the query heads rotated in place, the key heads rotated
+    /// and written with the value heads into the layer of the cache `rope` names, at its slots
+    /// (see [`RopeCacheArgs`]); with Q/K norms, the query and key heads RMS-normed first.
+    pub fn rope_cache(&mut self, qkv: &Tensor, rope: &RopeCacheArgs) -> Result<(), GpuError> {
+        let s = rope.cache.shape();
         let (t, width) = dims2(qkv, "rope_cache qkv")?;
         let hd = s.head_dim;
-        qkv.expect("rope_cache qkv", Elem::F32, &[t, (heads + 2 * s.num_kv_heads) * hd])?;
-        positions.expect("rope_cache positions", Elem::U32, &[t])?;
-        slot_mapping.expect("rope_cache slot_mapping", Elem::U32, &[t])?;
-        inv_freq.expect("rope_cache inv_freq", Elem::F32, &[hd / 2])?;
-        if let Some((weights, _)) = qk_norm {
-            weights.expect("rope_cache qk_norm", Elem::F32, &[2, hd])?;
-        }
-        let (kc, vc) =
-            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
-        let variant = KernelVariant::RopeCache { kv: cache.format(), qk_norm: qk_norm.is_some() };
+        qkv.expect("rope_cache qkv", Elem::F32, &[t, rope.row_width()])?;
+        let (kc, vc) = rope.check(t)?;
+        let variant = KernelVariant::RopeCache { kv: rope.cache.format(), qk_norm: rope.qk_norm.is_some() };
         let params = RopeCacheParams {
             tokens: u(t),
-            heads: u(heads),
+            heads: u(rope.heads),
             kv_heads: u(s.num_kv_heads),
             hd: u(hd),
-            half_split: u32::from(mode == RopeMode::HalfSplit),
-            eps: qk_norm.map_or(0.0, |(_, eps)| eps),
+            half_split: u32::from(rope.mode == RopeMode::HalfSplit),
+            eps: rope.qk_norm.map_or(0.0, |(_, eps)| eps),
         };
         let grid = self.grid_1d(variant, t * width / hd);
         let bindings = [
             Binding::tensor(slots::rope_cache::QKV, qkv),
-            Binding::tensor(slots::rope_cache::POSITIONS, positions),
-            Binding::tensor(slots::rope_cache::INV_FREQ, inv_freq),
-            Binding::tensor(slots::rope_cache::SLOT_MAPPING, slot_mapping),
+            Binding::tensor(slots::rope_cache::POSITIONS, rope.positions),
+            Binding::tensor(slots::rope_cache::INV_FREQ, rope.inv_freq),
+            Binding::tensor(slots::rope_cache::SLOT_MAPPING, rope.slot_mapping),
             Binding::buffer(slots::rope_cache::K_CACHE, kc),
             Binding::buffer(slots::rope_cache::V_CACHE, vc),
         ]
         .into_iter()
-        .chain(qk_norm.map(|(w, _)| Binding::tensor(slots::rope_cache_qk_norm::QK_NORM, w)));
+        .chain(rope.qk_norm.map(|(w, _)| Binding::tensor(slots::rope_cache_qk_norm::QK_NORM, w)));
         self.dispatch(variant, &params, bindings, grid)
     }
 

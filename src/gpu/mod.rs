@@ -37,7 +37,11 @@
 //! let mut step = ctx.step();
 //! step.rms_norm(x, norm1, 1e-5, h)?;
 //! step.linear(h, w_qkv, qkv)?;
-//! step.rope_cache(qkv, positions, inv_freq, None, slots, cache, l, spec.heads, RopeMode::Interleaved)?;
+//! let rope = RopeCacheArgs {
+//!     positions, inv_freq, qk_norm: None, slot_mapping: slots, cache, layer: l, heads: spec.heads,
+//!     mode: RopeMode::Interleaved,
+//! };
+//! step.rope_cache(qkv, &rope)?;
 //! step.paged_attention(qkv, cache, l, batch, spec, att)?;
 //! step.linear_add(att, wo, x)?;
 //! step.rms_norm(x, norm2, 1e-5, h)?;
@@ -69,10 +73,11 @@ mod weights;
 pub use caps::{Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
-pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, RopeMode, linear_warm_up_rows};
+pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, RopeCacheArgs, RopeMode, linear_warm_up_rows};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuOptions, LinearStrategy, NormStrategy,
+    RopeStrategy,
 };
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{

@@ -135,6 +135,28 @@ impl NormStrategy {
     }
 }
 
+/// Forces whether RoPE and the paged K/V write run in the Q/K/V projections' epilogue (where
+/// the model allows: interleaved RoPE, no Q/K norms, no Q/K/V bias) or as their own dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStrategy {
+    /// RoPE + K/V write is its own dispatch after the projections.
+    Separate,
+    /// The projections rotate and write the cache in their epilogue (one dispatch fewer a
+    /// layer).
+    Fused,
+}
+
+impl RopeStrategy {
+    /// `separate` or `fused`, any case.
+    pub fn parse(name: &str) -> Result<Self, GpuError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "separate" => Ok(Self::Separate),
+            "fused" => Ok(Self::Fused),
+            other => Err(GpuError::BadOption(format!("unknown rope strategy `{other}` (separate, fused)"))),
+        }
+    }
+}
+
 impl WeightSource {
     /// `buffer` or `texture`, any case.
     pub fn parse(name: &str) -> Result<Self, GpuError> {
@@ -202,6 +224,8 @@ pub struct GpuOptions {
     pub attention_strategy: Option<AttentionStrategy>,
     /// Norm fusion; `None` chooses from the linear path.
     pub norm_strategy: Option<NormStrategy>,
+    /// RoPE + K/V write fusion; `None` fuses where the model allows.
+    pub rope_strategy: Option<RopeStrategy>,
     /// Largest K-split GEMM tile; `None` chooses from the adapter.
     pub gemm_rows: Option<GemmRows>,
     /// Where the linear and embedding kernels read weights from; `None` chooses from the
@@ -227,6 +251,7 @@ impl GpuOptions {
             linear_strategy: None,
             attention_strategy: None,
             norm_strategy: None,
+            rope_strategy: None,
             gemm_rows: None,
             weight_source: None,
         })

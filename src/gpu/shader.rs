@@ -139,21 +139,48 @@ pub enum LinearEpilogue {
     /// `y = act(gate) * up` over a gated weight, whose parts hold their gate rows and then as
     /// many up rows: the gated MLP's two projections and its activation in one dispatch.
     Gated(GateActivation),
+    /// A Q/K/V projection's outputs rotated (interleaved RoPE) and the keys and values written
+    /// into a paged KV pool of this format: the rope_cache kernel in the projection, a pair of
+    /// columns at a time.
+    RopeCache(KvFormat),
+}
+
+/// How a linear kernel hands its outputs to the epilogue (which of the kernels' `PLAIN`,
+/// `GATED` and `PAIRED` lines the composer keeps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EmitShape {
+    /// One output at a time (`emit`).
+    Single,
+    /// A gate and an up sum per output (`emit_gated`).
+    Gated,
+    /// Two neighbouring columns at once (`emit_pair`).
+    Pairs,
 }
 
 impl LinearEpilogue {
     /// Every epilogue.
-    pub const ALL: [LinearEpilogue; 5] = [
+    pub const ALL: [LinearEpilogue; 8] = [
         Self::Store,
         Self::Accumulate,
         Self::Bias,
         Self::Gated(GateActivation::Silu),
         Self::Gated(GateActivation::GeluTanh),
+        Self::RopeCache(KvFormat::F32),
+        Self::RopeCache(KvFormat::F16Packed),
+        Self::RopeCache(KvFormat::F16Native),
     ];
 
     /// True for the gated epilogues (two rows per output).
     pub fn is_gated(self) -> bool {
         matches!(self, Self::Gated(_))
+    }
+
+    fn shape(self) -> EmitShape {
+        match self {
+            Self::Store | Self::Accumulate | Self::Bias => EmitShape::Single,
+            Self::Gated(_) => EmitShape::Gated,
+            Self::RopeCache(_) => EmitShape::Pairs,
+        }
     }
 
     fn name(self) -> String {
@@ -162,6 +189,7 @@ impl LinearEpilogue {
             Self::Accumulate => "accumulate".into(),
             Self::Bias => "bias".into(),
             Self::Gated(act) => format!("gated-{}", act.name()),
+            Self::RopeCache(kv) => format!("rope-cache-{}", kv.name()),
         }
     }
 }
@@ -384,7 +412,9 @@ impl KernelVariant {
     pub fn needs_f16(&self) -> bool {
         matches!(
             self,
-            Self::RopeCache { kv: KvFormat::F16Native, .. } | Self::Attention { kv: KvFormat::F16Native, .. }
+            Self::RopeCache { kv: KvFormat::F16Native, .. }
+                | Self::Attention { kv: KvFormat::F16Native, .. }
+                | Self::Linear { epilogue: LinearEpilogue::RopeCache(KvFormat::F16Native), .. }
         )
     }
 
@@ -491,6 +521,17 @@ impl KernelVariant {
         norm + body
     }
 
+    /// Storage buffers the variant binds (a weight read from a texture is not one), to hold
+    /// against the device's per-stage limit.
+    pub fn storage_buffers(&self) -> u32 {
+        let named = self.slots().named.len() as u32;
+        match self {
+            Self::Embed { source: WeightSource::Texture, .. }
+            | Self::Linear { source: WeightSource::Texture, .. } => named - 1,
+            _ => named,
+        }
+    }
+
     /// The layout of the parameter block the variant reads at [`slots::PARAMS`].
     pub fn params(&self) -> ParamsLayout {
         match self {
@@ -520,6 +561,8 @@ impl KernelVariant {
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
                 (LinearEpilogue::Bias, LinearPrologue::RmsNorm) => slots::linear_bias_norm::ALL,
+                (LinearEpilogue::RopeCache(_), LinearPrologue::Plain) => slots::linear_rope_cache::ALL,
+                (LinearEpilogue::RopeCache(_), LinearPrologue::RmsNorm) => slots::linear_rope_cache_norm::ALL,
                 (_, LinearPrologue::Plain) => slots::linear::ALL,
                 (_, LinearPrologue::RmsNorm) => slots::linear_norm::ALL,
             },
@@ -529,6 +572,9 @@ impl KernelVariant {
         }
     }
 }
+
+// The rotary epilogue takes a tile's columns in pairs.
+const _: () = assert!(LINEAR_SEQ_COLS.is_multiple_of(2) && LINEAR_KSPLIT_COLS.is_multiple_of(2));
 
 /// Head dimensions the attention kernel is specialised for ahead of time in the tests.
 pub const TESTED_HEAD_DIMS: [u32; 4] = [64, 80, 96, 128];

@@ -195,7 +195,11 @@ impl GpuContext {
         }
         let stored_row_bytes = 4 * row_words(dtype, cols) as u64 * groups.len() as u64;
         let source = self.capabilities().weight_source();
-        let rows_per_part = (self.max_part_bytes(source) / stored_row_bytes) as usize;
+        // Parts split on even rows where they can: the rotary epilogue takes columns in pairs.
+        let rows_per_part = match (self.max_part_bytes(source) / stored_row_bytes) as usize {
+            n if n > 1 => n & !1,
+            n => n,
+        };
         if rows_per_part == 0 {
             return Err(GpuError::TooLarge(format!(
                 "{name}: one row of {stored_row_bytes} bytes exceeds what one buffer or texture may bind"

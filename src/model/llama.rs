@@ -13,7 +13,7 @@ use super::tensor::TensorView;
 use super::weights::{LayerWeights, LlamaWeights, WeightError, WeightFile};
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
-    Llama3RopeScaling, RopeMode, Step, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    Llama3RopeScaling, RopeCacheArgs, RopeMode, Step, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -362,27 +362,32 @@ impl GpuLayer {
     ) -> Result<(), LlamaError> {
         let c = &model.config;
         let KvLayer { cache, index } = kv;
-        for p in &self.qkv {
-            step.linear_into(h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
-        }
         let window = c.layer_windows[index];
         let inv_freq = match (&model.local_inv_freq, window) {
             (Some(local), Some(_)) => local,
             _ => &model.inv_freq,
         };
-        let qk_norm = self.qk_norm.as_ref().map(|w| (w, c.rms_norm_eps));
         let heads = c.num_attention_heads;
-        step.rope_cache(
-            &a.qkv,
-            &inputs.positions,
+        let rope = RopeCacheArgs {
+            positions: &inputs.positions,
             inv_freq,
-            qk_norm,
-            &inputs.slots,
+            qk_norm: self.qk_norm.as_ref().map(|w| (w, c.rms_norm_eps)),
+            slot_mapping: &inputs.slots,
             cache,
-            index,
+            layer: index,
             heads,
-            model.rope_mode,
-        )?;
+            mode: model.rope_mode,
+        };
+        if self.qkv.iter().all(|p| step.fuses_rope_cache(h, &p.weight, p.bias.as_ref(), &rope)) {
+            for p in &self.qkv {
+                step.linear_rope_cache(h, &p.weight, &a.qkv, p.col0, &rope)?;
+            }
+        } else {
+            for p in &self.qkv {
+                step.linear_into(h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
+            }
+            step.rope_cache(&a.qkv, &rope)?;
+        }
         let spec = AttentionSpec { heads, scale: c.attention_scale, window, softcap: c.attn_logit_softcap };
         step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
         Ok(())

@@ -1,7 +1,7 @@
 //! Composes a variant's WGSL: a header naming its files and its injected constants, then the
 //! files of `shaders/` in order.
 
-use super::unroll::{select_gated, unroll};
+use super::unroll::{select_epilogue, unroll};
 use super::{
     ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
     LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource,
@@ -125,10 +125,10 @@ impl KernelVariant {
                     None => ("", "let lane = 0u;"),
                 };
                 let src = src.replace(" LANE_ARG", lane_arg).replace("LANE_LET", lane_let);
-                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, self.columns_tile())
+                unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
             Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } => {
-                unroll(&select_gated(&src, epilogue.is_gated()), rows_tile, self.columns_tile())
+                unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
             _ => src,
         }
@@ -176,6 +176,7 @@ impl KernelVariant {
                     LinearEpilogue::Accumulate => vec![shader_file!("epi_accumulate.wgsl")],
                     LinearEpilogue::Bias => vec![shader_file!("epi_bias.wgsl")],
                     LinearEpilogue::Gated(act) => vec![act.file(), shader_file!("epi_gated.wgsl")],
+                    LinearEpilogue::RopeCache(kv) => vec![kv.file(), shader_file!("epi_rope_cache.wgsl")],
                 };
                 let input = match prologue {
                     LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],

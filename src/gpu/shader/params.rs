@@ -157,6 +157,13 @@ kernel_params! {
         /// Added to the mean square of the RMSNorm fused before the linear
         /// ([`LinearPrologue::RmsNorm`](super::LinearPrologue::RmsNorm)); 0 otherwise.
         eps: f32,
+        /// Query heads of the Q/K/V row the rotary epilogue
+        /// ([`LinearEpilogue::RopeCache`](super::LinearEpilogue::RopeCache)) writes; 0 otherwise.
+        heads: u32,
+        /// Key (and value) heads of that row; 0 otherwise.
+        kv_heads: u32,
+        /// Head dimension of that row; 0 otherwise.
+        hd: u32,
     }
 }
 

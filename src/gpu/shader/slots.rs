@@ -116,7 +116,7 @@ binding_slots! {
         IDS = 3,
     }
     /// `shaders/linear_common.wgsl` (`W` declared by `wsrc_buffer.wgsl` or `wsrc_texture.wgsl`),
-    /// both paths, every epilogue but the bias.
+    /// both paths, every epilogue but the bias and the rotary one.
     linear {
         X = 1,
         W = 2,
@@ -129,7 +129,8 @@ binding_slots! {
         Y = 3,
         BIAS = 4,
     }
-    /// `shaders/linear_common.wgsl` with `xin_rms_norm.wgsl`, every epilogue but the bias.
+    /// `shaders/linear_common.wgsl` with `xin_rms_norm.wgsl`, every epilogue but the bias and the
+    /// rotary one.
     linear_norm {
         X = 1,
         W = 2,
@@ -143,6 +144,29 @@ binding_slots! {
         Y = 3,
         BIAS = 4,
         NORM = 5,
+    }
+    /// `shaders/linear_common.wgsl` with `epi_rope_cache.wgsl`.
+    linear_rope_cache {
+        X = 1,
+        W = 2,
+        Y = 3,
+        POSITIONS = 6,
+        INV_FREQ = 7,
+        SLOT_MAPPING = 8,
+        K_CACHE = 9,
+        V_CACHE = 10,
+    }
+    /// `shaders/linear_common.wgsl` with `xin_rms_norm.wgsl` and `epi_rope_cache.wgsl`.
+    linear_rope_cache_norm {
+        X = 1,
+        W = 2,
+        Y = 3,
+        NORM = 5,
+        POSITIONS = 6,
+        INV_FREQ = 7,
+        SLOT_MAPPING = 8,
+        K_CACHE = 9,
+        V_CACHE = 10,
     }
     /// `shaders/attention.wgsl`.
     attention {

@@ -1,18 +1,21 @@
-//! The `GATED` / `PLAIN` and `ROWS` / `COLS` line markers of the linear kernels (see the
-//! [`shader`](super) docs for an example of their expansion).
+//! The `GATED` / `PAIRED` / `PLAIN` and `ROWS` / `COLS` / `PAIRS` line markers of the linear
+//! kernels (see the [`shader`](super) docs for an example of their expansion).
 
-/// Keeps the lines starting with the word `GATED` (without it) when `gated` and drops them
-/// otherwise, and the reverse for lines starting with `PLAIN`; other lines stay as they are.
-pub(super) fn select_gated(src: &str, gated: bool) -> String {
+use super::EmitShape;
+
+/// Keeps the lines starting with the word `GATED` (without it) for a gated epilogue, those
+/// starting with `PAIRED` for an epilogue of column pairs, those starting with `PLAIN` for the
+/// others, and drops the rest of the three kinds; other lines stay as they are.
+pub(super) fn select_epilogue(src: &str, shape: EmitShape) -> String {
     let mut out = String::with_capacity(src.len());
     for line in src.lines() {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
-        let (keep, text) = match (trimmed.strip_prefix("GATED "), trimmed.strip_prefix("PLAIN ")) {
-            (Some(text), _) => (gated, text),
-            (_, Some(text)) => (!gated, text),
-            _ => (true, trimmed),
-        };
+        let marked =
+            [("GATED ", EmitShape::Gated), ("PAIRED ", EmitShape::Pairs), ("PLAIN ", EmitShape::Single)]
+                .into_iter()
+                .find_map(|(marker, kind)| trimmed.strip_prefix(marker).map(|text| (kind == shape, text)));
+        let (keep, text) = marked.unwrap_or((true, trimmed));
         if keep {
             out.push_str(indent);
             out.push_str(text);
@@ -25,21 +28,42 @@ pub(super) fn select_gated(src: &str, gated: bool) -> String {
 /// Expands every line starting with the word `ROWS` into one copy of the rest of the line per
 /// row `0..rows` (`RR` and the identifier suffix `_R` become the row number), and every line
 /// (or expanded row) starting with the word `COLS` into one copy per column `0..cols` (`CC`
-/// and `_C` become the column number). Other lines are kept as they are.
+/// and `_C` become the column number), or starting with `PAIRS` into one copy per column pair
+/// (`CC` and `_C` the pair's first column, `DD` and `_D` its second). Other lines are kept as
+/// they are.
 pub(super) fn unroll(src: &str, rows: u32, cols: u32) -> String {
     let mut out = String::with_capacity(src.len() * 2);
     for line in src.lines() {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
         for row_text in expand(trimmed, "ROWS ", "RR", "_R", rows) {
-            for text in expand(&row_text, "COLS ", "CC", "_C", cols) {
-                out.push_str(indent);
-                out.push_str(&text);
-                out.push('\n');
+            for col_text in expand(&row_text, "COLS ", "CC", "_C", cols) {
+                for text in expand_pairs(&col_text, cols) {
+                    out.push_str(indent);
+                    out.push_str(&text);
+                    out.push('\n');
+                }
             }
         }
     }
     out
+}
+
+/// `text` unchanged when it does not start with `PAIRS`; otherwise one copy of the text after
+/// it per column pair `(2p, 2p + 1)` of `0..cols`.
+fn expand_pairs(text: &str, cols: u32) -> Vec<String> {
+    match text.strip_prefix("PAIRS ") {
+        Some(body) => (0..cols / 2)
+            .map(|p| {
+                let (first, second) = (2 * p, 2 * p + 1);
+                body.replace("CC", &first.to_string())
+                    .replace("_C", &format!("_{first}"))
+                    .replace("DD", &second.to_string())
+                    .replace("_D", &format!("_{second}"))
+            })
+            .collect(),
+        None => vec![text.to_string()],
+    }
 }
 
 /// `text` unchanged when it does not start with `marker`; otherwise one copy of the text after
@@ -55,13 +79,23 @@ fn expand(text: &str, marker: &str, number: &str, suffix: &str, count: u32) -> V
 
 #[cfg(test)]
 mod tests {
-    use super::{select_gated, unroll};
+    use super::{EmitShape, select_epilogue, unroll};
 
     #[test]
-    fn gated_and_plain_lines() {
-        let src = "  GATED ROWS var up_R = 0.0;\n  PLAIN emit(acc);\nlet n = 0u;\n";
-        assert_eq!(select_gated(src, true), "  ROWS var up_R = 0.0;\nlet n = 0u;\n");
-        assert_eq!(select_gated(src, false), "  emit(acc);\nlet n = 0u;\n");
+    fn gated_paired_and_plain_lines() {
+        let src =
+            "  GATED ROWS var up_R = 0.0;\n  PLAIN emit(acc);\n  PAIRED emit_pair(a, b);\nlet n = 0u;\n";
+        assert_eq!(select_epilogue(src, EmitShape::Gated), "  ROWS var up_R = 0.0;\nlet n = 0u;\n");
+        assert_eq!(select_epilogue(src, EmitShape::Single), "  emit(acc);\nlet n = 0u;\n");
+        assert_eq!(select_epilogue(src, EmitShape::Pairs), "  emit_pair(a, b);\nlet n = 0u;\n");
+    }
+
+    #[test]
+    fn rows_then_column_pairs() {
+        let src = "ROWS PAIRS emit_pair(RRu, CCu, DDu, acc_R_C, acc_R_D);\n";
+        let expected = "emit_pair(0u, 0u, 1u, acc_0_0, acc_0_1);\nemit_pair(0u, 2u, 3u, acc_0_2, acc_0_3);\n\
+                        emit_pair(1u, 0u, 1u, acc_1_0, acc_1_1);\nemit_pair(1u, 2u, 3u, acc_1_2, acc_1_3);\n";
+        assert_eq!(unroll(src, 2, 4), expected);
     }
 
     #[test]
