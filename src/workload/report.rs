@@ -80,12 +80,10 @@ impl DeviceReport {
     /// The report of the device counters `c`, taken over a run, and `step_host_times`, the
     /// host time of each engine step that ran one device step.
     pub fn of(c: &GpuCounters, step_host_times: &[Duration]) -> Self {
-        let mut sorted = step_host_times.to_vec();
-        sorted.sort_unstable();
-        let p50 = sorted.get(sorted.len() / 2).map_or(0.0, |t| t.as_secs_f64() * 1e6);
+        let mut micros: Vec<f64> = step_host_times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
         Self {
             host_us_per_step: c.host_us_per_step(),
-            host_us_p50: p50,
+            host_us_p50: percentile(&mut micros, 0.5),
             dispatches_per_step: if c.steps == 0 { 0.0 } else { c.dispatches as f64 / c.steps as f64 },
             pipelines_created: c.pipelines_created,
             buffers_created: c.buffers_created,
@@ -240,7 +238,8 @@ mod tests {
         let steps = [400, 300, 1000, 300].map(Duration::from_micros);
         let report = DeviceReport::of(&counters, &steps);
         assert_eq!(report.host_us_per_step, 500.0);
-        assert_eq!(report.host_us_p50, 400.0);
+        // The nearest-rank median, as the latency percentiles take it: the lower middle of four.
+        assert_eq!(report.host_us_p50, 300.0);
         assert_eq!(report.dispatches_per_step, 245.0);
         assert_eq!(DeviceReport::of(&GpuCounters::default(), &[]).host_us_p50, 0.0);
     }
