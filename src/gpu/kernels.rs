@@ -66,6 +66,12 @@ impl<'a> RopeCacheArgs<'a> {
             .ok_or_else(|| GpuError::Shape(format!("no KV layer {}", self.layer)))
     }
 
+    /// True when the rotation can run in a projection's epilogue, which sees a few neighbouring
+    /// columns at a time: interleaved pairs, no Q/K norms (those need the whole head).
+    fn rotates_neighbours(&self) -> bool {
+        self.mode == RopeMode::Interleaved && self.qk_norm.is_none()
+    }
+
     /// Columns of the Q/K/V row: the query heads, then the key heads, then the value heads.
     fn row_width(&self) -> usize {
         let s = self.cache.shape();
@@ -225,18 +231,21 @@ fn check_fused_rope<'c>(
             rope.row_width()
         )));
     }
-    if rope.mode != RopeMode::Interleaved || rope.qk_norm.is_some() {
+    if !rope.rotates_neighbours() {
         return Err(GpuError::Shape("linear_rope_cache: only interleaved RoPE without Q/K norms".into()));
     }
-    if !col0.is_multiple_of(2)
-        || w.parts.iter().any(|p| !p.row0.is_multiple_of(2) || !p.rows.is_multiple_of(2))
-    {
+    if splits_pairs(w, col0) {
         return Err(GpuError::Shape(format!(
             "linear_rope_cache: {} at column {col0} splits a pair",
             w.name()
         )));
     }
     Ok(pools)
+}
+
+/// True when `w` written from column `col0` would cut a column pair between two parts.
+fn splits_pairs(w: &Weight, col0: usize) -> bool {
+    !col0.is_multiple_of(2) || w.parts.iter().any(|p| !p.row0.is_multiple_of(2) || !p.rows.is_multiple_of(2))
 }
 
 fn u(n: usize) -> u32 {
@@ -356,24 +365,36 @@ impl Step<'_> {
         self.record_linear(x.into(), w, out, 0, Epilogue::Gated(act))
     }
 
-    /// True when [`Self::linear_rope_cache`] can take this projection's RoPE and K/V write:
-    /// the adapter fuses them ([`Capabilities::fuses_rope`]), the model rotates interleaved
-    /// pairs without Q/K norms, the projection has no bias, its parts split on whole pairs and
-    /// the kernel's storage buffers fit the device's limit.
+    /// True when the model's Q/K/V projection `w` (with its `bias`, written from column `col0`)
+    /// takes RoPE and the K/V write in its epilogue: the adapter fuses them
+    /// ([`Capabilities::fuses_rope`]), the projection has no bias and
+    /// [`Self::can_fuse_rope_cache`].
     pub fn fuses_rope_cache(
         &self,
         x: LinearInput<'_>,
         w: &Weight,
         bias: Option<&Tensor>,
+        col0: usize,
+        rope: &RopeCacheArgs,
+    ) -> bool {
+        self.ctx.capabilities().fuses_rope() && bias.is_none() && self.can_fuse_rope_cache(x, w, col0, rope)
+    }
+
+    /// True when [`Self::linear_rope_cache`] can run this projection here: the rotation pairs
+    /// neighbouring columns (interleaved, no Q/K norms), the weight's parts split on whole pairs
+    /// and the kernel's storage buffers fit the device's limit (9 with a fused norm: WebGPU's
+    /// default limit is 8).
+    pub fn can_fuse_rope_cache(
+        &self,
+        x: LinearInput<'_>,
+        w: &Weight,
+        col0: usize,
         rope: &RopeCacheArgs,
     ) -> bool {
         let caps = self.ctx.capabilities();
         let variant = linear_variant(caps, x, w, 1, LinearEpilogue::RopeCache(rope.cache.format()));
-        caps.fuses_rope()
-            && bias.is_none()
-            && rope.mode == RopeMode::Interleaved
-            && rope.qk_norm.is_none()
-            && w.parts.iter().all(|p| p.row0.is_multiple_of(2) && p.rows.is_multiple_of(2))
+        rope.rotates_neighbours()
+            && !splits_pairs(w, col0)
             && variant.storage_buffers() <= caps.limits.max_storage_buffers_per_shader_stage
     }
 
@@ -381,7 +402,7 @@ impl Step<'_> {
     /// [`Self::rope_cache`] takes, with that kernel's work in the epilogue: query columns stored
     /// rotated, key and value columns stored as projected and written (keys rotated) into the
     /// cache. The same bits as [`Self::linear_into`] then [`Self::rope_cache`]; only interleaved
-    /// RoPE without Q/K norms ([`Self::fuses_rope_cache`] says when).
+    /// RoPE without Q/K norms ([`Self::can_fuse_rope_cache`] says when).
     pub fn linear_rope_cache<'a>(
         &mut self,
         x: impl Into<LinearInput<'a>>,
@@ -423,24 +444,25 @@ impl Step<'_> {
                 w.rows()
             )));
         }
-        let mut extra = Vec::new();
+        let mut extra: [Option<Binding>; 5] = Default::default();
         let (mut heads, mut kv_heads, mut hd) = (0, 0, 0);
         match epi {
             Epilogue::Bias(bias) => {
                 bias.expect("linear bias", Elem::F32, &[w.rows()])?;
-                extra.push(Binding::tensor(slots::linear_bias::BIAS, bias));
+                extra[0] = Some(Binding::tensor(slots::linear_bias::BIAS, bias));
             }
             Epilogue::RopeCache(rope) => {
                 let (kc, vc) = check_fused_rope(rope, w, m, width, col0)?;
                 let s = rope.cache.shape();
                 (heads, kv_heads, hd) = (rope.heads, s.num_kv_heads, s.head_dim);
-                extra.extend([
+                extra = [
                     Binding::tensor(slots::linear_rope_cache::POSITIONS, rope.positions),
                     Binding::tensor(slots::linear_rope_cache::INV_FREQ, rope.inv_freq),
                     Binding::tensor(slots::linear_rope_cache::SLOT_MAPPING, rope.slot_mapping),
                     Binding::buffer(slots::linear_rope_cache::K_CACHE, kc),
                     Binding::buffer(slots::linear_rope_cache::V_CACHE, vc),
-                ]);
+                ]
+                .map(Some);
             }
             Epilogue::Store | Epilogue::Accumulate | Epilogue::Gated(_) => {}
         }
@@ -492,7 +514,7 @@ impl Step<'_> {
                 Binding::tensor(slots::linear::Y, out),
             ]
             .into_iter()
-            .chain(extra.iter().cloned())
+            .chain(extra.iter().flatten().cloned())
             .chain(norm.map(|g| Binding::tensor(slots::linear_norm::NORM, g)));
             self.dispatch(variant, &params, bindings, grid)?;
         }

@@ -378,7 +378,7 @@ impl GpuLayer {
             heads,
             mode: model.rope_mode,
         };
-        if self.qkv.iter().all(|p| step.fuses_rope_cache(h, &p.weight, p.bias.as_ref(), &rope)) {
+        if self.qkv.iter().all(|p| step.fuses_rope_cache(h, &p.weight, p.bias.as_ref(), p.col0, &rope)) {
             for p in &self.qkv {
                 step.linear_rope_cache(h, &p.weight, &a.qkv, p.col0, &rope)?;
             }
