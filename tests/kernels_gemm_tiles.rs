@@ -126,7 +126,7 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
     assert_eq!(caps.gemm_max_rows(), 32, "a discrete GPU with the memory takes 32 rows");
     caps.limits.max_compute_workgroup_storage_size = 16 << 10;
     assert_eq!(caps.gemm_max_rows(), 16, "32 rows with a fused norm need more than 16 KiB");
-    caps.forced_norm = Some(NormStrategy::Separate);
+    caps.forced_norm = Some(Fusion::Separate);
     assert_eq!(caps.gemm_max_rows(), 32, "without the norm's partial sums 32 rows take 16 KiB");
     assert!(GemmRows::parse("24").is_err() && GemmRows::parse("x").is_err());
     let small = GpuOptions {

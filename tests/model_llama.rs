@@ -12,7 +12,7 @@ use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GemmRows, GpuContext, GpuOptions, LinearStrategy, NormStrategy, RopeStrategy};
+use pagoda::gpu::{Fusion, GemmRows, GpuContext, GpuOptions, LinearStrategy};
 use pagoda::model::llama::LlamaModel;
 use pagoda::model::testing::{TinyLlama, prefill_logits};
 use pagoda::model::{ModelFiles, RopeVariant};
@@ -351,9 +351,9 @@ fn steady_state_steps_create_no_buffers_or_bind_groups() {
     let prompts: Vec<Vec<u32>> = vec![PROMPT.to_vec(), vec![5, 6, 7], (100..114).collect()];
     let mut tokens = Vec::new();
     for (norms, rope, per_layer, head) in [
-        (NormStrategy::Separate, RopeStrategy::Separate, 8, 4),
-        (NormStrategy::Separate, RopeStrategy::Fused, 7, 4),
-        (NormStrategy::Fused, RopeStrategy::Fused, 5, 3),
+        (Fusion::Separate, Fusion::Separate, 8, 4),
+        (Fusion::Separate, Fusion::Fused, 7, 4),
+        (Fusion::Fused, Fusion::Fused, 5, 3),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let options =

@@ -9,8 +9,8 @@ use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
 use crate::gpu::{
-    AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuError, GpuOptions, LinearStrategy,
-    NormStrategy, RopeStrategy, WeightSource,
+    AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuError, GpuOptions, LinearStrategy,
+    WeightSource,
 };
 
 /// Which executor runs the model.
@@ -213,8 +213,8 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
     let linear_strategy = set_or(options.linear_strategy, env("PAGODA_LINEAR"), LinearStrategy::parse)?;
     let attention_strategy =
         set_or(options.attention_strategy, env("PAGODA_ATTENTION"), AttentionStrategy::parse)?;
-    let norm_strategy = set_or(options.norm_strategy, env("PAGODA_NORM"), NormStrategy::parse)?;
-    let rope_strategy = set_or(options.rope_strategy, env("PAGODA_ROPE"), RopeStrategy::parse)?;
+    let norm_strategy = set_or(options.norm_strategy, env("PAGODA_NORM"), Fusion::parse)?;
+    let rope_strategy = set_or(options.rope_strategy, env("PAGODA_ROPE"), Fusion::parse)?;
     let gemm_rows = set_or(options.gemm_rows, env("PAGODA_GEMM_ROWS"), GemmRows::parse)?;
     let weight_source = set_or(options.weight_source, env("PAGODA_WEIGHTS"), WeightSource::parse)?;
     Ok(GpuOptions {

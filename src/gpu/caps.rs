@@ -1,6 +1,6 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::options::{AttentionStrategy, FeatureMask, GemmRows, LinearStrategy, NormStrategy, RopeStrategy};
+use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy};
 use super::shader::{
     AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue,
     WeightSource,
@@ -54,9 +54,9 @@ pub struct Capabilities {
     /// Attention strategy forced by the options, if any.
     pub forced_attention: Option<AttentionStrategy>,
     /// Norm fusion forced by the options, if any.
-    pub forced_norm: Option<NormStrategy>,
+    pub forced_norm: Option<Fusion>,
     /// RoPE + K/V write fusion forced by the options, if any.
-    pub forced_rope: Option<RopeStrategy>,
+    pub forced_rope: Option<Fusion>,
     /// Largest K-split GEMM tile forced by the options, if any.
     pub forced_gemm_rows: Option<GemmRows>,
     /// Weight source forced by the options, if any.
@@ -110,7 +110,7 @@ impl Capabilities {
     /// for a quarter fewer dispatches and a fifth less host time).
     pub fn fuses_norms(&self) -> bool {
         match self.forced_norm {
-            Some(strategy) => strategy == NormStrategy::Fused,
+            Some(strategy) => strategy == Fusion::Fused,
             None => self.linear_path() == LinearPath::KSplit,
         }
     }
@@ -119,7 +119,7 @@ impl Capabilities {
     /// model allows it): on every path unless forced apart. The epilogue's work is the
     /// separate kernel's, a pair of columns at a time, so only the dispatch goes.
     pub fn fuses_rope(&self) -> bool {
-        self.forced_rope != Some(RopeStrategy::Separate)
+        self.forced_rope != Some(Fusion::Separate)
     }
 
     /// The most rows a K-split prefill GEMM tile takes on this device: as forced, else 32 on

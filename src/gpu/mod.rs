@@ -76,8 +76,7 @@ pub use counters::GpuCounters;
 pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, RopeCacheArgs, RopeMode, linear_warm_up_rows};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{
-    AttentionStrategy, BackendChoice, FeatureMask, GemmRows, GpuOptions, LinearStrategy, NormStrategy,
-    RopeStrategy,
+    AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuOptions, LinearStrategy,
 };
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{

@@ -114,45 +114,24 @@ impl AttentionStrategy {
     }
 }
 
-/// Forces whether the RMSNorm before a linear layer is fused into it instead of choosing it
-/// from the linear path.
+/// Forces whether a step runs inside the kernel it feeds or as its own dispatch instead of
+/// letting pagoda choose: the RMSNorm before a linear layer ([`GpuOptions::norm_strategy`]),
+/// RoPE and the paged K/V write after the Q/K/V projection ([`GpuOptions::rope_strategy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NormStrategy {
-    /// The norm is its own dispatch, writing the normed rows the linear then reads.
+pub enum Fusion {
+    /// Its own dispatch, writing what the next kernel reads.
     Separate,
-    /// The linear kernel norms its input rows itself (one dispatch fewer per norm).
+    /// Inside the neighbouring kernel (one dispatch fewer each time).
     Fused,
 }
 
-impl NormStrategy {
+impl Fusion {
     /// `separate` or `fused`, any case.
     pub fn parse(name: &str) -> Result<Self, GpuError> {
         match name.trim().to_ascii_lowercase().as_str() {
             "separate" => Ok(Self::Separate),
             "fused" => Ok(Self::Fused),
-            other => Err(GpuError::BadOption(format!("unknown norm strategy `{other}` (separate, fused)"))),
-        }
-    }
-}
-
-/// Forces whether RoPE and the paged K/V write run in the Q/K/V projections' epilogue (where
-/// the model allows: interleaved RoPE, no Q/K norms, no Q/K/V bias) or as their own dispatch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeStrategy {
-    /// RoPE + K/V write is its own dispatch after the projections.
-    Separate,
-    /// The projections rotate and write the cache in their epilogue (one dispatch fewer a
-    /// layer).
-    Fused,
-}
-
-impl RopeStrategy {
-    /// `separate` or `fused`, any case.
-    pub fn parse(name: &str) -> Result<Self, GpuError> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "separate" => Ok(Self::Separate),
-            "fused" => Ok(Self::Fused),
-            other => Err(GpuError::BadOption(format!("unknown rope strategy `{other}` (separate, fused)"))),
+            other => Err(GpuError::BadOption(format!("unknown fusion `{other}` (separate, fused)"))),
         }
     }
 }
@@ -222,10 +201,12 @@ pub struct GpuOptions {
     pub linear_strategy: Option<LinearStrategy>,
     /// Attention kernel; `None` chooses from the adapter type.
     pub attention_strategy: Option<AttentionStrategy>,
-    /// Norm fusion; `None` chooses from the linear path.
-    pub norm_strategy: Option<NormStrategy>,
-    /// RoPE + K/V write fusion; `None` fuses where the model allows.
-    pub rope_strategy: Option<RopeStrategy>,
+    /// Whether the RMSNorm before a linear layer runs inside it; `None` chooses from the
+    /// linear path.
+    pub norm_strategy: Option<Fusion>,
+    /// Whether RoPE and the paged K/V write run in the Q/K/V projections' epilogue (where the
+    /// model allows: interleaved RoPE, no Q/K norms, no Q/K/V bias); `None` fuses.
+    pub rope_strategy: Option<Fusion>,
     /// Largest K-split GEMM tile; `None` chooses from the adapter.
     pub gemm_rows: Option<GemmRows>,
     /// Where the linear and embedding kernels read weights from; `None` chooses from the
