@@ -14,8 +14,9 @@
 # DECODE_BATCHES=1,8 and PREFILL_LENS="512"; KERNEL_BENCH=0 skips the kernel bench. The
 # prefills of one model (TILE_SWEEP, default llama-3.2-1b:q4_k; empty for none) also run with
 # each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16, 32: rows "prefill LEN tROWS"), to see whether
-# the adapter's choice is the fastest. The default set finishes in about 8 minutes on one
-# discrete GPU.
+# the adapter's choice is the fastest. One model (PROFILE, default llama-3.2-1b:q4_k; empty for
+# none) also decodes at batch 1 and 32 with --profile-kernels: each kernel variant's share of
+# the device time. The default set finishes in about 8 minutes on one discrete GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,8 +52,9 @@ run() {
     if grep -q "Cpu)" "$dir/info.txt"; then
         echo "warning: the adapter is a CPU one; set PAGODA_ADAPTER to a GPU's name or index" >&2
     fi
-    local flags=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching --json
+    local engine=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching
         --num-gpu-blocks "${NUM_GPU_BLOCKS:-1536}")
+    local flags=("${engine[@]}" --json)
     printf '\n%-14s %-5s %7s  %-16s %9s %9s %9s %8s %8s %6s\n' \
         model dtype GB run tok/s ITL_ms TTFT_ms host_us disp/st GB/s
     for spec in $models; do
@@ -98,6 +100,11 @@ run() {
                     }'
             done
         done
+        if [[ $spec == "${PROFILE-llama-3.2-1b:q4_k}" ]]; then
+            echo "kernel device time of $shape $dtype, decode at batch 1 then 32:"
+            "$bin" bench "${engine[@]}" --model "$file" --num-requests 1,32 --input-len 128 \
+                --output-len 32 --profile-kernels | grep -E "^ *[0-9.]+% |kernel device time" | head -24
+        fi
         rm -f "$file"
     done
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then

@@ -7,11 +7,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= P.tokens * P.heads) {
         return;
     }
-    let tok = i / P.heads;
-    let head = i % P.heads;
-    let seq = sequence_of(tok);
+    let at = query_at(i);
     let oo = i * HD;
-    let ctx = context_of(tok, seq);
+    let ctx = at.ctx;
     if (ctx == 0u) {
         // Inconsistent batch metadata: zeros rather than a wrapped-around context.
         for (var d = 0u; d < HD; d++) {
@@ -19,12 +17,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         return;
     }
-    var q = load_query(tok, head);
+    var q = load_query(at.tok, at.head);
     var acc: array<vec2<f32>, HP>;
     var state = Softmax(-3.0e38, 0.0);
     let blocks = min((ctx + P.block_size - 1u) / P.block_size, P.max_blocks);
     let first = first_key(ctx);
-    attend_blocks(seq, head / (P.heads / P.kv_heads), ctx, first, first / P.block_size, blocks, &q, &acc, &state);
+    attend_blocks(at.seq, at.head / (P.heads / P.kv_heads), ctx, first, first / P.block_size, blocks, &q, &acc, &state);
     for (var d = 0u; d < HP; d++) {
         let o = acc[d] / state.l;
         OUT[oo + 2u * d] = o.x;

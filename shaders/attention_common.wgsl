@@ -55,12 +55,41 @@ fn context_of(tok: u32, seq: u32) -> u32 {
     return SEQ_LENS[seq] - (end - tok) + 1u;
 }
 
+// Query `i` of the batch: token i / heads, head i % heads, the token's sequence and the keys
+// it sees (`context_of`).
+struct Query {
+    tok: u32,
+    head: u32,
+    seq: u32,
+    ctx: u32,
+}
+
+fn query_at(i: u32) -> Query {
+    let tok = i / P.heads;
+    let seq = sequence_of(tok);
+    return Query(tok, i % P.heads, seq, context_of(tok, seq));
+}
+
 // The first key the query sees: 0, or the start of its sliding window.
 fn first_key(ctx: u32) -> u32 {
     if (P.window > 0u && ctx > P.window) {
         return ctx - P.window;
     }
     return 0u;
+}
+
+// A key's score from its dot product with the query: `dot * scale`, soft-capped when asked.
+//
+// Every kernel sums a dot product the same way, the subgroup kernel's: pair d of the head's
+// HP dimension pairs goes to partial sum d % DOT_LANES (x then y, ascending d), and the
+// partials are added pairwise, each with the one DOT_LANES / 2, then / 4, ... above it (the
+// butterfly of a subgroup's shuffle-xor), so all of them agree bit for bit.
+fn score_of(dot: f32) -> f32 {
+    var score = dot * P.scale;
+    if (P.softcap > 0.0) {
+        score = P.softcap * tanh(clamp(score / P.softcap, -15.0, 15.0));
+    }
+    return score;
 }
 
 // Running softmax state: the largest score so far and the sum of exp(score - m).
@@ -91,17 +120,22 @@ fn attend_blocks(
         var tile_max = -3.0e38;
         for (var j = j0; j < n_in; j++) {
             let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
-            var dot = 0.0;
-            for (var d = 0u; d < HP; d++) {
-                let k = kv_in(K_CACHE[kb + d]);
-                dot = fma((*q)[d].x, k.x, dot);
-                dot = fma((*q)[d].y, k.y, dot);
+            var part: array<f32, DOT_LANES>;
+            for (var d0 = 0u; d0 < HP; d0 += DOT_LANES) {
+                for (var l = 0u; l < DOT_LANES; l++) {
+                    if (d0 + l < HP) {
+                        let k = kv_in(K_CACHE[kb + d0 + l]);
+                        part[l] = fma((*q)[d0 + l].x, k.x, part[l]);
+                        part[l] = fma((*q)[d0 + l].y, k.y, part[l]);
+                    }
+                }
             }
-            var score = dot * P.scale;
-            if (P.softcap > 0.0) {
-                score = P.softcap * tanh(clamp(score / P.softcap, -15.0, 15.0));
+            for (var w = DOT_LANES / 2u; w > 0u; w >>= 1u) {
+                for (var l = 0u; l < w; l++) {
+                    part[l] = part[l] + part[l + w];
+                }
             }
-            s[j] = score;
+            s[j] = score_of(part[0]);
             tile_max = max(tile_max, s[j]);
         }
         let m_new = max((*state).m, tile_max);

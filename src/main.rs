@@ -315,6 +315,11 @@ struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Time every kernel on the device with timestamp queries and report each variant's
+    /// device time (each dispatch then runs in a compute pass of its own, which costs the
+    /// host a little: compare host times with it off).
+    #[arg(long)]
+    profile_kernels: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -580,7 +585,8 @@ async fn termination() {
 }
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let config = engine_config(&args.engine, args.seed)?;
+    let mut config = engine_config(&args.engine, args.seed)?;
+    config.gpu.profile_kernels = args.profile_kernels;
     let workload = |num_requests: usize, vocab_size: u32| {
         args.workload
             .generate(num_requests, vocab_size, args.seed)
@@ -652,6 +658,22 @@ fn print_report(report: &WorkloadReport) {
             "{:<32} {} / {} / {}",
             "created pipelines/buffers/groups", d.pipelines_created, d.buffers_created, d.bind_groups_created
         );
+    }
+    if !report.kernels.is_empty() {
+        let steps = report.num_steps.max(1) as f64;
+        let device_ms: f64 = report.kernels.iter().map(|k| k.device_ms).sum();
+        println!("{:<32} {:.2} ms", "kernel device time per step", device_ms / steps);
+        println!("\n{:>6} {:>10} {:>10} {:>9}  kernel", "share", "device ms", "dispatches", "mean us");
+        for k in &report.kernels {
+            println!(
+                "{:>5.1}% {:>10.2} {:>10} {:>9.1}  {}",
+                k.share * 100.0,
+                k.device_ms,
+                k.dispatches,
+                k.mean_us,
+                k.kernel
+            );
+        }
     }
 }
 

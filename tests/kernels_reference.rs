@@ -964,6 +964,100 @@ fn long_contexts_across_kv_partitions_match_the_reference_and_stay_invariant() {
     }
 }
 
+/// The per-query attention kernel and its subgroup form (one subgroup of
+/// `ATTENTION_DOT_LANES` lanes per query and head: lavapipe's), bit for bit, over the varlen
+/// batch of `paged_attention_matches_reference_over_a_varlen_batch` and two head dimensions
+/// whose pairs do not fill every lane alike (72: 36 pairs, lanes 0-3 hold five; 80: five each).
+#[test]
+fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
+    let per_query = |subgroup_masked: bool| {
+        let options = GpuOptions {
+            attention_strategy: Some(AttentionStrategy::PerQuery),
+            disable_features: FeatureMask { f16: false, subgroup: subgroup_masked },
+            ..GpuOptions::default()
+        };
+        GpuContext::new(&gpu_options_from_env(&options).unwrap()).unwrap()
+    };
+    let lanes = per_query(false);
+    if lanes.capabilities().attention_path() != AttentionPath::PerQuerySubgroup {
+        eprintln!("skipped: this device's subgroups are not of {} lanes", shader::ATTENTION_DOT_LANES);
+        return;
+    }
+    let plain = per_query(true);
+    assert_eq!(plain.capabilities().attention_path(), AttentionPath::PerQuery);
+    let mut cases = attention_cases();
+    cases.push(AttnCase { heads: 3, kv_heads: 1, head_dim: 72, kv: KvPrecision::F16, ..FULL });
+    cases.push(AttnCase { heads: 4, kv_heads: 2, head_dim: 80, block_size: 32, window: Some(45), ..FULL });
+    let seqs = [
+        Seq { cached: 20, new: 13 },
+        Seq { cached: 0, new: 150 },
+        Seq { cached: 45, new: 1 },
+        Seq { cached: 0, new: 1 },
+    ];
+    for case in cases {
+        let data: Vec<SeqData> =
+            seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 30 + s as u64)).collect();
+        let schedule = |s: usize, step: usize, _| if step == 0 { seqs[s].cached } else { usize::MAX };
+        let want = run_attention_on(&plain, &case, &seqs, &data, &schedule);
+        let got = run_attention_on(&lanes, &case, &seqs, &data, &schedule);
+        for (s, (got, want)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                bits(got),
+                bits(want),
+                "hd{} {:?} window {:?}: sequence {s}",
+                case.head_dim,
+                case.kv,
+                case.window
+            );
+        }
+    }
+}
+
+/// With `profile_kernels`, every dispatch is timed under its variant's label and a repeated
+/// step creates nothing; without it there are no kernel times.
+#[test]
+fn kernel_times_count_every_dispatch_by_variant() {
+    let options = GpuOptions { profile_kernels: true, ..GpuOptions::default() };
+    let c = match GpuContext::new(&gpu_options_from_env(&options).unwrap()) {
+        Err(GpuError::BadOption(message)) => {
+            assert!(!ctx().capabilities().timestamp_query, "{message}");
+            return;
+        }
+        opened => opened.unwrap(),
+    };
+    assert!(ctx().kernel_times().is_none(), "a context opened without profile_kernels");
+    let (rows, k, n) = (3, 64, 40);
+    let x = c.upload_f32(&[rows, k], &Rng::new(1).vec(rows * k)).unwrap();
+    let norm = c.upload_f32(&[k], &Rng::new(2).vec(k)).unwrap();
+    let h = c.tensor(Elem::F32, &[rows, k]).unwrap();
+    let w = c.upload_weight("w", DType::Q8_0, n, k, &quantize(DType::Q8_0, &Rng::new(3).vec(n * k))).unwrap();
+    let out = c.tensor(Elem::F32, &[rows, n]).unwrap();
+    let run = || {
+        let mut step = c.step();
+        step.rms_norm(&x, &norm, 1e-5, &h).unwrap();
+        step.linear(&h, &w, &out).unwrap();
+        step.rms_norm(&x, &norm, 1e-5, &h).unwrap();
+        let id = step.read(&out);
+        step.submit().unwrap().f32s(id)
+    };
+    let first = run();
+    let (times, counters) = (c.kernel_times().unwrap(), c.counters());
+    assert_eq!(run(), first);
+    let created = c.counters().since(&counters);
+    assert_eq!((created.buffers_created, created.bind_groups_created), (0, 0), "a repeated profiled step");
+    let step = c.kernel_times().unwrap().since(&times);
+    let dispatches = |prefix: &str| {
+        step.by_time()
+            .iter()
+            .filter(|(label, _)| label.starts_with(prefix))
+            .map(|(_, t)| t.dispatches)
+            .sum::<u64>()
+    };
+    assert_eq!((dispatches("rms_norm"), dispatches("linear/q8_0")), (2, 1), "{:?}", step.by_time());
+    assert_eq!(step.total().dispatches, created.dispatches);
+    assert_eq!(c.kernel_times().unwrap().total().dispatches, 6);
+}
+
 #[test]
 fn the_device_summary_names_every_kernel_family_choice() {
     let caps = ctx().capabilities();

@@ -229,5 +229,6 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         rope_strategy,
         gemm_rows,
         weight_source,
+        profile_kernels: options.profile_kernels,
     })
 }

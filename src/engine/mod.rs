@@ -309,6 +309,12 @@ impl Engine {
         self.executor.device_counters()
     }
 
+    /// Device time per kernel variant when the engine's device times its kernels
+    /// ([`crate::gpu::GpuOptions::profile_kernels`]).
+    pub fn kernel_times(&self) -> Option<crate::gpu::KernelTimes> {
+        self.executor.kernel_times()
+    }
+
     /// Everything measured so far, with the scheduler's current stats.
     pub fn metrics(&self) -> EngineMetrics {
         EngineMetrics { scheduler: self.scheduler.stats(), ..self.metrics.clone() }

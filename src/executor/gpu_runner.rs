@@ -12,7 +12,7 @@ use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::core::scheduler_config::SchedulerConfig;
 use crate::gpu::{
-    GpuContext, GpuCounters, GpuError, KvCache, KvCacheShape, KvPrecision, linear_warm_up_rows,
+    GpuContext, GpuCounters, GpuError, KernelTimes, KvCache, KvCacheShape, KvPrecision, linear_warm_up_rows,
 };
 use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;
@@ -403,5 +403,9 @@ impl ModelExecutor for WgpuExecutor {
 
     fn device_counters(&self) -> Option<GpuCounters> {
         Some(self.ctx.counters())
+    }
+
+    fn kernel_times(&self) -> Option<KernelTimes> {
+        self.ctx.kernel_times()
     }
 }

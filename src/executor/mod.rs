@@ -25,6 +25,12 @@ pub trait ModelExecutor {
     fn device_counters(&self) -> Option<crate::gpu::GpuCounters> {
         None
     }
+
+    /// Device time per kernel variant, for executors that run on a device opened with
+    /// [`crate::gpu::GpuOptions::profile_kernels`].
+    fn kernel_times(&self) -> Option<crate::gpu::KernelTimes> {
+        None
+    }
 }
 
 /// Why a step could not be executed.

@@ -2,8 +2,8 @@
 
 use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy};
 use super::shader::{
-    AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue,
-    WeightSource,
+    ATTENTION_DOT_LANES, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue,
+    LinearPath, LinearPrologue, WeightSource,
 };
 use crate::dtype::DType;
 
@@ -98,9 +98,18 @@ impl Capabilities {
     /// split-KV elsewhere.
     pub fn attention_path(&self) -> AttentionPath {
         match (self.forced_attention, self.is_cpu) {
+            (Some(AttentionStrategy::PerQuery), _) | (None, true) if self.has_attention_lanes() => {
+                AttentionPath::PerQuerySubgroup
+            }
             (Some(AttentionStrategy::PerQuery), _) | (None, true) => AttentionPath::PerQuery,
             (Some(AttentionStrategy::SplitKv), _) | (None, false) => AttentionPath::SplitKv,
         }
+    }
+
+    /// True when the subgroups have exactly [`ATTENTION_DOT_LANES`] lanes, the one size the
+    /// per-query subgroup kernel's sums are written for (lavapipe on 256-bit vectors).
+    fn has_attention_lanes(&self) -> bool {
+        self.subgroup && self.subgroup_sizes == (ATTENTION_DOT_LANES, ATTENTION_DOT_LANES)
     }
 
     /// True when the RMSNorm before a linear layer is fused into it: on the K-split path, whose
@@ -214,7 +223,12 @@ impl Capabilities {
             kv,
             match self.attention_path() {
                 AttentionPath::PerQuery => format!(
-                    "attention: one invocation per (token, head), KV walked block by block with online softmax ({})",
+                    "attention: one invocation per (token, head), KV walked block by block with online softmax ({}, {})",
+                    if self.forced_attention.is_some() { "forced" } else { "CPU adapter" },
+                    if self.subgroup { "subgroups not of 8 lanes" } else { "no subgroups" }
+                ),
+                AttentionPath::PerQuerySubgroup => format!(
+                    "attention: one subgroup of {ATTENTION_DOT_LANES} lanes per (token, head), each lane every {ATTENTION_DOT_LANES}th pair of dimensions, KV walked block by block with online softmax ({}, subgroups of {ATTENTION_DOT_LANES})",
                     if self.forced_attention.is_some() { "forced" } else { "CPU adapter" }
                 ),
                 AttentionPath::SplitKv => format!(

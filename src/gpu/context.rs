@@ -9,6 +9,7 @@ use rustc_hash::FxBuildHasher;
 use super::GpuError;
 use super::caps::Capabilities;
 use super::counters::{CounterCells, GpuCounters};
+use super::kernel_timer::{KernelTimer, KernelTimes};
 use super::options::{FeatureMask, GpuOptions};
 use super::resident::Resident;
 use super::resource::{DeviceBuffer, ResourceId};
@@ -24,6 +25,8 @@ pub struct GpuContext {
     invalid_next_submit: AtomicBool,
     resident: Mutex<Resident>,
     counters: CounterCells,
+    /// Device time per kernel, when asked for ([`GpuOptions::profile_kernels`]).
+    kernel_timer: Option<Mutex<KernelTimer>>,
 }
 
 /// What the device reported outside any error scope: that it was lost, or an error no
@@ -54,6 +57,7 @@ impl DeviceHealth {
 pub(crate) struct Kernel {
     /// Names the pipeline in bind-group keys.
     pub(crate) id: ResourceId,
+    pub(crate) variant: KernelVariant,
     pub(crate) pipeline: wgpu::ComputePipeline,
     pub(crate) layout: wgpu::BindGroupLayout,
 }
@@ -162,6 +166,11 @@ impl GpuContext {
                 caps.limits.max_compute_workgroup_storage_size
             )));
         }
+        if options.profile_kernels && !caps.timestamp_query {
+            return Err(GpuError::BadOption("timing kernels needs the adapter's timestamp queries".into()));
+        }
+        let kernel_timer =
+            options.profile_kernels.then(|| Mutex::new(KernelTimer::new(queue.get_timestamp_period())));
         Ok(Self {
             device,
             queue,
@@ -171,6 +180,7 @@ impl GpuContext {
             invalid_next_submit: AtomicBool::new(false),
             resident: Mutex::new(Resident::default()),
             counters: CounterCells::default(),
+            kernel_timer,
         })
     }
 
@@ -183,6 +193,17 @@ impl GpuContext {
     /// dispatches, host time per step).
     pub fn counters(&self) -> GpuCounters {
         self.counters.snapshot()
+    }
+
+    /// Device time per kernel variant so far; `None` unless the context was opened with
+    /// [`GpuOptions::profile_kernels`].
+    pub fn kernel_times(&self) -> Option<KernelTimes> {
+        self.kernel_timer().map(|timer| timer.times())
+    }
+
+    /// The kernel timer, locked; `None` when kernels are not timed.
+    pub(crate) fn kernel_timer(&self) -> Option<MutexGuard<'_, KernelTimer>> {
+        self.kernel_timer.as_ref().map(|timer| timer.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     pub(crate) fn count(&self) -> &CounterCells {
@@ -240,7 +261,8 @@ impl GpuContext {
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Shader(format!("{label}: {err}")));
         }
-        let kernel = Kernel { id: ResourceId::fresh(), layout: pipeline.get_bind_group_layout(0), pipeline };
+        let kernel =
+            Kernel { id: ResourceId::fresh(), variant, layout: pipeline.get_bind_group_layout(0), pipeline };
         self.count().pipeline_created();
         cache.insert(variant, kernel.clone());
         Ok(kernel)

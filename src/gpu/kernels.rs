@@ -708,7 +708,7 @@ impl Step<'_> {
         let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path };
         let grid = match path {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
-            AttentionPath::SplitKv => self.grid_groups(t * heads),
+            AttentionPath::PerQuerySubgroup | AttentionPath::SplitKv => self.grid_groups(t * heads),
         };
         let bindings = [
             Binding::tensor(slots::attention::Q, q),

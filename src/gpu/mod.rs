@@ -58,6 +58,7 @@ mod bind_cache;
 mod caps;
 mod context;
 mod counters;
+mod kernel_timer;
 mod kernels;
 mod kv_cache;
 mod options;
@@ -73,6 +74,7 @@ mod weights;
 pub use caps::{Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
+pub use kernel_timer::{KernelTime, KernelTimes};
 pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, RopeCacheArgs, RopeMode, linear_warm_up_rows};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{

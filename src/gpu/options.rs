@@ -212,6 +212,10 @@ pub struct GpuOptions {
     /// Where the linear and embedding kernels read weights from; `None` chooses from the
     /// adapter. Textures need the sequential linear path (with K-split they are a `BadOption`).
     pub weight_source: Option<WeightSource>,
+    /// Time every dispatch on the device with timestamp queries (each in a compute pass of its
+    /// own; [`GpuContext::kernel_times`](super::GpuContext::kernel_times)). A `BadOption` on
+    /// an adapter without timestamp queries.
+    pub profile_kernels: bool,
 }
 
 impl GpuOptions {
@@ -235,6 +239,7 @@ impl GpuOptions {
             rope_strategy: None,
             gemm_rows: None,
             weight_source: None,
+            profile_kernels: false,
         })
     }
 }

@@ -212,8 +212,14 @@ impl LinearPrologue {
 /// How the attention kernel spreads one query's context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttentionPath {
-    /// One invocation per (query token, head) walking the whole context (CPU drivers).
+    /// One invocation per (query token, head) walking the whole context (CPU drivers without
+    /// subgroups of [`ATTENTION_DOT_LANES`]).
     PerQuery,
+    /// The same walk by one subgroup of [`ATTENTION_DOT_LANES`] lanes per (query token, head),
+    /// each lane holding every eighth pair of the head's dimensions: the same bits as
+    /// `PerQuery`, with a key's and a value's pairs read side by side (CPU drivers whose
+    /// subgroups have exactly that many lanes).
+    PerQuerySubgroup,
     /// One workgroup of [`ATTENTION_SPLIT_WG`] per (query token, head): the context cut into
     /// fixed partitions of about [`KV_PARTITION_TOKENS`] tokens, combined in a fixed tree.
     SplitKv,
@@ -278,6 +284,10 @@ pub const LINEAR_SEQ_COLS: u32 = 4;
 pub const ATTENTION_SPLIT_WG: u32 = 32;
 /// Head dimensions split-KV attention combines at once in its workgroup memory.
 pub const ATTENTION_SPLIT_CHUNK: u32 = 32;
+/// Partial sums every attention kernel splits a query·key product into (dimension pair `d` into
+/// partial `d % ATTENTION_DOT_LANES`), added by a fixed butterfly: the lanes, and the
+/// workgroup, of [`AttentionPath::PerQuerySubgroup`], so every path sums a score alike.
+pub const ATTENTION_DOT_LANES: u32 = 8;
 /// Keys per split-KV partition (rounded down to whole KV blocks, at least one).
 pub const KV_PARTITION_TOKENS: u32 = 128;
 /// Largest KV block size the attention kernel accepts.
@@ -420,7 +430,11 @@ impl KernelVariant {
 
     /// True when the variant needs the SUBGROUP feature.
     pub fn needs_subgroup(&self) -> bool {
-        matches!(self, Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. })
+        matches!(
+            self,
+            Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
+                | Self::Attention { path: AttentionPath::PerQuerySubgroup, .. }
+        )
     }
 
     /// A short unique name, used as the pipeline label.
@@ -452,8 +466,9 @@ impl KernelVariant {
             }
             Self::Attention { kv, head_dim, path } => {
                 let path = match path {
-                    AttentionPath::PerQuery => "per-query",
-                    AttentionPath::SplitKv => "split-kv",
+                    AttentionPath::PerQuery => "per-query".to_string(),
+                    AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
+                    AttentionPath::SplitKv => "split-kv".to_string(),
                 };
                 format!("attention/{}/hd{head_dim}/{path}", kv.name())
             }
@@ -474,6 +489,9 @@ impl KernelVariant {
             Self::Linear { path: LinearPath::KSplit, .. } => (LINEAR_GEMM_WG, "LINEAR_GEMM_WG"),
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 (ATTENTION_SPLIT_WG, "ATTENTION_SPLIT_WG")
+            }
+            Self::Attention { path: AttentionPath::PerQuerySubgroup, .. } => {
+                (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES")
             }
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
@@ -637,7 +655,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         out.push(KernelVariant::RopeCache { kv, qk_norm: false });
         out.push(KernelVariant::RopeCache { kv, qk_norm: true });
         for head_dim in TESTED_HEAD_DIMS {
-            for path in [AttentionPath::PerQuery, AttentionPath::SplitKv] {
+            for path in [AttentionPath::PerQuery, AttentionPath::PerQuerySubgroup, AttentionPath::SplitKv] {
                 out.push(KernelVariant::Attention { kv, head_dim, path });
             }
         }

@@ -14,6 +14,7 @@ use std::time::Instant;
 use super::GpuError;
 use super::bind_cache::{BindKey, Binding};
 use super::context::{GpuContext, Kernel};
+use super::kernel_timer::KernelTimer;
 use super::resource::DeviceBuffer;
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
@@ -191,6 +192,9 @@ impl Step<'_> {
         let ctx = self.ctx;
         let dispatched = self.dispatches.len();
         ctx.check_health()?;
+        let mut timer = ctx.kernel_timer();
+        // The variant each timed pass ran, in order.
+        let mut timed = Vec::new();
         let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
             ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
@@ -226,15 +230,13 @@ impl Step<'_> {
                         (d.kernel, group, d.groups)
                     })
                     .collect();
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("step"),
-                    timestamp_writes: None,
-                });
-                for (kernel, group, groups) in &encoded {
-                    pass.set_pipeline(&kernel.pipeline);
-                    pass.set_bind_group(0, group, &[]);
-                    pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                if let Some(timer) = timer.as_deref_mut() {
+                    timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
+                        ctx.create_buffer(label, size, usage)
+                    })?;
+                    timed = encoded.iter().map(|(kernel, ..)| kernel.variant).collect();
                 }
+                encode_passes(&mut encoder, &encoded, timer.as_deref());
             }
             let mut staging = Vec::with_capacity(self.readbacks.len());
             for r in &self.readbacks {
@@ -258,7 +260,13 @@ impl Step<'_> {
         for buf in &staging {
             buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
         }
+        if let Some(timer) = &mut timer {
+            timer.map();
+        }
         ctx.wait_idle()?;
+        if let Some(timer) = &mut timer {
+            timer.collect(&timed)?;
+        }
         let mut data = Vec::with_capacity(staging.len());
         for (buf, r) in staging.iter().zip(&self.readbacks) {
             let view = buf
@@ -278,6 +286,35 @@ impl Step<'_> {
             resident.give_back(SCRATCH, buf);
         }
         Ok(StepOutput { data })
+    }
+}
+
+/// Records `encoded` into one compute pass, or with `timer` each dispatch into a pass of its
+/// own that writes its beginning and end timestamps.
+fn encode_passes(
+    encoder: &mut wgpu::CommandEncoder,
+    encoded: &[(Kernel, wgpu::BindGroup, [u32; 3])],
+    timer: Option<&KernelTimer>,
+) {
+    let mut record = |dispatches: &[(Kernel, wgpu::BindGroup, [u32; 3])], timestamp_writes| {
+        let mut pass = encoder
+            .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes });
+        for (kernel, group, groups) in dispatches {
+            pass.set_pipeline(&kernel.pipeline);
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        }
+    };
+    match timer {
+        None => record(encoded, None),
+        Some(timer) => {
+            for (i, dispatch) in encoded.iter().enumerate() {
+                record(std::slice::from_ref(dispatch), Some(timer.writes(i)));
+            }
+        }
+    }
+    if let Some(timer) = timer {
+        timer.resolve(encoder, encoded.len());
     }
 }
 

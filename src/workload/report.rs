@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::metrics::SchedulerStats;
-use crate::gpu::GpuCounters;
+use crate::gpu::{GpuCounters, KernelTimes};
 use crate::ids::RequestId;
 
 /// What a workload run measured, in seconds of the runner's clock (simulated or wall).
@@ -55,6 +55,10 @@ pub struct WorkloadReport {
     /// What the device layer did over the run (GPU executors only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceReport>,
+    /// Device time per kernel variant over the run, the longest first (`pagoda bench
+    /// --profile-kernels`; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelReport>,
 }
 
 /// The device layer's work over a run: host time per step and what it created.
@@ -89,6 +93,42 @@ impl DeviceReport {
             buffers_created: c.buffers_created,
             bind_groups_created: c.bind_groups_created,
         }
+    }
+}
+
+/// One kernel variant's device time over a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelReport {
+    /// The variant's label (`linear/q4_1tex/seq/tm1/plain/store`).
+    pub kernel: String,
+    /// Dispatches of it.
+    pub dispatches: u64,
+    /// Their device time, summed, milliseconds.
+    pub device_ms: f64,
+    /// Device time per dispatch, mean, microseconds.
+    pub mean_us: f64,
+    /// Its share of all the kernels' device time, 0..=1.
+    pub share: f64,
+}
+
+impl KernelReport {
+    /// One row per variant of `times`, the longest total first.
+    pub fn rows(times: &KernelTimes) -> Vec<Self> {
+        let total = times.total().device_time.as_secs_f64();
+        times
+            .by_time()
+            .into_iter()
+            .map(|(kernel, t)| {
+                let seconds = t.device_time.as_secs_f64();
+                Self {
+                    kernel: kernel.to_owned(),
+                    dispatches: t.dispatches,
+                    device_ms: seconds * 1e3,
+                    mean_us: seconds * 1e6 / t.dispatches.max(1) as f64,
+                    share: if total > 0.0 { seconds / total } else { 0.0 },
+                }
+            })
+            .collect()
     }
 }
 
@@ -143,6 +183,7 @@ impl WorkloadReport {
             prefix_cache_hit_rate: stats.prefix_cache.hit_rate(),
             peak_kv_cache_usage: stats.peak_kv_cache_usage,
             device: None,
+            kernels: Vec::new(),
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::Workload;
-use super::report::{DeviceReport, Latencies, RunCounts, WorkloadReport};
+use super::report::{DeviceReport, KernelReport, Latencies, RunCounts, WorkloadReport};
 use crate::core::metrics::{PrefixCacheStats, SchedulerStats};
 use crate::engine::{Engine, EngineError};
 
@@ -15,6 +15,7 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     pending.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
     let before = engine.metrics().scheduler;
     let device_before = engine.device_counters();
+    let kernels_before = engine.kernel_times();
     let mut device_last = device_before;
     let mut step_host_times = Vec::new();
     let start = Instant::now();
@@ -65,6 +66,9 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
         WorkloadReport::new(&workload.name, &counts, start.elapsed().as_secs_f64(), &latencies, &stats);
     if let (Some(after), Some(before)) = (engine.device_counters(), device_before) {
         report.device = Some(DeviceReport::of(&after.since(&before), &step_host_times));
+    }
+    if let (Some(after), Some(before)) = (engine.kernel_times(), kernels_before) {
+        report.kernels = KernelReport::rows(&after.since(&before));
     }
     Ok(report)
 }

@@ -3,9 +3,9 @@
 
 use super::unroll::{select_epilogue, unroll};
 use super::{
-    ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource,
-    gemm_tile_vec4s, slots,
+    ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat,
+    LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS,
+    WORKGROUP_SIZE, WeightSource, gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
 
@@ -198,6 +198,7 @@ impl KernelVariant {
             Self::Attention { kv, path, .. } => {
                 let body = match path {
                     AttentionPath::PerQuery => shader_file!("attention.wgsl"),
+                    AttentionPath::PerQuerySubgroup => shader_file!("attention_lanes.wgsl"),
                     AttentionPath::SplitKv => shader_file!("attention_split.wgsl"),
                 };
                 vec![kv.file(), shader_file!("attention_common.wgsl"), body]
@@ -264,6 +265,7 @@ impl KernelVariant {
             Self::Attention { head_dim, path, .. } => {
                 out.push(Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"));
                 out.push(Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"));
+                out.push(Injected::new("DOT_LANES", ATTENTION_DOT_LANES, "shader::ATTENTION_DOT_LANES"));
                 if path == AttentionPath::SplitKv {
                     out.push(Injected::new("CHUNK", ATTENTION_SPLIT_CHUNK, "shader::ATTENTION_SPLIT_CHUNK"));
                 }
