@@ -1,4 +1,4 @@
-// What both paged-attention kernels share: the parameters and bindings, finding a token's
+// What the paged-attention kernels share: the parameters and bindings, finding a token's
 // sequence, and the online softmax over a range of KV blocks. Query token t's heads start at
 // Q[t * q_stride] (the fused projection's row: queries, then keys and values); the output is
 // [t, heads * HD]. Token t of sequence b sits at position seq_lens[b] - (query_start_loc[b + 1]
@@ -79,11 +79,6 @@ fn first_key(ctx: u32) -> u32 {
 }
 
 // A key's score from its dot product with the query: `dot * scale`, soft-capped when asked.
-//
-// Every kernel sums a dot product the same way, the subgroup kernel's: pair d of the head's
-// HP dimension pairs goes to partial sum d % DOT_LANES (x then y, ascending d), and the
-// partials are added pairwise, each with the one DOT_LANES / 2, then / 4, ... above it (the
-// butterfly of a subgroup's shuffle-xor), so all of them agree bit for bit.
 fn score_of(dot: f32) -> f32 {
     var score = dot * P.scale;
     if (P.softcap > 0.0) {
@@ -98,9 +93,24 @@ struct Softmax {
     l: f32,
 }
 
+// `acc` plus key pair `d` of the key at `kb` times query pair `d` (x then y); `acc` past the
+// head's pairs.
+fn pair_fma(acc: f32, q: ptr<function, array<vec2<f32>, HP>>, kb: u32, d: u32) -> f32 {
+    if (d >= HP) {
+        return acc;
+    }
+    let k = kv_in(K_CACHE[kb + d]);
+    return fma((*q)[d].y, k.y, fma((*q)[d].x, k.x, acc));
+}
+
 // Walks logical KV blocks blk0..blk1 of sequence `seq` (keys from `first` to ctx - 1) in
 // ascending order, one block at a time: the block's scores, its maximum, then the running
 // state and `acc` rescaled once and the block's values added.
+//
+// A key's q·k is summed as every kernel sums it, the subgroup kernel's way: pair d of the
+// head's HP dimension pairs goes to partial sum d % DOT_LANES (x then y, ascending d), and the
+// partials are added pairwise, each with the one DOT_LANES / 2, then / 4, ... above it (the
+// butterfly of a subgroup's shuffle-xor), so all of them agree bit for bit.
 fn attend_blocks(
     seq: u32,
     kvh: u32,
@@ -120,22 +130,16 @@ fn attend_blocks(
         var tile_max = -3.0e38;
         for (var j = j0; j < n_in; j++) {
             let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
-            var part: array<f32, DOT_LANES>;
-            for (var d0 = 0u; d0 < HP; d0 += DOT_LANES) {
-                for (var l = 0u; l < DOT_LANES; l++) {
-                    if (d0 + l < HP) {
-                        let k = kv_in(K_CACHE[kb + d0 + l]);
-                        part[l] = fma((*q)[d0 + l].x, k.x, part[l]);
-                        part[l] = fma((*q)[d0 + l].y, k.y, part[l]);
-                    }
-                }
+            // Partial sums 0-3 and 4-7 (DOT_LANES is 8).
+            var lo = vec4<f32>(0.0);
+            var hi = vec4<f32>(0.0);
+            for (var d = 0u; d < HP; d += 8u) {
+                lo = vec4<f32>(pair_fma(lo.x, q, kb, d), pair_fma(lo.y, q, kb, d + 1u), pair_fma(lo.z, q, kb, d + 2u), pair_fma(lo.w, q, kb, d + 3u));
+                hi = vec4<f32>(pair_fma(hi.x, q, kb, d + 4u), pair_fma(hi.y, q, kb, d + 5u), pair_fma(hi.z, q, kb, d + 6u), pair_fma(hi.w, q, kb, d + 7u));
             }
-            for (var w = DOT_LANES / 2u; w > 0u; w >>= 1u) {
-                for (var l = 0u; l < w; l++) {
-                    part[l] = part[l] + part[l + w];
-                }
-            }
-            s[j] = score_of(part[0]);
+            let half = lo + hi;
+            let quarter = half.xy + half.zw;
+            s[j] = score_of(quarter.x + quarter.y);
             tile_max = max(tile_max, s[j]);
         }
         let m_new = max((*state).m, tile_max);

@@ -16,14 +16,12 @@ var<workgroup> red_v: array<f32, WG * CHUNK>;
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = min(wid.y * nwg.x + wid.x, P.tokens * P.heads - 1u);
     let live = wid.y * nwg.x + wid.x < P.tokens * P.heads;
-    let tok = i / P.heads;
-    let head = i % P.heads;
-    let seq = sequence_of(tok);
+    let at = query_at(i);
     let oo = i * HD;
     // A token with inconsistent batch metadata attends to nothing and writes zeros.
-    let ctx = context_of(tok, seq);
+    let ctx = at.ctx;
     let valid = ctx > 0u;
-    var q = load_query(tok, head);
+    var q = load_query(at.tok, at.head);
     var acc: array<vec2<f32>, HP>;
     var state = Softmax(-3.0e38, 0.0);
     let blocks = min((ctx + P.block_size - 1u) / P.block_size, P.max_blocks);
@@ -32,7 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var part = t; part < parts; part += WG) {
         let blk0 = max(part * P.part_blocks, first / P.block_size);
         let blk1 = min((part + 1u) * P.part_blocks, blocks);
-        attend_blocks(seq, head / (P.heads / P.kv_heads), ctx, first, blk0, blk1, &q, &acc, &state);
+        attend_blocks(at.seq, at.head / (P.heads / P.kv_heads), ctx, first, blk0, blk1, &q, &acc, &state);
     }
     let m = state.m;
     let l = state.l;

@@ -986,7 +986,7 @@ fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
     let plain = per_query(true);
     assert_eq!(plain.capabilities().attention_path(), AttentionPath::PerQuery);
     let mut cases = attention_cases();
-    cases.push(AttnCase { heads: 3, kv_heads: 1, head_dim: 72, kv: KvPrecision::F16, ..FULL });
+    cases.push(AttnCase { heads: 10, kv_heads: 1, head_dim: 72, kv: KvPrecision::F16, ..FULL });
     cases.push(AttnCase { heads: 4, kv_heads: 2, head_dim: 80, block_size: 32, window: Some(45), ..FULL });
     let seqs = [
         Seq { cached: 20, new: 13 },
@@ -1056,6 +1056,19 @@ fn kernel_times_count_every_dispatch_by_variant() {
     assert_eq!((dispatches("rms_norm"), dispatches("linear/q8_0")), (2, 1), "{:?}", step.by_time());
     assert_eq!(step.total().dispatches, created.dispatches);
     assert_eq!(c.kernel_times().unwrap().total().dispatches, 6);
+    assert!(step.by_time().iter().all(|(_, t)| !t.device_time.is_zero()), "{:?}", step.by_time());
+    // Past one query set's 4096 timestamps: the linear's are the second set's.
+    let before = c.kernel_times().unwrap();
+    let mut step = c.step();
+    for _ in 0..2100 {
+        step.rms_norm(&x, &norm, 1e-5, &h).unwrap();
+    }
+    step.linear(&h, &w, &out).unwrap();
+    step.submit().unwrap();
+    let long = c.kernel_times().unwrap().since(&before);
+    let linear = long.by_time().into_iter().find(|(label, _)| label.starts_with("linear/")).unwrap().1;
+    assert_eq!((linear.dispatches, long.total().dispatches), (1, 2101));
+    assert!(!linear.device_time.is_zero(), "{:?}", long.by_time());
 }
 
 #[test]

@@ -94,7 +94,8 @@ impl Capabilities {
         }
     }
 
-    /// The attention kernel on this device: one invocation per (query, head) on CPU adapters,
+    /// The attention kernel on this device: per query on CPU adapters (one subgroup per token
+    /// and head where subgroups have [`ATTENTION_DOT_LANES`] lanes, else one invocation each),
     /// split-KV elsewhere.
     pub fn attention_path(&self) -> AttentionPath {
         match (self.forced_attention, self.is_cpu) {
@@ -170,7 +171,8 @@ impl Capabilities {
     }
 
     /// The pool format for a requested KV precision: `Auto` is f16 with SHADER_F16 and f32
-    /// without; f16 uses `vec2<f16>` with SHADER_F16 and packed u32 words without.
+    /// without; f16 is rounded by shader-f16's conversion with SHADER_F16 and by `pack2x16float`
+    /// without (a pair to a u32 word either way).
     pub fn kv_format(&self, requested: KvPrecision) -> KvFormat {
         match (requested, self.shader_f16) {
             (KvPrecision::F32, _) | (KvPrecision::Auto, false) => KvFormat::F32,
@@ -212,7 +214,7 @@ impl Capabilities {
             ),
         };
         let kv = match self.kv_format(KvPrecision::Auto) {
-            KvFormat::F16Native => "kv cache (auto): f16 as vec2<f16> (shader-f16 present)".to_string(),
+            KvFormat::F16Native => "kv cache (auto): f16 rounded by shader-f16's conversion, a pair to a u32 word (shader-f16 present)".to_string(),
             _ => format!(
                 "kv cache (auto): f32 ({}); f16 on request packs f16 pairs in u32 words",
                 if self.masked.f16 { "shader-f16 masked" } else { "no shader-f16" }
@@ -225,7 +227,13 @@ impl Capabilities {
                 AttentionPath::PerQuery => format!(
                     "attention: one invocation per (token, head), KV walked block by block with online softmax ({}, {})",
                     if self.forced_attention.is_some() { "forced" } else { "CPU adapter" },
-                    if self.subgroup { "subgroups not of 8 lanes" } else { "no subgroups" }
+                    if self.masked.subgroup {
+                        "subgroups masked"
+                    } else if self.subgroup {
+                        "subgroups not of 8 lanes"
+                    } else {
+                        "no subgroups"
+                    }
                 ),
                 AttentionPath::PerQuerySubgroup => format!(
                     "attention: one subgroup of {ATTENTION_DOT_LANES} lanes per (token, head), each lane every {ATTENTION_DOT_LANES}th pair of dimensions, KV walked block by block with online softmax ({}, subgroups of {ATTENTION_DOT_LANES})",

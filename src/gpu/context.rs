@@ -57,6 +57,7 @@ impl DeviceHealth {
 pub(crate) struct Kernel {
     /// Names the pipeline in bind-group keys.
     pub(crate) id: ResourceId,
+    /// What it was compiled from (names it in kernel times).
     pub(crate) variant: KernelVariant,
     pub(crate) pipeline: wgpu::ComputePipeline,
     pub(crate) layout: wgpu::BindGroupLayout,

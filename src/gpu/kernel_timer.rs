@@ -24,6 +24,11 @@ const RESOLVE: wgpu::BufferUsages = wgpu::BufferUsages::QUERY_RESOLVE.union(wgpu
 /// Usage of the buffer the resolved timestamps are read from.
 const READBACK: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
 
+/// Bytes of the timestamps of `passes` passes.
+fn timestamp_bytes(passes: usize) -> u64 {
+    2 * passes as u64 * TIMESTAMP_BYTES
+}
+
 /// One kernel variant's dispatches and their summed device time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KernelTime {
@@ -42,7 +47,7 @@ impl KernelTimes {
     pub fn since(&self, earlier: &KernelTimes) -> KernelTimes {
         let entries = self.0.iter().filter_map(|(label, now)| {
             let before = earlier.0.get(label).copied().unwrap_or_default();
-            let dispatches = now.dispatches - before.dispatches;
+            let dispatches = now.dispatches.saturating_sub(before.dispatches);
             let device_time = now.device_time.saturating_sub(before.device_time);
             (dispatches > 0).then(|| (label.clone(), KernelTime { dispatches, device_time }))
         });
@@ -110,10 +115,11 @@ impl KernelTimer {
         }
         let bytes = self.sets.len() as u64 * u64::from(QUERIES_PER_SET) * TIMESTAMP_BYTES;
         // A readback a failed step left mapped (or waiting to be) is replaced too.
-        if self.mapped || self.resolve.as_ref().is_none_or(|b| b.size() < bytes) {
-            self.resolve = Some(create("kernel timestamps", bytes, RESOLVE)?);
-            self.readback = Some(create("kernel timestamps readback", bytes, READBACK)?);
-            self.mapped = false;
+        let small = |buffer: &Option<DeviceBuffer>| buffer.as_ref().is_none_or(|b| b.size() < bytes);
+        if self.mapped || small(&self.resolve) || small(&self.readback) {
+            let resolve = create("kernel timestamps", bytes, RESOLVE)?;
+            let readback = create("kernel timestamps readback", bytes, READBACK)?;
+            (self.resolve, self.readback, self.mapped) = (Some(resolve), Some(readback), false);
         }
         Ok(())
     }
@@ -143,14 +149,17 @@ impl KernelTimer {
             encoder.resolve_query_set(set, 0..count, resolve, offset);
             left -= count;
         }
-        let bytes = self.sets.len() as u64 * u64::from(QUERIES_PER_SET) * TIMESTAMP_BYTES;
-        encoder.copy_buffer_to_buffer(resolve, 0, readback, 0, Some(bytes));
+        encoder.copy_buffer_to_buffer(resolve, 0, readback, 0, Some(timestamp_bytes(passes)));
     }
 
-    /// Asks for the readback buffer's mapping (done once the device is idle).
-    pub(crate) fn map(&mut self) {
-        if let Some(readback) = &self.readback {
-            readback.slice(..).map_async(wgpu::MapMode::Read, |_| ());
+    /// Asks for the mapping of the timestamps of `passes` passes (done once the device is
+    /// idle); nothing without passes, or while a mapping is pending.
+    pub(crate) fn map(&mut self, passes: usize) {
+        if let Some(readback) = &self.readback
+            && passes > 0
+            && !self.mapped
+        {
+            readback.slice(..timestamp_bytes(passes)).map_async(wgpu::MapMode::Read, |_| ());
             self.mapped = true;
         }
     }
@@ -159,11 +168,14 @@ impl KernelTimer {
     /// mapped readback is there.
     pub(crate) fn collect(&mut self, variants: &[KernelVariant]) -> Result<(), GpuError> {
         let Some(readback) = &self.readback else { return Ok(()) };
-        let view = readback.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
-        let bytes = &view[..variants.len() * 2 * TIMESTAMP_BYTES as usize];
+        if variants.is_empty() || !self.mapped {
+            return Ok(());
+        }
+        let range = readback.slice(..timestamp_bytes(variants.len()));
+        let view = range.get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
         // Read a word at a time: the mapping need not be 8-byte aligned.
         let ticks: Vec<u64> =
-            bytes.chunks_exact(8).map(|word| u64::from_le_bytes(std::array::from_fn(|i| word[i]))).collect();
+            view.chunks_exact(8).map(|word| u64::from_le_bytes(std::array::from_fn(|i| word[i]))).collect();
         for (variant, pass) in variants.iter().zip(ticks.chunks_exact(2)) {
             let nanos = pass[1].saturating_sub(pass[0]) as f64 * self.period_ns;
             let total = self.totals.entry(*variant).or_default();

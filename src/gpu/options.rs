@@ -94,7 +94,8 @@ impl LinearStrategy {
 /// Forces the attention kernel instead of choosing it from the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionStrategy {
-    /// One invocation per (query token, head) walking the whole context (CPU drivers).
+    /// Each query walks its whole context: one subgroup per (token, head) where subgroups have
+    /// 8 lanes, else one invocation each (CPU drivers).
     PerQuery,
     /// The context cut into fixed partitions, one invocation each, combined in a fixed tree
     /// (flash-decoding; GPUs).

@@ -232,7 +232,8 @@ pub enum KvFormat {
     F32,
     /// f16 values packed two per u32 with `pack2x16float` (no shader-f16 needed).
     F16Packed,
-    /// f16 values as `vec2<f16>` (needs shader-f16); same memory layout as `F16Packed`.
+    /// f16 values rounded by shader-f16's own conversion, a pair to a u32 word read with
+    /// `unpack2x16float` (one 32-bit load a pair); same memory layout as `F16Packed`.
     F16Native,
 }
 
@@ -286,7 +287,8 @@ pub const ATTENTION_SPLIT_WG: u32 = 32;
 pub const ATTENTION_SPLIT_CHUNK: u32 = 32;
 /// Partial sums every attention kernel splits a query·key product into (dimension pair `d` into
 /// partial `d % ATTENTION_DOT_LANES`), added by a fixed butterfly: the lanes, and the
-/// workgroup, of [`AttentionPath::PerQuerySubgroup`], so every path sums a score alike.
+/// workgroup, of [`AttentionPath::PerQuerySubgroup`], so every path sums a score alike (the
+/// other kernels hold the partials in two `vec4`s: it is 8).
 pub const ATTENTION_DOT_LANES: u32 = 8;
 /// Keys per split-KV partition (rounded down to whole KV blocks, at least one).
 pub const KV_PARTITION_TOKENS: u32 = 128;

@@ -261,7 +261,7 @@ impl Step<'_> {
             buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
         }
         if let Some(timer) = &mut timer {
-            timer.map();
+            timer.map(timed.len());
         }
         ctx.wait_idle()?;
         if let Some(timer) = &mut timer {
