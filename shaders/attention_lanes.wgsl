@@ -49,9 +49,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     part = fma(q[p].y, k.y, part);
                 }
             }
-            for (var w = DOT_LANES / 2u; w > 0u; w >>= 1u) {
-                part = part + subgroupShuffleXor(part, w);
-            }
+            // Written out (DOT_LANES is 8): lavapipe ends every loop of an invocation once their
+            // iterations together pass 65,535, and a loop here would cost three a key.
+            part = part + subgroupShuffleXor(part, 4u);
+            part = part + subgroupShuffleXor(part, 2u);
+            part = part + subgroupShuffleXor(part, 1u);
             s[j] = score_of(part);
             tile_max = max(tile_max, s[j]);
         }

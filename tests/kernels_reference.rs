@@ -918,15 +918,17 @@ fn gpu_class_ctx() -> &'static GpuContext {
     })
 }
 
-/// Decodes at contexts of 1, 511, 512, 513 and 4100 tokens (one to 33 split-KV partitions of
-/// 128) against the f64 reference, with both attention kernels; and across partitions the
-/// bits do not depend on the batch or the chunking: the 4100-token context's last 9 tokens
-/// prefilled at once, in chunks of 4, or decoded one by one after the rest, alone or beside the
-/// other sequences.
+/// Decodes at contexts of 1, 511, 512, 513, 4100 and 20,000 tokens (one to 157 split-KV
+/// partitions of 128; 20,000 keys walked by one per-query invocation is well past 65,535 / 16
+/// loop iterations, where lavapipe, which ends every loop of an invocation once their
+/// iterations together pass 65,535, would cut a walk costing 16 a key short) against the f64
+/// reference, with both attention kernels; and across partitions the bits do not depend on the
+/// batch or the chunking: the 20,000-token context's last 9 tokens prefilled at once, in
+/// chunks of 4, or decoded one by one after the rest, alone or beside the other sequences.
 #[test]
 fn long_contexts_across_kv_partitions_match_the_reference_and_stay_invariant() {
     let case = AttnCase { heads: 2, kv_heads: 1, head_dim: 64, block_size: 16, ..FULL };
-    let lens = [1usize, 511, 512, 513, 4100];
+    let lens = [1usize, 511, 512, 513, 4100, 20_000];
     let seqs: Vec<Seq> = lens.iter().map(|&n| Seq { cached: n - 9.min(n), new: 9.min(n) }).collect();
     let data: Vec<SeqData> =
         seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 90 + s as u64)).collect();
