@@ -19,6 +19,8 @@ use super::shader::KernelVariant;
 const QUERIES_PER_SET: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 /// Bytes of one resolved timestamp.
 const TIMESTAMP_BYTES: u64 = 8;
+/// Bytes one query set resolves to.
+const SET_BYTES: u64 = QUERIES_PER_SET as u64 * TIMESTAMP_BYTES;
 /// Usage of the buffer the query sets resolve into.
 const RESOLVE: wgpu::BufferUsages = wgpu::BufferUsages::QUERY_RESOLVE.union(wgpu::BufferUsages::COPY_SRC);
 /// Usage of the buffer the resolved timestamps are read from.
@@ -38,7 +40,7 @@ pub struct KernelTime {
     pub device_time: Duration,
 }
 
-/// Device time per kernel variant, by the variant's label (`linear/q4_1tex/seq/tm1/...`).
+/// Device time per kernel variant, by the variant's label (`linear/q4_1@texture/seq-sg8/...`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelTimes(BTreeMap<String, KernelTime>);
 
@@ -113,7 +115,7 @@ impl KernelTimer {
                 count: QUERIES_PER_SET,
             }));
         }
-        let bytes = self.sets.len() as u64 * u64::from(QUERIES_PER_SET) * TIMESTAMP_BYTES;
+        let bytes = self.sets.len() as u64 * SET_BYTES;
         // A readback a failed step left mapped (or waiting to be) is replaced too.
         let small = |buffer: &Option<DeviceBuffer>| buffer.as_ref().is_none_or(|b| b.size() < bytes);
         if self.mapped || small(&self.resolve) || small(&self.readback) {
@@ -145,8 +147,7 @@ impl KernelTimer {
                 break;
             }
             let count = left.min(QUERIES_PER_SET);
-            let offset = i as u64 * u64::from(QUERIES_PER_SET) * TIMESTAMP_BYTES;
-            encoder.resolve_query_set(set, 0..count, resolve, offset);
+            encoder.resolve_query_set(set, 0..count, resolve, i as u64 * SET_BYTES);
             left -= count;
         }
         encoder.copy_buffer_to_buffer(resolve, 0, readback, 0, Some(timestamp_bytes(passes)));

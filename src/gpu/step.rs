@@ -311,10 +311,8 @@ fn encode_passes(
             for (i, dispatch) in encoded.iter().enumerate() {
                 record(std::slice::from_ref(dispatch), Some(timer.writes(i)));
             }
+            timer.resolve(encoder, encoded.len());
         }
-    }
-    if let Some(timer) = timer {
-        timer.resolve(encoder, encoded.len());
     }
 }
 

@@ -99,7 +99,7 @@ impl DeviceReport {
 /// One kernel variant's device time over a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelReport {
-    /// The variant's label (`linear/q4_1tex/seq/tm1/plain/store`).
+    /// The variant's label (`linear/q4_1@texture/seq-sg8/tm1/gated-silu`).
     pub kernel: String,
     /// Dispatches of it.
     pub dispatches: u64,
