@@ -107,6 +107,9 @@ fn pair_fma(acc: f32, q: ptr<function, array<vec2<f32>, HP>>, kb: u32, d: u32) -
 // ascending order, one block at a time: the block's scores, its maximum, then the running
 // state and `acc` rescaled once and the block's values added.
 //
+// The loops over the head's pairs are written out (HEAD_PAIRS, HEAD_EIGHTS: src/gpu/shader/
+// unroll.rs), so a key costs lavapipe's loop limit two iterations whatever the head dimension.
+//
 // A key's q·k is summed as every kernel sums it, the subgroup kernel's way: pair d of the
 // head's HP dimension pairs goes to partial sum d % DOT_LANES (x then y, ascending d), and the
 // partials are added pairwise, each with the one DOT_LANES / 2, then / 4, ... above it (the
@@ -133,10 +136,8 @@ fn attend_blocks(
             // Partial sums 0-3 and 4-7 (DOT_LANES is 8).
             var lo = vec4<f32>(0.0);
             var hi = vec4<f32>(0.0);
-            for (var d = 0u; d < HP; d += 8u) {
-                lo = vec4<f32>(pair_fma(lo.x, q, kb, d), pair_fma(lo.y, q, kb, d + 1u), pair_fma(lo.z, q, kb, d + 2u), pair_fma(lo.w, q, kb, d + 3u));
-                hi = vec4<f32>(pair_fma(hi.x, q, kb, d + 4u), pair_fma(hi.y, q, kb, d + 5u), pair_fma(hi.z, q, kb, d + 6u), pair_fma(hi.w, q, kb, d + 7u));
-            }
+            HEAD_EIGHTS lo = vec4<f32>(pair_fma(lo.x, q, kb, PPu), pair_fma(lo.y, q, kb, PPu + 1u), pair_fma(lo.z, q, kb, PPu + 2u), pair_fma(lo.w, q, kb, PPu + 3u));
+            HEAD_EIGHTS hi = vec4<f32>(pair_fma(hi.x, q, kb, PPu + 4u), pair_fma(hi.y, q, kb, PPu + 5u), pair_fma(hi.z, q, kb, PPu + 6u), pair_fma(hi.w, q, kb, PPu + 7u));
             let half = lo + hi;
             let quarter = half.xy + half.zw;
             s[j] = score_of(quarter.x + quarter.y);
@@ -145,16 +146,12 @@ fn attend_blocks(
         let m_new = max((*state).m, tile_max);
         let corr = exp((*state).m - m_new);
         (*state).l = (*state).l * corr;
-        for (var d = 0u; d < HP; d++) {
-            (*acc)[d] = (*acc)[d] * corr;
-        }
+        HEAD_PAIRS (*acc)[PPu] = (*acc)[PPu] * corr;
         for (var j = j0; j < n_in; j++) {
             let p = exp(s[j] - m_new);
             (*state).l = (*state).l + p;
             let vb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
-            for (var d = 0u; d < HP; d++) {
-                (*acc)[d] = fma(vec2<f32>(p, p), kv_in(V_CACHE[vb + d]), (*acc)[d]);
-            }
+            HEAD_PAIRS (*acc)[PPu] = fma(vec2<f32>(p, p), kv_in(V_CACHE[vb + PPu]), (*acc)[PPu]);
         }
         (*state).m = m_new;
     }

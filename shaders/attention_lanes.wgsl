@@ -10,6 +10,23 @@
 // Dimension pairs each lane holds.
 const PL: u32 = (HP + DOT_LANES - 1u) / DOT_LANES;
 
+// `part` plus key pair `d` at `kb` times the query pair `qp` (x then y); `part` past the head.
+fn lane_dot(part: f32, qp: vec2<f32>, kb: u32, d: u32) -> f32 {
+    if (d >= HP) {
+        return part;
+    }
+    let k = kv_in(K_CACHE[kb + d]);
+    return fma(qp.y, k.y, fma(qp.x, k.x, part));
+}
+
+// `a` plus value pair `d` at `vb` weighted by `e`; `a` past the head.
+fn lane_fma(a: vec2<f32>, e: f32, vb: u32, d: u32) -> vec2<f32> {
+    if (d >= HP) {
+        return a;
+    }
+    return fma(vec2<f32>(e, e), kv_in(V_CACHE[vb + d]), a);
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
     // Everything up to the output is uniform across the workgroup: one (token, head).
@@ -41,16 +58,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var j = j0; j < n_in; j++) {
             let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
             var part = 0.0;
-            for (var p = 0u; p < PL; p++) {
-                let d = p * DOT_LANES + lane;
-                if (d < HP) {
-                    let k = kv_in(K_CACHE[kb + d]);
-                    part = fma(q[p].x, k.x, part);
-                    part = fma(q[p].y, k.y, part);
-                }
-            }
-            // Written out (DOT_LANES is 8): lavapipe ends every loop of an invocation once their
-            // iterations together pass 65,535, and a loop here would cost three a key.
+            LANE_PAIRS part = lane_dot(part, q[PPu], kb, PPu * DOT_LANES + lane);
+            // Written out as the loops over the lane's pairs are (LANE_PAIRS, DOT_LANES is 8):
+            // lavapipe ends every loop of an invocation once their iterations together pass
+            // 65,535, and a loop here would cost its trip count at every key.
             part = part + subgroupShuffleXor(part, 4u);
             part = part + subgroupShuffleXor(part, 2u);
             part = part + subgroupShuffleXor(part, 1u);
@@ -60,19 +71,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let m_new = max(state.m, tile_max);
         let corr = exp(state.m - m_new);
         state.l = state.l * corr;
-        for (var p = 0u; p < PL; p++) {
-            acc[p] = acc[p] * corr;
-        }
+        LANE_PAIRS acc[PPu] = acc[PPu] * corr;
         for (var j = j0; j < n_in; j++) {
             let e = exp(s[j] - m_new);
             state.l = state.l + e;
             let vb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
-            for (var p = 0u; p < PL; p++) {
-                let d = p * DOT_LANES + lane;
-                if (d < HP) {
-                    acc[p] = fma(vec2<f32>(e, e), kv_in(V_CACHE[vb + d]), acc[p]);
-                }
-            }
+            LANE_PAIRS acc[PPu] = lane_fma(acc[PPu], e, vb, PPu * DOT_LANES + lane);
         }
         state.m = m_new;
     }

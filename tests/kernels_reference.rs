@@ -935,24 +935,8 @@ fn long_contexts_across_kv_partitions_match_the_reference_and_stay_invariant() {
     let long = seqs.len() - 1;
     for c in [ctx(), gpu_class_ctx()] {
         let path = c.capabilities().attention_path();
-        let together = run_attention_on(c, &case, &seqs, &data, &|s, step, _| {
-            if step == 0 { seqs[s].cached } else { usize::MAX }
-        });
-        for (s, seq) in seqs.iter().enumerate() {
-            for (i, pos) in (seq.cached..seq.cached + seq.new).enumerate() {
-                for head in 0..case.heads {
-                    let want = attention_reference(&case, &data[s], pos, head);
-                    let got = &together[s][(i * case.heads + head) * case.head_dim..][..case.head_dim];
-                    for (e, (&g, &w)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            (f64::from(g) - w).abs() <= 1e-5,
-                            "{path:?} context {} pos {pos} head {head} dim {e}: {g} vs {w}",
-                            lens[s]
-                        );
-                    }
-                }
-            }
-        }
+        let together = run_attention_on(c, &case, &seqs, &data, &after_the_prefix(&seqs));
+        assert_near_reference(&together, &case, &seqs, &data, &format!("{path:?}"));
         let alone = |schedule: &dyn Fn(usize, usize, usize) -> usize| {
             run_attention_on(c, &case, &seqs[long..], &data[long..], schedule).remove(0)
         };
@@ -964,6 +948,69 @@ fn long_contexts_across_kv_partitions_match_the_reference_and_stay_invariant() {
         let decoded = alone(&|_, step, _| if step == 0 { prefix } else { 1 });
         assert_eq!(bits(&decoded), bits(&one_shot), "{path:?}: decoded vs one-shot");
     }
+}
+
+/// Each sequence's cached prefix written in the first step, the rest of it in the second.
+fn after_the_prefix(seqs: &[Seq]) -> impl Fn(usize, usize, usize) -> usize + '_ {
+    |s, step, _| if step == 0 { seqs[s].cached } else { usize::MAX }
+}
+
+/// Asserts every position `run_attention_on` computed within 1e-5 of the f64 reference.
+fn assert_near_reference(outs: &[Vec<f32>], case: &AttnCase, seqs: &[Seq], data: &[SeqData], what: &str) {
+    for (s, seq) in seqs.iter().enumerate() {
+        for (i, pos) in (seq.cached..seq.cached + seq.new).enumerate() {
+            for head in 0..case.heads {
+                let want = attention_reference(case, &data[s], pos, head);
+                let got = &outs[s][(i * case.heads + head) * case.head_dim..][..case.head_dim];
+                for (e, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (f64::from(g) - w).abs() <= 1e-5,
+                        "{what} hd{} context {} pos {pos} head {head} dim {e}: {g} vs {w}",
+                        case.head_dim,
+                        seq.cached + seq.new
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A query walking 20,000 keys at head dimensions 128 and 256, with the adapter's attention
+/// kernel and with split-KV. Inside the walk over the keys every loop over the head's pairs is
+/// written out: lavapipe ends every loop of an invocation once their iterations together pass
+/// 65,535, and as loops (which its compiler does not unroll past 32 trips) they cost their trip
+/// count at every key: a per-query walk of 1,100 keys at 128 came out wrong, and a split-KV
+/// walk of 20,000 keys at 256 (157 partitions, five to an invocation).
+#[test]
+fn wide_heads_walk_long_contexts_right() {
+    let seqs = [Seq { cached: 19_999, new: 1 }];
+    for head_dim in [128, 256] {
+        let case = AttnCase { heads: 2, kv_heads: 1, head_dim, block_size: 16, ..FULL };
+        let data = [seq_data(&case, 20_000, 95)];
+        for c in [ctx(), gpu_class_ctx()] {
+            let path = c.capabilities().attention_path();
+            let outs = run_attention_on(c, &case, &seqs, &data, &after_the_prefix(&seqs));
+            assert_near_reference(&outs, &case, &seqs, &data, &format!("{path:?}"));
+        }
+    }
+}
+
+/// A context of 40,000 keys, past [`CPU_PER_QUERY_MAX_KEYS`]: a CPU adapter not forced to per
+/// query takes split-KV for it (a per-query walk that long outruns lavapipe's loop limit and
+/// comes out wrong), and every adapter's result matches the reference.
+#[test]
+fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
+    let caps = ctx().capabilities();
+    if caps.is_cpu && caps.forced_attention.is_none() {
+        assert_eq!(caps.attention_path_for(CPU_PER_QUERY_MAX_KEYS), caps.attention_path());
+        assert_eq!(caps.attention_path_for(40_000), AttentionPath::SplitKv);
+        assert_eq!(caps.attention_path_for(CPU_PER_QUERY_MAX_KEYS + 1), AttentionPath::SplitKv);
+    }
+    let case = AttnCase { heads: 2, kv_heads: 1, head_dim: 64, block_size: 16, ..FULL };
+    let seqs = [Seq { cached: 39_998, new: 2 }];
+    let data = [seq_data(&case, 40_000, 97)];
+    let outs = run_attention_on(ctx(), &case, &seqs, &data, &after_the_prefix(&seqs));
+    assert_near_reference(&outs, &case, &seqs, &data, &format!("{:?}", caps.attention_path_for(40_000)));
 }
 
 /// The per-query attention kernel and its subgroup form (one subgroup of

@@ -63,6 +63,13 @@ pub struct Capabilities {
     pub forced_weight_source: Option<WeightSource>,
 }
 
+/// The longest walk, in keys, per-query attention takes on a CPU adapter before the engine
+/// chooses split-KV. Lavapipe ends every loop of a shader invocation once their iterations
+/// together pass 65,535, and a per-query walk costs two a key (its score and value loops) and
+/// one a block: it comes out wrong from about 31,000 keys. This keeps a quarter in hand; a
+/// split-KV invocation walks 1/[`ATTENTION_SPLIT_WG`](super::shader::ATTENTION_SPLIT_WG) of it.
+pub const CPU_PER_QUERY_MAX_KEYS: usize = 24_576;
+
 impl Capabilities {
     /// The reduction path of the linear kernels on this device: sequential on CPU adapters
     /// (with subgroup broadcast when subgroups of a fixed size >= 8 exist), K-split elsewhere.
@@ -94,16 +101,35 @@ impl Capabilities {
         }
     }
 
-    /// The attention kernel on this device: per query on CPU adapters (one subgroup per token
-    /// and head where subgroups have [`ATTENTION_DOT_LANES`] lanes, else one invocation each),
-    /// split-KV elsewhere.
+    /// The attention kernel on this device for contexts up to [`CPU_PER_QUERY_MAX_KEYS`] keys:
+    /// per query on CPU adapters (one subgroup per token and head where subgroups have
+    /// [`ATTENTION_DOT_LANES`] lanes, else one invocation each), split-KV elsewhere.
     pub fn attention_path(&self) -> AttentionPath {
-        match (self.forced_attention, self.is_cpu) {
+        self.attention_path_for(0)
+    }
+
+    /// The attention kernel for a layer whose queries walk at most `keys` keys (the block
+    /// table's width in tokens, or the sliding window): [`Self::attention_path`], except that a
+    /// CPU adapter not forced to per-query takes split-KV past [`CPU_PER_QUERY_MAX_KEYS`], where
+    /// one invocation's walk would outrun lavapipe's loop limit. The engine's block tables are
+    /// as wide as `max_model_len`, so the choice depends on the model and the engine's
+    /// configuration only, never on a batch.
+    pub fn attention_path_for(&self, keys: usize) -> AttentionPath {
+        match (self.forced_attention, self.is_cpu && keys <= CPU_PER_QUERY_MAX_KEYS) {
             (Some(AttentionStrategy::PerQuery), _) | (None, true) if self.has_attention_lanes() => {
                 AttentionPath::PerQuerySubgroup
             }
             (Some(AttentionStrategy::PerQuery), _) | (None, true) => AttentionPath::PerQuery,
             (Some(AttentionStrategy::SplitKv), _) | (None, false) => AttentionPath::SplitKv,
+        }
+    }
+
+    /// Why attention runs per query: forced, or a CPU adapter (which takes split-KV past
+    /// [`CPU_PER_QUERY_MAX_KEYS`] keys).
+    fn per_query_reason(&self) -> String {
+        match self.forced_attention {
+            Some(_) => "forced".to_string(),
+            None => format!("CPU adapter; split-KV for contexts past {CPU_PER_QUERY_MAX_KEYS} keys"),
         }
     }
 
@@ -226,7 +252,7 @@ impl Capabilities {
             match self.attention_path() {
                 AttentionPath::PerQuery => format!(
                     "attention: one invocation per (token, head), KV walked block by block with online softmax ({}, {})",
-                    if self.forced_attention.is_some() { "forced" } else { "CPU adapter" },
+                    self.per_query_reason(),
                     if self.masked.subgroup {
                         "subgroups masked"
                     } else if self.subgroup {
@@ -237,7 +263,7 @@ impl Capabilities {
                 ),
                 AttentionPath::PerQuerySubgroup => format!(
                     "attention: one subgroup of {ATTENTION_DOT_LANES} lanes per (token, head), each lane every {ATTENTION_DOT_LANES}th pair of dimensions, KV walked block by block with online softmax ({}, subgroups of {ATTENTION_DOT_LANES})",
-                    if self.forced_attention.is_some() { "forced" } else { "CPU adapter" }
+                    self.per_query_reason()
                 ),
                 AttentionPath::SplitKv => format!(
                     "attention: split-KV, partitions of {} tokens over {} invocations per (token, head), combined in a fixed tree ({})",

@@ -704,7 +704,8 @@ impl Step<'_> {
             q_stride: u(q_stride),
             part_blocks: (KV_PARTITION_TOKENS / u(s.block_size)).max(1),
         };
-        let path = self.ctx.capabilities().attention_path();
+        let walk = spec.window.map_or(max_blocks * s.block_size, |w| w.min(max_blocks * s.block_size));
+        let path = self.ctx.capabilities().attention_path_for(walk);
         let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path };
         let grid = match path {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),

@@ -71,7 +71,7 @@ mod step;
 mod tensor;
 mod weights;
 
-pub use caps::{Capabilities, KvPrecision};
+pub use caps::{CPU_PER_QUERY_MAX_KEYS, Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
 pub use kernel_timer::{KernelTime, KernelTimes};

@@ -1,7 +1,7 @@
 //! Composes a variant's WGSL: a header naming its files and its injected constants, then the
 //! files of `shaders/` in order.
 
-use super::unroll::{select_epilogue, unroll};
+use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat,
     LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS,
@@ -130,6 +130,7 @@ impl KernelVariant {
             Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } => {
                 unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
+            Self::Attention { head_dim, .. } => unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES),
             _ => src,
         }
     }

@@ -1,5 +1,6 @@
 //! The `GATED` / `PAIRED` / `PLAIN` and `ROWS` / `COLS` / `PAIRS` line markers of the linear
-//! kernels (see the [`shader`](super) docs for an example of their expansion).
+//! kernels (see the [`shader`](super) docs for an example of their expansion), and the
+//! `HEAD_PAIRS` / `HEAD_EIGHTS` / `LANE_PAIRS` markers of the attention kernels.
 
 use super::EmitShape;
 
@@ -49,6 +50,40 @@ pub(super) fn unroll(src: &str, rows: u32, cols: u32) -> String {
     out
 }
 
+/// Expands the attention kernels' loops over a head's `pairs` dimension pairs, written out: every
+/// line starting with the word `HEAD_PAIRS` into one copy per pair `0..pairs`, `HEAD_EIGHTS`
+/// into one per group of eight pairs (`PP` becomes the pair, or the group's first pair), and
+/// `LANE_PAIRS` into one per pair a lane of `lanes` holds (`PP` becomes its index `0..pairs /
+/// lanes`, rounded up). Lavapipe ends every loop of a shader invocation once their iterations
+/// together pass 65,535: a loop over the head inside the walk over the keys, which its compiler
+/// does not unroll past 32 trips, would cost its trip count at every key and cut a walk of a
+/// few hundred keys short. Other lines are kept as they are.
+pub(super) fn unroll_head(src: &str, pairs: u32, lanes: u32) -> String {
+    let mut out = String::with_capacity(src.len() * 2);
+    for line in src.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let copies: Vec<String> = [
+            ("HEAD_PAIRS ", 1, pairs),
+            ("HEAD_EIGHTS ", 8, pairs.div_ceil(8)),
+            ("LANE_PAIRS ", 1, pairs.div_ceil(lanes)),
+        ]
+        .into_iter()
+        .find_map(|(marker, step, count)| {
+            trimmed
+                .strip_prefix(marker)
+                .map(|body| (0..count).map(|i| body.replace("PP", &(i * step).to_string())).collect())
+        })
+        .unwrap_or_else(|| vec![trimmed.to_string()]);
+        for text in copies {
+            out.push_str(indent);
+            out.push_str(&text);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// `text` unchanged when it does not start with `PAIRS`; otherwise one copy of the text after
 /// it per column pair `(2p, 2p + 1)` of `0..cols`.
 fn expand_pairs(text: &str, cols: u32) -> Vec<String> {
@@ -79,7 +114,7 @@ fn expand(text: &str, marker: &str, number: &str, suffix: &str, count: u32) -> V
 
 #[cfg(test)]
 mod tests {
-    use super::{EmitShape, select_epilogue, unroll};
+    use super::{EmitShape, select_epilogue, unroll, unroll_head};
 
     #[test]
     fn gated_paired_and_plain_lines() {
@@ -105,5 +140,14 @@ mod tests {
                         var acc_1_1 = 0.0;\n    let xr_0 = x_row(m0, 0u);\n    let xr_1 = x_row(m0, 1u);\n\
                         let n = 0u;\n";
         assert_eq!(unroll(src, 2, 2), expected);
+    }
+
+    #[test]
+    fn head_pairs_eights_and_lane_pairs() {
+        let src = "  HEAD_PAIRS a[PPu] = v(PPu);\n  HEAD_EIGHTS s = f(PPu, PPu + 1u);\n  LANE_PAIRS l(PPu);\nlet n = 0u;\n";
+        let expected = "  a[0u] = v(0u);\n  a[1u] = v(1u);\n  a[2u] = v(2u);\n  a[3u] = v(3u);\n  a[4u] = v(4u);\n  \
+                        a[5u] = v(5u);\n  a[6u] = v(6u);\n  a[7u] = v(7u);\n  a[8u] = v(8u);\n  \
+                        s = f(0u, 0u + 1u);\n  s = f(8u, 8u + 1u);\n  l(0u);\n  l(1u);\nlet n = 0u;\n";
+        assert_eq!(unroll_head(src, 9, 8), expected);
     }
 }
