@@ -1014,9 +1014,11 @@ fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
 }
 
 /// The per-query attention kernel and its subgroup form (one subgroup of
-/// `ATTENTION_DOT_LANES` lanes per query and head: lavapipe's), bit for bit, over the varlen
-/// batch of `paged_attention_matches_reference_over_a_varlen_batch` and two head dimensions
-/// whose pairs do not fill every lane alike (72: 36 pairs, lanes 0-3 hold five; 80: five each).
+/// `ATTENTION_DOT_LANES` lanes per query and up to `ATTENTION_MAX_GROUP` heads of a KV head:
+/// lavapipe's), bit for bit, over the varlen batch of
+/// `paged_attention_matches_reference_over_a_varlen_batch` (groups of 3, 1, 3, 2, 3 and 2
+/// heads), two head dimensions whose pairs do not fill every lane alike (72: 36 pairs, lanes 0-3
+/// hold five; 80: five each), groups of 2 out of 10 heads, 4 out of 8 and 1 out of 7.
 #[test]
 fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
     let per_query = |subgroup_masked: bool| {
@@ -1037,6 +1039,8 @@ fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
     let mut cases = attention_cases();
     cases.push(AttnCase { heads: 10, kv_heads: 1, head_dim: 72, kv: KvPrecision::F16, ..FULL });
     cases.push(AttnCase { heads: 4, kv_heads: 2, head_dim: 80, block_size: 32, window: Some(45), ..FULL });
+    cases.push(AttnCase { heads: 16, kv_heads: 2, head_dim: 128, kv: KvPrecision::F16, ..FULL });
+    cases.push(AttnCase { heads: 7, kv_heads: 1, head_dim: 96, softcap: Some(0.5), ..FULL });
     let seqs = [
         Seq { cached: 20, new: 13 },
         Seq { cached: 0, new: 150 },

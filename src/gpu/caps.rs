@@ -2,8 +2,8 @@
 
 use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy};
 use super::shader::{
-    ATTENTION_DOT_LANES, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue,
-    LinearPath, LinearPrologue, WeightSource,
+    ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
+    LinearEpilogue, LinearPath, LinearPrologue, WeightSource,
 };
 use crate::dtype::DType;
 
@@ -262,7 +262,7 @@ impl Capabilities {
                     }
                 ),
                 AttentionPath::PerQuerySubgroup => format!(
-                    "attention: one subgroup of {ATTENTION_DOT_LANES} lanes per (token, head), each lane every {ATTENTION_DOT_LANES}th pair of dimensions, KV walked block by block with online softmax ({}, subgroups of {ATTENTION_DOT_LANES})",
+                    "attention: one subgroup of {ATTENTION_DOT_LANES} lanes per token and up to {ATTENTION_MAX_GROUP} query heads of a KV head (each key and value read once for them), each lane every {ATTENTION_DOT_LANES}th pair of dimensions, KV walked block by block with online softmax ({}, subgroups of {ATTENTION_DOT_LANES})",
                     self.per_query_reason()
                 ),
                 AttentionPath::SplitKv => format!(

@@ -12,7 +12,7 @@ use super::shader::params::{
 use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LINEAR_SEQ_ROW_TILES, LinearEpilogue,
-    LinearPath, LinearPrologue,
+    LinearPath, LinearPrologue, attention_group,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -706,10 +706,15 @@ impl Step<'_> {
         };
         let walk = spec.window.map_or(max_blocks * s.block_size, |w| w.min(max_blocks * s.block_size));
         let path = self.ctx.capabilities().attention_path_for(walk);
-        let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path };
+        let group = match path {
+            AttentionPath::PerQuerySubgroup => attention_group(u(heads / s.num_kv_heads)),
+            AttentionPath::PerQuery | AttentionPath::SplitKv => 1,
+        };
+        let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path, group };
         let grid = match path {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
-            AttentionPath::PerQuerySubgroup | AttentionPath::SplitKv => self.grid_groups(t * heads),
+            AttentionPath::PerQuerySubgroup => self.grid_groups(t * heads / group as usize),
+            AttentionPath::SplitKv => self.grid_groups(t * heads),
         };
         let bindings = [
             Binding::tensor(slots::attention::Q, q),

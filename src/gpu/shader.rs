@@ -215,10 +215,11 @@ pub enum AttentionPath {
     /// One invocation per (query token, head) walking the whole context (CPU drivers without
     /// subgroups of [`ATTENTION_DOT_LANES`]).
     PerQuery,
-    /// The same walk by one subgroup of [`ATTENTION_DOT_LANES`] lanes per (query token, head),
-    /// each lane holding every eighth pair of the head's dimensions: the same bits as
-    /// `PerQuery`, with a key's and a value's pairs read side by side (CPU drivers whose
-    /// subgroups have exactly that many lanes).
+    /// The same walk by one subgroup of [`ATTENTION_DOT_LANES`] lanes per query token and
+    /// [`attention_group`] heads of a KV head, each lane holding every eighth pair of the
+    /// heads' dimensions: the same bits as `PerQuery`, with a key's and a value's pairs read
+    /// side by side and once for the group (CPU drivers whose subgroups have exactly that many
+    /// lanes).
     PerQuerySubgroup,
     /// One workgroup of [`ATTENTION_SPLIT_WG`] per (query token, head): the context cut into
     /// fixed partitions of about [`KV_PARTITION_TOKENS`] tokens, combined in a fixed tree.
@@ -290,6 +291,16 @@ pub const ATTENTION_SPLIT_CHUNK: u32 = 32;
 /// workgroup, of [`AttentionPath::PerQuerySubgroup`], so every path sums a score alike (the
 /// other kernels hold the partials in two `vec4`s: it is 8).
 pub const ATTENTION_DOT_LANES: u32 = 8;
+/// Most query heads of one KV head the subgroup attention kernel computes together.
+pub const ATTENTION_MAX_GROUP: u32 = 4;
+
+/// Query heads the subgroup attention kernel computes together for a model with
+/// `heads_per_kv` query heads on each KV head: the largest divisor of it up to
+/// [`ATTENTION_MAX_GROUP`], so a group never straddles two KV heads.
+pub fn attention_group(heads_per_kv: u32) -> u32 {
+    (1..=ATTENTION_MAX_GROUP.min(heads_per_kv)).rev().find(|g| heads_per_kv.is_multiple_of(*g)).unwrap_or(1)
+}
+
 /// Keys per split-KV partition (rounded down to whole KV blocks, at least one).
 pub const KV_PARTITION_TOKENS: u32 = 128;
 /// Largest KV block size the attention kernel accepts.
@@ -416,6 +427,9 @@ pub enum KernelVariant {
         head_dim: u32,
         /// How one query's context is spread.
         path: AttentionPath,
+        /// Query heads of one KV head computed together, each key and value read once for
+        /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`], else 1).
+        group: u32,
     },
 }
 
@@ -466,13 +480,14 @@ impl KernelVariant {
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
             }
-            Self::Attention { kv, head_dim, path } => {
+            Self::Attention { kv, head_dim, path, group } => {
                 let path = match path {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
                 };
-                format!("attention/{}/hd{head_dim}/{path}", kv.name())
+                let group = if *group > 1 { format!("/g{group}") } else { String::new() };
+                format!("attention/{}/hd{head_dim}/{path}{group}", kv.name())
             }
         }
     }
@@ -657,10 +672,30 @@ pub fn all_variants() -> Vec<KernelVariant> {
         out.push(KernelVariant::RopeCache { kv, qk_norm: false });
         out.push(KernelVariant::RopeCache { kv, qk_norm: true });
         for head_dim in TESTED_HEAD_DIMS {
-            for path in [AttentionPath::PerQuery, AttentionPath::PerQuerySubgroup, AttentionPath::SplitKv] {
-                out.push(KernelVariant::Attention { kv, head_dim, path });
+            for path in [AttentionPath::PerQuery, AttentionPath::SplitKv] {
+                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1 });
+            }
+            for group in 1..=ATTENTION_MAX_GROUP {
+                out.push(KernelVariant::Attention {
+                    kv,
+                    head_dim,
+                    path: AttentionPath::PerQuerySubgroup,
+                    group,
+                });
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attention_group;
+
+    #[test]
+    fn attention_groups_divide_the_heads_of_a_kv_head() {
+        let groups: Vec<u32> =
+            [1, 2, 3, 4, 5, 6, 7, 8, 10, 14, 16].into_iter().map(attention_group).collect();
+        assert_eq!(groups, [1, 2, 3, 4, 1, 3, 1, 4, 2, 2, 4]);
+    }
 }

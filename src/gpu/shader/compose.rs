@@ -130,7 +130,9 @@ impl KernelVariant {
             Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } => {
                 unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
-            Self::Attention { head_dim, .. } => unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES),
+            Self::Attention { head_dim, group, .. } => {
+                unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES, group)
+            }
             _ => src,
         }
     }
@@ -263,12 +265,22 @@ impl KernelVariant {
                     }
                 }
             }
-            Self::Attention { head_dim, path, .. } => {
+            Self::Attention { head_dim, path, group, .. } => {
                 out.push(Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"));
                 out.push(Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"));
                 out.push(Injected::new("DOT_LANES", ATTENTION_DOT_LANES, "shader::ATTENTION_DOT_LANES"));
-                if path == AttentionPath::SplitKv {
-                    out.push(Injected::new("CHUNK", ATTENTION_SPLIT_CHUNK, "shader::ATTENTION_SPLIT_CHUNK"));
+                match path {
+                    AttentionPath::SplitKv => {
+                        out.push(Injected::new(
+                            "CHUNK",
+                            ATTENTION_SPLIT_CHUNK,
+                            "shader::ATTENTION_SPLIT_CHUNK",
+                        ));
+                    }
+                    AttentionPath::PerQuerySubgroup => {
+                        out.push(Injected::new("GH", group, "KernelVariant::Attention::group"));
+                    }
+                    AttentionPath::PerQuery => {}
                 }
             }
             _ => {}

@@ -50,38 +50,48 @@ pub(super) fn unroll(src: &str, rows: u32, cols: u32) -> String {
     out
 }
 
-/// Expands the attention kernels' loops over a head's `pairs` dimension pairs, written out: every
-/// line starting with the word `HEAD_PAIRS` into one copy per pair `0..pairs`, `HEAD_EIGHTS`
-/// into one per group of eight pairs (`PP` becomes the pair, or the group's first pair), and
-/// `LANE_PAIRS` into one per pair a lane of `lanes` holds (`PP` becomes its index `0..pairs /
-/// lanes`, rounded up). Lavapipe ends every loop of a shader invocation once their iterations
-/// together pass 65,535: a loop over the head inside the walk over the keys, which its compiler
-/// does not unroll past 32 trips, would cost its trip count at every key and cut a walk of a
-/// few hundred keys short. Other lines are kept as they are.
-pub(super) fn unroll_head(src: &str, pairs: u32, lanes: u32) -> String {
+/// Expands the attention kernels' loops over a head's `pairs` dimension pairs and over the
+/// `group` query heads computed together, written out: every line starting with the word
+/// `HEAD_PAIRS` into one copy per pair `0..pairs`, `HEAD_EIGHTS` into one per group of eight
+/// pairs (`PP` becomes the pair, or the group's first pair), `LANE_PAIRS` into one per pair a
+/// lane of `lanes` holds (`PP` becomes its index `0..pairs / lanes`, rounded up), and
+/// `GROUP_HEADS` into one per head `0..group` (`HH` becomes the head); the markers nest, the
+/// outer first. Lavapipe ends every loop of a shader invocation once their iterations together
+/// pass 65,535: a loop over the head inside the walk over the keys, which its compiler does not
+/// unroll past 32 trips, would cost its trip count at every key and cut a walk of a few
+/// hundred keys short. Other lines are kept as they are.
+pub(super) fn unroll_head(src: &str, pairs: u32, lanes: u32, group: u32) -> String {
+    let markers = [
+        ("HEAD_PAIRS ", "PP", 1, pairs),
+        ("HEAD_EIGHTS ", "PP", 8, pairs.div_ceil(8)),
+        ("LANE_PAIRS ", "PP", 1, pairs.div_ceil(lanes)),
+        ("GROUP_HEADS ", "HH", 1, group),
+    ];
     let mut out = String::with_capacity(src.len() * 2);
     for line in src.lines() {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
-        let copies: Vec<String> = [
-            ("HEAD_PAIRS ", 1, pairs),
-            ("HEAD_EIGHTS ", 8, pairs.div_ceil(8)),
-            ("LANE_PAIRS ", 1, pairs.div_ceil(lanes)),
-        ]
-        .into_iter()
-        .find_map(|(marker, step, count)| {
-            trimmed
-                .strip_prefix(marker)
-                .map(|body| (0..count).map(|i| body.replace("PP", &(i * step).to_string())).collect())
-        })
-        .unwrap_or_else(|| vec![trimmed.to_string()]);
-        for text in copies {
+        for text in expand_markers(trimmed, &markers) {
             out.push_str(indent);
             out.push_str(&text);
             out.push('\n');
         }
     }
     out
+}
+
+/// `text` with its leading markers expanded, outermost first: one copy per index of the
+/// marker's count, `token` replaced by index × step.
+fn expand_markers(text: &str, markers: &[(&str, &str, u32, u32)]) -> Vec<String> {
+    let found = markers.iter().find_map(|&(marker, token, step, count)| {
+        text.strip_prefix(marker).map(|body| (body, token, step, count))
+    });
+    match found {
+        Some((body, token, step, count)) => (0..count)
+            .flat_map(|i| expand_markers(&body.replace(token, &(i * step).to_string()), markers))
+            .collect(),
+        None => vec![text.to_string()],
+    }
 }
 
 /// `text` unchanged when it does not start with `PAIRS`; otherwise one copy of the text after
@@ -148,6 +158,14 @@ mod tests {
         let expected = "  a[0u] = v(0u);\n  a[1u] = v(1u);\n  a[2u] = v(2u);\n  a[3u] = v(3u);\n  a[4u] = v(4u);\n  \
                         a[5u] = v(5u);\n  a[6u] = v(6u);\n  a[7u] = v(7u);\n  a[8u] = v(8u);\n  \
                         s = f(0u, 0u + 1u);\n  s = f(8u, 8u + 1u);\n  l(0u);\n  l(1u);\nlet n = 0u;\n";
-        assert_eq!(unroll_head(src, 9, 8), expected);
+        assert_eq!(unroll_head(src, 9, 8, 1), expected);
+    }
+
+    #[test]
+    fn group_heads_nest_around_lane_pairs() {
+        let src = "GROUP_HEADS var part_HH = 0.0;\n  GROUP_HEADS LANE_PAIRS p_HH = f(q[HHu][PPu]);\n";
+        let expected = "var part_0 = 0.0;\nvar part_1 = 0.0;\n  p_0 = f(q[0u][0u]);\n  p_0 = f(q[0u][1u]);\n  \
+                        p_1 = f(q[1u][0u]);\n  p_1 = f(q[1u][1u]);\n";
+        assert_eq!(unroll_head(src, 16, 8, 2), expected);
     }
 }
