@@ -102,8 +102,9 @@ impl Capabilities {
     }
 
     /// The attention kernel on this device for contexts up to [`CPU_PER_QUERY_MAX_KEYS`] keys:
-    /// per query on CPU adapters (one subgroup per token and head where subgroups have
-    /// [`ATTENTION_DOT_LANES`] lanes, else one invocation each), split-KV elsewhere.
+    /// per query on CPU adapters (one subgroup per token and group of a KV head's query heads
+    /// where subgroups have [`ATTENTION_DOT_LANES`] lanes, else one invocation per token and
+    /// head), split-KV elsewhere.
     pub fn attention_path(&self) -> AttentionPath {
         self.attention_path_for(0)
     }
