@@ -602,7 +602,6 @@ fn sorted_top_k(row: &[f32], k: usize) -> Vec<(f32, u32)> {
 
 #[test]
 fn top_k_and_argmax_match_a_stable_sort() {
-    let c = ctx();
     let (rows, v, k) = (3usize, 49152usize, 8usize);
     let mut logits = Rng::new(4).vec(rows * v);
     // Ties across the row, a NaN, and an all-equal stretch.
@@ -615,7 +614,25 @@ fn top_k_and_argmax_match_a_stable_sort() {
     for x in &mut logits[2 * v..3 * v] {
         *x = 0.25;
     }
-    let lt = c.upload_f32(&[rows, v], &logits).unwrap();
+    assert_top_k_sorts(&logits, rows, v, k);
+}
+
+/// Gemma 3's vocabulary (262,144) and 80 candidates: 80 rounds over the row, which as one loop
+/// over a lane's share of the row (1,024 iterations a round) would pass lavapipe's 65,535 loop
+/// iterations an invocation and come out wrong.
+#[test]
+fn top_k_over_a_wide_vocabulary_takes_many_candidates() {
+    let (v, k) = (262_144usize, 80usize);
+    let mut logits = Rng::new(5).vec(v);
+    logits[v - 3] = 4.0;
+    logits[11] = 4.0;
+    assert_top_k_sorts(&logits, 1, v, k);
+}
+
+/// Asserts `top_k` and `argmax` of `rows` rows of `v` logits equal a stable sort's.
+fn assert_top_k_sorts(logits: &[f32], rows: usize, v: usize, k: usize) {
+    let c = ctx();
+    let lt = c.upload_f32(&[rows, v], logits).unwrap();
     let vals = c.tensor(Elem::F32, &[rows, k]).unwrap();
     let ids = c.tensor(Elem::U32, &[rows, k]).unwrap();
     let amv = c.tensor(Elem::F32, &[rows, 1]).unwrap();
