@@ -1035,7 +1035,8 @@ fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
 /// lavapipe's), bit for bit, over the varlen batch of
 /// `paged_attention_matches_reference_over_a_varlen_batch` (groups of 3, 1, 3, 2, 3 and 2
 /// heads), two head dimensions whose pairs do not fill every lane alike (72: 36 pairs, lanes 0-3
-/// hold five; 80: five each), groups of 2 out of 10 heads, 4 out of 8 and 1 out of 7.
+/// hold five; 80: five each), groups of 2 out of 10 heads, 4 out of 8 and 1 out of 7, and
+/// Gemma's head dimension 256 with a window.
 #[test]
 fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
     let per_query = |subgroup_masked: bool| {
@@ -1058,6 +1059,14 @@ fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
     cases.push(AttnCase { heads: 4, kv_heads: 2, head_dim: 80, block_size: 32, window: Some(45), ..FULL });
     cases.push(AttnCase { heads: 16, kv_heads: 2, head_dim: 128, kv: KvPrecision::F16, ..FULL });
     cases.push(AttnCase { heads: 7, kv_heads: 1, head_dim: 96, softcap: Some(0.5), ..FULL });
+    cases.push(AttnCase {
+        heads: 8,
+        kv_heads: 4,
+        head_dim: 256,
+        kv: KvPrecision::F16,
+        window: Some(100),
+        ..FULL
+    });
     let seqs = [
         Seq { cached: 20, new: 13 },
         Seq { cached: 0, new: 150 },

@@ -1,6 +1,6 @@
 //! The wgpu executor samples through `pagoda::sampling` on the tiny random model: a seeded
 //! request draws the same tokens alone, batched and after preemption, and `min_tokens`
-//! holds EOS back on a model that wants to stop at once.
+//! holds EOS and stop ids back on a model that wants to stop at once.
 
 use std::path::{Path, PathBuf};
 
@@ -115,16 +115,18 @@ fn min_tokens_holds_back_eos_on_a_model_that_wants_to_stop() {
     let at_once = run(&mut eos_prone, &[(prompt.clone(), greedy.clone())]);
     assert_eq!(at_once[0], (vec![EOS], FinishReason::Stop), "the setup must stop at once");
 
-    let held = run(
-        &mut eos_prone,
-        &[
-            (prompt.clone(), SamplingParams { min_tokens: 5, ..greedy }),
-            (prompt.clone(), SamplingParams { min_tokens: 5, ..sampled }),
-        ],
-    );
-    for (tokens, reason) in held {
+    // The third masks more stop ids than the GPU gives greedy candidates: its full row.
+    let many_stops: Vec<u32> = (EOS..EOS + 100).collect();
+    let requests = [
+        SamplingParams { min_tokens: 5, ..greedy.clone() },
+        SamplingParams { min_tokens: 5, ..sampled },
+        SamplingParams { min_tokens: 5, stop_token_ids: many_stops, ..greedy },
+    ];
+    let held = run(&mut eos_prone, &requests.clone().map(|params| (prompt.clone(), params)));
+    for ((tokens, reason), params) in held.into_iter().zip(requests) {
+        let ends = |t: &u32| *t == EOS || params.stop_token_ids.contains(t);
         assert!(tokens.len() >= 5, "{tokens:?}");
-        assert!(!tokens[..5].contains(&EOS), "EOS before min_tokens: {tokens:?}");
-        assert!(tokens.len() == 8 || (reason == FinishReason::Stop && tokens.last() == Some(&EOS)));
+        assert!(!tokens[..5].iter().any(ends), "EOS or a stop id before min_tokens: {tokens:?}");
+        assert!(tokens.len() == 8 || (reason == FinishReason::Stop && ends(tokens.last().unwrap())));
     }
 }

@@ -20,6 +20,12 @@ use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, Works
 use crate::sampling::{SampledToken, SamplingContext, SamplingParams, sample_candidates, sample_logits};
 use crate::structured::TokenMask;
 
+/// The most top-k candidates a greedy request takes from the GPU. One that needs more (a
+/// `min_tokens` masking many stop ids) samples from its full logits row instead: each candidate
+/// is a scan of the whole vocabulary, and lavapipe ends an invocation's loops past 65,535
+/// iterations, about 480 such scans of Gemma 3's 262,144 entries.
+const MAX_GPU_CANDIDATES: usize = 64;
+
 /// What the executor remembers about one request between steps.
 #[derive(Debug)]
 struct RequestState {
@@ -49,13 +55,15 @@ impl RequestState {
         }
     }
 
-    /// True when its next token needs the full logits row (anything but plain greedy, or a
-    /// constraint, whose mask may rule out every GPU top-k candidate).
+    /// True when its next token needs the full logits row (anything but plain greedy, a
+    /// constraint, whose mask may rule out every GPU top-k candidate, or more candidates than
+    /// [`MAX_GPU_CANDIDATES`]).
     fn needs_logits(&self) -> bool {
         !self.params.is_greedy()
             || self.params.has_penalties()
             || self.params.logprobs.is_some()
             || self.params.structured_outputs.is_some()
+            || self.greedy_candidates() > MAX_GPU_CANDIDATES
     }
 
     /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks now.
@@ -366,7 +374,13 @@ impl ModelExecutor for WgpuExecutor {
             scheduled.iter().filter(|s| s.samples).map(|s| &self.requests[&s.req_id]).collect();
         let needs_logits = samplers.iter().any(|r| r.needs_logits());
         let vocab = self.model.config().vocab_size;
-        let top_k = samplers.iter().map(|r| r.greedy_candidates()).max().unwrap_or(1).min(vocab);
+        let top_k = samplers
+            .iter()
+            .filter(|r| !r.needs_logits())
+            .map(|r| r.greedy_candidates())
+            .max()
+            .unwrap_or(1)
+            .min(vocab);
         let out = self
             .model
             .forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits)
@@ -407,5 +421,30 @@ impl ModelExecutor for WgpuExecutor {
 
     fn kernel_times(&self) -> Option<KernelTimes> {
         self.ctx.kernel_times()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A greedy request right after its prompt, `min_tokens` masking `stops` stop ids.
+    fn masking(stops: u32) -> RequestState {
+        let params = SamplingParams {
+            min_tokens: 4,
+            stop_token_ids: (10..10 + stops).collect(),
+            ..SamplingParams::greedy(8)
+        };
+        RequestState { tokens: vec![1, 2, 3], prompt_len: 3, block_ids: vec![0], params, seed: 0 }
+    }
+
+    #[test]
+    fn greedy_picks_past_the_candidate_cap_read_the_full_row() {
+        let few = masking(MAX_GPU_CANDIDATES as u32 - 2);
+        assert_eq!(few.greedy_candidates(), MAX_GPU_CANDIDATES);
+        assert!(!few.needs_logits());
+        let many = masking(1024);
+        assert_eq!(many.greedy_candidates(), 1026);
+        assert!(many.needs_logits());
     }
 }

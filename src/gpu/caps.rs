@@ -113,7 +113,8 @@ impl Capabilities {
     /// table's width in tokens, or the sliding window): [`Self::attention_path`], except that a
     /// CPU adapter not forced to per-query takes split-KV past [`CPU_PER_QUERY_MAX_KEYS`], where
     /// one invocation's walk would outrun lavapipe's loop limit. The engine's block tables are
-    /// as wide as `max_model_len`, so the choice depends on the model and the engine's
+    /// as wide as the most blocks a request may hold (`max_model_len`'s, or the whole pool's
+    /// when that is smaller), so the choice depends on the model and the engine's
     /// configuration only, never on a batch.
     pub fn attention_path_for(&self, keys: usize) -> AttentionPath {
         match (self.forced_attention, self.is_cpu && keys <= CPU_PER_QUERY_MAX_KEYS) {

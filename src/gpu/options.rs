@@ -94,8 +94,9 @@ impl LinearStrategy {
 /// Forces the attention kernel instead of choosing it from the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionStrategy {
-    /// Each query walks its whole context: one subgroup per (token, head) where subgroups have
-    /// 8 lanes, else one invocation each (CPU drivers).
+    /// Each query walks its whole context: one subgroup per token and group of a KV head's
+    /// query heads where subgroups have 8 lanes, else one invocation per (token, head) (CPU
+    /// drivers).
     PerQuery,
     /// The context cut into fixed partitions, one invocation each, combined in a fixed tree
     /// (flash-decoding; GPUs).

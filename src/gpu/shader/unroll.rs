@@ -1,6 +1,6 @@
 //! The `GATED` / `PAIRED` / `PLAIN` and `ROWS` / `COLS` / `PAIRS` line markers of the linear
 //! kernels (see the [`shader`](super) docs for an example of their expansion), and the
-//! `HEAD_PAIRS` / `HEAD_EIGHTS` / `LANE_PAIRS` markers of the attention kernels.
+//! `HEAD_PAIRS` / `HEAD_EIGHTS` / `LANE_PAIRS` / `GROUP_HEADS` markers of the attention kernels.
 
 use super::EmitShape;
 
