@@ -1,6 +1,7 @@
-// Elementwise kernels over n values: silu_mul (out = silu(gate) * up), gelu_tanh_mul
-// (out = gelu_tanh(gate) * up), add_in_place (x += y), add_bias (x[r, :] += bias), gather_rows
-// (out[r, :] = src[indices[r], :]), scale (x *= value) and softcap (x = value tanh(x / value)).
+// The parameters and flat index of the elementwise kernels over n values, each composed
+// from this file and its own: gated_mul (out = act(gate) * up, with act_silu.wgsl or
+// act_gelu_tanh.wgsl), add_in_place (x += y), gather_rows (out[r, :] = src[indices[r], :]),
+// scale (x *= value) and softcap (x = value tanh(x / value)).
 struct ElementwiseParams {
     n: u32,
     d: u32,

@@ -8,8 +8,6 @@
 // a weight group is dequantized once per BANDS * TM rows. Lines starting with ROWS / COLS /
 // PAIRS, GATED / PAIRED / PLAIN are expanded by the composer as in the other linear kernels.
 const LANES: u32 = WG / BANDS;
-// Weight rows of a tile, one per band when staging: TN columns, twice for a gated weight.
-const WROWS: u32 = TN * GATES;
 // Outputs each invocation accumulates (gate and up sums both).
 const OUTS: u32 = TM * TN * GATES;
 // The staged weights (row r, lane l at 2 (r LANES + l) and the next vec4), reused after the K

@@ -301,7 +301,7 @@ impl Capabilities {
                 },
                 if self.forced_rope.is_some() { "forced" } else { "default" }
             ),
-            "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one variant each (no optional features)"
+            "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one kernel each, specialised by weight type and source, KV format, Q/K norms or activation"
                 .into(),
         ]
         .join("\n")

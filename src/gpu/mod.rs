@@ -8,9 +8,11 @@
 //! through [`Step::read`].
 //!
 //! Device choice: [`GpuOptions`] (backend, adapter, masked features, WebGPU default limits,
-//! linear strategy), completed from `PAGODA_BACKEND`, `PAGODA_ADAPTER`,
-//! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR` and
-//! `PAGODA_ATTENTION`.
+//! the kernels forced instead of the adapter's: linear path, attention, norm and RoPE fusion,
+//! GEMM tile, weight source; kernel profiling), completed from `PAGODA_*` variables by
+//! `gpu_options_from_env` (`PAGODA_BACKEND`, `PAGODA_ADAPTER`,
+//! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR`,
+//! `PAGODA_ATTENTION`, `PAGODA_NORM`, `PAGODA_ROPE`, `PAGODA_GEMM_ROWS`, `PAGODA_WEIGHTS`).
 //! [`Capabilities::device_summary`] and [`Capabilities::variant_summary`] are the text for
 //! `pagoda info`; [`Capabilities::kv_format`] says what a [`KvPrecision`] becomes on this device.
 //! Shader variants are composed in [`shader`], the one source of truth for specialisation.

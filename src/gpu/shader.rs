@@ -16,9 +16,9 @@
 //!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
-//!   [`ATTENTION_SPLIT_WG`]) is injected as `WG`, which the shader uses in
+//!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader uses in
 //!   `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
-//! - **Specialisation.** `HD`, `MAX_BS` and `CHUNK` (attention), `TM`, `TN`, `GATES`, `BANDS`
+//! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `TM`, `TN`, `GATES`, `BANDS`
 //!   and `TILE` (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales' partial sums, in
 //!   rms_norm and the norming linears), `W_TEXELS` (a weight texture's row, for the kernels
 //!   that read weights from textures: [`WeightSource`]).
@@ -30,9 +30,9 @@
 //! each with the Rust item it comes from, e.g. for RMSNorm:
 //!
 //! ```text
-//! // Kernel `rms_norm`, composed by pagoda's src/gpu/shader.rs: the constants below, each
-//! // injected from the Rust item named in its comment, then these files of shaders/:
-//! // rms_norm.wgsl.
+//! // Kernel `rms_norm`, composed by pagoda's src/gpu/shader/compose.rs: the constants below,
+//! // each injected from the Rust item named in its comment, then these files of shaders/:
+//! // rms_scale.wgsl, rms_norm.wgsl.
 //! const WG: u32 = 64u; // shader::WORKGROUP_SIZE
 //! const SLOT_P: u32 = 0u; // shader::slots::PARAMS
 //! const SLOT_X: u32 = 1u; // shader::slots::rms_norm::X
@@ -62,9 +62,14 @@
 //! var acc_1_1 = 0.0;
 //! ```
 //!
+//! A line (or repeated row) whose first word is `PAIRS` is repeated for the column pairs
+//! `(2p, 2p + 1)` instead (`CC` and `_C` the first column, `DD` and `_D` the second): the
+//! rotary epilogue's.
+//!
 //! Before that, a line whose first word is `GATED` is kept (without the word) only in the
-//! variants of a gated weight ([`LinearEpilogue::Gated`]), and a line whose first word is
-//! `PLAIN` only in the others.
+//! variants of a gated weight ([`LinearEpilogue::Gated`]), one whose first word is `PAIRED`
+//! only in those of the rotary epilogue ([`LinearEpilogue::RopeCache`]), and one whose first
+//! word is `PLAIN` only in the others (store, accumulate, bias).
 //!
 //! The sequential linear kernel also has `LANE_ARG` (the subgroup lane builtin, or nothing) and
 //! `LANE_LET` (nothing, or `let lane = 0u;`), replaced as its activation loads need.
@@ -256,9 +261,10 @@ impl KvFormat {
     }
 }
 
-/// Invocations per workgroup of every kernel but top-k and linear: the elementwise kernels,
-/// embedding, RoPE + cache (one invocation per head) and attention (one invocation per
-/// output) and RMSNorm (one workgroup per row).
+/// Invocations per workgroup of every kernel but top-k, linear and the split-KV and subgroup
+/// attention kernels: the elementwise kernels, embedding, RoPE + cache (one invocation per
+/// head), per-query attention (one invocation per (token, head)) and RMSNorm (one workgroup
+/// per row).
 pub const WORKGROUP_SIZE: u32 = 64;
 /// Invocations per workgroup of top-k (one workgroup per row).
 pub const TOP_K_WG: u32 = 256;

@@ -1,5 +1,6 @@
 //! The per-step encoder: kernels record dispatches, `submit` encodes them all into one command
-//! buffer (one compute pass, then the readback copies) and submits it once.
+//! buffer (the input copies, one compute pass, or with kernel profiling a pass a dispatch, then
+//! the readback copies) and submits it once.
 //!
 //! Nothing is created per step once the shapes have been seen: the kernels' parameter blocks
 //! go into the context's persistent ring in one write, the step's inputs

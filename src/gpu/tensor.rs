@@ -46,11 +46,6 @@ impl Tensor {
         self.len() == 0
     }
 
-    /// Elements per outermost index (1 for a vector).
-    pub fn row_len(&self) -> usize {
-        self.shape.iter().skip(1).product()
-    }
-
     /// A view of the first `rows` rows (outermost dimension) sharing this buffer.
     pub fn rows(&self, rows: usize) -> Result<Tensor, GpuError> {
         let have = self.shape.first().copied().unwrap_or(1);
@@ -64,15 +59,6 @@ impl Tensor {
             shape[0] = rows;
         }
         Ok(Tensor { buffer: self.buffer.clone(), shape, elem: self.elem })
-    }
-
-    /// The same elements under another shape with as many elements (`[T, heads * d]` as
-    /// `[T * heads, d]`), sharing this buffer.
-    pub fn view(&self, shape: &[usize]) -> Result<Tensor, GpuError> {
-        if shape.iter().product::<usize>() != self.len() {
-            return Err(GpuError::Shape(format!("view of {:?} as {shape:?}", self.shape)));
-        }
-        Ok(Tensor { buffer: self.buffer.clone(), shape: shape.to_vec(), elem: self.elem })
     }
 
     /// A tensor of `shape` over `buffer`, which holds at least its elements.
@@ -165,22 +151,6 @@ impl GpuContext {
             self.queue.write_buffer(&t.buffer, 0, bytes);
         }
         Ok(())
-    }
-
-    /// Copies `t` back to the CPU (its own submit; steps should use `Step::read`).
-    pub fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>, GpuError> {
-        Ok(bytemuck::cast_slice(&self.read_bytes(t)?).to_vec())
-    }
-
-    /// Copies `t` back to the CPU (its own submit; steps should use `Step::read`).
-    pub fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>, GpuError> {
-        Ok(bytemuck::cast_slice(&self.read_bytes(t)?).to_vec())
-    }
-
-    fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>, GpuError> {
-        let mut step = self.step();
-        let id = step.read(t);
-        Ok(step.submit()?.take(id))
     }
 
     pub(crate) fn create_buffer(

@@ -2,7 +2,8 @@
 //! sequence of kernel calls (the embedding; per layer RMSNorm, the fused Q/K/V projection
 //! (+ bias), RoPE with the paged KV write, paged GQA attention, the output projection with the
 //! residual add, RMSNorm, the gated MLP projection with its activation, the down projection
-//! with the residual add: 8 dispatches; then the final norm and the LM head on only the rows
+//! with the residual add: 8 dispatches, 7 with RoPE in the projection's epilogue and 5 with the
+//! norms fused too, the K-split path's default; then the final norm and the LM head on only the rows
 //! that need logits, and top-k/argmax on the GPU).
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -349,8 +350,8 @@ impl GpuLayer {
     }
 
     /// `att = attention(rope(q), rope(k), v)` for `q, k, v` projected from `h`, over the paged
-    /// cache, the new keys and values written into it first; with Qwen3's norms, `q` and `k`
-    /// are RMS-normed per head before RoPE.
+    /// cache, the new keys and values written into it first; with Q/K norms (Qwen3, Gemma 3),
+    /// `q` and `k` are RMS-normed per head before RoPE.
     fn attention(
         &self,
         step: &mut Step<'_>,
@@ -628,7 +629,7 @@ pub struct ForwardBatch {
     pub query_start_loc: Vec<u32>,
     /// `[B]` tokens of each sequence after this step.
     pub seq_lens: Vec<u32>,
-    /// `[B, Workspace::max_blocks_per_seq]` block tables, padded with the null block 0.
+    /// `[B, WorkspaceLimits::max_blocks_per_seq]` block tables, padded with the null block 0.
     pub block_table: Vec<u32>,
     /// `[R]` flattened indices of the tokens whose logits are needed.
     pub logits_indices: Vec<u32>,

@@ -102,8 +102,8 @@ impl KernelVariant {
         let files = self.files();
         let names: Vec<&str> = files.iter().map(|f| f.name).collect();
         let mut src = format!(
-            "// Kernel `{}`, composed by pagoda's src/gpu/shader.rs: the constants below, each\n\
-             // injected from the Rust item named in its comment, then these files of shaders/:\n\
+            "// Kernel `{}`, composed by pagoda's src/gpu/shader/compose.rs: the constants below,\n\
+             // each injected from the Rust item named in its comment, then these files of shaders/:\n\
              // {}.\n",
             self.label(),
             names.join(", ")

@@ -168,7 +168,7 @@ kernel_params! {
 }
 
 kernel_params! {
-    /// `shaders/attention_common.wgsl` (both attention kernels).
+    /// `shaders/attention_common.wgsl` (all three attention kernels).
     AttentionParams {
         /// Query tokens in the flattened batch.
         tokens: u32,
@@ -190,7 +190,7 @@ kernel_params! {
         softcap: f32,
         /// Elements from one query token's row to the next (the fused projection's width).
         q_stride: u32,
-        /// KV blocks per split-KV partition (unused by the per-query kernel).
+        /// KV blocks per split-KV partition (read by the split-KV kernel only).
         part_blocks: u32,
     }
 }

@@ -168,7 +168,7 @@ binding_slots! {
         K_CACHE = 9,
         V_CACHE = 10,
     }
-    /// `shaders/attention.wgsl`.
+    /// `shaders/attention_common.wgsl` (all three attention kernels).
     attention {
         Q = 1,
         K_CACHE = 2,
