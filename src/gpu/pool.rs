@@ -1,7 +1,7 @@
 //! Buffers that live across steps, reused by size class: the readback staging buffers and a
 //! step's scratch tensors. A request takes a free buffer of its usage and size class (the
-//! next power of two, at least [`MIN_CLASS`] bytes), and the step gives it back when its results are read, so a steady-state step creates no
-//! buffer.
+//! next power of two, at least [`MIN_CLASS`] bytes), and the step gives it back when its
+//! results are read, so a steady-state step creates no buffer.
 
 use std::collections::HashMap;
 

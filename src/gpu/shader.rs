@@ -16,12 +16,12 @@
 //!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
-//!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader uses in
-//!   `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
-//! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `TM`, `TN`, `GATES`, `BANDS`
-//!   and `TILE` (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales' partial sums, in
-//!   rms_norm and the norming linears), `W_TEXELS` (a weight texture's row, for the kernels
-//!   that read weights from textures: [`WeightSource`]).
+//!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader
+//!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
+//! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `TM`, `TN`,
+//!   `GATES`, `BANDS` and `TILE` (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
+//!   partial sums, in rms_norm and the norming linears), `W_TEXELS` (a weight texture's row,
+//!   for the kernels that read weights from textures: [`WeightSource`]).
 //! - **Workgroup memory.** [`KernelVariant::workgroup_bytes`] is what the shader's
 //!   `var<workgroup>`s take, sized by those constants; the adapter choices (the GEMM tile)
 //!   are checked against the device's limit with it.
