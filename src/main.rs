@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand};
+use pagoda::TokenId;
 use pagoda::dtype::DType;
 use pagoda::engine::args::{EngineArgs, GpuArgs};
 use pagoda::engine::engine_config::gpu_options_from_env;
@@ -110,11 +111,22 @@ struct SamplingArgs {
     /// A string that ends the output (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// Add BIAS (-100 to 100; -100 bans the token) to token ID's logit (repeatable).
+    #[arg(long, value_name = "ID=BIAS", value_parser = parse_logit_bias)]
+    logit_bias: Vec<(TokenId, f32)>,
     /// Keep generating past EOS.
     #[arg(long)]
     ignore_eos: bool,
     #[command(flatten)]
     constraint: ConstraintArgs,
+}
+
+/// `--logit-bias`'s `ID=BIAS`.
+fn parse_logit_bias(arg: &str) -> Result<(TokenId, f32), String> {
+    let (id, bias) = arg.split_once('=').ok_or("expected ID=BIAS, e.g. 42=-100")?;
+    let id = id.trim().parse().map_err(|_| format!("{id:?} is not a token id"))?;
+    let bias = bias.trim().parse().map_err(|_| format!("{bias:?} is not a number"))?;
+    Ok((id, bias))
 }
 
 /// Structured-output flags: at most one constraint on the output.
@@ -173,6 +185,7 @@ impl SamplingArgs {
             max_tokens: self.max_tokens,
             min_tokens: self.min_tokens,
             stop: self.stop.clone(),
+            logit_bias: self.logit_bias.iter().copied().collect(),
             ignore_eos: self.ignore_eos,
             structured_outputs: self.constraint.constraint()?,
             ..SamplingParams::default()
@@ -272,6 +285,9 @@ struct LimitsArgs {
     /// Most stop token ids one request may give.
     #[arg(long, default_value_t = ServerLimits::DEFAULT.max_stop_token_ids)]
     max_stop_token_ids: usize,
+    /// Most logit_bias entries one request may give.
+    #[arg(long, default_value_t = ServerLimits::DEFAULT.max_logit_bias)]
+    max_logit_bias: usize,
 }
 
 #[cfg(feature = "server")]
@@ -284,6 +300,7 @@ impl LimitsArgs {
             max_stop_strings: self.max_stop_strings,
             max_stop_string_bytes: self.max_stop_string_bytes,
             max_stop_token_ids: self.max_stop_token_ids,
+            max_logit_bias: self.max_logit_bias,
         }
     }
 }

@@ -9,13 +9,14 @@
 //! A constrained request (structured outputs) also carries a [`TokenMask`]: tokens outside
 //! it are ruled out before anything else, as vLLM applies its grammar bitmask to the logits.
 //!
-//! The pipeline follows vLLM V1: repetition / frequency / presence penalties, the
+//! The pipeline follows vLLM V1: the `logit_bias` additions, repetition / frequency / presence
+//! penalties, the
 //! `min_tokens` mask on stop tokens, then greedy argmax, or temperature, `min_p`, `top_k`,
 //! `top_p` and one draw. Each draw comes from a ChaCha8 stream keyed by the request's seed
 //! and selected by the output position, so a seeded request samples the same tokens alone
 //! or in any batch, and after a preemption recomputes it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,6 +27,10 @@ use crate::structured::{Constraint, TokenMask};
 
 /// The most top log-probabilities one request may ask for per token.
 pub const MAX_LOGPROBS: usize = 20;
+
+/// The largest `logit_bias` magnitude (OpenAI's range): -100 all but bans a token, 100 all
+/// but forces it.
+pub const MAX_LOGIT_BIAS: f32 = 100.0;
 
 /// Per-request sampling and stopping parameters, with vLLM's names and defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +52,9 @@ pub struct SamplingParams {
     pub presence_penalty: f32,
     /// Subtracted per occurrence from the logits of tokens already generated.
     pub frequency_penalty: f32,
+    /// Added to the logits of these token ids before the penalties (OpenAI's `logit_bias`,
+    /// each in [-[`MAX_LOGIT_BIAS`], [`MAX_LOGIT_BIAS`]]).
+    pub logit_bias: BTreeMap<TokenId, f32>,
     /// Most tokens to generate.
     pub max_tokens: usize,
     /// Tokens to generate before EOS or stop tokens may end the request.
@@ -78,6 +86,7 @@ impl Default for SamplingParams {
             repetition_penalty: 1.0,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
+            logit_bias: BTreeMap::new(),
             max_tokens: 16,
             min_tokens: 0,
             stop: Vec::new(),
@@ -115,6 +124,14 @@ pub enum SamplingParamsError {
     /// `frequency_penalty` is outside [-2, 2].
     #[error("frequency_penalty must be in [-2, 2], got {0}")]
     FrequencyPenalty(f32),
+    /// A `logit_bias` value is outside [-[`MAX_LOGIT_BIAS`], [`MAX_LOGIT_BIAS`]] or not finite.
+    #[error("logit_bias of token {token_id} must be in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}], got {bias}")]
+    LogitBias {
+        /// The biased token.
+        token_id: TokenId,
+        /// Its bias.
+        bias: f32,
+    },
     /// `max_tokens` is 0.
     #[error("max_tokens must be at least 1")]
     MaxTokens,
@@ -150,6 +167,11 @@ impl SamplingParams {
         self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
     }
 
+    /// True when a bias or a penalty changes the logits.
+    pub fn adjusts_logits(&self) -> bool {
+        !self.logit_bias.is_empty() || self.has_penalties()
+    }
+
     /// Checks every field's range; the error names the first bad one.
     pub fn validate(&self) -> Result<(), SamplingParamsError> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
@@ -172,6 +194,11 @@ impl SamplingParams {
         }
         if !(-2.0..=2.0).contains(&self.frequency_penalty) {
             return Err(SamplingParamsError::FrequencyPenalty(self.frequency_penalty));
+        }
+        if let Some((&token_id, &bias)) =
+            self.logit_bias.iter().find(|&(_, bias)| !(-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(bias))
+        {
+            return Err(SamplingParamsError::LogitBias { token_id, bias });
         }
         if self.max_tokens == 0 {
             return Err(SamplingParamsError::MaxTokens);
@@ -262,15 +289,15 @@ pub fn sample_logits(logits: &[f32], ctx: &SamplingContext<'_>) -> SampledToken 
 /// GPU kernel read back, in any order.
 ///
 /// `log_normalizer` is the log-sum-exp of the full raw logits row; it is needed only for
-/// log-probabilities (when absent, they are normalized over the candidates). Penalties can
-/// only move candidates, so sampling is exact when the request's `top_k` (or greedy) is
-/// covered by the candidates and it has no penalties.
+/// log-probabilities (when absent, they are normalized over the candidates). Biases and
+/// penalties can only move candidates, so sampling is exact when the request's `top_k` (or
+/// greedy) is covered by the candidates and it has neither.
 pub fn sample_candidates(
     candidates: Vec<(TokenId, f32)>,
     log_normalizer: Option<f32>,
     ctx: &SamplingContext<'_>,
 ) -> SampledToken {
-    let positions: HashMap<TokenId, usize> = if ctx.params.has_penalties() {
+    let positions: HashMap<TokenId, usize> = if ctx.params.adjusts_logits() {
         candidates.iter().enumerate().map(|(index, &(id, _))| (id, index)).collect()
     } else {
         HashMap::new()
@@ -294,6 +321,7 @@ fn sample_pairs(
         }
     }
     let raw = params.logprobs.map(|top_n| (candidates.clone(), top_n));
+    bias(&mut candidates, params, &index_of);
     if params.has_penalties() {
         penalize(&mut candidates, ctx, index_of);
     }
@@ -347,6 +375,20 @@ fn log_sum_exp(values: impl Iterator<Item = f32> + Clone) -> f32 {
     }
     let sum: f64 = values.map(|v| f64::from(v - max).exp()).sum();
     max + sum.ln() as f32
+}
+
+/// Adds the request's `logit_bias` to `(id, logit)` pairs; `index_of` maps a token id to its
+/// pair (ids without one are ignored).
+fn bias(
+    candidates: &mut [(TokenId, f32)],
+    params: &SamplingParams,
+    index_of: impl Fn(TokenId) -> Option<usize>,
+) {
+    for (&token_id, &bias) in &params.logit_bias {
+        if let Some(index) = index_of(token_id).filter(|&index| index < candidates.len()) {
+            candidates[index].1 += bias;
+        }
+    }
 }
 
 /// Applies the penalties to `(id, logit)` pairs; `index_of` maps a token id to its pair.
@@ -508,6 +550,14 @@ mod tests {
         );
         assert_eq!(bad(|p| p.stop = vec!["ok".into(), String::new()]), SamplingParamsError::EmptyStop);
         assert_eq!(bad(|p| p.logprobs = Some(21)), SamplingParamsError::Logprobs(21));
+        assert_eq!(
+            bad(|p| p.logit_bias = BTreeMap::from([(3, 1.0), (7, -100.5)])),
+            SamplingParamsError::LogitBias { token_id: 7, bias: -100.5 }
+        );
+        assert!(matches!(
+            bad(|p| p.logit_bias = BTreeMap::from([(0, f32::NAN)])),
+            SamplingParamsError::LogitBias { .. }
+        ));
     }
 
     #[test]
@@ -625,6 +675,31 @@ mod tests {
         assert_eq!(sample_logits(&logits, &ctx(&penalized, &[], &[1])).token_id, 2);
         let repeated = SamplingParams { repetition_penalty: 1.5, ..SamplingParams::greedy(8) };
         assert_eq!(sample_logits(&logits, &ctx(&repeated, &[1], &[])).token_id, 2);
+    }
+
+    #[test]
+    fn logit_bias_is_added_before_the_penalties_and_not_to_logprobs() {
+        let logits = [0.0, 3.0, 2.5, 1.0];
+        let banned =
+            SamplingParams { logit_bias: BTreeMap::from([(1, -100.0)]), ..SamplingParams::greedy(8) };
+        assert_eq!(sample_logits(&logits, &ctx(&banned, &[], &[])).token_id, 2);
+        let forced = SamplingParams { logit_bias: BTreeMap::from([(0, 3.5)]), ..SamplingParams::greedy(8) };
+        assert_eq!(sample_logits(&logits, &ctx(&forced, &[], &[])).token_id, 0);
+        // 3 + 1 = 4 halved by the repetition penalty: 2 < 2.5 (penalized first, 1.5 + 1 > 2.5).
+        let both = SamplingParams {
+            logit_bias: BTreeMap::from([(1, 1.0)]),
+            repetition_penalty: 2.0,
+            logprobs: Some(1),
+            ..SamplingParams::greedy(8)
+        };
+        let sampled = sample_logits(&logits, &ctx(&both, &[1], &[]));
+        assert_eq!(sampled.token_id, 2);
+        assert_eq!(sampled.logprobs.unwrap().top[0].0, 1);
+        let out_of_row =
+            SamplingParams { logit_bias: BTreeMap::from([(9, 100.0)]), ..SamplingParams::greedy(8) };
+        assert_eq!(sample_logits(&logits, &ctx(&out_of_row, &[], &[])).token_id, 1);
+        let candidates = vec![(2, 2.5), (1, 3.0)];
+        assert_eq!(sample_candidates(candidates, None, &ctx(&banned, &[], &[])).token_id, 2);
     }
 
     #[test]

@@ -224,6 +224,11 @@ fn bad_requests_get_typed_errors() {
         engine.add_request(vec![999], SamplingParams::default()),
         Err(EngineError::TokenOutOfVocab { id: 999, vocab_size: VOCAB })
     ));
+    let bad_bias = SamplingParams { logit_bias: [(3, 1.0), (999, -5.0)].into(), ..Default::default() };
+    assert!(matches!(
+        engine.add_request("hi", bad_bias),
+        Err(EngineError::BiasOutOfVocab { id: 999, vocab_size: VOCAB })
+    ));
     assert!(matches!(
         engine.add_request(Vec::<TokenId>::new(), SamplingParams::default()),
         Err(EngineError::Rejected(AddRequestError::EmptyPrompt(_)))

@@ -1,7 +1,9 @@
 //! The wgpu executor samples through `pagoda::sampling` on the tiny random model: a seeded
 //! request draws the same tokens alone, batched and after preemption, and `min_tokens`
-//! holds EOS and stop ids back on a model that wants to stop at once.
+//! holds EOS and stop ids back on a model that wants to stop at once; `logit_bias` bans and
+//! forces tokens.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use pagoda::dtype::DType;
@@ -129,4 +131,28 @@ fn min_tokens_holds_back_eos_on_a_model_that_wants_to_stop() {
         assert!(!tokens[..5].iter().any(ends), "EOS or a stop id before min_tokens: {tokens:?}");
         assert!(tokens.len() == 8 || (reason == FinishReason::Stop && ends(tokens.last().unwrap())));
     }
+}
+
+#[test]
+fn logit_bias_bans_and_forces_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = engine(&tiny_gguf(dir.path(), &TinyLlama::new(33)), 64);
+    let prompt = vec![40, 41, 42, 43, 44, 45];
+    let greedy = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(6) };
+    let plain = run(&mut engine, &[(prompt.clone(), greedy.clone())]).remove(0).0;
+
+    let banned: BTreeMap<u32, f32> = plain.iter().map(|&id| (id, -100.0)).collect();
+    let forced = BTreeMap::from([(77, 100.0)]);
+    let outputs = run(
+        &mut engine,
+        &[
+            (prompt.clone(), SamplingParams { logit_bias: banned.clone(), ..greedy.clone() }),
+            (prompt.clone(), greedy.clone()),
+            (prompt.clone(), SamplingParams { logit_bias: forced, temperature: 0.8, ..greedy }),
+        ],
+    );
+    assert_eq!(outputs[0].0.len(), 6);
+    assert!(!outputs[0].0.iter().any(|id| banned.contains_key(id)), "{:?} uses a banned token", outputs[0].0);
+    assert_eq!(outputs[1].0, plain, "a request without a bias in the same batch");
+    assert_eq!(outputs[2].0, vec![77; 6]);
 }

@@ -100,7 +100,9 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>, Expected)> {
         ("echo", c, completion(json!({"echo": true})), param("echo")),
         ("suffix", c, completion(json!({"suffix": "x"})), param("suffix")),
         ("best_of 3", c, completion(json!({"best_of": 3})), param("best_of")),
-        ("logit_bias", c, completion(json!({"logit_bias": {"1": 5}})), param("logit_bias")),
+        ("logit_bias key not an id", c, completion(json!({"logit_bias": {"one": 5}})), param("logit_bias")),
+        ("logit_bias value a string", c, completion(json!({"logit_bias": {"1": "5"}})), param("logit_bias")),
+        ("logit_bias of 101", c, completion(json!({"logit_bias": {"1": 101}})), param("logit_bias")),
         (
             "response_format xml",
             c,
@@ -293,6 +295,7 @@ fn pagoda_serve_flags_set_the_request_limits() {
         ["--max-stop-strings", "1"],
         ["--max-stop-string-bytes", "4"],
         ["--max-stop-token-ids", "1"],
+        ["--max-logit-bias", "1"],
     ];
     let server = Replica::start(dir.path(), &flags.concat());
     let c = "/v1/completions";
@@ -303,6 +306,7 @@ fn pagoda_serve_flags_set_the_request_limits() {
         ("2 stop strings", completion(json!({"stop": ["a", "b"]})), param("stop")),
         ("a 5-byte stop string", completion(json!({"stop": "abcde"})), param("stop")),
         ("2 stop token ids", completion(json!({"stop_token_ids": [1, 2]})), param("stop_token_ids")),
+        ("2 biases", completion(json!({"logit_bias": {"1": 1, "2": 1}})), param("logit_bias")),
     ];
     for (name, body, (status, kind, blamed)) in cases {
         let (got, text) = post_raw(server.addr, c, &body);
@@ -313,7 +317,9 @@ fn pagoda_serve_flags_set_the_request_limits() {
             "{name}: {text}"
         );
     }
-    let within = completion(json!({"n": 2, "max_tokens": 10, "stop": "abcd", "stop_token_ids": [1]}));
+    let within = completion(
+        json!({"n": 2, "max_tokens": 10, "stop": "abcd", "stop_token_ids": [1], "logit_bias": {"1": -1}}),
+    );
     let (status, text) = post_raw(server.addr, c, &within);
     assert_eq!(status, 200, "{text}");
 }

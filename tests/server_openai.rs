@@ -264,7 +264,13 @@ fn malformed_requests_get_openai_style_errors() {
         ("/v1/completions", json!({"prompt": "hi", "echo": true}), 400, "echo"),
         ("/v1/completions", json!({"prompt": "hi", "best_of": 3}), 400, "best_of = 3"),
         ("/v1/completions", json!({"prompt": "hi", "suffix": "!"}), 400, "suffix"),
-        ("/v1/completions", json!({"prompt": "hi", "logit_bias": {"5": 10}}), 400, "logit_bias"),
+        ("/v1/completions", json!({"prompt": "hi", "logit_bias": {"5": -100.5}}), 400, "logit_bias"),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "logit_bias": {"9999999": 1}}),
+            400,
+            "outside the vocabulary",
+        ),
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "hi"}], "n": 65}),

@@ -67,6 +67,7 @@ impl From<EngineError> for Failure {
             EngineError::InvalidParams(_)
             | EngineError::Constraint(_)
             | EngineError::TokenOutOfVocab { .. }
+            | EngineError::BiasOutOfVocab { .. }
             | EngineError::Config(_)
             | EngineError::Sim(_) => PagodaStatus::InvalidArgument,
             EngineError::Rejected(_) | EngineError::Overloaded { .. } => PagodaStatus::Rejected,

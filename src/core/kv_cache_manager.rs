@@ -134,8 +134,7 @@ impl KvCacheManager {
     /// The longest run of leading full blocks of `request` in the prefix cache, capped so
     /// at most `num_tokens - 1` tokens count as computed (the last token is always computed
     /// to produce logits). Under a sliding window only the blocks the next token's window
-    /// reaches must be cached; those before it are the null block (see
-    /// [`Self::sliding_window_hit`]). Changes nothing.
+    /// reaches must be cached; those before it are the null block. Changes nothing.
     pub fn get_computed_blocks(&self, request: &Request) -> ComputedBlocks {
         if !self.enable_caching || request.num_tokens() == 0 {
             return ComputedBlocks::default();

@@ -108,6 +108,14 @@ pub enum EngineError {
         /// The vocabulary size.
         vocab_size: usize,
     },
+    /// A `logit_bias` token id is outside the vocabulary.
+    #[error("logit_bias token id {id} is outside the vocabulary of {vocab_size}")]
+    BiasOutOfVocab {
+        /// The id.
+        id: TokenId,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
     /// Tokenizing or detokenizing failed.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
@@ -385,6 +393,10 @@ impl Engine {
         }
         params.validate()?;
         self.check_token_ids(&prompt_token_ids)?;
+        let vocab_size = self.text.tokenizer.vocab_size();
+        if let Some(&id) = params.logit_bias.keys().find(|&&id| id as usize >= vocab_size) {
+            return Err(EngineError::BiasOutOfVocab { id, vocab_size });
+        }
         if let Some(limit) = self.max_waiting_requests {
             let waiting = self.scheduler.num_waiting();
             if waiting >= limit {

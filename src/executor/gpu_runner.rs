@@ -55,12 +55,12 @@ impl RequestState {
         }
     }
 
-    /// True when its next token needs the full logits row (anything but plain greedy, a
-    /// constraint, whose mask may rule out every GPU top-k candidate, or more candidates than
-    /// [`MAX_GPU_CANDIDATES`]).
+    /// True when its next token needs the full logits row (anything but plain greedy: a bias,
+    /// a penalty or a constraint may lift a token past every GPU top-k candidate or rule them
+    /// all out; or more candidates than [`MAX_GPU_CANDIDATES`]).
     fn needs_logits(&self) -> bool {
         !self.params.is_greedy()
-            || self.params.has_penalties()
+            || self.params.adjusts_logits()
             || self.params.logprobs.is_some()
             || self.params.structured_outputs.is_some()
             || self.greedy_candidates() > MAX_GPU_CANDIDATES
@@ -446,5 +446,12 @@ mod tests {
         let many = masking(1024);
         assert_eq!(many.greedy_candidates(), 1026);
         assert!(many.needs_logits());
+    }
+
+    #[test]
+    fn a_greedy_pick_with_a_logit_bias_reads_the_full_row() {
+        let mut biased = masking(0);
+        biased.params.logit_bias.insert(5, -100.0);
+        assert!(biased.needs_logits());
     }
 }

@@ -65,6 +65,7 @@ impl From<EngineError> for ApiError {
             EngineError::InvalidParams(_)
             | EngineError::Rejected(_)
             | EngineError::TokenOutOfVocab { .. }
+            | EngineError::BiasOutOfVocab { .. }
             | EngineError::Tokenizer(_)
             | EngineError::Chat(_) => StatusCode::BAD_REQUEST,
             EngineError::Overloaded { .. } | EngineError::DeviceLost(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -1,5 +1,5 @@
-//! What one HTTP request may ask of the server: body size, sequences, tokens and stop
-//! strings. Each limit past which a request is refused (413 for the body, 400 for the
+//! What one HTTP request may ask of the server: body size, sequences, tokens, stop strings
+//! and token biases. Each limit past which a request is refused (413 for the body, 400 for the
 //! rest) before it reaches the engine.
 
 use axum::http::StatusCode;
@@ -22,6 +22,8 @@ pub struct ServerLimits {
     pub max_stop_string_bytes: usize,
     /// Most stop token ids.
     pub max_stop_token_ids: usize,
+    /// Most `logit_bias` entries.
+    pub max_logit_bias: usize,
 }
 
 impl Default for ServerLimits {
@@ -32,7 +34,7 @@ impl Default for ServerLimits {
 
 impl ServerLimits {
     /// The limits `pagoda serve` starts with: a 4 MiB body, 256 sequences, 2^20 tokens,
-    /// 64 stop strings of at most 1 KiB, 1024 stop token ids.
+    /// 64 stop strings of at most 1 KiB, 1024 stop token ids, 1024 `logit_bias` entries.
     pub const DEFAULT: Self = Self {
         max_body_bytes: 4 << 20,
         max_sequences: 256,
@@ -40,6 +42,7 @@ impl ServerLimits {
         max_stop_strings: 64,
         max_stop_string_bytes: 1024,
         max_stop_token_ids: 1024,
+        max_logit_bias: 1024,
     };
 
     /// A 400 when `num_prompts` prompts of `n` choices with `params` ask for too much.
@@ -64,16 +67,7 @@ impl ServerLimits {
                 "max_tokens",
             ));
         }
-        if params.stop.len() > self.max_stop_strings {
-            return Err(ApiError::bad_request(
-                format!(
-                    "{} stop strings, more than the {} allowed",
-                    params.stop.len(),
-                    self.max_stop_strings
-                ),
-                "stop",
-            ));
-        }
+        at_most(params.stop.len(), self.max_stop_strings, "stop strings", "stop")?;
         if let Some(stop) = params.stop.iter().find(|stop| stop.len() > self.max_stop_string_bytes) {
             return Err(ApiError::bad_request(
                 format!(
@@ -84,17 +78,8 @@ impl ServerLimits {
                 "stop",
             ));
         }
-        if params.stop_token_ids.len() > self.max_stop_token_ids {
-            return Err(ApiError::bad_request(
-                format!(
-                    "{} stop token ids, more than the {} allowed",
-                    params.stop_token_ids.len(),
-                    self.max_stop_token_ids
-                ),
-                "stop_token_ids",
-            ));
-        }
-        Ok(())
+        at_most(params.stop_token_ids.len(), self.max_stop_token_ids, "stop token ids", "stop_token_ids")?;
+        at_most(params.logit_bias.len(), self.max_logit_bias, "logit_bias entries", "logit_bias")
     }
 
     /// The 413 for a body over `max_body_bytes`.
@@ -104,4 +89,12 @@ impl ServerLimits {
             format!("the request body exceeds the limit of {} bytes", self.max_body_bytes),
         )
     }
+}
+
+/// A 400 naming `param` when `count` `what` are more than `limit`.
+fn at_most(count: usize, limit: usize, what: &str, param: &str) -> Result<(), ApiError> {
+    if count > limit {
+        return Err(ApiError::bad_request(format!("{count} {what}, more than the {limit} allowed"), param));
+    }
+    Ok(())
 }

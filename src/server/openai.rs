@@ -1,5 +1,7 @@
 //! OpenAI API request and response bodies, with vLLM's extra sampling fields.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
@@ -7,7 +9,7 @@ use super::tools::{ParsedCall, Tool, ToolCallOut};
 use crate::core::request::FinishReason;
 use crate::ids::TokenId;
 use crate::model::ChatMessage;
-use crate::sampling::SamplingParams;
+use crate::sampling::{SamplingParams, SamplingParamsError};
 use crate::structured::{Constraint, StructuredOutputsParams};
 
 /// A string or a list of strings (`stop`).
@@ -73,7 +75,7 @@ pub struct SamplingFields {
     pub include_stop_str_in_output: Option<bool>,
     /// Leave special tokens out of the text (vLLM extra).
     pub skip_special_tokens: Option<bool>,
-    /// Token biases; only an empty map is served (anything else is a 400, not ignored).
+    /// Biases added to token ids' logits: `{"token id": bias}`, each bias in [-100, 100].
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Choices per prompt (default 1): each is its own request on the shared prompt, the
     /// prompt's blocks computed once through the prefix cache; with a seed, choice `i` uses
@@ -145,9 +147,6 @@ impl SamplingFields {
 
     /// The engine's parameters for these fields, `max_tokens` and `logprobs`.
     pub fn to_params(&self, max_tokens: usize, logprobs: Option<usize>) -> Result<SamplingParams, ApiError> {
-        if self.logit_bias.as_ref().is_some_and(|bias| !bias.is_empty()) {
-            return Err(ApiError::bad_request("logit_bias is not supported", "logit_bias"));
-        }
         let defaults = SamplingParams::default();
         let params = SamplingParams {
             temperature: self.temperature.unwrap_or(defaults.temperature),
@@ -158,6 +157,7 @@ impl SamplingFields {
             repetition_penalty: self.repetition_penalty.unwrap_or(defaults.repetition_penalty),
             presence_penalty: self.presence_penalty.unwrap_or(defaults.presence_penalty),
             frequency_penalty: self.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+            logit_bias: self.logit_bias.as_ref().map(logit_bias).transpose()?.unwrap_or_default(),
             max_tokens,
             min_tokens: self.min_tokens.unwrap_or(defaults.min_tokens),
             stop: match &self.stop {
@@ -174,9 +174,29 @@ impl SamplingFields {
             skip_special_tokens: self.skip_special_tokens.unwrap_or(defaults.skip_special_tokens),
             structured_outputs: self.constraint()?.map(|(constraint, _)| constraint),
         };
-        params.validate().map_err(|error| ApiError::bad_request(error.to_string(), "sampling"))?;
+        params.validate().map_err(|error| {
+            let param = match error {
+                SamplingParamsError::LogitBias { .. } => "logit_bias",
+                _ => "sampling",
+            };
+            ApiError::bad_request(error.to_string(), param)
+        })?;
         Ok(params)
     }
+}
+
+/// OpenAI's `logit_bias` object as token ids and biases; a 400 for a key that is not a token
+/// id or a value that is not a number (the ranges are checked with the other parameters).
+fn logit_bias(map: &serde_json::Map<String, serde_json::Value>) -> Result<BTreeMap<TokenId, f32>, ApiError> {
+    let blame = |message: String| ApiError::bad_request(message, "logit_bias");
+    map.iter()
+        .map(|(key, value)| {
+            let id = key.parse().map_err(|_| blame(format!("logit_bias keys are token ids, got {key:?}")))?;
+            let bias =
+                value.as_f64().ok_or_else(|| blame(format!("logit_bias of token {key} is not a number")))?;
+            Ok((id, bias as f32))
+        })
+        .collect()
 }
 
 /// The constraint of an OpenAI `response_format`: none for `text`, any object for

@@ -2,7 +2,7 @@
 //! list of choices or a Lark grammar.
 //!
 //! A [`Constraint`] sits in the request's [`crate::sampling::SamplingParams`]. The engine
-//! compiles it with [llguidance](llguidance) over the model's own vocabulary
+//! compiles it with [`llguidance`] over the model's own vocabulary
 //! ([`vocab::GuidanceVocab`]) into a [`ConstraintState`], which tracks the request's output
 //! tokens and gives, before each sampled token, the [`crate::structured::TokenMask`] of the
 //! tokens that keep the output matchable. The mask applies before sampling, greedy included.

@@ -123,6 +123,11 @@ int main(void) {
            PAGODA_STATUS_INVALID_ARGUMENT, "temprature");
     expect("add_text(negative temperature)", pagoda_engine_add_text(engine, "hi", "{\"temperature\": -1}", &id),
            PAGODA_STATUS_INVALID_ARGUMENT, "temperature");
+    expect("add_text(logit_bias past 100)", pagoda_engine_add_text(engine, "hi", "{\"logit_bias\": {\"3\": 101}}", &id),
+           PAGODA_STATUS_INVALID_ARGUMENT, "logit_bias of token 3");
+    expect("add_text(logit_bias out of vocabulary)",
+           pagoda_engine_add_text(engine, "hi", "{\"logit_bias\": {\"1000000000\": 1}}", &id),
+           PAGODA_STATUS_INVALID_ARGUMENT, "logit_bias token id 1000000000");
     expect("add_text(unclosed regex)",
            pagoda_engine_add_text(engine, "hi", "{\"structured_outputs\": {\"regex\": \"(a\"}}", &id),
            PAGODA_STATUS_INVALID_ARGUMENT, "regex");

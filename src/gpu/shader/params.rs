@@ -2,7 +2,7 @@
 //! the same name, in the same order. A dispatch writes its bytes into the step's uniform ring,
 //! at binding [`PARAMS`](super::slots::PARAMS) of the kernel.
 //!
-//! [`kernel_params!`] records each struct's [`ParamsLayout`] (field names, offsets, types and
+//! `kernel_params!` records each struct's [`ParamsLayout`] (field names, offsets, types and
 //! size) next to it; `tests/shader_contract.rs` reads the params struct of every composed
 //! shader with naga and checks it against that layout, so a field renamed, retyped or moved on
 //! one side only fails the test.
