@@ -86,6 +86,12 @@ def main() -> None:
         assert finish == reply.choices[0].finish_reason
         assert usage is not None and usage.completion_tokens == reply.usage.completion_tokens
 
+        # SmolLM2's token 28 is ",": a bias of 100 makes it the only choice.
+        forced = client.chat.completions.create(
+            model="smollm2", messages=messages, temperature=0, max_tokens=4, logit_bias={"28": 100}
+        )
+        assert forced.choices[0].message.content == ",,,,", forced.choices[0].message.content
+
         try:
             client.chat.completions.create(model="smollm2", messages=messages, temperature=-1)
             raise AssertionError("temperature -1 was accepted")
