@@ -253,7 +253,8 @@ struct ServeArgs {
     /// Seconds a SIGTERM waits for requests in flight before aborting them.
     #[arg(long, default_value_t = 25)]
     shutdown_timeout: u64,
-    /// Requests to /v1/* must send `Authorization: Bearer KEY` (env PAGODA_API_KEY).
+    /// Requests to /v1/*, /tokenize and /detokenize must send `Authorization: Bearer KEY`
+    /// (env PAGODA_API_KEY).
     #[arg(long)]
     api_key: Option<String>,
     #[command(flatten)]

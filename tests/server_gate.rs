@@ -1,4 +1,4 @@
-//! The gate in front of `/v1/*`: an API key (401 in OpenAI's error shape without it,
+//! The gate in front of `/v1/*` and `/tokenize`, `/detokenize`: an API key (401 in OpenAI's error shape without it,
 //! `/health` and `/metrics` open), and a drain (503 for new requests, `/health` unhealthy,
 //! requests in flight finish, or end with an error chunk at the deadline).
 #![cfg(feature = "server")]
@@ -56,6 +56,9 @@ fn the_api_key_guards_v1_and_leaves_health_and_metrics_open() {
     let response: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(response["usage"]["completion_tokens"], 4);
     assert_eq!(request_with(server.addr, "GET", "/v1/models", None, &key).0, 200);
+    let tokenize = r#"{"prompt": "hi"}"#;
+    assert_eq!(request_with(server.addr, "POST", "/tokenize", Some(tokenize), &[]).0, 401);
+    assert_eq!(request_with(server.addr, "POST", "/tokenize", Some(tokenize), &key).0, 200);
     assert_eq!(server.request("GET", "/health", None).0, 200);
     assert_eq!(server.request("GET", "/metrics", None).0, 200);
 }

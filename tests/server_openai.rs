@@ -1,6 +1,6 @@
 //! The OpenAI-compatible server on a loopback port: outputs equal the library's, streaming
-//! and not, under concurrency; errors are 400/404/503 with OpenAI bodies; metrics move;
-//! a client that disconnects frees its blocks.
+//! and not, under concurrency; `/tokenize` gives the prompts they run; errors are 400/404/503
+//! with OpenAI bodies; metrics move; a client that disconnects frees its blocks.
 #![cfg(feature = "server")]
 
 mod engine_support;
@@ -244,6 +244,56 @@ fn models_and_health() {
     assert_eq!(models["object"], "list");
     assert_eq!(models["data"][0]["id"], MODEL);
     assert_eq!(models["data"][0]["max_model_len"], 512);
+}
+
+#[test]
+fn tokenize_gives_the_prompts_the_endpoints_run_and_detokenize_reverses_it() {
+    let library = engine(config(), Box::new(random_logits));
+    let server = TestServer::start(engine(config(), Box::new(random_logits)));
+    let ids = |answer: &Value| -> Vec<u32> {
+        answer["tokens"].as_array().unwrap().iter().map(|id| id.as_u64().unwrap() as u32).collect()
+    };
+
+    let text = "hello there";
+    let (status, answer) = server.post_json("/tokenize", &json!({"prompt": text, "return_token_strs": true}));
+    assert_eq!(status, 200, "{answer}");
+    let prompt = library.encode_prompt(&Prompt::Text(text.into())).unwrap();
+    assert_eq!(ids(&answer), prompt);
+    assert_eq!(
+        (answer["count"].as_u64(), answer["max_model_len"].as_u64()),
+        (Some(prompt.len() as u64), Some(512))
+    );
+    assert_eq!(answer["token_strs"].as_array().unwrap().len(), prompt.len());
+    let (_, plain) = server.post_json("/tokenize", &json!({"prompt": text, "add_special_tokens": false}));
+    assert_eq!(ids(&plain), library.tokenizer().encode(text, true).unwrap());
+    assert!(plain.get("token_strs").is_none());
+    let (status, back) = server.post_json("/detokenize", &json!({"tokens": ids(&plain)}));
+    assert_eq!((status, back["prompt"].as_str()), (200, Some(text)));
+
+    let messages = vec![ChatMessage::new("system", "be brief"), ChatMessage::new("user", "hello")];
+    let conversation =
+        json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]);
+    let (_, chat) = server.post_json("/tokenize", &json!({"messages": conversation}));
+    assert_eq!(ids(&chat), library.encode_prompt(&Prompt::Chat(messages.clone())).unwrap());
+    let (_, reply) =
+        server.post_json("/v1/chat/completions", &json!({"messages": conversation, "max_tokens": 1}));
+    assert_eq!(reply["usage"]["prompt_tokens"], chat["count"]);
+    let (_, open) =
+        server.post_json("/tokenize", &json!({"messages": conversation, "add_generation_prompt": false}));
+    let expected = library.encode_chat(&messages, None, false).unwrap();
+    assert_eq!(ids(&open), expected);
+    assert!(expected.len() < ids(&chat).len(), "the generation prompt adds tokens");
+
+    let refused = [
+        ("/tokenize", json!({}), "prompt"),
+        ("/tokenize", json!({"prompt": "a", "messages": conversation}), "prompt"),
+        ("/tokenize", json!({"messages": []}), "messages"),
+        ("/detokenize", json!({"tokens": [1, 999_999]}), "tokens"),
+    ];
+    for (path, body, param) in refused {
+        let (status, answer) = server.post_json(path, &body);
+        assert_eq!((status, answer["error"]["param"].as_str()), (400, Some(param)), "{body}: {answer}");
+    }
 }
 
 #[test]

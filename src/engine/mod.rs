@@ -352,15 +352,24 @@ impl Engine {
                 Ok(ids.clone())
             }
             Prompt::Text(text) => Ok(tokenizer.encode_prompt(text)?),
-            Prompt::Chat(messages) => {
-                let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
-                Ok(tokenizer.encode(&template.render(messages, true)?, true)?)
-            }
+            Prompt::Chat(messages) => self.encode_chat(messages, None, true),
             Prompt::ChatWithTools { messages, tools } => {
-                let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
-                Ok(tokenizer.encode(&template.render_with_tools(messages, Some(tools), true)?, true)?)
+                self.encode_chat(messages, Some(tools.as_slice()), true)
             }
         }
+    }
+
+    /// The token ids of `messages` (and `tools`, when given) rendered by the chat template,
+    /// control tokens parsed; `add_generation_prompt` ends them with the assistant's header.
+    pub fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<Vec<TokenId>, EngineError> {
+        let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
+        let text = template.render_with_tools(messages, tools, add_generation_prompt)?;
+        Ok(self.text.tokenizer.encode(&text, true)?)
     }
 
     /// Every id must be in the vocabulary.

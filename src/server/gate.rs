@@ -1,6 +1,6 @@
-//! The gate in front of `/v1/*`: the API key, then the drain. A request that passes counts
-//! as being admitted until its handler returns (by then the engine holds it), so a drain
-//! that starts meanwhile waits for it.
+//! The gate in front of `/v1/*`, `/tokenize` and `/detokenize`: the API key, then the drain.
+//! A request that passes counts as being admitted until its handler returns (by then the
+//! engine holds it), so a drain that starts meanwhile waits for it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

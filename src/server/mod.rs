@@ -10,7 +10,7 @@
 //!
 //! For routers in front of many replicas (llm-d, the Gateway API Inference Extension):
 //! vLLM's metric names ([`prometheus::MetricsPrefix::Vllm`]), vLLM's KV-cache events over
-//! ZeroMQ ([`kv_events`]), an API key on `/v1/*`, and a graceful drain
+//! ZeroMQ ([`kv_events`]), an API key on `/v1/*` and the tokenizer routes, and a graceful drain
 //! ([`ServerState::drain`]): new requests get 503 and `/health` turns unhealthy while the
 //! requests in flight finish.
 
@@ -23,6 +23,7 @@ pub mod prometheus;
 mod responses;
 mod routes;
 mod streaming;
+pub mod tokenize;
 pub mod tools;
 
 use std::sync::Arc;
@@ -45,8 +46,9 @@ use limits::ServerLimits;
 /// How the server presents itself besides the OpenAI API.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
-    /// The key `/v1/*` requests must bring as `Authorization: Bearer <key>`; `None` leaves
-    /// them open. `/health` and `/metrics` are always open.
+    /// The key `/v1/*`, `/tokenize` and `/detokenize` requests must bring as
+    /// `Authorization: Bearer <key>`; `None` leaves them open. `/health` and `/metrics` are
+    /// always open.
     pub api_key: Option<String>,
     /// The prefix of the metric names.
     pub metrics_prefix: MetricsPrefix,
@@ -190,7 +192,7 @@ impl ServerState {
         self.kv_events.as_ref().and_then(|publisher| publisher.replay_endpoint().map(str::to_owned))
     }
 
-    /// True once a drain has begun: `/v1/*` answers 503 and `/health` is unhealthy.
+    /// True once a drain has begun: the gated routes answer 503 and `/health` is unhealthy.
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
     }
@@ -200,7 +202,7 @@ impl ServerState {
         self.admitting.load(Ordering::SeqCst) + self.engine.num_live_requests()
     }
 
-    /// Stops admitting (new `/v1/*` requests get 503, `/health` 503), waits until the
+    /// Stops admitting (new gated requests get 503, `/health` 503), waits until the
     /// requests in flight finish or `timeout` passes, then aborts what is left (and what a
     /// handler admitted just before the drain adds later), whose streams end with an error
     /// chunk. Returns how many requests were live at the deadline.
@@ -247,13 +249,16 @@ impl ServerState {
 /// How often a drain looks at the requests in flight.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
-/// The server's routes over `state`: `/v1/*` behind the API key and the drain gate.
+/// The server's routes over `state`: `/v1/*`, `/tokenize` and `/detokenize` behind the API key
+/// and the drain gate.
 pub fn router(state: Arc<ServerState>) -> Router {
     let max_body_bytes = state.limits.max_body_bytes;
     Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/v1/models", get(routes::models))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route_layer(from_fn_with_state(Arc::clone(&state), gate::gate))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))

@@ -18,11 +18,12 @@ use super::openai::{
 };
 use super::responses::{chat_logprobs, choice_usage, completion_logprobs, reply};
 use super::streaming::{ChatStreamer, CompletionStreamer, failed_request, sse_response};
-use super::tools::{Tool, ToolChoice, conversation_for};
+use super::tools::{Tool, ToolChoice, ToolFormat, conversation_for};
 use super::{ServerState, prometheus, unix_seconds};
 use crate::core::request::FinishReason;
 use crate::engine::handle::RequestStream;
 use crate::engine::{CompletionOutput, EngineError, Prompt};
+use crate::model::ChatMessage;
 use crate::sampling::SamplingParams;
 
 /// `POST /v1/completions`.
@@ -112,13 +113,9 @@ pub async fn chat_completions(
     }
     let n = request.sampling.num_choices()?;
     state.limits.check(1, n, &params)?;
-    let prompt = match calls {
-        None => Prompt::Chat(messages),
-        Some(format) => {
-            let messages = conversation_for(state.template_reads_tools, format, messages, &request.tools);
-            let tools = request.tools.iter().map(|tool| serde_json::json!(tool)).collect();
-            Prompt::ChatWithTools { messages, tools }
-        }
+    let prompt = match offer_tools(&state, messages, &request.tools, calls) {
+        (messages, None) => Prompt::Chat(messages),
+        (messages, Some(tools)) => Prompt::ChatWithTools { messages, tools },
     };
     let streams = start(&state, vec![prompt], &params, n, &request.sampling).await?;
     let id = state.next_response_id("chatcmpl");
@@ -153,6 +150,23 @@ pub async fn chat_completions(
         usage: total_usage(&completions, n),
     };
     Ok(Json(response).into_response())
+}
+
+/// A conversation's messages and the tools its chat template receives: with `calls`, the
+/// tools offered as the template or the tool format writes them; without, the messages alone.
+pub(super) fn offer_tools(
+    state: &ServerState,
+    messages: Vec<ChatMessage>,
+    tools: &[Tool],
+    calls: Option<ToolFormat>,
+) -> (Vec<ChatMessage>, Option<Vec<serde_json::Value>>) {
+    match calls {
+        None => (messages, None),
+        Some(format) => (
+            conversation_for(state.template_reads_tools, format, messages, tools),
+            Some(tools.iter().map(|tool| serde_json::json!(tool)).collect()),
+        ),
+    }
 }
 
 /// The grammar that `tool_choice: "required"` or a named function imposes on the reply.
@@ -210,7 +224,7 @@ pub async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
 
 /// Parses a JSON body, answering 413 when it is over the limit and 400 with serde's
 /// message when it does not fit.
-fn parse_body<T: DeserializeOwned>(
+pub(super) fn parse_body<T: DeserializeOwned>(
     state: &ServerState,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
@@ -223,7 +237,7 @@ fn parse_body<T: DeserializeOwned>(
 }
 
 /// A request for another model is a 404, as OpenAI and vLLM answer it.
-fn check_model(state: &ServerState, model: Option<&str>) -> Result<(), ApiError> {
+pub(super) fn check_model(state: &ServerState, model: Option<&str>) -> Result<(), ApiError> {
     match model {
         Some(model) if model != state.model_name => Err(ApiError {
             status: StatusCode::NOT_FOUND,

@@ -283,8 +283,8 @@ fn tools_system_prompt(tools: &[Tool]) -> String {
 }
 
 /// The conversation as the template should see it when tools are in play: unchanged when
-/// the template reads `tools` (`template_reads_tools`); otherwise with the tools explained in the system message and
-/// earlier calls written into the assistant messages as text.
+/// the template reads `tools` (`template_reads_tools`); otherwise with the tools explained in
+/// the system message and earlier calls written into the assistant messages as text.
 pub fn conversation_for(
     template_reads_tools: bool,
     format: ToolFormat,

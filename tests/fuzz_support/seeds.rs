@@ -102,6 +102,7 @@ pub fn request_bodies() -> Vec<Vec<u8>> {
         r#"{"model": "tiny", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}], "max_tokens": 16}"#,
         r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}], "stream": true, "n": 3, "seed": 1}"#,
         r#"{"messages": [{"role": "user", "content": "Hi"}], "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 5, "stop": "END"}"#,
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "logit_bias": {"5": -100, "7": 2.5, "11": 100}}"#,
     ]
     .iter()
     .map(|body| body.as_bytes().to_vec())

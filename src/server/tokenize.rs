@@ -1,0 +1,129 @@
+//! vLLM's `POST /tokenize` and `POST /detokenize`: the token ids a prompt or a conversation
+//! becomes, exactly as the completion endpoints feed it to the model, and the text of ids.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use serde::{Deserialize, Serialize};
+
+use super::ServerState;
+use super::error::ApiError;
+use super::openai::RequestMessage;
+use super::responses::token_text;
+use super::routes::{check_model, offer_tools, parse_body};
+use super::tools::Tool;
+use crate::ids::TokenId;
+
+/// `POST /tokenize`'s body: a text `prompt`, or chat `messages` (and `tools`) rendered as
+/// `/v1/chat/completions` renders them.
+#[derive(Debug, Deserialize)]
+pub struct TokenizeRequest {
+    /// The served model's name.
+    pub model: Option<String>,
+    /// A text prompt (control tokens written in it are parsed).
+    pub prompt: Option<String>,
+    /// A conversation.
+    pub messages: Option<Vec<RequestMessage>>,
+    /// Functions the conversation offers the model.
+    #[serde(default)]
+    pub tools: Vec<Tool>,
+    /// End the conversation with the assistant's header (default true).
+    pub add_generation_prompt: Option<bool>,
+    /// BOS first where the model wants one: by default for a prompt (as `/v1/completions`
+    /// adds it), not for messages (their template writes it).
+    pub add_special_tokens: Option<bool>,
+    /// Also return each token's text.
+    #[serde(default)]
+    pub return_token_strs: bool,
+}
+
+/// `POST /tokenize`'s answer.
+#[derive(Debug, Serialize)]
+pub struct TokenizeResponse {
+    /// How many tokens.
+    pub count: usize,
+    /// The longest prompt plus output a request may have.
+    pub max_model_len: usize,
+    /// The token ids.
+    pub tokens: Vec<TokenId>,
+    /// Each token's text (lossy where a token holds part of a UTF-8 character), when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_strs: Option<Vec<String>>,
+}
+
+/// `POST /detokenize`'s body.
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    /// The served model's name.
+    pub model: Option<String>,
+    /// Token ids.
+    pub tokens: Vec<TokenId>,
+}
+
+/// `POST /detokenize`'s answer.
+#[derive(Debug, Serialize)]
+pub struct DetokenizeResponse {
+    /// The text of the ids, control tokens included.
+    pub prompt: String,
+}
+
+/// `POST /tokenize`.
+pub async fn tokenize(
+    State(state): State<Arc<ServerState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<TokenizeResponse>, ApiError> {
+    let request: TokenizeRequest = parse_body(&state, body)?;
+    check_model(&state, request.model.as_deref())?;
+    let tokenizer = &state.tokenizer;
+    let mut tokens = match (&request.prompt, &request.messages) {
+        (Some(prompt), None) => {
+            tokenizer.encode(prompt, true).map_err(|e| ApiError::bad_request(e.to_string(), "prompt"))?
+        }
+        (None, Some(messages)) if messages.is_empty() => {
+            return Err(ApiError::bad_request("messages must not be empty", "messages"));
+        }
+        (None, Some(messages)) => {
+            let messages =
+                messages.iter().map(RequestMessage::to_chat_message).collect::<Result<Vec<_>, _>>()?;
+            let calls = (!request.tools.is_empty()).then_some(state.tool_format);
+            let add_generation_prompt = request.add_generation_prompt.unwrap_or(true);
+            let (messages, tools) = offer_tools(&state, messages, &request.tools, calls);
+            state
+                .engine
+                .call(move |engine| engine.encode_chat(&messages, tools.as_deref(), add_generation_prompt))
+                .await??
+        }
+        _ => return Err(ApiError::bad_request("give one of prompt and messages", "prompt")),
+    };
+    let bos = tokenizer.bos_token_id().filter(|_| tokenizer.add_bos_token());
+    if let Some(bos) = bos.filter(|_| request.add_special_tokens.unwrap_or(request.prompt.is_some())) {
+        tokens.insert(0, bos);
+    }
+    let token_strs =
+        request.return_token_strs.then(|| tokens.iter().map(|&id| token_text(tokenizer, id).0).collect());
+    Ok(Json(TokenizeResponse { count: tokens.len(), max_model_len: state.max_model_len, tokens, token_strs }))
+}
+
+/// `POST /detokenize`.
+pub async fn detokenize(
+    State(state): State<Arc<ServerState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<DetokenizeResponse>, ApiError> {
+    let request: DetokenizeRequest = parse_body(&state, body)?;
+    check_model(&state, request.model.as_deref())?;
+    let vocab_size = state.tokenizer.vocab_size();
+    if let Some(id) = request.tokens.iter().find(|&&id| id as usize >= vocab_size) {
+        return Err(ApiError::bad_request(
+            format!("token id {id} is outside the vocabulary of {vocab_size}"),
+            "tokens",
+        ));
+    }
+    let prompt = state
+        .tokenizer
+        .decode(&request.tokens, false)
+        .map_err(|e| ApiError::bad_request(e.to_string(), "tokens"))?;
+    Ok(Json(DetokenizeResponse { prompt }))
+}
