@@ -7,6 +7,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::ServerState;
@@ -80,7 +81,10 @@ pub async fn tokenize(
     let tokenizer = &state.tokenizer;
     let mut tokens = match (&request.prompt, &request.messages) {
         (Some(prompt), None) => {
-            tokenizer.encode(prompt, true).map_err(|e| ApiError::bad_request(e.to_string(), "prompt"))?
+            let (tokenizer, prompt) = (Arc::clone(tokenizer), prompt.clone());
+            off_runtime(move || tokenizer.encode(&prompt, true))
+                .await?
+                .map_err(|e| ApiError::bad_request(e.to_string(), "prompt"))?
         }
         (None, Some(messages)) if messages.is_empty() => {
             return Err(ApiError::bad_request("messages must not be empty", "messages"));
@@ -121,9 +125,17 @@ pub async fn detokenize(
             "tokens",
         ));
     }
-    let prompt = state
-        .tokenizer
-        .decode(&request.tokens, false)
+    let tokenizer = Arc::clone(&state.tokenizer);
+    let prompt = off_runtime(move || tokenizer.decode(&request.tokens, false))
+        .await?
         .map_err(|e| ApiError::bad_request(e.to_string(), "tokens"))?;
     Ok(Json(DetokenizeResponse { prompt }))
+}
+
+/// Runs `f` on Tokio's blocking threads: a body of megabytes takes long enough to tokenize
+/// that it would hold up the other requests' tasks.
+async fn off_runtime<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Result<R, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the tokenizer failed: {e}")))
 }
