@@ -144,6 +144,17 @@ fn n_choices_are_requests_seeded_seed_plus_index_and_count_their_prompt_once() {
     assert_eq!(usage["prompt_tokens"], prompt_tokens);
     assert_eq!(usage["completion_tokens"], completion_tokens);
 
+    // vLLM takes any i64 seed; -1 draws as u64::MAX, and its second choice wraps to 0.
+    let body = json!({"prompt": prompts[0], "n": 2, "max_tokens": 6, "temperature": 0.8, "seed": -1,
+                      "ignore_eos": true});
+    let (status, response) = server.post_json("/v1/completions", &body);
+    assert_eq!(status, 200, "{response}");
+    let texts: Vec<&str> =
+        response["choices"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let expected: Vec<String> =
+        [u64::MAX, 0].map(|seed| library_text(Prompt::from(prompts[0]), &seeded(seed, 6)).0).into();
+    assert_eq!(texts, expected);
+
     let chat = json!({"messages": [{"role": "user", "content": "hello"}], "n": 2, "max_tokens": 4,
                       "seed": 9, "temperature": 0.8, "ignore_eos": true, "stream": true});
     let (status, chunks) = server.post_stream("/v1/chat/completions", &chat);

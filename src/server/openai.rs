@@ -55,8 +55,9 @@ pub struct SamplingFields {
     pub top_k: Option<i32>,
     /// Min-p sampling (vLLM extra).
     pub min_p: Option<f32>,
-    /// Seed of the request's random stream.
-    pub seed: Option<u64>,
+    /// Seed of the request's random stream: any 64-bit signed integer, as vLLM takes it (a
+    /// negative seed is its two's complement, so -1 draws as `u64::MAX`).
+    pub seed: Option<i64>,
     /// OpenAI presence penalty.
     pub presence_penalty: Option<f32>,
     /// OpenAI frequency penalty.
@@ -153,7 +154,7 @@ impl SamplingFields {
             top_k: self.top_k.unwrap_or(defaults.top_k),
             top_p: self.top_p.unwrap_or(defaults.top_p),
             min_p: self.min_p.unwrap_or(defaults.min_p),
-            seed: self.seed,
+            seed: self.seed.map(|seed| seed as u64),
             repetition_penalty: self.repetition_penalty.unwrap_or(defaults.repetition_penalty),
             presence_penalty: self.presence_penalty.unwrap_or(defaults.presence_penalty),
             frequency_penalty: self.frequency_penalty.unwrap_or(defaults.frequency_penalty),
