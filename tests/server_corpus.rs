@@ -195,6 +195,7 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>, Expected)> {
         ),
         ("chat: empty object", ch, text("{}"), BODY),
         ("chat: no messages", ch, chat(json!({"messages": []})), param("messages")),
+        ("chat: top_logprobs without logprobs", ch, chat(json!({"top_logprobs": 2})), param("top_logprobs")),
         ("chat: messages a string", ch, chat(json!({"messages": "hi"})), BODY),
         ("chat: a message without role", ch, chat(json!({"messages": [{"content": "hi"}]})), BODY),
         ("chat: role null", ch, chat(json!({"messages": [{"role": null, "content": "hi"}]})), BODY),

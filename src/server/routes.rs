@@ -91,6 +91,9 @@ pub async fn chat_completions(
     }
     let messages = request.messages.iter().map(|m| m.to_chat_message()).collect::<Result<Vec<_>, _>>()?;
     let max_tokens = request.max_completion_tokens.or(request.max_tokens);
+    if request.top_logprobs.is_some() && !request.logprobs {
+        return Err(ApiError::bad_request("top_logprobs needs logprobs set to true", "top_logprobs"));
+    }
     let logprobs = request.logprobs.then(|| request.top_logprobs.unwrap_or(0));
     let max_tokens = max_tokens.unwrap_or(state.max_model_len);
     let mut params = request.sampling.to_params(max_tokens, logprobs)?;
