@@ -755,3 +755,17 @@ fn print_weight_types(weights: &WeightFile) {
         println!("    {name:<7} {count:>4} tensors {:>9.1} MiB file {:>9.1} MiB GPU", mib(file), mib(gpu));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_logit_bias;
+
+    #[test]
+    fn logit_bias_flags_are_id_equals_bias() {
+        assert_eq!(parse_logit_bias("42=-100"), Ok((42, -100.0)));
+        assert_eq!(parse_logit_bias(" 7 = 2.5 "), Ok((7, 2.5)));
+        for bad in ["42", "x=1", "42=y", "-1=1"] {
+            assert!(parse_logit_bias(bad).is_err(), "{bad}");
+        }
+    }
+}

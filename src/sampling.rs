@@ -10,9 +10,8 @@
 //! it are ruled out before anything else, as vLLM applies its grammar bitmask to the logits.
 //!
 //! The pipeline follows vLLM V1: the `logit_bias` additions, repetition / frequency / presence
-//! penalties, the
-//! `min_tokens` mask on stop tokens, then greedy argmax, or temperature, `min_p`, `top_k`,
-//! `top_p` and one draw. Each draw comes from a ChaCha8 stream keyed by the request's seed
+//! penalties, the `min_tokens` mask on stop tokens, then greedy argmax, or temperature,
+//! `min_p`, `top_k`, `top_p` and one draw. Each draw comes from a ChaCha8 stream keyed by the request's seed
 //! and selected by the output position, so a seeded request samples the same tokens alone
 //! or in any batch, and after a preemption recomputes it.
 
@@ -250,7 +249,7 @@ pub struct TokenLogprobs {
 pub struct SampledToken {
     /// The chosen token.
     pub token_id: TokenId,
-    /// Log-probabilities of the raw (unpenalized, untempered) distribution, when the
+    /// Log-probabilities of the raw (unbiased, unpenalized, untempered) distribution, when the
     /// request set `logprobs`.
     pub logprobs: Option<TokenLogprobs>,
 }
@@ -694,7 +693,10 @@ mod tests {
         };
         let sampled = sample_logits(&logits, &ctx(&both, &[1], &[]));
         assert_eq!(sampled.token_id, 2);
-        assert_eq!(sampled.logprobs.unwrap().top[0].0, 1);
+        let raw_normalizer = logits.iter().map(|l| l.exp()).sum::<f32>().ln();
+        let top = sampled.logprobs.unwrap().top[0];
+        assert_eq!(top.0, 1);
+        assert!((top.1 - (3.0 - raw_normalizer)).abs() < 1e-6, "the bias must not reach logprobs: {top:?}");
         let out_of_row =
             SamplingParams { logit_bias: BTreeMap::from([(9, 100.0)]), ..SamplingParams::greedy(8) };
         assert_eq!(sample_logits(&logits, &ctx(&out_of_row, &[], &[])).token_id, 1);

@@ -102,7 +102,7 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>, Expected)> {
         ("best_of 3", c, completion(json!({"best_of": 3})), param("best_of")),
         ("logit_bias key not an id", c, completion(json!({"logit_bias": {"one": 5}})), param("logit_bias")),
         ("logit_bias value a string", c, completion(json!({"logit_bias": {"1": "5"}})), param("logit_bias")),
-        ("logit_bias of 101", c, completion(json!({"logit_bias": {"1": 101}})), param("logit_bias")),
+        ("logit_bias value null", c, completion(json!({"logit_bias": {"1": null}})), param("logit_bias")),
         (
             "response_format xml",
             c,

@@ -1,6 +1,6 @@
-//! The gate in front of `/v1/*` and `/tokenize`, `/detokenize`: an API key (401 in OpenAI's error shape without it,
-//! `/health` and `/metrics` open), and a drain (503 for new requests, `/health` unhealthy,
-//! requests in flight finish, or end with an error chunk at the deadline).
+//! The gate in front of `/v1/*`, `/tokenize` and `/detokenize`: an API key (401 in OpenAI's
+//! error shape without it, `/health` and `/metrics` open), and a drain (503 for new requests,
+//! `/health` unhealthy, requests in flight finish, or end with an error chunk at the deadline).
 #![cfg(feature = "server")]
 
 mod engine_support;

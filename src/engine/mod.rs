@@ -186,7 +186,7 @@ struct RequestState {
 #[derive(Debug)]
 struct TextModel {
     tokenizer: Arc<Tokenizer>,
-    chat_template: Option<ChatTemplate>,
+    chat_template: Option<Arc<ChatTemplate>>,
     eos_token_id: Option<TokenId>,
     extra_eos_token_ids: Vec<TokenId>,
     grammars: Grammars,
@@ -281,7 +281,7 @@ impl Engine {
             text: TextModel {
                 grammars: Grammars::new(tokenizer.clone(), eos_token_id, extra_eos_token_ids.clone()),
                 tokenizer,
-                chat_template: model.chat_template,
+                chat_template: model.chat_template.map(Arc::new),
                 eos_token_id,
                 extra_eos_token_ids,
             },
@@ -297,7 +297,7 @@ impl Engine {
     }
 
     /// The model's chat template, if it has one.
-    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+    pub fn chat_template(&self) -> Option<&Arc<ChatTemplate>> {
         self.text.chat_template.as_ref()
     }
 
@@ -367,9 +367,8 @@ impl Engine {
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<Vec<TokenId>, EngineError> {
-        let template = self.text.chat_template.as_ref().ok_or(ChatError::NoTemplate)?;
-        let text = template.render_with_tools(messages, tools, add_generation_prompt)?;
-        Ok(self.text.tokenizer.encode(&text, true)?)
+        let template = self.text.chat_template.as_deref();
+        encode_chat(&self.text.tokenizer, template, messages, tools, add_generation_prompt)
     }
 
     /// Every id must be in the vocabulary.
@@ -671,4 +670,18 @@ fn constraint_masks(
 fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
     config.scheduler.max_model_len = model.config.cap_model_len(config.scheduler.max_model_len);
     config.cache.sliding_window = model.config.uniform_sliding_window();
+}
+
+/// The token ids of `messages` (and `tools`, when given) rendered by `template`, control
+/// tokens parsed; `add_generation_prompt` ends them with the assistant's header.
+pub fn encode_chat(
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
+    add_generation_prompt: bool,
+) -> Result<Vec<TokenId>, EngineError> {
+    let template = template.ok_or(ChatError::NoTemplate)?;
+    let text = template.render_with_tools(messages, tools, add_generation_prompt)?;
+    Ok(tokenizer.encode(&text, true)?)
 }

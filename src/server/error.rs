@@ -62,10 +62,10 @@ impl From<EngineError> for ApiError {
             EngineError::Constraint(error) => {
                 return Self::bad_request(error.to_string(), "structured_outputs");
             }
+            EngineError::BiasOutOfVocab { .. } => return Self::bad_request(error.to_string(), "logit_bias"),
             EngineError::InvalidParams(_)
             | EngineError::Rejected(_)
             | EngineError::TokenOutOfVocab { .. }
-            | EngineError::BiasOutOfVocab { .. }
             | EngineError::Tokenizer(_)
             | EngineError::Chat(_) => StatusCode::BAD_REQUEST,
             EngineError::Overloaded { .. } | EngineError::DeviceLost(_) => StatusCode::SERVICE_UNAVAILABLE,

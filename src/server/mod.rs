@@ -1,6 +1,6 @@
 //! The OpenAI-compatible HTTP server (feature `server`): `/v1/completions`,
-//! `/v1/chat/completions` (JSON or server-sent events), `/v1/models`, `/health`, and
-//! `/metrics` in the Prometheus text format.
+//! `/v1/chat/completions` (JSON or server-sent events), `/v1/models`, vLLM's `/tokenize` and
+//! `/detokenize`, `/health`, and `/metrics` in the Prometheus text format.
 //!
 //! Handlers talk to an [`AsyncEngine`]; each request gets its own output stream, so a
 //! client that disconnects drops its stream and the engine aborts the request and frees
@@ -10,9 +10,9 @@
 //!
 //! For routers in front of many replicas (llm-d, the Gateway API Inference Extension):
 //! vLLM's metric names ([`prometheus::MetricsPrefix::Vllm`]), vLLM's KV-cache events over
-//! ZeroMQ ([`kv_events`]), an API key on `/v1/*` and the tokenizer routes, and a graceful drain
-//! ([`ServerState::drain`]): new requests get 503 and `/health` turns unhealthy while the
-//! requests in flight finish.
+//! ZeroMQ ([`kv_events`]), an API key on `/v1/*` and the tokenizer routes, and a graceful
+//! drain ([`ServerState::drain`]): new requests get 503 and `/health` turns unhealthy while
+//! the requests in flight finish.
 
 pub mod error;
 mod gate;
@@ -75,6 +75,7 @@ pub enum ServerError {
 pub struct ServerState {
     engine: AsyncEngine,
     tokenizer: Arc<Tokenizer>,
+    chat_template: Option<Arc<ChatTemplate>>,
     model_name: String,
     max_model_len: usize,
     limits: ServerLimits,
@@ -129,8 +130,9 @@ impl ServerState {
         publisher: Option<KvEventPublisher>,
     ) -> std::io::Result<Self> {
         let tokenizer = Arc::clone(engine.tokenizer());
-        let tool_format = ToolFormat::of(engine.chat_template());
-        let template_reads_tools = engine.chat_template().is_some_and(ChatTemplate::reads_tools);
+        let chat_template = engine.chat_template().cloned();
+        let tool_format = ToolFormat::of(chat_template.as_deref());
+        let template_reads_tools = chat_template.as_deref().is_some_and(ChatTemplate::reads_tools);
         let max_model_len = engine.scheduler().config().max_model_len;
         let kv = engine.scheduler().kv_cache_manager();
         let cache_info = CacheInfo {
@@ -145,6 +147,7 @@ impl ServerState {
         Ok(Self {
             engine,
             tokenizer,
+            chat_template,
             model_name,
             max_model_len,
             limits: ServerLimits::default(),

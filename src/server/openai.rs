@@ -9,7 +9,7 @@ use super::tools::{ParsedCall, Tool, ToolCallOut};
 use crate::core::request::FinishReason;
 use crate::ids::TokenId;
 use crate::model::ChatMessage;
-use crate::sampling::{SamplingParams, SamplingParamsError};
+use crate::sampling::{MAX_LOGIT_BIAS, SamplingParams};
 use crate::structured::{Constraint, StructuredOutputsParams};
 
 /// A string or a list of strings (`stop`).
@@ -76,7 +76,8 @@ pub struct SamplingFields {
     pub include_stop_str_in_output: Option<bool>,
     /// Leave special tokens out of the text (vLLM extra).
     pub skip_special_tokens: Option<bool>,
-    /// Biases added to token ids' logits: `{"token id": bias}`, each bias in [-100, 100].
+    /// Biases added to token ids' logits: `{"token id": bias}`, each clamped to [-100, 100]
+    /// as vLLM clamps it.
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Choices per prompt (default 1): each is its own request on the shared prompt, the
     /// prompt's blocks computed once through the prefix cache; with a seed, choice `i` uses
@@ -175,19 +176,13 @@ impl SamplingFields {
             skip_special_tokens: self.skip_special_tokens.unwrap_or(defaults.skip_special_tokens),
             structured_outputs: self.constraint()?.map(|(constraint, _)| constraint),
         };
-        params.validate().map_err(|error| {
-            let param = match error {
-                SamplingParamsError::LogitBias { .. } => "logit_bias",
-                _ => "sampling",
-            };
-            ApiError::bad_request(error.to_string(), param)
-        })?;
+        params.validate().map_err(|error| ApiError::bad_request(error.to_string(), "sampling"))?;
         Ok(params)
     }
 }
 
-/// OpenAI's `logit_bias` object as token ids and biases; a 400 for a key that is not a token
-/// id or a value that is not a number (the ranges are checked with the other parameters).
+/// OpenAI's `logit_bias` object as token ids and biases clamped to [-100, 100] (vLLM's way);
+/// a 400 for a key that is not a token id or a value that is not a number.
 fn logit_bias(map: &serde_json::Map<String, serde_json::Value>) -> Result<BTreeMap<TokenId, f32>, ApiError> {
     let blame = |message: String| ApiError::bad_request(message, "logit_bias");
     map.iter()
@@ -195,7 +190,7 @@ fn logit_bias(map: &serde_json::Map<String, serde_json::Value>) -> Result<BTreeM
             let id = key.parse().map_err(|_| blame(format!("logit_bias keys are token ids, got {key:?}")))?;
             let bias =
                 value.as_f64().ok_or_else(|| blame(format!("logit_bias of token {key} is not a number")))?;
-            Ok((id, bias as f32))
+            Ok((id, (bias as f32).clamp(-MAX_LOGIT_BIAS, MAX_LOGIT_BIAS)))
         })
         .collect()
 }
@@ -617,4 +612,20 @@ pub struct ModelList {
     pub object: &'static str,
     /// The one served model.
     pub data: Vec<ModelCard>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logit_bias_is_clamped_as_vllm_clamps_it_and_keys_must_be_ids() {
+        let fields = |bias: serde_json::Value| -> SamplingFields {
+            serde_json::from_value(serde_json::json!({ "logit_bias": bias })).unwrap()
+        };
+        let params = fields(serde_json::json!({"5": 1e9, "6": -300, "7": 2.5})).to_params(4, None).unwrap();
+        assert_eq!(params.logit_bias, BTreeMap::from([(5, 100.0), (6, -100.0), (7, 2.5)]));
+        let refused = fields(serde_json::json!({"five": 1})).to_params(4, None).unwrap_err();
+        assert_eq!(refused.param.as_deref(), Some("logit_bias"));
+    }
 }

@@ -54,7 +54,7 @@ pub(super) fn choice_usage(index: usize, n: usize, prompt_tokens: usize, complet
 }
 
 /// One token's text (lossy for a partial UTF-8 character) and raw bytes.
-pub(super) fn token_text(tokenizer: &Tokenizer, token: TokenId) -> (String, Vec<u8>) {
+fn token_text(tokenizer: &Tokenizer, token: TokenId) -> (String, Vec<u8>) {
     let bytes = tokenizer.token_bytes(token).map(<[u8]>::to_vec).unwrap_or_default();
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
 }

@@ -97,12 +97,7 @@ pub async fn chat_completions(
     let logprobs = request.logprobs.then(|| request.top_logprobs.unwrap_or(0));
     let max_tokens = max_tokens.unwrap_or(state.max_model_len);
     let mut params = request.sampling.to_params(max_tokens, logprobs)?;
-    if let Some(tool) = request.tools.iter().find(|tool| tool.kind != "function") {
-        return Err(ApiError::bad_request(
-            format!("tools of type {:?} are not supported; only function", tool.kind),
-            "tools",
-        ));
-    }
+    check_tool_types(&request.tools)?;
     let tool_choice = ToolChoice::parse(request.tool_choice.as_ref(), &request.tools)?;
     let calls = (tool_choice != ToolChoice::None).then_some(state.tool_format);
     if let Some(constraint) = forced_calls(&state, &request, &tool_choice) {
@@ -153,6 +148,17 @@ pub async fn chat_completions(
         usage: total_usage(&completions, n),
     };
     Ok(Json(response).into_response())
+}
+
+/// A 400 for a tool that is not a function.
+pub(super) fn check_tool_types(tools: &[Tool]) -> Result<(), ApiError> {
+    match tools.iter().find(|tool| tool.kind != "function") {
+        Some(tool) => Err(ApiError::bad_request(
+            format!("tools of type {:?} are not supported; only function", tool.kind),
+            "tools",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A conversation's messages and the tools its chat template receives: with `calls`, the

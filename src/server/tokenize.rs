@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::ServerState;
 use super::error::ApiError;
 use super::openai::RequestMessage;
-use super::responses::token_text;
-use super::routes::{check_model, offer_tools, parse_body};
+use super::routes::{check_model, check_tool_types, offer_tools, parse_body};
 use super::tools::Tool;
+use crate::engine::{EngineError, encode_chat};
 use crate::ids::TokenId;
 
 /// `POST /tokenize`'s body: a text `prompt`, or chat `messages` (and `tools`) rendered as
@@ -50,8 +50,8 @@ pub struct TokenizeResponse {
     pub max_model_len: usize,
     /// The token ids.
     pub tokens: Vec<TokenId>,
-    /// Each token's text (lossy where a token holds part of a UTF-8 character), when asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Each token's vocabulary entry as stored (byte-level vocabularies write bytes in GPT-2's
+    /// alphabet: `Ġworld`), when asked; null otherwise.
     pub token_strs: Option<Vec<String>>,
 }
 
@@ -78,36 +78,48 @@ pub async fn tokenize(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let request: TokenizeRequest = parse_body(&state, body)?;
     check_model(&state, request.model.as_deref())?;
-    let tokenizer = &state.tokenizer;
-    let mut tokens = match (&request.prompt, &request.messages) {
-        (Some(prompt), None) => {
-            let (tokenizer, prompt) = (Arc::clone(tokenizer), prompt.clone());
-            off_runtime(move || tokenizer.encode(&prompt, true))
-                .await?
-                .map_err(|e| ApiError::bad_request(e.to_string(), "prompt"))?
+    let tokenizer = Arc::clone(&state.tokenizer);
+    let add_bos = request.add_special_tokens.unwrap_or(request.prompt.is_some());
+    let encode: Box<dyn FnOnce() -> Result<Vec<TokenId>, EngineError> + Send> =
+        match (request.prompt, request.messages) {
+            (Some(prompt), None) => {
+                let tokenizer = Arc::clone(&tokenizer);
+                Box::new(move || Ok(tokenizer.encode(&prompt, true)?))
+            }
+            (None, Some(messages)) if messages.is_empty() => {
+                return Err(ApiError::bad_request("messages must not be empty", "messages"));
+            }
+            (None, Some(messages)) => {
+                let messages =
+                    messages.iter().map(RequestMessage::to_chat_message).collect::<Result<Vec<_>, _>>()?;
+                check_tool_types(&request.tools)?;
+                let calls = (!request.tools.is_empty()).then_some(state.tool_format);
+                let (messages, tools) = offer_tools(&state, messages, &request.tools, calls);
+                let add_generation_prompt = request.add_generation_prompt.unwrap_or(true);
+                let (tokenizer, template) = (Arc::clone(&tokenizer), state.chat_template.clone());
+                Box::new(move || {
+                    encode_chat(
+                        &tokenizer,
+                        template.as_deref(),
+                        &messages,
+                        tools.as_deref(),
+                        add_generation_prompt,
+                    )
+                })
+            }
+            _ => return Err(ApiError::bad_request("give one of prompt and messages", "prompt")),
+        };
+    let return_token_strs = request.return_token_strs;
+    let (tokens, token_strs) = off_runtime(move || {
+        let mut tokens = encode()?;
+        if let Some(bos) = tokenizer.bos_token_id().filter(|_| add_bos && tokenizer.add_bos_token()) {
+            tokens.insert(0, bos);
         }
-        (None, Some(messages)) if messages.is_empty() => {
-            return Err(ApiError::bad_request("messages must not be empty", "messages"));
-        }
-        (None, Some(messages)) => {
-            let messages =
-                messages.iter().map(RequestMessage::to_chat_message).collect::<Result<Vec<_>, _>>()?;
-            let calls = (!request.tools.is_empty()).then_some(state.tool_format);
-            let add_generation_prompt = request.add_generation_prompt.unwrap_or(true);
-            let (messages, tools) = offer_tools(&state, messages, &request.tools, calls);
-            state
-                .engine
-                .call(move |engine| engine.encode_chat(&messages, tools.as_deref(), add_generation_prompt))
-                .await??
-        }
-        _ => return Err(ApiError::bad_request("give one of prompt and messages", "prompt")),
-    };
-    let bos = tokenizer.bos_token_id().filter(|_| tokenizer.add_bos_token());
-    if let Some(bos) = bos.filter(|_| request.add_special_tokens.unwrap_or(request.prompt.is_some())) {
-        tokens.insert(0, bos);
-    }
-    let token_strs =
-        request.return_token_strs.then(|| tokens.iter().map(|&id| token_text(tokenizer, id).0).collect());
+        let token_strs = return_token_strs
+            .then(|| tokens.iter().map(|&id| tokenizer.id_to_piece(id).unwrap_or_default()).collect());
+        Ok::<_, EngineError>((tokens, token_strs))
+    })
+    .await??;
     Ok(Json(TokenizeResponse { count: tokens.len(), max_model_len: state.max_model_len, tokens, token_strs }))
 }
 
