@@ -41,22 +41,24 @@ pub unsafe fn write_out<T>(out: *mut T, name: &str, value: T) -> Result<(), Fail
     Ok(())
 }
 
-/// Sampling parameters from a JSON object with vLLM's field names; empty means the defaults.
-/// A field `SamplingParams` does not have is an error, not ignored.
+/// Sampling parameters from a JSON object with vLLM's field names; empty means the defaults,
+/// and so does a field set to `null`. A field `SamplingParams` does not have is an error, not
+/// ignored.
 pub fn sampling_params(json: &str) -> Result<SamplingParams, Failure> {
     if json.trim().is_empty() {
         return Ok(SamplingParams::default());
     }
     let value: Value =
         serde_json::from_str(json).map_err(|e| Failure::invalid(format!("sampling parameters: {e}")))?;
-    let Value::Object(fields) = &value else {
+    let Value::Object(mut fields) = value else {
         return Err(Failure::invalid("sampling parameters: expected a JSON object"));
     };
     let known = serde_json::to_value(SamplingParams::default()).unwrap_or_default();
     if let Some(unknown) = fields.keys().find(|key| known.get(key.as_str()).is_none()) {
         return Err(Failure::invalid(format!("sampling parameters: unknown field `{unknown}`")));
     }
-    let params: SamplingParams = serde_path_to_error::deserialize(value)
+    fields.retain(|_, value| !value.is_null());
+    let params: SamplingParams = serde_path_to_error::deserialize(Value::Object(fields))
         .map_err(|e| Failure::invalid(format!("sampling parameters: `{}`: {}", e.path(), e.inner())))?;
     params.validate().map_err(|e| Failure::invalid(format!("sampling parameters: {e}")))?;
     Ok(params)

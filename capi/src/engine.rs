@@ -60,8 +60,8 @@ pub extern "C" fn pagoda_engine_free(engine: *mut PagodaEngine) -> PagodaStatus 
 /// Queues a text prompt (special tokens parsed, BOS added when the model wants it) with
 /// sampling parameters as JSON (vLLM's names: `temperature`, `top_p`, `top_k`, `min_p`,
 /// `seed`, `max_tokens`, `min_tokens`, `stop`, `stop_token_ids`, `ignore_eos`, penalties,
-/// `logit_bias`, ...; NULL or `""` for the defaults). `*out_request_id` receives the
-/// request's id.
+/// `logit_bias`, ...; NULL or `""` for the defaults, a field set to `null` takes its
+/// default). `*out_request_id` receives the request's id.
 ///
 /// # Safety
 /// `prompt` and `params_json` are NULL or NUL-terminated; `out_request_id` is NULL or writable.

@@ -161,7 +161,8 @@ int main(void) {
 
     /* Good requests after the bad ones: 0 runs out, 1 is aborted from inside the callback,
        2 is aborted between steps. */
-    const char *params = "{\"temperature\": 0, \"max_tokens\": 6, \"ignore_eos\": true}";
+    const char *params = "{\"temperature\": 0, \"max_tokens\": 6, \"ignore_eos\": true, \"stop\": null, "
+                         "\"logit_bias\": null}";
     uint64_t ids[3];
     expect("add_text", pagoda_engine_add_text(engine, "Hello", params, &ids[0]), PAGODA_STATUS_OK, NULL);
     expect("add_chat", pagoda_engine_add_chat(engine, "[{\"role\": \"user\", \"content\": \"Hi\"}]", params, &ids[1]),
