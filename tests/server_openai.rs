@@ -332,6 +332,13 @@ fn malformed_requests_get_openai_style_errors() {
 
     let cases = [
         ("/v1/completions", json!({"max_tokens": 4}), 400, "prompt"),
+        (
+            "/v1/completions",
+            json!({"prompt": [[1, 2], "hi"]}),
+            400,
+            "prompt to be a string, a list of strings",
+        ),
+        ("/v1/completions", json!({"prompt": "hi", "stop": [1]}), 400, "a string or a list of strings"),
         ("/v1/completions", json!({"prompt": "hi", "temperature": -1}), 400, "temperature"),
         ("/v1/completions", json!({"prompt": "hi", "top_p": 0}), 400, "top_p"),
         ("/v1/completions", json!({"prompt": "hi", "n": 0}), 400, "n = 0"),

@@ -14,7 +14,7 @@ use crate::structured::{Constraint, StructuredOutputsParams};
 
 /// A string or a list of strings (`stop`).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a string or a list of strings")]
 pub enum OneOrMany {
     /// One string.
     One(String),
@@ -24,7 +24,10 @@ pub enum OneOrMany {
 
 /// The `prompt` of a completion request.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "prompt to be a string, a list of strings, a list of token ids or a list of lists of token ids"
+)]
 pub enum PromptInput {
     /// One text prompt.
     Text(String),
