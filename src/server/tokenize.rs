@@ -78,38 +78,10 @@ pub async fn tokenize(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let request: TokenizeRequest = parse_body(&state, body)?;
     check_model(&state, request.model.as_deref())?;
-    let tokenizer = Arc::clone(&state.tokenizer);
     let add_bos = request.add_special_tokens.unwrap_or(request.prompt.is_some());
-    let encode: Box<dyn FnOnce() -> Result<Vec<TokenId>, EngineError> + Send> =
-        match (request.prompt, request.messages) {
-            (Some(prompt), None) => {
-                let tokenizer = Arc::clone(&tokenizer);
-                Box::new(move || Ok(tokenizer.encode(&prompt, true)?))
-            }
-            (None, Some(messages)) if messages.is_empty() => {
-                return Err(ApiError::bad_request("messages must not be empty", "messages"));
-            }
-            (None, Some(messages)) => {
-                let messages =
-                    messages.iter().map(RequestMessage::to_chat_message).collect::<Result<Vec<_>, _>>()?;
-                check_tool_types(&request.tools)?;
-                let calls = (!request.tools.is_empty()).then_some(state.tool_format);
-                let (messages, tools) = offer_tools(&state, messages, &request.tools, calls);
-                let add_generation_prompt = request.add_generation_prompt.unwrap_or(true);
-                let (tokenizer, template) = (Arc::clone(&tokenizer), state.chat_template.clone());
-                Box::new(move || {
-                    encode_chat(
-                        &tokenizer,
-                        template.as_deref(),
-                        &messages,
-                        tools.as_deref(),
-                        add_generation_prompt,
-                    )
-                })
-            }
-            _ => return Err(ApiError::bad_request("give one of prompt and messages", "prompt")),
-        };
     let return_token_strs = request.return_token_strs;
+    let encode = encoder(&state, request)?;
+    let tokenizer = Arc::clone(&state.tokenizer);
     let (tokens, token_strs) = off_runtime(move || {
         let mut tokens = encode()?;
         if let Some(bos) = tokenizer.bos_token_id().filter(|_| add_bos && tokenizer.add_bos_token()) {
@@ -122,6 +94,41 @@ pub async fn tokenize(
     .await??;
     Ok(Json(TokenizeResponse { count: tokens.len(), max_model_len: state.max_model_len, tokens, token_strs }))
 }
+
+/// What `request` asks to tokenize, as work for the blocking threads: its prompt, or its
+/// messages and tools in the chat template (the caller adds BOS); a 400 for neither, both,
+/// or a conversation the chat endpoint would refuse.
+fn encoder(state: &ServerState, request: TokenizeRequest) -> Result<Encode, ApiError> {
+    let tokenizer = Arc::clone(&state.tokenizer);
+    match (request.prompt, request.messages) {
+        (Some(prompt), None) => Ok(Box::new(move || Ok(tokenizer.encode(&prompt, true)?))),
+        (None, Some(messages)) if messages.is_empty() => {
+            Err(ApiError::bad_request("messages must not be empty", "messages"))
+        }
+        (None, Some(messages)) => {
+            let messages =
+                messages.iter().map(RequestMessage::to_chat_message).collect::<Result<Vec<_>, _>>()?;
+            check_tool_types(&request.tools)?;
+            let calls = (!request.tools.is_empty()).then_some(state.tool_format);
+            let (messages, tools) = offer_tools(state, messages, &request.tools, calls);
+            let add_generation_prompt = request.add_generation_prompt.unwrap_or(true);
+            let template = state.chat_template.clone();
+            Ok(Box::new(move || {
+                encode_chat(
+                    &tokenizer,
+                    template.as_deref(),
+                    &messages,
+                    tools.as_deref(),
+                    add_generation_prompt,
+                )
+            }))
+        }
+        _ => Err(ApiError::bad_request("give one of prompt and messages", "prompt")),
+    }
+}
+
+/// Tokenizing work that runs off the async runtime.
+type Encode = Box<dyn FnOnce() -> Result<Vec<TokenId>, EngineError> + Send>;
 
 /// `POST /detokenize`.
 pub async fn detokenize(
