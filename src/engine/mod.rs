@@ -359,8 +359,7 @@ impl Engine {
         }
     }
 
-    /// The token ids of `messages` (and `tools`, when given) rendered by the chat template,
-    /// control tokens parsed; `add_generation_prompt` ends them with the assistant's header.
+    /// [`encode_chat`] with this engine's tokenizer and chat template.
     pub fn encode_chat(
         &self,
         messages: &[ChatMessage],
@@ -373,11 +372,16 @@ impl Engine {
 
     /// Every id must be in the vocabulary.
     fn check_token_ids(&self, ids: &[TokenId]) -> Result<(), EngineError> {
-        let vocab_size = self.text.tokenizer.vocab_size();
-        match ids.iter().find(|&&id| id as usize >= vocab_size) {
-            Some(&id) => Err(EngineError::TokenOutOfVocab { id, vocab_size }),
+        match self.outside_vocab(ids.iter().copied()) {
+            Some((id, vocab_size)) => Err(EngineError::TokenOutOfVocab { id, vocab_size }),
             None => Ok(()),
         }
+    }
+
+    /// The first of `ids` outside the vocabulary, with the vocabulary's size.
+    fn outside_vocab(&self, mut ids: impl Iterator<Item = TokenId>) -> Option<(TokenId, usize)> {
+        let vocab_size = self.text.tokenizer.vocab_size();
+        ids.find(|&id| id as usize >= vocab_size).map(|id| (id, vocab_size))
     }
 
     /// Queues a request; its outputs come from [`Engine::step`].
@@ -401,8 +405,7 @@ impl Engine {
         }
         params.validate()?;
         self.check_token_ids(&prompt_token_ids)?;
-        let vocab_size = self.text.tokenizer.vocab_size();
-        if let Some(&id) = params.logit_bias.keys().find(|&&id| id as usize >= vocab_size) {
+        if let Some((id, vocab_size)) = self.outside_vocab(params.logit_bias.keys().copied()) {
             return Err(EngineError::BiasOutOfVocab { id, vocab_size });
         }
         if let Some(limit) = self.max_waiting_requests {

@@ -196,7 +196,7 @@ impl Tokenizer {
     /// Token ids of a text prompt as the model expects it: BOS first when the model wants
     /// it, then `text` with control tokens written in it parsed.
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let mut ids: Vec<u32> = self.bos_token_id().filter(|_| self.add_bos_token()).into_iter().collect();
+        let mut ids: Vec<u32> = self.prompt_bos().into_iter().collect();
         ids.extend(self.encode(text, true)?);
         Ok(ids)
     }
@@ -274,6 +274,11 @@ impl Tokenizer {
     /// True when prompts should start with BOS.
     pub fn add_bos_token(&self) -> bool {
         self.add_bos_token
+    }
+
+    /// The BOS a prompt starts with: the model's, when it has one and wants it.
+    pub fn prompt_bos(&self) -> Option<u32> {
+        self.bos_token_id.filter(|_| self.add_bos_token)
     }
 
     /// The text of a token (BOS, EOS) for chat templates; empty when absent.

@@ -84,7 +84,7 @@ pub async fn tokenize(
     let tokenizer = Arc::clone(&state.tokenizer);
     let (tokens, token_strs) = off_runtime(move || {
         let mut tokens = encode()?;
-        if let Some(bos) = tokenizer.bos_token_id().filter(|_| add_bos && tokenizer.add_bos_token()) {
+        if let Some(bos) = tokenizer.prompt_bos().filter(|_| add_bos) {
             tokens.insert(0, bos);
         }
         let token_strs = return_token_strs
@@ -137,13 +137,6 @@ pub async fn detokenize(
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
     let request: DetokenizeRequest = parse_body(&state, body)?;
     check_model(&state, request.model.as_deref())?;
-    let vocab_size = state.tokenizer.vocab_size();
-    if let Some(id) = request.tokens.iter().find(|&&id| id as usize >= vocab_size) {
-        return Err(ApiError::bad_request(
-            format!("token id {id} is outside the vocabulary of {vocab_size}"),
-            "tokens",
-        ));
-    }
     let tokenizer = Arc::clone(&state.tokenizer);
     let prompt = off_runtime(move || tokenizer.decode(&request.tokens, false))
         .await?
