@@ -19,10 +19,8 @@ fn emit_pair(m: u32, n: u32, a: f32, b: f32) {
     let col = P.y0 + P.n0 + n;
     let q_cols = P.heads * P.hd;
     let kv_cols = P.kv_heads * P.hd;
-    let angle = f32(POSITIONS[m]) * INV_FREQ[(col % P.hd) / 2u];
-    let c = cos(angle);
-    let s = sin(angle);
-    let rotated = vec2<f32>(a * c - b * s, a * s + b * c);
+    let cs = rope_cos_sin(POSITIONS[m], INV_FREQ[(col % P.hd) / 2u]);
+    let rotated = vec2<f32>(a * cs.x - b * cs.y, a * cs.y + b * cs.x);
     if (col < q_cols) {
         Y[i] = rotated.x;
         Y[i + 1u] = rotated.y;

@@ -4,8 +4,8 @@
 // written to K_CACHE at slot_mapping[t]; a value head is written to V_CACHE. With QK_NORM
 // (Qwen3, Gemma 3) query and key heads are first RMS-normed over hd, the squares summed in
 // ascending order. Pair p of a head is (2p, 2p + 1) in the interleaved mode and (p, p + hd / 2)
-// in the half-split mode; its angle is positions[t] * inv_freq[p]. A slot of 0xffffffff (or
-// past the pool) writes nothing.
+// in the half-split mode; it turns by positions[t] * inv_freq[p] (rope_angle.wgsl). A slot of
+// 0xffffffff (or past the pool) writes nothing.
 struct RopeCacheParams {
     tokens: u32,
     heads: u32,
@@ -38,13 +38,11 @@ fn rotated(base: u32, j: u32, pos: u32, scale: f32, w0: u32) -> f32 {
     }
     let a = head_value(base, select(j, partner, second), scale, w0);
     let b = head_value(base, select(partner, j, second), scale, w0);
-    let angle = f32(pos) * INV_FREQ[p];
-    let c = cos(angle);
-    let s = sin(angle);
+    let cs = rope_cos_sin(pos, INV_FREQ[p]);
     if (second) {
-        return a * s + b * c;
+        return a * cs.y + b * cs.x;
     }
-    return a * c - b * s;
+    return a * cs.x - b * cs.y;
 }
 
 @compute @workgroup_size(WG)

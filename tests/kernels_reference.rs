@@ -431,8 +431,10 @@ fn rotated_head(head: &[f64], pos: u32, inv: &[f32], mode: RopeMode) -> Vec<f64>
 fn rope_cache_rotates_normalises_and_caches_heads() {
     let c = ctx();
     let (heads, kv_heads, hd, block) = (4usize, 2usize, 64usize, 4usize);
-    let positions = [0u32, 1, 7, 100, 4095];
-    let slots = [5u32, 9, u32::MAX, 2, 11];
+    // Far positions too: GPUs' sin and cos of 4095 or 131071 radians are off by 1e-4 unless
+    // the angle is reduced first.
+    let positions = [0u32, 1, 7, 100, 4095, 131071];
+    let slots = [5u32, 9, u32::MAX, 2, 11, 14];
     let t = positions.len();
     let width = (heads + 2 * kv_heads) * hd;
     let scaling = Llama3RopeScaling {
@@ -935,8 +937,8 @@ fn gpu_class_ctx() -> &'static GpuContext {
     })
 }
 
-/// Decodes at contexts of 1, 511, 512, 513, 4100 and 20,000 tokens (one to 157 split-KV
-/// partitions of 128; 20,000 keys walked by one per-query invocation is well past 65,535 / 16
+/// Decodes at contexts of 1, 511, 512, 513, 4100 and 20,000 tokens (one to 1,250 split-KV
+/// partitions of 16; 20,000 keys walked by one per-query invocation is well past 65,535 / 16
 /// loop iterations, where lavapipe, which ends every loop of an invocation once their
 /// iterations together pass 65,535, would cut a walk costing 16 a key short) against the f64
 /// reference, with both attention kernels; and across partitions the bits do not depend on the
@@ -997,7 +999,7 @@ fn assert_near_reference(outs: &[Vec<f32>], case: &AttnCase, seqs: &[Seq], data:
 /// written out: lavapipe ends every loop of an invocation once their iterations together pass
 /// 65,535, and as loops (which its compiler does not unroll past 32 trips) they cost their trip
 /// count at every key: a per-query walk of 1,100 keys at 128 came out wrong, and a split-KV
-/// walk of 20,000 keys at 256 (157 partitions, five to an invocation).
+/// walk of 20,000 keys at 256 (157 partitions of 128, five to an invocation).
 #[test]
 fn wide_heads_walk_long_contexts_right() {
     let seqs = [Seq { cached: 19_999, new: 1 }];

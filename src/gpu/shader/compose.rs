@@ -179,7 +179,9 @@ impl KernelVariant {
                     LinearEpilogue::Accumulate => vec![shader_file!("epi_accumulate.wgsl")],
                     LinearEpilogue::Bias => vec![shader_file!("epi_bias.wgsl")],
                     LinearEpilogue::Gated(act) => vec![act.file(), shader_file!("epi_gated.wgsl")],
-                    LinearEpilogue::RopeCache(kv) => vec![kv.file(), shader_file!("epi_rope_cache.wgsl")],
+                    LinearEpilogue::RopeCache(kv) => {
+                        vec![kv.file(), shader_file!("rope_angle.wgsl"), shader_file!("epi_rope_cache.wgsl")]
+                    }
                 };
                 let input = match prologue {
                     LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
@@ -196,7 +198,7 @@ impl KernelVariant {
                 } else {
                     shader_file!("qk_norm_none.wgsl")
                 };
-                vec![kv.file(), norm, shader_file!("rope_cache.wgsl")]
+                vec![kv.file(), norm, shader_file!("rope_angle.wgsl"), shader_file!("rope_cache.wgsl")]
             }
             Self::Attention { kv, path, .. } => {
                 let body = match path {
