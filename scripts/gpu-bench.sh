@@ -111,8 +111,8 @@ run() {
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
         echo
         echo "kernel bench (decode GEMV of the quantized types, paged-attention decode):"
-        "$OUT/kernels-bench" --bench 'quantized_gemv|paged_attention_decode' 2>&1 |
-            grep -E "^(quantized_gemv|paged_attention_decode)|thrpt|adapter|attention:|linear:" || true
+        "$OUT/kernels-bench" --bench 'gemv_quant|paged_attention_decode' 2>&1 |
+            grep -E "^(gemv_quant|paged_attention_decode)|thrpt|adapter|attention:|linear:" || true
     fi
 }
 

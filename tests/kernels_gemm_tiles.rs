@@ -121,13 +121,13 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
     assert_eq!(linear_warm_up_rows(&caps), [1, 4, 8], "the sequential kernel's tiles of 1, 4 and 8 rows");
     caps.forced_linear = Some(LinearStrategy::KSplit);
     caps.forced_gemm_rows = None;
-    caps.is_discrete = true;
-    caps.limits.max_compute_workgroup_storage_size = 32 << 10;
-    assert_eq!(caps.gemm_max_rows(), 32, "a discrete GPU with the memory takes 32 rows");
-    caps.limits.max_compute_workgroup_storage_size = 16 << 10;
-    assert_eq!(caps.gemm_max_rows(), 16, "32 rows with a fused norm need more than 16 KiB");
+    caps.limits.max_compute_workgroup_storage_size = 64 << 10;
+    assert_eq!(caps.gemm_max_rows(), 16, "16 rows unless forced, however much memory there is");
+    caps.limits.max_compute_workgroup_storage_size = 8 << 10;
+    assert_eq!(caps.gemm_max_rows(), 8, "the smallest tile when 16 rows with a fused norm do not fit");
+    assert!(!caps.gemm_fits(32));
     caps.forced_norm = Some(Fusion::Separate);
-    assert_eq!(caps.gemm_max_rows(), 32, "without the norm's partial sums 32 rows take 16 KiB");
+    assert!(caps.gemm_fits(16) && !caps.gemm_fits(32), "without the norm's partial sums 16 rows take 8 KiB");
     assert!(GemmRows::parse("24").is_err() && GemmRows::parse("x").is_err());
     let small = GpuOptions {
         linear_strategy: Some(LinearStrategy::KSplit),

@@ -137,7 +137,6 @@ impl GpuContext {
             driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
             device_type: format!("{:?}", info.device_type),
             is_cpu: info.device_type == wgpu::DeviceType::Cpu,
-            is_discrete: info.device_type == wgpu::DeviceType::DiscreteGpu,
             shader_f16,
             subgroup,
             subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
