@@ -17,7 +17,12 @@
 # the adapter's choice is the fastest. One model (PROFILE, default llama-3.2-1b:q4_k; empty for
 # none) also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels:
 # each kernel variant's share of the device time (no table where the adapter has no timestamp
-# queries). The default set finishes in about 8 minutes on one discrete GPU.
+# queries). Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds
+# (default 400) have passed, the rest is skipped and a run in progress is cut, so with the
+# kernel bench (about a minute) the script ends within 8 minutes. On an H200 the whole default
+# set takes longer (batched prefill of the 7B shape is slow): the budget keeps what came first.
+# The GPU machine needs a Vulkan loader (libvulkan1); NVIDIA's driver (libGLX_nvidia) also
+# needs libglvnd's libraries (libglvnd0, libgl1, libglx0, libegl1, libopengl0, libgles2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +39,18 @@ build() {
     ls -la "$OUT"
 }
 
+# Seconds left of the models' time budget.
+left() {
+    echo $((budget - SECONDS))
+}
+
+# The limit for `timeout` on the next run: what is left of the budget, at least a second.
+cap() {
+    local l
+    l=$(left)
+    echo $((l > 1 ? l : 1))
+}
+
 # The value of a number field of a one-line JSON report.
 field() {
     sed -E "s/.*\"$1\":([-0-9.eE+]+).*/\1/" <<<"$2"
@@ -45,7 +62,8 @@ run() {
         build
     fi
     local bin=$OUT/pagoda dir=${PAGODA_BENCH_DIR:-/tmp/pagoda-gpu-bench}
-    local models=${MODELS:-"smollm2-135m:q8_0 smollm2-135m:f16 llama-3.2-1b:q4_k llama-3.2-1b:q8_0 llama-3.2-1b:f16 llama-2-7b:q4_k llama-2-7b:q8_0 llama-2-7b:f16"}
+    budget=${BUDGET_S:-400}
+    local models=${MODELS:-"llama-3.2-1b:q4_k smollm2-135m:q8_0 llama-2-7b:q4_k llama-3.2-1b:f16 llama-2-7b:q8_0 llama-3.2-1b:q8_0 smollm2-135m:f16 llama-2-7b:f16"}
     local batches=${DECODE_BATCHES:-1,8,32,128} prefill_lens=${PREFILL_LENS:-"512 2048"}
     mkdir -p "$dir"
     "$bin" info >"$dir/info.txt"
@@ -59,6 +77,10 @@ run() {
     printf '\n%-14s %-5s %7s  %-16s %9s %9s %9s %8s %8s %6s\n' \
         model dtype GB run tok/s ITL_ms TTFT_ms host_us disp/st GB/s
     for spec in $models; do
+        if (($(left) <= 0)); then
+            echo "$spec: skipped, the ${budget}s budget is spent"
+            continue
+        fi
         local shape=${spec%%:*} dtype=${spec##*:}
         local file=$dir/$shape-$dtype.gguf
         "$bin" random-model --shape "$shape" --dtype "$dtype" --out "$file" >/dev/null
@@ -79,8 +101,11 @@ run() {
                     printf "%-14s %-5s %7s  %-16s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
                         m, d, gb, "decode B=" b, b / itl, itl * 1e3, ttft * 1e3, host, disp, gbs, 100 * gbs / bw, bw
                 }'
-        done < <("$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
+        done < <(timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
             --input-len 128 --output-len 32)
+        if ((n < ${#counts[@]})); then
+            echo "$shape $dtype decode: cut at the ${budget}s budget"
+        fi
         local tiles=auto
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
             tiles="auto 8 16 32"
@@ -89,8 +114,13 @@ run() {
             for tile in $tiles; do
                 local report ttft host disp label="prefill $len"
                 [[ $tile == auto ]] || label="$label t$tile"
-                report=$(PAGODA_GEMM_ROWS=${tile#auto} "$bin" bench "${flags[@]}" --model "$file" \
-                    --num-requests 1 --input-len "$len" --output-len 1 --max-num-batched-tokens "$len")
+                report=$(PAGODA_GEMM_ROWS=${tile#auto} timeout "$(cap)" "$bin" bench "${flags[@]}" \
+                    --model "$file" --num-requests 1 --input-len "$len" --output-len 1 \
+                    --max-num-batched-tokens "$len") || true
+                if [[ -z $report ]]; then
+                    echo "$shape $dtype $label: cut at the ${budget}s budget"
+                    continue
+                fi
                 ttft=$(field ttft_p50_s "$report")
                 host=$(field host_us_p50 "$report")
                 disp=$(field dispatches_per_step "$report")
@@ -103,7 +133,7 @@ run() {
         done
         if [[ $spec == "${PROFILE-llama-3.2-1b:q4_k}" ]]; then
             echo "kernel device time of $shape $dtype, 16-token prompts and 64 tokens out (mostly decode), batch 1 then 32:"
-            "$bin" bench "${engine[@]}" --model "$file" --num-requests 1,32 --input-len 16 \
+            timeout "$(cap)" "$bin" bench "${engine[@]}" --model "$file" --num-requests 1,32 --input-len 16 \
                 --output-len 64 --profile-kernels | grep -E "^ *[0-9.]+% |kernel device time" || true
         fi
         rm -f "$file"
