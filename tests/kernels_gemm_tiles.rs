@@ -124,10 +124,14 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
     caps.limits.max_compute_workgroup_storage_size = 64 << 10;
     assert_eq!(caps.gemm_max_rows(), 16, "16 rows unless forced, however much memory there is");
     caps.limits.max_compute_workgroup_storage_size = 8 << 10;
-    assert_eq!(caps.gemm_max_rows(), 8, "the smallest tile when 16 rows with a fused norm do not fit");
+    assert_eq!(
+        caps.gemm_max_rows(),
+        16,
+        "the GEMM tiles take their norm from its own dispatch: 16 rows fit 8 KiB"
+    );
     assert!(!caps.gemm_fits(32));
-    caps.forced_norm = Some(Fusion::Separate);
-    assert!(caps.gemm_fits(16) && !caps.gemm_fits(32), "without the norm's partial sums 16 rows take 8 KiB");
+    caps.forced_norm = Some(Fusion::Fused);
+    assert_eq!(caps.gemm_max_rows(), 8, "the smallest tile when 16 rows with a fused norm do not fit");
     assert!(GemmRows::parse("24").is_err() && GemmRows::parse("x").is_err());
     let small = GpuOptions {
         linear_strategy: Some(LinearStrategy::KSplit),
@@ -135,9 +139,11 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
         webgpu_default_limits: true,
         ..GpuOptions::default()
     };
-    let refused = GpuContext::new(&gpu_options_from_env(&small).unwrap());
+    assert!(GpuContext::new(&gpu_options_from_env(&small).unwrap()).is_ok(), "32 rows fit WebGPU's 16 KiB");
+    let fused = GpuOptions { norm_strategy: Some(Fusion::Fused), ..small };
+    let refused = GpuContext::new(&gpu_options_from_env(&fused).unwrap());
     assert!(
         matches!(refused, Err(GpuError::BadOption(_))),
-        "a forced tile the device cannot hold is refused"
+        "a forced tile the device cannot hold (32 rows with a fused norm in 16 KiB) is refused"
     );
 }

@@ -297,7 +297,7 @@ impl Step<'_> {
     }
 
     /// The input of the linear layers that `rms_norm(x, weight, eps)` feeds: where the adapter
-    /// fuses norms ([`Capabilities::fuses_norms`]), `x`
+    /// fuses norms into the row tile these rows take ([`Capabilities::fuses_norms`]), `x`
     /// normed on the way into each of them, recording nothing; elsewhere the norm recorded
     /// into `out` (shaped as `x`) and `out` returned. Either way the linears get the same bits.
     pub fn rms_norm_input<'a>(
@@ -307,7 +307,8 @@ impl Step<'_> {
         eps: f32,
         out: &'a Tensor,
     ) -> Result<LinearInput<'a>, GpuError> {
-        if self.ctx.capabilities().fuses_norms() {
+        let caps = self.ctx.capabilities();
+        if caps.fuses_norms(linear_rows_tile(caps, x.shape()[0])) {
             return Ok(LinearInput::rms_normed(x, weight, eps));
         }
         self.rms_norm(x, weight, eps, out)?;
