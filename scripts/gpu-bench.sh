@@ -8,8 +8,12 @@
 #   scripts/gpu-bench.sh build                # here: release binaries into target/gpu-bench/
 #   scripts/gpu-bench.sh run BANDWIDTH_GB_S   # on the GPU machine (needs no cargo, no network)
 #
-# `run` builds first when target/gpu-bench/ is missing and cargo exists. The GPU machine gets
-# target/gpu-bench/ (about 40 MB) with the checkout; models go to $PAGODA_BENCH_DIR (default
+# `run` builds first when target/gpu-bench/ is missing and cargo exists. Before the models it
+# runs the kernel tests there (`kernels_reference`: every kernel against its CPU reference and
+# the bitwise invariance tests, with the adapter's own kernel choices; KERNEL_TESTS=0 skips
+# them): on an H200 they found NVIDIA's cos and sin too coarse for RoPE at far positions. The
+# GPU machine gets target/gpu-bench/ (about 46 MB, stripped) with the checkout; models go to
+# $PAGODA_BENCH_DIR (default
 # /tmp/pagoda-gpu-bench). Narrow a run with MODELS="llama-3.2-1b:q4_k ...",
 # DECODE_BATCHES=1,8 and PREFILL_LENS="512"; KERNEL_BENCH=0 skips the kernel bench. The
 # prefills of one model (TILE_SWEEP, default llama-3.2-1b:q4_k; empty for none) also run with
@@ -28,14 +32,27 @@ cd "$(dirname "$0")/.."
 
 OUT=target/gpu-bench
 
+# The executable of the cargo target `$1 --$2 $3` (bench or test) that the build names.
+executable() {
+    cargo "$1" "--$2" "$3" --no-run --message-format=json 2>/dev/null |
+        grep "\"kind\":\[\"$2\"\]" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p'
+}
+
+# Copies binary $1 to $2, without its symbols where `strip` is at hand.
+install_bin() {
+    if command -v strip >/dev/null; then
+        strip -o "$2" "$1"
+    else
+        cp "$1" "$2"
+    fi
+}
+
 build() {
     cargo build --release --bin pagoda
-    local bench
-    bench=$(cargo bench --bench kernels --no-run --message-format=json 2>/dev/null |
-        grep '"kind":\["bench"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
     mkdir -p "$OUT"
-    cp target/release/pagoda "$OUT/pagoda"
-    cp "$bench" "$OUT/kernels-bench"
+    install_bin target/release/pagoda "$OUT/pagoda"
+    install_bin "$(executable bench bench kernels)" "$OUT/kernels-bench"
+    install_bin "$(executable test test kernels_reference)" "$OUT/kernels-reference"
     ls -la "$OUT"
 }
 
@@ -70,6 +87,12 @@ run() {
     head -12 "$dir/info.txt"
     if grep -q "Cpu)" "$dir/info.txt"; then
         echo "warning: the adapter is a CPU one; set PAGODA_ADAPTER to a GPU's name or index" >&2
+    fi
+    if [[ ${KERNEL_TESTS:-1} != 0 && -x $OUT/kernels-reference ]]; then
+        echo
+        echo "kernel tests on this adapter (kernels_reference; failures with their messages):"
+        timeout "$(cap)" "$OUT/kernels-reference" 2>&1 |
+            grep -E -A1 "^test result|panicked at" | grep -v "^--" || true
     fi
     local engine=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching
         --num-gpu-blocks "${NUM_GPU_BLOCKS:-1536}")
