@@ -22,8 +22,9 @@
 # none) also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels:
 # each kernel variant's share of the device time (no table where the adapter has no timestamp
 # queries). Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds
-# (default 400) have passed, the rest is skipped and a run in progress is cut, so with the
-# kernel bench (about a minute) the script ends within 8 minutes. On an H200 the whole default
+# (default 400) have passed after the kernel tests, the rest is skipped and a run in progress
+# is cut. The kernel tests stop at KERNEL_TESTS_S (150) and the kernel bench at KERNEL_BENCH_S
+# (120), so the whole run ends within about 11 minutes and, with KERNEL_TESTS=0, within 8. On an H200 the whole default
 # set takes longer (batched prefill of the 7B shape is slow): the budget keeps what came first.
 # The GPU machine needs a Vulkan loader (libvulkan1); NVIDIA's driver (libGLX_nvidia) also
 # needs libglvnd's libraries (libglvnd0, libgl1, libglx0, libegl1, libopengl0, libgles2).
@@ -51,14 +52,21 @@ build() {
     cargo build --release --bin pagoda
     mkdir -p "$OUT"
     install_bin target/release/pagoda "$OUT/pagoda"
-    install_bin "$(executable bench bench kernels)" "$OUT/kernels-bench"
-    install_bin "$(executable test test kernels_reference)" "$OUT/kernels-reference"
+    local bench tests
+    bench=$(executable bench bench kernels)
+    tests=$(executable test test kernels_reference)
+    if [[ -z $bench || -z $tests ]]; then
+        echo "gpu-bench: the kernel bench or kernels_reference did not build (cargo bench --no-run, cargo test --no-run say why)" >&2
+        exit 1
+    fi
+    install_bin "$bench" "$OUT/kernels-bench"
+    install_bin "$tests" "$OUT/kernels-reference"
     ls -la "$OUT"
 }
 
-# Seconds left of the models' time budget.
+# Seconds left of the models' time budget (it starts after the kernel tests).
 left() {
-    echo $((budget - SECONDS))
+    echo $((deadline - SECONDS))
 }
 
 # The limit for `timeout` on the next run: what is left of the budget, at least a second.
@@ -79,7 +87,6 @@ run() {
         build
     fi
     local bin=$OUT/pagoda dir=${PAGODA_BENCH_DIR:-/tmp/pagoda-gpu-bench}
-    budget=${BUDGET_S:-400}
     local models=${MODELS:-"llama-3.2-1b:q4_k smollm2-135m:q8_0 llama-2-7b:q4_k llama-3.2-1b:f16 llama-2-7b:q8_0 llama-3.2-1b:q8_0 smollm2-135m:f16 llama-2-7b:f16"}
     local batches=${DECODE_BATCHES:-1,8,32,128} prefill_lens=${PREFILL_LENS:-"512 2048"}
     mkdir -p "$dir"
@@ -89,11 +96,18 @@ run() {
         echo "warning: the adapter is a CPU one; set PAGODA_ADAPTER to a GPU's name or index" >&2
     fi
     if [[ ${KERNEL_TESTS:-1} != 0 && -x $OUT/kernels-reference ]]; then
+        local limit=${KERNEL_TESTS_S:-150}
         echo
         echo "kernel tests on this adapter (kernels_reference; failures with their messages):"
-        timeout "$(cap)" "$OUT/kernels-reference" 2>&1 |
-            grep -E -A1 "^test result|panicked at" | grep -v "^--" || true
+        local status=0
+        timeout "$limit" "$OUT/kernels-reference" 2>&1 |
+            grep -E -A1 "^test result|panicked at" | grep -v "^--" || status=${PIPESTATUS[0]}
+        if ((status == 124)); then
+            echo "kernel tests: cut after ${limit}s (KERNEL_TESTS_S)"
+        fi
     fi
+    budget=${BUDGET_S:-400}
+    deadline=$((SECONDS + budget))
     local engine=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching
         --num-gpu-blocks "${NUM_GPU_BLOCKS:-1536}")
     local flags=("${engine[@]}" --json)
@@ -127,7 +141,7 @@ run() {
         done < <(timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
             --input-len 128 --output-len 32)
         if ((n < ${#counts[@]})); then
-            echo "$shape $dtype decode: cut at the ${budget}s budget"
+            echo "$shape $dtype decode: $n of ${#counts[@]} batch sizes ran (cut at the ${budget}s budget, or failed)"
         fi
         local tiles=auto
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
@@ -137,11 +151,15 @@ run() {
             for tile in $tiles; do
                 local report ttft host disp label="prefill $len"
                 [[ $tile == auto ]] || label="$label t$tile"
+                local status=0
                 report=$(PAGODA_GEMM_ROWS=${tile#auto} timeout "$(cap)" "$bin" bench "${flags[@]}" \
                     --model "$file" --num-requests 1 --input-len "$len" --output-len 1 \
-                    --max-num-batched-tokens "$len") || true
-                if [[ -z $report ]]; then
+                    --max-num-batched-tokens "$len") || status=$?
+                if ((status == 124)); then
                     echo "$shape $dtype $label: cut at the ${budget}s budget"
+                    continue
+                elif ((status != 0)); then
+                    echo "$shape $dtype $label: failed (exit status $status)"
                     continue
                 fi
                 ttft=$(field ttft_p50_s "$report")
@@ -164,7 +182,7 @@ run() {
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
         echo
         echo "kernel bench (decode GEMV of the quantized types, paged-attention decode):"
-        "$OUT/kernels-bench" --bench 'gemv_quant|paged_attention_decode' 2>&1 |
+        timeout "${KERNEL_BENCH_S:-120}" "$OUT/kernels-bench" --bench 'gemv_quant|paged_attention_decode' 2>&1 |
             grep -E "^(gemv_quant|paged_attention_decode)|thrpt|adapter|attention:|linear:" || true
     fi
 }

@@ -169,7 +169,7 @@ fn neither_f16_nor_subgroups() {
 #[test]
 fn gpu_class_kernels() {
     check_configuration(
-        "k-split linear (norms fused into it), split-KV attention",
+        "k-split linear (norms fused into its decode GEMV), split-KV attention",
         GpuOptions {
             linear_strategy: Some(LinearStrategy::KSplit),
             attention_strategy: Some(AttentionStrategy::SplitKv),

@@ -3,8 +3,8 @@
 //! (+ bias), RoPE with the paged KV write, paged GQA attention, the output projection with the
 //! residual add, RMSNorm, the gated MLP projection with its activation, the down projection
 //! with the residual add: 8 dispatches, 7 with RoPE in the projection's epilogue and 5 with the
-//! norms fused too, the K-split path's default; then the final norm and the LM head on only
-//! the rows that need logits, and top-k/argmax on the GPU).
+//! norms fused too, the K-split decode GEMV's default; then the final norm and the LM head on
+//! only the rows that need logits, and top-k/argmax on the GPU).
 
 use indicatif::{ProgressBar, ProgressStyle};
 
