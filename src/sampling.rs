@@ -11,9 +11,9 @@
 //!
 //! The pipeline follows vLLM V1: the `logit_bias` additions, repetition / frequency / presence
 //! penalties, the `min_tokens` mask on stop tokens, then greedy argmax, or temperature,
-//! `min_p`, `top_k`, `top_p` and one draw. Each draw comes from a ChaCha8 stream keyed by the request's seed
-//! and selected by the output position, so a seeded request samples the same tokens alone
-//! or in any batch, and after a preemption recomputes it.
+//! `min_p`, `top_k`, `top_p` and one draw. Each draw comes from a ChaCha8 stream keyed by the
+//! request's seed and selected by the output position, so a seeded request samples the same
+//! tokens alone or in any batch, and after a preemption recomputes it.
 
 use std::collections::{BTreeMap, HashMap};
 
