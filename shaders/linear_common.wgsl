@@ -1,10 +1,11 @@
 // y[m, y0 + n0 + n] = sum_k x[m, k] * w[n, k] for one part of a row-split weight, written by
 // the epilogue composed after this file (`emit`; `emit_gated` for a gated weight, whose
 // part holds its gate rows and then as many up rows; `emit_pair` for the rotary epilogue,
-// which takes two neighbouring columns at once). Every output is one fma chain over k in
-// ascending order, whatever the path, row tile and epilogue. The kernels read x through the
-// input functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as stored
-// (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
+// which takes two neighbouring columns at once). An output's sum is fixed by the path alone,
+// whatever the row tile and epilogue: one fma chain over k in ascending order (sequential),
+// or one chain per lane added by a fixed tree (K-split). The kernels read x through the input
+// functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as
+// stored (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
 struct LinearParams {
     m: u32,
     n_part: u32,
@@ -32,6 +33,22 @@ fn dot8(x: W8, w: W8, acc: f32) -> f32 {
     s = fma(x.b.y, w.b.y, s);
     s = fma(x.b.z, w.b.z, s);
     return fma(x.b.w, w.b.w, s);
+}
+
+// The four groups of a block of 32 weights, in order: dot8's chain over k 32 b .. 32 b + 31.
+fn dot32(x: W32, w: W32, acc: f32) -> f32 {
+    return dot8(x.g3, w.g3, dot8(x.g2, w.g2, dot8(x.g1, w.g1, dot8(x.g0, w.g0, acc))));
+}
+
+// Block b (k = 32 b .. 32 b + 31) of the x row at xr, through the input functions.
+fn x_block(xr: u32, b: u32, s: f32) -> W32 {
+    let k = 32u * b;
+    return W32(
+        input8(load_x8_direct(xr + k), s, k),
+        input8(load_x8_direct(xr + k + 8u), s, k + 8u),
+        input8(load_x8_direct(xr + k + 16u), s, k + 16u),
+        input8(load_x8_direct(xr + k + 24u), s, k + 24u),
+    );
 }
 
 fn load_x8_direct(xr: u32) -> W8 {

@@ -72,10 +72,21 @@ fn linear_matches_dequantized_f64_reference() {
     }
 }
 
+/// K of the invariance tests: whole blocks for a block format; for the others three blocks of
+/// 32, a group of 8 and three single weights, so every part of the K-split lanes' walk (the
+/// blocks, then lane 0's groups and weights past them) is in it.
+fn invariance_k(dtype: DType) -> usize {
+    match dtype.block_len() {
+        256 => 512,
+        32 => 96,
+        _ => 107,
+    }
+}
+
 #[test]
 fn linear_rows_are_bitwise_independent_of_the_batch() {
     for &dtype in WEIGHT_TYPES {
-        let (k, n) = if dtype.block_len() == 256 { (512, 45) } else { (96, 45) };
+        let (k, n) = (invariance_k(dtype), 45);
         let (w, _) = weight(dtype, n, k, 7);
         let batch = Rng::new(8).vec(64 * k);
         let row = 11;
@@ -107,7 +118,7 @@ fn fused_epilogues_and_norms_equal_the_separate_kernels_bit_for_bit() {
     let c = ctx();
     let eps = 1e-5;
     for &dtype in WEIGHT_TYPES {
-        let (k, n) = if dtype.block_len() == 256 { (512, 37) } else { (96, 37) };
+        let (k, n) = (invariance_k(dtype), 37);
         let gate_bytes = quantize(dtype, &Rng::new(21).vec(n * k));
         let up_bytes = quantize(dtype, &Rng::new(22).vec(n * k));
         let gate = c.upload_weight("gate", dtype, n, k, &gate_bytes).unwrap();
