@@ -7,7 +7,9 @@
 // on its own context: one token alone, in a batch, in a prefill chunk or decoding. A context
 // of one partition gives attention.wgsl's result (the other invocations add zeros).
 
-// CHUNK value dimensions are combined per round of the tree (bounds the workgroup memory).
+// CHUNK value dimensions are combined per round of the tree (bounds the workgroup memory);
+// dimension c of invocation t's values sits at c * WG + t, so the invocations of a round touch
+// consecutive words (no two in one memory bank).
 var<workgroup> red_m: array<f32, WG>;
 var<workgroup> red_l: array<f32, WG>;
 var<workgroup> red_v: array<f32, WG * CHUNK>;
@@ -59,22 +61,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var c = 0u; c < CHUNK; c += 2u) {
             if (c0 + c < HD) {
                 let a = acc[(c0 + c) / 2u] * weight;
-                red_v[t * CHUNK + c] = a.x;
-                red_v[t * CHUNK + c + 1u] = a.y;
+                red_v[c * WG + t] = a.x;
+                red_v[(c + 1u) * WG + t] = a.y;
             }
         }
         for (var w = WG / 2u; w > 0u; w >>= 1u) {
             workgroupBarrier();
             if (t < w) {
                 for (var c = 0u; c < CHUNK; c++) {
-                    red_v[t * CHUNK + c] = red_v[t * CHUNK + c] + red_v[(t + w) * CHUNK + c];
+                    red_v[c * WG + t] = red_v[c * WG + t] + red_v[c * WG + t + w];
                 }
             }
         }
         workgroupBarrier();
-        if (t == 0u && live) {
-            for (var c = 0u; c < CHUNK && c0 + c < HD; c++) {
-                OUT[oo + c0 + c] = select(0.0, red_v[c] / l_all, valid);
+        if (live) {
+            for (var c = t; c < CHUNK && c0 + c < HD; c += WG) {
+                OUT[oo + c0 + c] = select(0.0, red_v[c * WG] / l_all, valid);
             }
         }
         workgroupBarrier();

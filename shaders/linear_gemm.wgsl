@@ -12,18 +12,19 @@
 const LANES: u32 = WG / BANDS;
 // Outputs each invocation accumulates (gate and up sums both).
 const OUTS: u32 = TM * TN * GATES;
-// The staged weights (row r, lane l at 2 (r LANES + l) and the next vec4), reused after the K
-// loop to pass partial sums down the tree (LANES / 2 lanes x BANDS x OUTS values); TILE is the
-// larger of the two, in vec4s.
+// The staged weights (row r, lane l: its first vec4 at 2 r LANES + l, its second LANES
+// further, so the lanes of a band touch consecutive vec4s), reused after the K loop to pass
+// partial sums down the tree (LANES / 2 lanes x BANDS x OUTS values); TILE is the larger of
+// the two, in vec4s.
 var<workgroup> tile: array<vec4<f32>, TILE>;
 
 fn stage(r: u32, l: u32, w: W8) {
-    tile[2u * (r * LANES + l)] = w.a;
-    tile[2u * (r * LANES + l) + 1u] = w.b;
+    tile[2u * r * LANES + l] = w.a;
+    tile[(2u * r + 1u) * LANES + l] = w.b;
 }
 
 fn staged(r: u32, l: u32) -> W8 {
-    return W8(tile[2u * (r * LANES + l)], tile[2u * (r * LANES + l) + 1u]);
+    return W8(tile[2u * r * LANES + l], tile[(2u * r + 1u) * LANES + l]);
 }
 
 // Slot of partial sum `o` of lane `j` of band `band` in the tree's exchange.
