@@ -20,9 +20,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var q = load_query(at.tok, at.head);
     var acc: array<vec2<f32>, HP>;
     var state = Softmax(-3.0e38, 0.0);
-    let blocks = min((ctx + P.block_size - 1u) / P.block_size, P.max_blocks);
-    let first = first_key(ctx);
-    attend_blocks(at.seq, at.head / (P.heads / P.kv_heads), ctx, first, first / P.block_size, blocks, &q, &acc, &state);
+    attend_keys(at.seq, at.head / (P.heads / P.kv_heads), first_key(ctx), key_end(ctx), &q, &acc, &state);
     for (var d = 0u; d < HP; d++) {
         let o = acc[d] / state.l;
         OUT[oo + 2u * d] = o.x;

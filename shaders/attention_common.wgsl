@@ -16,7 +16,7 @@ struct AttentionParams {
     window: u32,
     softcap: f32,
     q_stride: u32,
-    part_blocks: u32,
+    part_keys: u32,
 }
 
 const HP: u32 = HD / 2u;
@@ -78,6 +78,11 @@ fn first_key(ctx: u32) -> u32 {
     return 0u;
 }
 
+// One past the last key the query sees: its context, within the block table's width.
+fn key_end(ctx: u32) -> u32 {
+    return min(ctx, P.max_blocks * P.block_size);
+}
+
 // A key's score from its dot product with the query: `dot * scale`, soft-capped when asked.
 fn score_of(dot: f32) -> f32 {
     var score = dot * P.scale;
@@ -103,9 +108,9 @@ fn pair_fma(acc: f32, q: ptr<function, array<vec2<f32>, HP>>, kb: u32, d: u32) -
     return fma((*q)[d].y, k.y, fma((*q)[d].x, k.x, acc));
 }
 
-// Walks logical KV blocks blk0..blk1 of sequence `seq` (keys from `first` to ctx - 1) in
-// ascending order, one block at a time: the block's scores, its maximum, then the running
-// state and `acc` rescaled once and the block's values added.
+// Walks keys key0..key1 of sequence `seq` in ascending order, one KV block at a time: the
+// scores of the block's keys in the range, their maximum, then the running state and `acc`
+// rescaled once and their values added.
 //
 // The loops over the head's pairs are written out (HEAD_PAIRS, HEAD_EIGHTS: src/gpu/shader/
 // unroll.rs), so a key costs lavapipe's loop limit two iterations whatever the head dimension.
@@ -114,22 +119,20 @@ fn pair_fma(acc: f32, q: ptr<function, array<vec2<f32>, HP>>, kb: u32, d: u32) -
 // head's HP dimension pairs goes to partial sum d % DOT_LANES (x then y, ascending d), and the
 // partials are added pairwise, each with the one DOT_LANES / 2, then / 4, ... above it (the
 // butterfly of a subgroup's shuffle-xor), so all of them agree bit for bit.
-fn attend_blocks(
+fn attend_keys(
     seq: u32,
     kvh: u32,
-    ctx: u32,
-    first: u32,
-    blk0: u32,
-    blk1: u32,
+    key0: u32,
+    key1: u32,
     q: ptr<function, array<vec2<f32>, HP>>,
     acc: ptr<function, array<vec2<f32>, HP>>,
     state: ptr<function, Softmax>,
 ) {
     var s: array<f32, MAX_BS>;
-    for (var blk = blk0; blk < blk1; blk++) {
+    for (var blk = key0 / P.block_size; blk * P.block_size < key1; blk++) {
         let phys = BLOCK_TABLE[seq * P.max_blocks + blk];
-        let n_in = min(P.block_size, ctx - blk * P.block_size);
-        let j0 = max(first, blk * P.block_size) - blk * P.block_size;
+        let n_in = min(P.block_size, key1 - blk * P.block_size);
+        let j0 = max(key0, blk * P.block_size) - blk * P.block_size;
         var tile_max = -3.0e38;
         for (var j = j0; j < n_in; j++) {
             let kb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;

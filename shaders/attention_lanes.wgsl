@@ -2,7 +2,7 @@
 // query token and GH query heads of one KV head: lane l holds the heads' dimension pairs l,
 // l + DOT_LANES, ... of the queries and of the outputs, so a key's or value's pairs are read by
 // the lanes side by side, and once for all GH heads. Each lane sums its pairs of q·k, a
-// shuffle-xor butterfly adds the lanes' sums (the order attention_common.wgsl's `attend_blocks`
+// shuffle-xor butterfly adds the lanes' sums (the order attention_common.wgsl's `attend_keys`
 // sums in) and every lane then holds the score. Each head's walk is attention.wgsl's — the
 // context block by block in ascending order, each block's scores, its maximum, one rescale, its
 // values added — so the bits are attention.wgsl's, with the context's work spread over the

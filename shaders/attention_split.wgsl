@@ -1,11 +1,12 @@
 // Split-KV paged attention (flash-decoding) over a varlen batch: one workgroup per (query token,
-// head), its context cut into fixed partitions of `part_blocks` KV blocks counted from the first
-// key. Invocation t walks partitions t, t + WG, ... in ascending order with the online softmax
-// of attention_common.wgsl (block by block), then the WG partial results are combined in a fixed
-// tree: rescaled to the largest maximum, their sums and weighted values added pairwise. The
-// partitions and the tree depend only on the context length, so a query's result depends only
-// on its own context: one token alone, in a batch, in a prefill chunk or decoding. A context
-// of one partition gives attention.wgsl's result (the other invocations add zeros).
+// head), the keys it sees cut into partitions counted from the first: WG partitions of equal
+// length while that is under `part_keys` (so a short context still spreads over every
+// invocation), partitions of `part_keys` beyond. Invocation t walks partitions t, t + WG, ...
+// in ascending order with the online softmax of attention_common.wgsl (block by block), then
+// the WG partial results are combined in a fixed tree: rescaled to the largest maximum, their
+// sums and weighted values added pairwise. The partitions and the tree depend only on the
+// context length, so a query's result depends only on its own context: one token alone, in a
+// batch, in a prefill chunk or decoding.
 
 // CHUNK value dimensions are combined per round of the tree (bounds the workgroup memory);
 // dimension c of invocation t's values sits at c * WG + t, so the invocations of a round touch
@@ -26,13 +27,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var q = load_query(at.tok, at.head);
     var acc: array<vec2<f32>, HP>;
     var state = Softmax(-3.0e38, 0.0);
-    let blocks = min((ctx + P.block_size - 1u) / P.block_size, P.max_blocks);
     let first = first_key(ctx);
-    let parts = (blocks + P.part_blocks - 1u) / P.part_blocks;
+    let end = max(key_end(ctx), first);
+    let part_keys = clamp((end - first + WG - 1u) / WG, 1u, P.part_keys);
+    let parts = (end - first + part_keys - 1u) / part_keys;
     for (var part = t; part < parts; part += WG) {
-        let blk0 = max(part * P.part_blocks, first / P.block_size);
-        let blk1 = min((part + 1u) * P.part_blocks, blocks);
-        attend_blocks(at.seq, at.head / (P.heads / P.kv_heads), ctx, first, blk0, blk1, &q, &acc, &state);
+        let key0 = first + part * part_keys;
+        attend_keys(at.seq, at.head / (P.heads / P.kv_heads), key0, min(key0 + part_keys, end), &q, &acc, &state);
     }
     let m = state.m;
     let l = state.l;

@@ -948,8 +948,9 @@ fn gpu_class_ctx() -> &'static GpuContext {
     })
 }
 
-/// Decodes at contexts of 1, 511, 512, 513, 4100 and 20,000 tokens (one to 1,250 split-KV
-/// partitions of 16; 20,000 keys walked by one per-query invocation is well past 65,535 / 16
+/// Decodes at contexts of 1, 511, 512, 513, 4100 and 20,000 tokens (split-KV partitions of 16
+/// keys but for the first: one of one key; 32, the last of 15; 32; 33, the last of one; 257,
+/// the last of 4; 1,250; 20,000 keys walked by one per-query invocation is well past 65,535 / 16
 /// loop iterations, where lavapipe, which ends every loop of an invocation once their
 /// iterations together pass 65,535, would cut a walk costing 16 a key short) against the f64
 /// reference, with both attention kernels; and across partitions the bits do not depend on the
@@ -1010,7 +1011,8 @@ fn assert_near_reference(outs: &[Vec<f32>], case: &AttnCase, seqs: &[Seq], data:
 /// written out: lavapipe ends every loop of an invocation once their iterations together pass
 /// 65,535, and as loops (which its compiler does not unroll past 32 trips) they cost their trip
 /// count at every key: a per-query walk of 1,100 keys at 128 came out wrong, and a split-KV
-/// walk of 20,000 keys at 256 (157 partitions of 128, five to an invocation).
+/// walk of 20,000 keys at 256 (when partitions held 128 keys: 157 of them, five to an
+/// invocation).
 #[test]
 fn wide_heads_walk_long_contexts_right() {
     let seqs = [Seq { cached: 19_999, new: 1 }];

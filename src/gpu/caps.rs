@@ -273,9 +273,10 @@ impl Capabilities {
                     self.per_query_reason()
                 ),
                 AttentionPath::SplitKv => format!(
-                    "attention: split-KV, partitions of {} tokens over {} invocations per (token, head), combined in a fixed tree ({})",
-                    super::shader::KV_PARTITION_TOKENS,
+                    "attention: split-KV, the keys in {} equal partitions (partitions of {} keys past {}), one invocation each per (token, head), combined in a fixed tree ({})",
                     super::shader::ATTENTION_SPLIT_WG,
+                    super::shader::KV_PARTITION_TOKENS,
+                    super::shader::ATTENTION_SPLIT_WG * super::shader::KV_PARTITION_TOKENS,
                     if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
                 ),
             },

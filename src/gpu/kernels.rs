@@ -703,7 +703,7 @@ impl Step<'_> {
             window: spec.window.map_or(0, u),
             softcap: spec.softcap.unwrap_or(0.0),
             q_stride: u(q_stride),
-            part_blocks: (KV_PARTITION_TOKENS / u(s.block_size)).max(1),
+            part_keys: KV_PARTITION_TOKENS,
         };
         let walk = spec.window.map_or(max_blocks * s.block_size, |w| w.min(max_blocks * s.block_size));
         let path = self.ctx.capabilities().attention_path_for(walk);

@@ -98,8 +98,8 @@ pub enum AttentionStrategy {
     /// query heads where subgroups have 8 lanes, else one invocation per (token, head) (CPU
     /// drivers).
     PerQuery,
-    /// The context cut into fixed partitions, one invocation each, combined in a fixed tree
-    /// (flash-decoding; GPUs).
+    /// The context cut into partitions fixed by its length, one invocation each, combined in
+    /// a fixed tree (flash-decoding; GPUs).
     SplitKv,
 }
 

@@ -227,7 +227,8 @@ pub enum AttentionPath {
     /// lanes).
     PerQuerySubgroup,
     /// One workgroup of [`ATTENTION_SPLIT_WG`] per (query token, head): the context cut into
-    /// fixed partitions of about [`KV_PARTITION_TOKENS`] tokens, combined in a fixed tree.
+    /// partitions fixed by its length (at most [`KV_PARTITION_TOKENS`] keys each), combined in a
+    /// fixed tree.
     SplitKv,
 }
 
@@ -307,10 +308,12 @@ pub fn attention_group(heads_per_kv: u32) -> u32 {
     (1..=ATTENTION_MAX_GROUP.min(heads_per_kv)).rev().find(|g| heads_per_kv.is_multiple_of(*g)).unwrap_or(1)
 }
 
-/// Keys per split-KV partition (rounded down to whole KV blocks, at least one). One invocation
-/// walks a partition, so a short context is spread over as many invocations as it has
-/// partitions (with partitions of 128 keys an H200 took 119 µs a layer to attend over the 16 to
-/// 80 keys of a batch-1 decode, one invocation walking them all).
+/// Most keys a split-KV partition holds. The keys a query sees are cut into
+/// [`ATTENTION_SPLIT_WG`] equal partitions while those hold fewer (so even a short context
+/// spreads over the whole workgroup), else into partitions of this many. An invocation walks
+/// its partition's keys one by one, which is the kernel's latency at small batches: with
+/// partitions of 128 keys an H200 took 119 µs a layer to attend over the 16 to 80 keys of a
+/// batch-1 decode, with partitions of 16 (one KV block) 68 µs.
 pub const KV_PARTITION_TOKENS: u32 = 16;
 /// Largest KV block size the attention kernel accepts.
 pub const MAX_BLOCK_SIZE: u32 = 64;

@@ -190,7 +190,7 @@ kernel_params! {
         softcap: f32,
         /// Elements from one query token's row to the next (the fused projection's width).
         q_stride: u32,
-        /// KV blocks per split-KV partition (read by the split-KV kernel only).
-        part_blocks: u32,
+        /// Most keys a split-KV partition holds (read by the split-KV kernel only).
+        part_keys: u32,
     }
 }
