@@ -1,5 +1,5 @@
 // What the paged-attention kernels share: the parameters and bindings, finding a token's
-// sequence, and the online softmax over a range of KV blocks. Query token t's heads start at
+// sequence, and the online softmax over a range of keys. Query token t's heads start at
 // Q[t * q_stride] (the fused projection's row: queries, then keys and values); the output is
 // [t, heads * HD]. Token t of sequence b sits at position seq_lens[b] - (query_start_loc[b + 1]
 // - t) and attends to keys 0..=position through block_table[b] (only the last `window` when

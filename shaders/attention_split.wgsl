@@ -1,7 +1,8 @@
 // Split-KV paged attention (flash-decoding) over a varlen batch: one workgroup per (query token,
-// head), the keys it sees cut into partitions counted from the first: WG partitions of equal
-// length while that is under `part_keys` (so a short context still spreads over every
-// invocation), partitions of `part_keys` beyond. Invocation t walks partitions t, t + WG, ...
+// head), the n keys it sees cut into partitions counted from the first: of ceil(n / WG) keys
+// (at most WG partitions, the last maybe shorter) while that is at most `part_keys`, so a
+// short context still spreads over the workgroup, else of `part_keys` keys. Invocation t
+// walks partitions t, t + WG, ...
 // in ascending order with the online softmax of attention_common.wgsl (block by block), then
 // the WG partial results are combined in a fixed tree: rescaled to the largest maximum, their
 // sums and weighted values added pairwise. The partitions and the tree depend only on the

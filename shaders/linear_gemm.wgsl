@@ -1,14 +1,15 @@
 // K-split GEMM (prefill on GPUs): the K-split GEMV's reduction order for a tile of rows. The
 // workgroup is BANDS bands of LANES invocations; band j computes rows m0 + j TM .. + TM of the
-// same TN columns, and lane l of every band sums the blocks of 32 weights l, l + LANES, ... of
-// K in order, each block's four groups in order (lane 0 then the groups and weights past the
-// last whole block), then the lanes' partial sums meet in the GEMV's tree (lane t adds lane
-// t + s for s = LANES / 2, ..., 1), so each output has the bits of a decode row
-// (linear_ksplit.wgsl). Each chunk of LANES blocks of the tile's TN columns (gate and up rows
-// for a gated weight) passes through workgroup memory a group at a time, each invocation
-// dequantizing its lane's group of its row once for every band to read: a weight group is
-// dequantized once per BANDS * TM rows. Lines starting with ROWS / COLS / PAIRS, GATED /
-// PAIRED / PLAIN are expanded by the composer as in the other linear kernels.
+// same TN columns, and lane l of every band sums what lane l of the GEMV does: the blocks of
+// 32 weights l, l + LANES, ... in order, each block's four groups in order (none for
+// WALK_BLOCKS 0), then the groups past them l, l + LANES, ..., lane 0 then the last k % 8
+// weights; the lanes' partial sums meet in the GEMV's tree (lane t adds lane t + s for s =
+// LANES / 2, ..., 1), so each output has the bits of a decode row (linear_ksplit.wgsl). The
+// weights of the tile's TN columns (gate and up rows for a gated weight) pass through
+// workgroup memory a group a lane at a time, each invocation dequantizing its lane's group of
+// its row once for every band to read: a weight group is dequantized once per BANDS * TM rows.
+// Lines starting with ROWS / COLS / PAIRS, GATED / PAIRED / PLAIN are expanded by the composer
+// as in the other linear kernels.
 const LANES: u32 = WG / BANDS;
 // Outputs each invocation accumulates (gate and up sums both).
 const OUTS: u32 = TM * TN * GATES;
@@ -58,7 +59,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     ROWS let s_R = row_scale(band * TM + RRu);
     ROWS COLS var acc_R_C = 0.0;
     GATED ROWS COLS var up_R_C = 0.0;
-    let blocks = P.k / 32u;
+    let blocks = P.k / 32u * WALK_BLOCKS;
     for (var c = 0u; c < blocks; c += LANES) {
         let b = c + lane;
         let live = b < blocks;
@@ -79,14 +80,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     let groups = P.k / 8u;
-    if (lane == 0u) {
-        for (var g = blocks * 4u; g < groups; g++) {
-            COLS let w_C = w_group(rb_C, g);
-            GATED COLS let u_C = w_group(ru_C, g);
+    for (var c = 4u * blocks; c < groups; c += LANES) {
+        let g = c + lane;
+        workgroupBarrier();
+        if (g < groups) {
+            stage(band, lane, w_group(stage_rb, g));
+        }
+        workgroupBarrier();
+        if (g < groups) {
+            COLS let w_C = staged(CCu, lane);
+            GATED COLS let u_C = staged(TN + CCu, lane);
             ROWS let x_R = input8(load_x8_direct(xr_R + 8u * g), s_R, 8u * g);
             ROWS COLS acc_R_C = dot8(x_R, w_C, acc_R_C);
             GATED ROWS COLS up_R_C = dot8(x_R, u_C, up_R_C);
         }
+    }
+    if (lane == 0u) {
         for (var k = groups * 8u; k < P.k; k++) {
             COLS let w_C = w_elem(rb_C, k);
             GATED COLS let u_C = w_elem(ru_C, k);

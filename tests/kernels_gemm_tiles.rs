@@ -72,11 +72,13 @@ fn every_gemm_tile_gives_each_row_the_gemv_bits() {
     assert_eq!(BATCHES.map(|m| c.capabilities().gemm_band_rows(m) * 4), [8, 8, 16, 32, 32]);
     let m_max = BATCHES[BATCHES.len() - 1];
     for dtype in [DType::F16, DType::Q8_0, DType::Q4K] {
-        // 17 blocks of 32, then (f16) a group of 8 and three single weights: lane 0's tail.
+        // Past 64 blocks of 32, so the lanes walk blocks and some sum two (with the GEMM's
+        // second chunk of blocks partly live), then (f16) a group of 8 past the blocks and three
+        // single weights.
         let (k, n) = match dtype.block_len() {
-            256 => (768, 37),
-            32 => (544, 37),
-            _ => (555, 37),
+            256 => (2304, 37),
+            32 => (2112, 37),
+            _ => (2091, 37),
         };
         let bytes = |seed| quantize(dtype, &Rng::new(seed).vec(n * k));
         for normed in [false, true] {

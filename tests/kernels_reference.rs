@@ -52,11 +52,11 @@ fn linear_matches_dequantized_f64_reference() {
     for &dtype in WEIGHT_TYPES {
         let b = dtype.block_len();
         let shapes: &[(usize, usize, usize)] = if b == 256 {
-            &[(1, 256, 1), (3, 768, 5), (5, 512, 70), (1, 1280, 33)]
+            &[(1, 256, 1), (3, 768, 5), (5, 512, 70), (1, 1280, 33), (5, 2304, 3)]
         } else if dtype.is_quantized() {
-            &[(1, 32, 1), (3, 96, 5), (5, 160, 70), (9, 64, 33), (1, 256 * 2 + 32, 1)]
+            &[(1, 32, 1), (3, 96, 5), (5, 160, 70), (9, 64, 33), (1, 256 * 2 + 32, 1), (5, 2080, 3)]
         } else {
-            &[(1, 1, 1), (1, 37, 5), (3, 13, 1), (5, 150, 70), (9, 8, 33), (4, 7, 3)]
+            &[(1, 1, 1), (1, 37, 5), (3, 13, 1), (5, 150, 70), (9, 8, 33), (4, 7, 3), (5, 2091, 3)]
         };
         for (i, &(m, k, n)) in shapes.iter().enumerate() {
             let (w, wf) = weight(dtype, n, k, 10 + i as u64);
@@ -72,9 +72,9 @@ fn linear_matches_dequantized_f64_reference() {
     }
 }
 
-/// K of the invariance tests: whole blocks for a block format; for the others three blocks of
-/// 32, a group of 8 and three single weights, so every part of the K-split lanes' walk (the
-/// blocks, then lane 0's groups and weights past them) is in it.
+/// K of the invariance tests: whole blocks for a block format; for the others 13 groups of 8 and
+/// three single weights, so the K-split lanes' walk over groups and lane 0's last weights are
+/// in it (kernels_gemm_tiles takes rows long enough for the lanes to walk whole blocks).
 fn invariance_k(dtype: DType) -> usize {
     match dtype.block_len() {
         256 => 512,

@@ -3,7 +3,7 @@
 use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy};
 use super::shader::{
     ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LinearEpilogue, LinearPath, LinearPrologue, WeightSource,
+    LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, WeightSource,
 };
 use crate::dtype::DType;
 
@@ -192,6 +192,7 @@ impl Capabilities {
             source: WeightSource::Buffer,
             path: LinearPath::KSplit,
             rows_tile,
+            walk: LaneWalk::Groups,
             prologue,
             epilogue: LinearEpilogue::Store,
         };
@@ -222,8 +223,9 @@ impl Capabilities {
     pub fn variant_summary(&self) -> String {
         let linear = match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output and a fixed tree, decode reading {} weight rows a workgroup ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
+                "linear: k-split, {} invocations per output each summing blocks of 32 weights (groups of 8 on rows under {}) and a fixed tree, decode reading {} weight rows a workgroup ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
                 super::shader::LINEAR_WG,
+                super::shader::LANE_BLOCKS_MIN_K,
                 super::shader::LINEAR_KSPLIT_COLS,
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" },
                 self.gemm_max_rows(),
@@ -273,7 +275,7 @@ impl Capabilities {
                     self.per_query_reason()
                 ),
                 AttentionPath::SplitKv => format!(
-                    "attention: split-KV, the keys in {} equal partitions (partitions of {} keys past {}), one invocation each per (token, head), combined in a fixed tree ({})",
+                    "attention: split-KV, the n keys a (token, head) sees in partitions of ceil(n / {}) keys, at most {}, an invocation walking each (several past {} keys), combined in a fixed tree ({})",
                     super::shader::ATTENTION_SPLIT_WG,
                     super::shader::KV_PARTITION_TOKENS,
                     super::shader::ATTENTION_SPLIT_WG * super::shader::KV_PARTITION_TOKENS,

@@ -11,8 +11,8 @@ use super::shader::params::{
 };
 use super::shader::slots;
 use super::shader::{
-    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LINEAR_SEQ_ROW_TILES, LinearEpilogue,
-    LinearPath, LinearPrologue, attention_group,
+    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk,
+    LinearEpilogue, LinearPath, LinearPrologue, attention_group,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -210,6 +210,7 @@ fn linear_variant(
         source: w.source(),
         path: caps.linear_path(),
         rows_tile: linear_rows_tile(caps, m),
+        walk: LaneWalk::of(caps.linear_path(), w.cols()),
         prologue,
         epilogue,
     }

@@ -113,6 +113,33 @@ impl LinearPath {
     }
 }
 
+/// What each lane of a K-split linear kernel sums at a time: whole blocks of 32 weights (a
+/// quantized block's scale decoded once, its words read in one run) on rows long enough for
+/// every lane to have one, groups of 8 on shorter rows (so no lane idles). A row length's
+/// choice, the same for the GEMV and the GEMM, so a row's bits never depend on the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LaneWalk {
+    /// Groups of 8 (the sequential path's variants, and K-split rows under
+    /// [`LANE_BLOCKS_MIN_K`]).
+    Groups,
+    /// Blocks of 32, then the groups of 8 past them.
+    Blocks,
+}
+
+/// The shortest row whose K-split lanes walk whole blocks: one block of 32 for each of the
+/// [`LINEAR_WG`] lanes.
+pub const LANE_BLOCKS_MIN_K: usize = 32 * LINEAR_WG as usize;
+
+impl LaneWalk {
+    /// The walk of rows of `k` weights on `path`.
+    pub fn of(path: LinearPath, k: usize) -> Self {
+        match path {
+            LinearPath::KSplit if k >= LANE_BLOCKS_MIN_K => Self::Blocks,
+            _ => Self::Groups,
+        }
+    }
+}
+
 /// The activation of a gated MLP: `act(gate) * up`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GateActivation {
@@ -308,8 +335,8 @@ pub fn attention_group(heads_per_kv: u32) -> u32 {
     (1..=ATTENTION_MAX_GROUP.min(heads_per_kv)).rev().find(|g| heads_per_kv.is_multiple_of(*g)).unwrap_or(1)
 }
 
-/// Most keys a split-KV partition holds. The keys a query sees are cut into
-/// [`ATTENTION_SPLIT_WG`] equal partitions while those hold fewer (so even a short context
+/// Most keys a split-KV partition holds. The n keys a query sees are cut into partitions of
+/// ceil(n / [`ATTENTION_SPLIT_WG`]) keys while that is at most this (so even a short context
 /// spreads over the whole workgroup), else into partitions of this many. An invocation walks
 /// its partition's keys one by one, which is the kernel's latency at small batches: with
 /// partitions of 128 keys an H200 took 119 µs a layer to attend over the 16 to 80 keys of a
@@ -418,6 +445,8 @@ pub enum KernelVariant {
         /// Rows of x each invocation (sequential) or row band (K-split) computes: 1 for decode
         /// (the GEMV on the K-split path), more for prefill (the GEMM).
         rows_tile: u32,
+        /// What a K-split lane sums at a time ([`LaneWalk::Groups`] on the sequential path).
+        walk: LaneWalk,
         /// What it does to its input rows first.
         prologue: LinearPrologue,
         /// What it does with each output.
@@ -476,7 +505,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, source, path, rows_tile, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, walk, prologue, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
@@ -486,8 +515,12 @@ impl KernelVariant {
                     LinearPrologue::Plain => "",
                     LinearPrologue::RmsNorm => "rms-",
                 };
+                let walk = match walk {
+                    LaneWalk::Groups => "",
+                    LaneWalk::Blocks => "-blocks",
+                };
                 let (dtype, epilogue, source) = (dtype.name(), epilogue.name(), source.suffix());
-                format!("linear/{dtype}{source}/{path}/tm{rows_tile}/{norm}{epilogue}")
+                format!("linear/{dtype}{source}/{path}{walk}/tm{rows_tile}/{norm}{epilogue}")
             }
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
@@ -662,15 +695,22 @@ pub fn all_variants() -> Vec<KernelVariant> {
                 LinearPath::KSplit => &LINEAR_KSPLIT_ROW_TILES,
             };
             for &rows_tile in row_tiles {
+                let walks: &[LaneWalk] = match path {
+                    LinearPath::Sequential { .. } => &[LaneWalk::Groups],
+                    LinearPath::KSplit => &[LaneWalk::Groups, LaneWalk::Blocks],
+                };
                 for prologue in LinearPrologue::ALL {
                     for epilogue in LinearEpilogue::ALL {
-                        for source in path.weight_sources() {
-                            let (path, source) = (*path, *source);
+                        for (&source, &walk) in
+                            path.weight_sources().iter().flat_map(|s| walks.iter().map(move |w| (s, w)))
+                        {
+                            let path = *path;
                             out.push(KernelVariant::Linear {
                                 dtype,
                                 source,
                                 path,
                                 rows_tile,
+                                walk,
                                 prologue,
                                 epilogue,
                             });

@@ -4,7 +4,7 @@
 use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat,
-    LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS,
+    LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS,
     WORKGROUP_SIZE, WeightSource, gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
@@ -163,7 +163,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, source, path, rows_tile, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, prologue, epilogue, .. } => {
                 let body = match path {
                     LinearPath::Sequential { subgroup: Some(_) } => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
@@ -237,8 +237,13 @@ impl KernelVariant {
             out.push(Injected::new("W_TEXELS", WEIGHT_TEXELS, "shader::WEIGHT_TEXELS"));
         }
         match *self {
-            Self::Linear { path, rows_tile, epilogue, .. } => {
+            Self::Linear { path, rows_tile, walk, epilogue, .. } => {
                 let tm = Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile");
+                let blocks = Injected::new(
+                    "WALK_BLOCKS",
+                    u32::from(walk == LaneWalk::Blocks),
+                    "KernelVariant::Linear::walk (1: LaneWalk::Blocks)",
+                );
                 let gates = Injected::new(
                     "GATES",
                     if epilogue.is_gated() { 2 } else { 1 },
@@ -258,12 +263,12 @@ impl KernelVariant {
                 );
                 match path {
                     LinearPath::Sequential { .. } => out.extend([tm, tn]),
-                    LinearPath::KSplit if rows_tile == 1 => out.extend([tn, gates]),
+                    LinearPath::KSplit if rows_tile == 1 => out.extend([tn, gates, blocks]),
                     LinearPath::KSplit => {
                         let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
                         let tile =
                             Injected::new("TILE", gemm_tile_vec4s(rows_tile), "shader::gemm_tile_vec4s");
-                        out.extend([tm, tn, gates, bands, tile]);
+                        out.extend([tm, tn, gates, bands, tile, blocks]);
                     }
                 }
             }
