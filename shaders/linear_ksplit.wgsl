@@ -4,11 +4,11 @@
 // groups of 8 in order (a quantized block's scale decoded once, its words read in one run),
 // then the groups of 8 past them t, t + WG, ..., invocation 0 then the last k % 8 weights; a
 // fixed tree adds the WG partial sums of each output. Rows with fewer blocks than WG walk
-// groups only (WALK_BLOCKS 0: src/gpu/shader.rs's LaneWalk), so no invocation idles. linear_gemm.wgsl computes prefill tiles in the same
-// order, so a decode row and the same row in a prefill batch have the same bits. Lines
-// starting with GATED are kept only for a gated weight, PAIRED only for an epilogue of column
-// pairs, PLAIN only for the others; COLS lines repeat per output and PAIRS lines per pair of
-// outputs (see the docs of src/gpu/shader.rs).
+// groups only (WALK_BLOCKS 0: src/gpu/shader.rs's LaneWalk), so no invocation idles.
+// linear_gemm.wgsl computes prefill tiles in the same order, so a decode row and the same row
+// in a prefill batch have the same bits. Lines starting with GATED are kept only for a gated
+// weight, PAIRED only for an epilogue of column pairs, PLAIN only for the others; COLS lines
+// repeat per output and PAIRS lines per pair of outputs (see the docs of src/gpu/shader.rs).
 var<workgroup> red: array<f32, TN * GATES * WG>;
 
 @compute @workgroup_size(WG)
