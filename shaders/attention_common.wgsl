@@ -16,7 +16,6 @@ struct AttentionParams {
     window: u32,
     softcap: f32,
     q_stride: u32,
-    part_keys: u32,
 }
 
 const HP: u32 = HD / 2u;

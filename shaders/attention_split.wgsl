@@ -1,13 +1,12 @@
 // Split-KV paged attention (flash-decoding) over a varlen batch: one workgroup per (query token,
-// head), the n keys it sees cut into partitions counted from the first: of ceil(n / WG) keys
-// (at most WG partitions, the last maybe shorter) while that is at most `part_keys`, so a
-// short context still spreads over the workgroup, else of `part_keys` keys. Invocation t
-// walks partitions t, t + WG, ...
-// in ascending order with the online softmax of attention_common.wgsl (block by block), then
-// the WG partial results are combined in a fixed tree: rescaled to the largest maximum, their
-// sums and weighted values added pairwise. The partitions and the tree depend only on the
-// context length, so a query's result depends only on its own context: one token alone, in a
-// batch, in a prefill chunk or decoding.
+// head), the n keys it sees cut into partitions counted from the first: of ceil(n / WG) keys (at
+// most WG partitions, the last maybe shorter) while that is at most PART_KEYS
+// (src/gpu/shader.rs's KV_PARTITION_TOKENS), so a short context still spreads over the workgroup,
+// else of PART_KEYS keys. Invocation t walks partitions t, t + WG, ... in ascending order with
+// the online softmax of attention_common.wgsl (block by block), then the WG partial results are
+// combined in a fixed tree: rescaled to the largest maximum, their sums and weighted values added
+// pairwise. The partitions and the tree depend only on the context length, so a query's result
+// depends only on its own context: one token alone, in a batch, in a prefill chunk or decoding.
 
 // CHUNK value dimensions are combined per round of the tree (bounds the workgroup memory);
 // dimension c of invocation t's values sits at c * WG + t, so the invocations of a round touch
@@ -30,7 +29,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var state = Softmax(-3.0e38, 0.0);
     let first = first_key(ctx);
     let end = max(key_end(ctx), first);
-    let part_keys = clamp((end - first + WG - 1u) / WG, 1u, P.part_keys);
+    let part_keys = clamp((end - first + WG - 1u) / WG, 1u, PART_KEYS);
     let parts = (end - first + part_keys - 1u) / part_keys;
     for (var part = t; part < parts; part += WG) {
         let key0 = first + part * part_keys;

@@ -11,8 +11,8 @@ use super::shader::params::{
 };
 use super::shader::slots;
 use super::shader::{
-    AttentionPath, GateActivation, KV_PARTITION_TOKENS, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk,
-    LinearEpilogue, LinearPath, LinearPrologue, attention_group,
+    AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk, LinearEpilogue, LinearPath,
+    LinearPrologue, attention_group,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -704,7 +704,6 @@ impl Step<'_> {
             window: spec.window.map_or(0, u),
             softcap: spec.softcap.unwrap_or(0.0),
             q_stride: u(q_stride),
-            part_keys: KV_PARTITION_TOKENS,
         };
         let walk = spec.window.map_or(max_blocks * s.block_size, |w| w.min(max_blocks * s.block_size));
         let path = self.ctx.capabilities().attention_path_for(walk);

@@ -111,6 +111,14 @@ impl LinearPath {
             Self::KSplit => &[WeightSource::Buffer],
         }
     }
+
+    /// The lane walks the path's variants are built with ([`LaneWalk::of`] picks one by K).
+    pub fn lane_walks(self) -> &'static [LaneWalk] {
+        match self {
+            Self::Sequential { .. } => &[LaneWalk::Groups],
+            Self::KSplit => &[LaneWalk::Groups, LaneWalk::Blocks],
+        }
+    }
 }
 
 /// What each lane of a K-split linear kernel sums at a time: whole blocks of 32 weights (a
@@ -695,25 +703,20 @@ pub fn all_variants() -> Vec<KernelVariant> {
                 LinearPath::KSplit => &LINEAR_KSPLIT_ROW_TILES,
             };
             for &rows_tile in row_tiles {
-                let walks: &[LaneWalk] = match path {
-                    LinearPath::Sequential { .. } => &[LaneWalk::Groups],
-                    LinearPath::KSplit => &[LaneWalk::Groups, LaneWalk::Blocks],
-                };
                 for prologue in LinearPrologue::ALL {
                     for epilogue in LinearEpilogue::ALL {
-                        for (&source, &walk) in
-                            path.weight_sources().iter().flat_map(|s| walks.iter().map(move |w| (s, w)))
-                        {
-                            let path = *path;
-                            out.push(KernelVariant::Linear {
-                                dtype,
-                                source,
-                                path,
-                                rows_tile,
-                                walk,
-                                prologue,
-                                epilogue,
-                            });
+                        for &source in path.weight_sources() {
+                            for &walk in path.lane_walks() {
+                                out.push(KernelVariant::Linear {
+                                    dtype,
+                                    source,
+                                    path: *path,
+                                    rows_tile,
+                                    walk,
+                                    prologue,
+                                    epilogue,
+                                });
+                            }
                         }
                     }
                 }

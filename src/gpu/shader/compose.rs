@@ -3,9 +3,9 @@
 
 use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
-    ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KernelVariant, KvFormat,
-    LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, MAX_BLOCK_SIZE, WEIGHT_TEXELS,
-    WORKGROUP_SIZE, WeightSource, gemm_tile_vec4s, slots,
+    ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KV_PARTITION_TOKENS,
+    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearPath, LinearPrologue,
+    MAX_BLOCK_SIZE, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
 
@@ -282,6 +282,11 @@ impl KernelVariant {
                             "CHUNK",
                             ATTENTION_SPLIT_CHUNK,
                             "shader::ATTENTION_SPLIT_CHUNK",
+                        ));
+                        out.push(Injected::new(
+                            "PART_KEYS",
+                            KV_PARTITION_TOKENS,
+                            "shader::KV_PARTITION_TOKENS",
                         ));
                     }
                     AttentionPath::PerQuerySubgroup => {

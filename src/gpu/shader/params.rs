@@ -190,7 +190,5 @@ kernel_params! {
         softcap: f32,
         /// Elements from one query token's row to the next (the fused projection's width).
         q_stride: u32,
-        /// Most keys a split-KV partition holds (read by the split-KV kernel only).
-        part_keys: u32,
     }
 }
