@@ -197,8 +197,8 @@ fn fused_epilogues_and_norms_equal_the_separate_kernels_bit_for_bit() {
 /// types of the fused-norm test and the default model's Q4_1 (the epilogue never sees the
 /// weight type) on the adapter's own kernels and on the K-split ones (GEMV and GEMM), with f32 and f16
 /// pools, at a decode row and prefill batches, a concatenated weight or one weight a head kind
-/// at its own columns, and normed inputs; tokens with no slot write no cache. A fused row
-/// alone equals the same row in a batch of 64.
+/// at its own columns, normed inputs and biases (added before the rotation); tokens with no
+/// slot write no cache. A fused row alone equals the same row in a batch of 64.
 #[test]
 fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
     let (heads, kv_heads, hd, block) = (4, 2, 16, 16);
@@ -222,14 +222,20 @@ fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
             let norm_t = c.upload_f32(&[k], &Rng::new(32).vec(k)).unwrap();
             let inv = c.upload_f32(&[hd / 2], &rope_inv_freq(hd, 10000.0, None)).unwrap();
             let batch = Rng::new(33).vec(64 * k);
+            let bias = Rng::new(34).vec(width);
+            let biases: [Vec<Tensor>; 2] = layouts.map(|ws| {
+                ws.iter()
+                    .map(|(w, col0)| c.upload_f32(&[w.rows()], &bias[*col0..][..w.rows()]).unwrap())
+                    .collect()
+            });
             let normed_too = dtype != DType::Q4_1;
             let mut alone = None;
-            for (m, precision, layout, normed) in [
-                (1, KvPrecision::F32, 0, false),
-                (64, KvPrecision::F32, 0, false),
-                (17, KvPrecision::F16, 0, false),
-                (3, KvPrecision::F16, 1, normed_too),
-                (64, KvPrecision::F32, 1, normed_too),
+            for (m, precision, layout, normed, biased) in [
+                (1, KvPrecision::F32, 0, false, false),
+                (64, KvPrecision::F32, 0, false, false),
+                (17, KvPrecision::F16, 0, false, true),
+                (3, KvPrecision::F16, 1, normed_too, true),
+                (64, KvPrecision::F32, 1, normed_too, false),
             ] {
                 let positions: Vec<u32> = (0..m as u32).map(|i| 7 * i + 3).collect();
                 // Every fifth token has no slot; the others fill the pool backwards.
@@ -264,17 +270,18 @@ fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
                         mode: RopeMode::Interleaved,
                     };
                     let mut step = c.step();
-                    for (w, col0) in layouts[layout] {
-                        // A normed fused projection binds 9 storage buffers: past WebGPU's
-                        // default limit (PAGODA_WEBGPU_LIMITS=1), it is not run.
-                        if !step.can_fuse_rope_cache(input, w, *col0, &rope) {
-                            assert!(normed, "{dtype:?}: a plain projection always fuses");
+                    for ((w, col0), b) in layouts[layout].iter().zip(&biases[layout]) {
+                        let b = biased.then_some(b);
+                        // A normed or biased fused projection binds 9 storage buffers: past
+                        // WebGPU's default limit (PAGODA_WEBGPU_LIMITS=1), it is not run.
+                        if !step.can_fuse_rope_cache(input, w, b, *col0, &rope) {
+                            assert!(normed || biased, "{dtype:?}: a plain projection always fuses");
                             return None;
                         }
                         if fused {
-                            step.linear_rope_cache(input, w, &qkv, *col0, &rope).unwrap();
+                            step.linear_rope_cache(input, w, b, &qkv, *col0, &rope).unwrap();
                         } else {
-                            step.linear_into(input, w, None, &qkv, *col0).unwrap();
+                            step.linear_into(input, w, b, &qkv, *col0).unwrap();
                         }
                     }
                     if !fused {
@@ -286,7 +293,7 @@ fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
                     Some((row, kc, vc))
                 };
                 let what = format!(
-                    "{:?} {dtype:?} m{m} {precision:?} layout {layout} normed {normed}",
+                    "{:?} {dtype:?} m{m} {precision:?} layout {layout} normed {normed} biased {biased}",
                     c.capabilities().linear_path()
                 );
                 let Some((fused, separate)) = run(true).zip(run(false)) else {
@@ -1192,8 +1199,8 @@ fn bad_shapes_are_errors_not_panics() {
     let shape = KvCacheShape { num_layers: 1, num_blocks: 4, block_size: 65, num_kv_heads: 1, head_dim: 64 };
     assert!(matches!(c.kv_cache(shape, KvPrecision::F32), Err(GpuError::Shape(_))));
     // The rotary epilogue: a Q/K/V row of 2 query and 1 KV heads of 2; what it cannot rotate
-    // (half-split pairs, a pair cut at an odd column, a row of the wrong width) is an error,
-    // and the model's question says no to it and to a bias.
+    // (half-split pairs, a pair cut at an odd column, a row of the wrong width, a bias of the
+    // wrong length) is an error, and the model's question says no to it.
     let shape = KvCacheShape { num_layers: 1, num_blocks: 4, block_size: 16, num_kv_heads: 1, head_dim: 2 };
     let cache = c.kv_cache(shape, KvPrecision::F32).unwrap();
     let (pairs, slots) = (c.tensor(Elem::U32, &[2]).unwrap(), c.tensor(Elem::U32, &[2]).unwrap());
@@ -1208,18 +1215,19 @@ fn bad_shapes_are_errors_not_panics() {
         heads: 2,
         mode: RopeMode::Interleaved,
     };
-    let (qkv, bias) = (c.tensor(Elem::F32, &[2, 8]).unwrap(), c.tensor(Elem::F32, &[4]).unwrap());
-    assert!(step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, 0, &rope));
+    let (qkv, bias) = (c.tensor(Elem::F32, &[2, 8]).unwrap(), c.tensor(Elem::F32, &[3]).unwrap());
+    assert!(step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, None, 0, &rope));
     let fuses = step.fuses_rope_cache(LinearInput::Plain(&x8), &w, None, 0, &rope);
     assert_eq!(fuses, c.capabilities().fuses_rope(), "PAGODA_ROPE says");
-    assert!(!step.fuses_rope_cache(LinearInput::Plain(&x8), &w, Some(&bias), 0, &rope), "a bias");
-    assert!(!step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, 3, &rope), "an odd column");
-    let odd = step.linear_rope_cache(&x8, &w, &qkv, 3, &rope);
+    assert!(!step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, None, 3, &rope), "an odd column");
+    let odd = step.linear_rope_cache(&x8, &w, None, &qkv, 3, &rope);
     assert!(matches!(odd, Err(GpuError::Shape(ref m)) if m.contains("pair")), "{odd:?}");
-    let narrow = step.linear_rope_cache(&x8, &w, &out, 0, &rope);
+    let narrow = step.linear_rope_cache(&x8, &w, None, &out, 0, &rope);
     assert!(matches!(narrow, Err(GpuError::Shape(ref m)) if m.contains("Q/K/V row")), "{narrow:?}");
+    let short = step.linear_rope_cache(&x8, &w, Some(&bias), &qkv, 0, &rope);
+    assert!(matches!(short, Err(GpuError::Shape(ref m)) if m.contains("bias")), "{short:?}");
     rope.mode = RopeMode::HalfSplit;
-    assert!(!step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, 0, &rope), "half-split");
-    let half = step.linear_rope_cache(&x8, &w, &qkv, 0, &rope);
+    assert!(!step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, None, 0, &rope), "half-split");
+    let half = step.linear_rope_cache(&x8, &w, None, &qkv, 0, &rope);
     assert!(matches!(half, Err(GpuError::Shape(ref m)) if m.contains("interleaved")), "{half:?}");
 }

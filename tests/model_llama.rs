@@ -14,7 +14,7 @@ use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{Fusion, GemmRows, GpuContext, GpuOptions, LinearStrategy};
 use pagoda::model::llama::LlamaModel;
-use pagoda::model::testing::{TinyLlama, prefill_logits};
+use pagoda::model::testing::{TinyDims, TinyLlama, prefill_logits};
 use pagoda::model::{ModelFiles, RopeVariant};
 use pagoda::sampling::SamplingParams;
 
@@ -161,7 +161,7 @@ fn tiny_forward_matches_the_cpu_reference_for_every_format() {
 #[test]
 fn qkv_biases_are_applied_in_both_formats() {
     let dir = tempfile::tempdir().unwrap();
-    let dims = pagoda::model::testing::TinyDims { attention_bias: true, ..Default::default() };
+    let dims = TinyDims { attention_bias: true, ..Default::default() };
     let tiny = TinyLlama::with_dims(9, dims);
     tiny.write_hf_dir(dir.path()).unwrap();
     tiny.write_gguf(&dir.path().join("bias.gguf"), DType::F32).unwrap();
@@ -182,6 +182,36 @@ fn qkv_biases_are_applied_in_both_formats() {
         let err = max_diff(&gpu_logits(&ctx, files, &PROMPT), &reference);
         assert!(err < 1e-4, "{}: {err}", files.path.display());
     }
+}
+
+/// A half-split model (safetensors) loads with its Q/K rows (and biases) interleaved as
+/// llama.cpp's converter stores them, so RoPE and the cache write run in the Q/K/V projection's
+/// epilogue as for a GGUF Llama: the same dispatches as its F32 GGUF, with Q/K/V biases or
+/// without, and the same logits bit for bit.
+#[test]
+fn half_split_models_load_interleaved_and_run_as_their_gguf_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ctx();
+    let mut dispatches = Vec::new();
+    for attention_bias in [false, true] {
+        let tiny = TinyLlama::with_dims(5, TinyDims { attention_bias, ..Default::default() });
+        let (hf_dir, gguf) = (dir.path().join(format!("hf-{attention_bias}")), dir.path().join("tiny.gguf"));
+        tiny.write_hf_dir(&hf_dir).unwrap();
+        tiny.write_gguf(&gguf, DType::F32).unwrap();
+        let files = [hf_dir, gguf].map(|path| ModelFiles::open(path).unwrap());
+        assert_eq!(files[0].config.rope_variant, RopeVariant::HalfSplit);
+        let [(hf, hf_dispatches), (gguf, gguf_dispatches)] = files.map(|files| {
+            let before = ctx.counters();
+            let logits = gpu_logits(&ctx, &files, &PROMPT);
+            (logits, ctx.counters().since(&before).dispatches)
+        });
+        let (hf, gguf) = (hf.iter().flatten(), gguf.iter().flatten());
+        let differing = hf.zip(gguf).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differing, 0, "biases {attention_bias}: safetensors vs GGUF logits");
+        assert_eq!(hf_dispatches, gguf_dispatches, "biases {attention_bias}");
+        dispatches.push(hf_dispatches);
+    }
+    assert_eq!(dispatches[0], dispatches[1], "the biases cost a dispatch");
 }
 
 /// Drives a `WgpuExecutor` with hand-built scheduler outputs: every request admitted at

@@ -86,7 +86,7 @@ enum Epilogue<'a> {
     Accumulate,
     Bias(&'a Tensor),
     Gated(GateActivation),
-    RopeCache(&'a RopeCacheArgs<'a>),
+    RopeCache(&'a RopeCacheArgs<'a>, Option<&'a Tensor>),
 }
 
 impl Epilogue<'_> {
@@ -96,7 +96,9 @@ impl Epilogue<'_> {
             Self::Accumulate => LinearEpilogue::Accumulate,
             Self::Bias(_) => LinearEpilogue::Bias,
             Self::Gated(act) => LinearEpilogue::Gated(act),
-            Self::RopeCache(rope) => LinearEpilogue::RopeCache(rope.cache.format()),
+            Self::RopeCache(rope, bias) => {
+                LinearEpilogue::RopeCache { kv: rope.cache.format(), bias: bias.is_some() }
+            }
         }
     }
 }
@@ -369,8 +371,7 @@ impl Step<'_> {
 
     /// True when the model's Q/K/V projection `w` (with its `bias`, written from column `col0`)
     /// takes RoPE and the K/V write in its epilogue: the adapter fuses them
-    /// ([`Capabilities::fuses_rope`]), the projection has no bias and
-    /// [`Self::can_fuse_rope_cache`].
+    /// ([`Capabilities::fuses_rope`]) and [`Self::can_fuse_rope_cache`].
     pub fn fuses_rope_cache(
         &self,
         x: LinearInput<'_>,
@@ -379,41 +380,44 @@ impl Step<'_> {
         col0: usize,
         rope: &RopeCacheArgs,
     ) -> bool {
-        self.ctx.capabilities().fuses_rope() && bias.is_none() && self.can_fuse_rope_cache(x, w, col0, rope)
+        self.ctx.capabilities().fuses_rope() && self.can_fuse_rope_cache(x, w, bias, col0, rope)
     }
 
     /// True when [`Self::linear_rope_cache`] can run this projection here: the rotation pairs
     /// neighbouring columns (interleaved, no Q/K norms), the weight's parts split on whole pairs
-    /// and the kernel's storage buffers fit the device's limit (9 with a fused norm: WebGPU's
-    /// default limit is 8).
+    /// and the kernel's storage buffers fit the device's limit (8 plain, 9 with a bias or a fused
+    /// norm, 10 with both: WebGPU's default limit is 8).
     pub fn can_fuse_rope_cache(
         &self,
         x: LinearInput<'_>,
         w: &Weight,
+        bias: Option<&Tensor>,
         col0: usize,
         rope: &RopeCacheArgs,
     ) -> bool {
         let caps = self.ctx.capabilities();
-        let variant = linear_variant(caps, x, w, 1, LinearEpilogue::RopeCache(rope.cache.format()));
+        let epilogue = LinearEpilogue::RopeCache { kv: rope.cache.format(), bias: bias.is_some() };
+        let variant = linear_variant(caps, x, w, 1, epilogue);
         rope.rotates_neighbours()
             && !splits_pairs(w, col0)
             && variant.storage_buffers() <= caps.limits.max_storage_buffers_per_shader_stage
     }
 
-    /// `out[:, col0..col0 + N] = x · wᵀ` for a Q/K/V projection writing its columns of the row
-    /// [`Self::rope_cache`] takes, with that kernel's work in the epilogue: query columns stored
-    /// rotated, key and value columns stored as projected and written (keys rotated) into the
-    /// cache. The same bits as [`Self::linear_into`] then [`Self::rope_cache`]; only interleaved
-    /// RoPE without Q/K norms ([`Self::can_fuse_rope_cache`] says when).
+    /// `out[:, col0..col0 + N] = x · wᵀ (+ bias)` for a Q/K/V projection writing its columns of
+    /// the row [`Self::rope_cache`] takes, with that kernel's work in the epilogue: query columns
+    /// stored rotated, key and value columns stored as projected and written (keys rotated) into
+    /// the cache. The same bits as [`Self::linear_into`] then [`Self::rope_cache`]; only
+    /// interleaved RoPE without Q/K norms ([`Self::can_fuse_rope_cache`] says when).
     pub fn linear_rope_cache<'a>(
         &mut self,
         x: impl Into<LinearInput<'a>>,
         w: &Weight,
+        bias: Option<&Tensor>,
         out: &Tensor,
         col0: usize,
         rope: &RopeCacheArgs,
     ) -> Result<(), GpuError> {
-        self.record_linear(x.into(), w, out, col0, Epilogue::RopeCache(rope))
+        self.record_linear(x.into(), w, out, col0, Epilogue::RopeCache(rope, bias))
     }
 
     fn record_linear(
@@ -446,27 +450,30 @@ impl Step<'_> {
                 w.rows()
             )));
         }
-        let mut extra: [Option<Binding>; 5] = Default::default();
+        // The epilogue's bindings: a bias first, then the rotary epilogue's tensors.
+        let mut extra: [Option<Binding>; 6] = Default::default();
         let (mut heads, mut kv_heads, mut hd) = (0, 0, 0);
-        match epi {
-            Epilogue::Bias(bias) => {
-                bias.expect("linear bias", Elem::F32, &[w.rows()])?;
-                extra[0] = Some(Binding::tensor(slots::linear_bias::BIAS, bias));
-            }
-            Epilogue::RopeCache(rope) => {
-                let (kc, vc) = check_fused_rope(rope, w, m, width, col0)?;
-                let s = rope.cache.shape();
-                (heads, kv_heads, hd) = (rope.heads, s.num_kv_heads, s.head_dim);
-                extra = [
-                    Binding::tensor(slots::linear_rope_cache::POSITIONS, rope.positions),
-                    Binding::tensor(slots::linear_rope_cache::INV_FREQ, rope.inv_freq),
-                    Binding::tensor(slots::linear_rope_cache::SLOT_MAPPING, rope.slot_mapping),
-                    Binding::buffer(slots::linear_rope_cache::K_CACHE, kc),
-                    Binding::buffer(slots::linear_rope_cache::V_CACHE, vc),
-                ]
-                .map(Some);
-            }
-            Epilogue::Store | Epilogue::Accumulate | Epilogue::Gated(_) => {}
+        let bias = match epi {
+            Epilogue::Bias(bias) | Epilogue::RopeCache(_, Some(bias)) => Some(bias),
+            _ => None,
+        };
+        if let Some(bias) = bias {
+            bias.expect("linear bias", Elem::F32, &[w.rows()])?;
+            extra[0] = Some(Binding::tensor(slots::linear_bias::BIAS, bias));
+        }
+        if let Epilogue::RopeCache(rope, _) = epi {
+            let (kc, vc) = check_fused_rope(rope, w, m, width, col0)?;
+            let s = rope.cache.shape();
+            (heads, kv_heads, hd) = (rope.heads, s.num_kv_heads, s.head_dim);
+            let [_, rotary @ ..] = &mut extra;
+            *rotary = [
+                Binding::tensor(slots::linear_rope_cache::POSITIONS, rope.positions),
+                Binding::tensor(slots::linear_rope_cache::INV_FREQ, rope.inv_freq),
+                Binding::tensor(slots::linear_rope_cache::SLOT_MAPPING, rope.slot_mapping),
+                Binding::buffer(slots::linear_rope_cache::K_CACHE, kc),
+                Binding::buffer(slots::linear_rope_cache::V_CACHE, vc),
+            ]
+            .map(Some);
         }
         let (norm, eps) = match input {
             LinearInput::Plain(_) => (None, 0.0),

@@ -179,10 +179,15 @@ pub enum LinearEpilogue {
     /// `y = act(gate) * up` over a gated weight, whose parts hold their gate rows and then as
     /// many up rows: the gated MLP's two projections and its activation in one dispatch.
     Gated(GateActivation),
-    /// A Q/K/V projection's outputs rotated (interleaved RoPE) and the keys and values written
-    /// into a paged KV pool of this format: the rope_cache kernel in the projection, a pair of
-    /// columns at a time.
-    RopeCache(KvFormat),
+    /// A Q/K/V projection's outputs (plus their biases when `bias`) rotated (interleaved RoPE)
+    /// and the keys and values written into a paged KV pool of format `kv`: the bias epilogue
+    /// and the rope_cache kernel in the projection, a pair of columns at a time.
+    RopeCache {
+        /// Pool element format.
+        kv: KvFormat,
+        /// Biases added before the rotation (Qwen2's Q/K/V).
+        bias: bool,
+    },
 }
 
 /// How a linear kernel hands its outputs to the epilogue (which of the kernels' `PLAIN`,
@@ -199,15 +204,18 @@ enum EmitShape {
 
 impl LinearEpilogue {
     /// Every epilogue.
-    pub const ALL: [LinearEpilogue; 8] = [
+    pub const ALL: [LinearEpilogue; 11] = [
         Self::Store,
         Self::Accumulate,
         Self::Bias,
         Self::Gated(GateActivation::Silu),
         Self::Gated(GateActivation::GeluTanh),
-        Self::RopeCache(KvFormat::F32),
-        Self::RopeCache(KvFormat::F16Packed),
-        Self::RopeCache(KvFormat::F16Native),
+        Self::RopeCache { kv: KvFormat::F32, bias: false },
+        Self::RopeCache { kv: KvFormat::F16Packed, bias: false },
+        Self::RopeCache { kv: KvFormat::F16Native, bias: false },
+        Self::RopeCache { kv: KvFormat::F32, bias: true },
+        Self::RopeCache { kv: KvFormat::F16Packed, bias: true },
+        Self::RopeCache { kv: KvFormat::F16Native, bias: true },
     ];
 
     /// True for the gated epilogues (two rows per output).
@@ -219,7 +227,7 @@ impl LinearEpilogue {
         match self {
             Self::Store | Self::Accumulate | Self::Bias => EmitShape::Single,
             Self::Gated(_) => EmitShape::Gated,
-            Self::RopeCache(_) => EmitShape::Pairs,
+            Self::RopeCache { .. } => EmitShape::Pairs,
         }
     }
 
@@ -229,7 +237,9 @@ impl LinearEpilogue {
             Self::Accumulate => "accumulate".into(),
             Self::Bias => "bias".into(),
             Self::Gated(act) => format!("gated-{}", act.name()),
-            Self::RopeCache(kv) => format!("rope-cache-{}", kv.name()),
+            Self::RopeCache { kv, bias } => {
+                format!("{}rope-cache-{}", if bias { "bias-" } else { "" }, kv.name())
+            }
         }
     }
 }
@@ -489,7 +499,7 @@ impl KernelVariant {
             self,
             Self::RopeCache { kv: KvFormat::F16Native, .. }
                 | Self::Attention { kv: KvFormat::F16Native, .. }
-                | Self::Linear { epilogue: LinearEpilogue::RopeCache(KvFormat::F16Native), .. }
+                | Self::Linear { epilogue: LinearEpilogue::RopeCache { kv: KvFormat::F16Native, .. }, .. }
         )
     }
 
@@ -649,8 +659,18 @@ impl KernelVariant {
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
                 (LinearEpilogue::Bias, LinearPrologue::RmsNorm) => slots::linear_bias_norm::ALL,
-                (LinearEpilogue::RopeCache(_), LinearPrologue::Plain) => slots::linear_rope_cache::ALL,
-                (LinearEpilogue::RopeCache(_), LinearPrologue::RmsNorm) => slots::linear_rope_cache_norm::ALL,
+                (LinearEpilogue::RopeCache { bias: false, .. }, LinearPrologue::Plain) => {
+                    slots::linear_rope_cache::ALL
+                }
+                (LinearEpilogue::RopeCache { bias: false, .. }, LinearPrologue::RmsNorm) => {
+                    slots::linear_rope_cache_norm::ALL
+                }
+                (LinearEpilogue::RopeCache { bias: true, .. }, LinearPrologue::Plain) => {
+                    slots::linear_bias_rope_cache::ALL
+                }
+                (LinearEpilogue::RopeCache { bias: true, .. }, LinearPrologue::RmsNorm) => {
+                    slots::linear_bias_rope_cache_norm::ALL
+                }
                 (_, LinearPrologue::Plain) => slots::linear::ALL,
                 (_, LinearPrologue::RmsNorm) => slots::linear_norm::ALL,
             },

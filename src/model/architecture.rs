@@ -15,6 +15,30 @@ pub enum RopeVariant {
     HalfSplit,
 }
 
+/// The rows of a Q or K projection `[heads * head_dim, ..]` (or its bias), each `values.len() /
+/// (heads * head_dim)` values long, reordered from half-split RoPE order (row `s * head_dim / 2
+/// + i` of a head) to interleaved order (row `2 * i + s`), as llama.cpp's converter stores Llama
+/// files. Whole rows move, so any row-wise format (quantized blocks included) can be reordered
+/// as stored bytes. `None` when the values do not split into that many rows of even heads.
+pub fn interleave_rope_rows<T: Copy>(values: &[T], heads: usize, head_dim: usize) -> Option<Vec<T>> {
+    let rows = heads * head_dim;
+    if rows == 0 || !head_dim.is_multiple_of(2) || !values.len().is_multiple_of(rows) {
+        return None;
+    }
+    let row_len = values.len() / rows;
+    let half = head_dim / 2;
+    let mut out = Vec::with_capacity(values.len());
+    for h in 0..heads {
+        for i in 0..half {
+            for s in 0..2 {
+                let src = (h * head_dim + s * half + i) * row_len;
+                out.extend_from_slice(&values[src..src + row_len]);
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Rotary frequency scaling.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
@@ -790,6 +814,16 @@ impl Fields<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn rope_rows_move_second_halves_to_odd_slots_whole_rows_at_a_time() {
+        let rows: Vec<u8> = (0..8).collect();
+        assert_eq!(interleave_rope_rows(&rows, 2, 4).unwrap(), [0, 2, 1, 3, 4, 6, 5, 7]);
+        let two_wide: Vec<u8> = (0..12).collect();
+        assert_eq!(interleave_rope_rows(&two_wide, 1, 6).unwrap(), [0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11]);
+        assert_eq!(interleave_rope_rows(&rows, 3, 2), None);
+        assert_eq!(interleave_rope_rows(&two_wide, 4, 3), None);
+    }
 
     fn base() -> Value {
         json!({

@@ -6,9 +6,11 @@
 //! norms fused too, the K-split decode GEMV's default; then the final norm and the LM head on
 //! only the rows that need logits, and top-k/argmax on the GPU).
 
+use std::borrow::Cow;
+
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant};
+use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant, interleave_rope_rows};
 use super::files::ModelFiles;
 use super::tensor::TensorView;
 use super::weights::{LayerWeights, LlamaWeights, WeightError, WeightFile};
@@ -82,7 +84,8 @@ pub struct LlamaModel {
 
 impl LlamaModel {
     /// Upload every weight of `files` to `ctx`, with a progress bar on stderr when `progress`,
-    /// for contexts up to the model's own.
+    /// for contexts up to the model's own. A half-split RoPE model without Q/K norms loads
+    /// with its Q and K rows in interleaved order, so it rotates as a GGUF Llama does.
     pub fn load(ctx: &GpuContext, files: &ModelFiles, progress: bool) -> Result<Self, LlamaError> {
         Self::load_for_context(ctx, files, files.config.max_position_embeddings, progress)
     }
@@ -106,7 +109,14 @@ impl LlamaModel {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_message(files.path.display().to_string());
-        let loader = Loader { ctx, config: &config, bar: &bar };
+        // Q/K norms need a whole head in one invocation, so only a model without them gains
+        // from rotating neighbouring columns (in the Q/K/V projection's epilogue).
+        let interleave_qk = config.rope_variant == RopeVariant::HalfSplit && !config.qk_norm;
+        let rope_mode = match config.rope_variant {
+            RopeVariant::HalfSplit if !interleave_qk => RopeMode::HalfSplit,
+            _ => RopeMode::Interleaved,
+        };
+        let loader = Loader { ctx, config: &config, bar: &bar, interleave_qk };
         let embed_tokens = loader.matrix("embed_tokens", &weights.embed_tokens)?;
         let layers = weights
             .layers
@@ -131,10 +141,6 @@ impl LlamaModel {
             None => None,
         };
         bar.finish_and_clear();
-        let rope_mode = match config.rope_variant {
-            RopeVariant::Interleaved => RopeMode::Interleaved,
-            RopeVariant::HalfSplit => RopeMode::HalfSplit,
-        };
         Ok(Self {
             config,
             rope_mode,
@@ -381,7 +387,7 @@ impl GpuLayer {
         };
         if self.qkv.iter().all(|p| step.fuses_rope_cache(h, &p.weight, p.bias.as_ref(), p.col0, &rope)) {
             for p in &self.qkv {
-                step.linear_rope_cache(h, &p.weight, &a.qkv, p.col0, &rope)?;
+                step.linear_rope_cache(h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0, &rope)?;
             }
         } else {
             for p in &self.qkv {
@@ -454,6 +460,8 @@ struct Loader<'a> {
     ctx: &'a GpuContext,
     config: &'a ModelConfig,
     bar: &'a ProgressBar,
+    /// Q's and K's rows go in interleaved RoPE order (a half-split model without Q/K norms).
+    interleave_qk: bool,
 }
 
 impl Loader<'_> {
@@ -471,6 +479,20 @@ impl Loader<'_> {
         let v = self.ctx.upload_f32(shape, &values)?;
         self.bar.inc(ts.len() as u64);
         Ok(v)
+    }
+
+    /// `t`'s stored bytes with the rows of each of its `heads` heads in interleaved RoPE order
+    /// (as llama.cpp's converter stores Llama's Q and K) when the model loads so, else as they
+    /// are: a half-split model then rotates neighbouring columns, the same attention scores.
+    fn rope_rows<'t>(&self, t: &TensorView<'t>, heads: usize) -> Result<Cow<'t, [u8]>, LlamaError> {
+        if !self.interleave_qk {
+            return Ok(Cow::Borrowed(t.data));
+        }
+        let hd = self.config.head_dim;
+        let rows = interleave_rope_rows(t.data, heads, hd).ok_or_else(|| {
+            LlamaError::Unsupported(format!("{heads} heads of {hd} rows in a tensor of shape {:?}", t.shape))
+        })?;
+        Ok(Cow::Owned(rows))
     }
 
     /// What a norm's stored weights need added: Gemma's HF norms hold `w` of `x̂ · (1 + w)`,
@@ -503,10 +525,23 @@ impl Loader<'_> {
     }
 
     /// Q, K and V as one stacked weight (and one bias) when they share a type, else three
-    /// projections into their columns of the same row.
+    /// projections into their columns of the same row; Q's and K's rows in interleaved RoPE
+    /// order when the model loads so.
     fn qkv(&self, l: usize, w: &LayerWeights<'_>) -> Result<Vec<QkvProjection>, LlamaError> {
-        let views = [&w.q_proj, &w.k_proj, &w.v_proj];
-        let biases = w.qkv_bias.as_ref().map(|[q, k, v]| [q, k, v]);
+        let (heads, kv_heads) = (self.config.num_attention_heads, self.config.num_key_value_heads);
+        let (q, k) = (self.rope_rows(&w.q_proj, heads)?, self.rope_rows(&w.k_proj, kv_heads)?);
+        let (q, k) = (w.q_proj.with_data(&q), w.k_proj.with_data(&k));
+        let views = [&q, &k, &w.v_proj];
+        let bias_rows = match &w.qkv_bias {
+            Some([bq, bk, _]) => Some([self.rope_rows(bq, heads)?, self.rope_rows(bk, kv_heads)?]),
+            None => None,
+        };
+        let bias_views = w
+            .qkv_bias
+            .as_ref()
+            .zip(bias_rows.as_ref())
+            .map(|([bq, bk, bv], [q, k])| [bq.with_data(q), bk.with_data(k), bv.clone()]);
+        let biases = bias_views.as_ref().map(|[q, k, v]| [q, k, v]);
         if views.iter().all(|v| v.dtype == w.q_proj.dtype) {
             let name = format!("layers.{l}.qkv_proj");
             let mut rows = 0;

@@ -25,6 +25,14 @@ impl<'a> TensorView<'a> {
         self.shape.iter().product()
     }
 
+    /// The same tensor over other bytes of the same size: its stored bytes reordered.
+    pub fn with_data<'b>(&self, data: &'b [u8]) -> TensorView<'b>
+    where
+        'a: 'b,
+    {
+        TensorView { dtype: self.dtype, shape: self.shape.clone(), data }
+    }
+
     /// Rows `first..first + rows` of a matrix (`[rows, cols]`, the outermost dimension), sharing
     /// the stored bytes: how a fused projection (Phi-3's `qkv_proj`) is cut into its parts.
     /// `None` when the range or the row size does not fit.

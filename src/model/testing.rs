@@ -338,23 +338,12 @@ fn gguf_name(hf: &str) -> String {
     format!("blk.{layer}.{suffix}")
 }
 
-/// Reorder the rows of a Q or K projection `[heads * head_dim, cols]` (or its bias, one
-/// column) from half-split RoPE
-/// order (row `s * head_dim / 2 + i` of a head) to interleaved order (row `2 * i + s`).
+/// Reorder the rows of a Q or K projection `[heads * head_dim, cols]` (or its bias) from
+/// half-split to interleaved RoPE order, as llama.cpp's converter does
+/// ([`interleave_rope_rows`](super::architecture::interleave_rope_rows)).
 pub fn permute_for_interleaved_rope(values: &[f32], heads: usize, head_dim: usize) -> Vec<f32> {
-    let cols = values.len() / (heads * head_dim);
-    let half = head_dim / 2;
-    let mut out = vec![0.0; values.len()];
-    for h in 0..heads {
-        for s in 0..2 {
-            for i in 0..half {
-                let src = (h * head_dim + s * half + i) * cols;
-                let dst = (h * head_dim + 2 * i + s) * cols;
-                out[dst..dst + cols].copy_from_slice(&values[src..src + cols]);
-            }
-        }
-    }
-    out
+    super::architecture::interleave_rope_rows(values, heads, head_dim)
+        .unwrap_or_else(|| panic!("{} values are not {heads} heads of {head_dim} rows", values.len()))
 }
 
 /// One sequence of `tokens` prefilled alone in one step, with the logits of every position
@@ -395,12 +384,6 @@ pub fn prefill_logits(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn permutation_moves_second_half_rows_to_odd_slots() {
-        let rows: Vec<f32> = (0..8).map(|r| r as f32).collect();
-        assert_eq!(permute_for_interleaved_rope(&rows, 2, 4), vec![0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]);
-    }
 
     #[test]
     fn same_seed_same_weights() {

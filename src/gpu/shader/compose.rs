@@ -179,8 +179,18 @@ impl KernelVariant {
                     LinearEpilogue::Accumulate => vec![shader_file!("epi_accumulate.wgsl")],
                     LinearEpilogue::Bias => vec![shader_file!("epi_bias.wgsl")],
                     LinearEpilogue::Gated(act) => vec![act.file(), shader_file!("epi_gated.wgsl")],
-                    LinearEpilogue::RopeCache(kv) => {
-                        vec![kv.file(), shader_file!("rope_angle.wgsl"), shader_file!("epi_rope_cache.wgsl")]
+                    LinearEpilogue::RopeCache { kv, bias } => {
+                        let projected = if bias {
+                            shader_file!("epi_pair_bias.wgsl")
+                        } else {
+                            shader_file!("epi_pair_plain.wgsl")
+                        };
+                        vec![
+                            kv.file(),
+                            projected,
+                            shader_file!("rope_angle.wgsl"),
+                            shader_file!("epi_rope_cache.wgsl"),
+                        ]
                     }
                 };
                 let input = match prologue {

@@ -168,6 +168,32 @@ binding_slots! {
         K_CACHE = 9,
         V_CACHE = 10,
     }
+    /// `shaders/linear_common.wgsl` with `epi_pair_bias.wgsl` and `epi_rope_cache.wgsl`.
+    linear_bias_rope_cache {
+        X = 1,
+        W = 2,
+        Y = 3,
+        BIAS = 4,
+        POSITIONS = 6,
+        INV_FREQ = 7,
+        SLOT_MAPPING = 8,
+        K_CACHE = 9,
+        V_CACHE = 10,
+    }
+    /// `shaders/linear_common.wgsl` with `xin_rms_norm.wgsl`, `epi_pair_bias.wgsl` and
+    /// `epi_rope_cache.wgsl`.
+    linear_bias_rope_cache_norm {
+        X = 1,
+        W = 2,
+        Y = 3,
+        BIAS = 4,
+        NORM = 5,
+        POSITIONS = 6,
+        INV_FREQ = 7,
+        SLOT_MAPPING = 8,
+        K_CACHE = 9,
+        V_CACHE = 10,
+    }
     /// `shaders/attention_common.wgsl` (all three attention kernels).
     attention {
         Q = 1,
