@@ -28,6 +28,17 @@ fn staged(r: u32, l: u32) -> W8 {
     return W8(tile[2u * r * LANES + l], tile[(2u * r + 1u) * LANES + l]);
 }
 
+// The group of 8 weights lane `lane` sums at step `s`, in the GEMV's order: while s <
+// block_steps, group s % 4 of block (s / 4) LANES + lane (none, 0xffffffff, past the last
+// block), then the groups past the blocks, LANES apart.
+fn lane_group(s: u32, lane: u32, blocks: u32, block_steps: u32) -> u32 {
+    if (s < block_steps) {
+        let b = s / 4u * LANES + lane;
+        return select(0xffffffffu, 4u * b + s % 4u, b < blocks);
+    }
+    return 4u * blocks + (s - block_steps) * LANES + lane;
+}
+
 // Slot of partial sum `o` of lane `j` of band `band` in the tree's exchange.
 fn xi(band: u32, o: u32, j: u32) -> u32 {
     return (band * OUTS + o) * (LANES / 2u) + j;
@@ -60,34 +71,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     ROWS COLS var acc_R_C = 0.0;
     GATED ROWS COLS var up_R_C = 0.0;
     let blocks = P.k / 32u * WALK_BLOCKS;
-    for (var c = 0u; c < blocks; c += LANES) {
-        let b = c + lane;
-        let live = b < blocks;
-        for (var q = 0u; q < 4u; q++) {
-            let g = 4u * b + q;
-            workgroupBarrier();
-            if (live) {
-                stage(band, lane, w_group(stage_rb, g));
-            }
-            workgroupBarrier();
-            if (live) {
-                COLS let w_C = staged(CCu, lane);
-                GATED COLS let u_C = staged(TN + CCu, lane);
-                ROWS let x_R = input8(load_x8_direct(xr_R + 8u * g), s_R, 8u * g);
-                ROWS COLS acc_R_C = dot8(x_R, w_C, acc_R_C);
-                GATED ROWS COLS up_R_C = dot8(x_R, u_C, up_R_C);
-            }
-        }
-    }
     let groups = P.k / 8u;
-    for (var c = 4u * blocks; c < groups; c += LANES) {
-        let g = c + lane;
+    let block_steps = 4u * ((blocks + LANES - 1u) / LANES);
+    let steps = block_steps + (groups - 4u * blocks + LANES - 1u) / LANES;
+    for (var s = 0u; s < steps; s++) {
+        let g = lane_group(s, lane, blocks, block_steps);
+        let live = g < groups;
         workgroupBarrier();
-        if (g < groups) {
+        if (live) {
             stage(band, lane, w_group(stage_rb, g));
         }
         workgroupBarrier();
-        if (g < groups) {
+        if (live) {
             COLS let w_C = staged(CCu, lane);
             GATED COLS let u_C = staged(TN + CCu, lane);
             ROWS let x_R = input8(load_x8_direct(xr_R + 8u * g), s_R, 8u * g);
