@@ -192,16 +192,104 @@ fn fused_epilogues_and_norms_equal_the_separate_kernels_bit_for_bit() {
     }
 }
 
+/// A Q/K/V row of `heads` query and `kv_heads` key/value heads of `hd`, with its tokens'
+/// positions and cache slots (`u32::MAX`: none), over a one-layer pool of 8 blocks of 16.
+struct QkvRow<'a> {
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    positions: &'a [u32],
+    slots: &'a [u32],
+    precision: KvPrecision,
+}
+
+impl QkvRow<'_> {
+    fn width(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.hd
+    }
+
+    /// The Q/K/V row and both pools after projecting `input` through `layout` (each weight at
+    /// its column, with its bias) with RoPE and the K/V write in the projection's epilogue
+    /// (`fused`) or as `linear_into` then `rope_cache`; `None` when a fused projection does not
+    /// fit the device's storage-buffer limit (past WebGPU's default 8, PAGODA_WEBGPU_LIMITS=1).
+    fn project(
+        &self,
+        c: &GpuContext,
+        input: LinearInput<'_>,
+        layout: &[(&Weight, usize, Option<&Tensor>)],
+        fused: bool,
+    ) -> Option<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+        let m = self.positions.len();
+        let shape = KvCacheShape {
+            num_layers: 1,
+            num_blocks: 8,
+            block_size: 16,
+            num_kv_heads: self.kv_heads,
+            head_dim: self.hd,
+        };
+        let cache = c.kv_cache(shape, self.precision).unwrap();
+        let inv = c.upload_f32(&[self.hd / 2], &rope_inv_freq(self.hd, 10000.0, None)).unwrap();
+        let qkv = c.tensor(Elem::F32, &[m, self.width()]).unwrap();
+        let (pt, st) = (c.upload_u32(&[m], self.positions).unwrap(), c.upload_u32(&[m], self.slots).unwrap());
+        let rope = RopeCacheArgs {
+            positions: &pt,
+            inv_freq: &inv,
+            qk_norm: None,
+            slot_mapping: &st,
+            cache: &cache,
+            layer: 0,
+            heads: self.heads,
+            mode: RopeMode::Interleaved,
+        };
+        let mut step = c.step();
+        for &(w, col0, bias) in layout {
+            if !step.can_fuse_rope_cache(input, w, bias, col0, &rope) {
+                return None;
+            }
+            if fused {
+                step.linear_rope_cache(input, w, bias, &qkv, col0, &rope).unwrap();
+            } else {
+                step.linear_into(input, w, bias, &qkv, col0).unwrap();
+            }
+        }
+        if !fused {
+            step.rope_cache(&qkv, &rope).unwrap();
+        }
+        let id = step.read(&qkv);
+        let row = step.submit().unwrap().f32s(id);
+        let (kc, vc) = c.read_kv_layer(&cache, 0).unwrap();
+        Some((row, kc, vc))
+    }
+
+    /// Runs [`Self::project`] both ways and asserts the same bits in the row and both pools;
+    /// the fused row, or `None` where it does not fit.
+    fn assert_fused_equals_separate(
+        &self,
+        c: &GpuContext,
+        input: LinearInput<'_>,
+        layout: &[(&Weight, usize, Option<&Tensor>)],
+        what: &str,
+    ) -> Option<Vec<f32>> {
+        let (fused, separate) =
+            self.project(c, input, layout, true).zip(self.project(c, input, layout, false))?;
+        assert_eq!(bits(&fused.0), bits(&separate.0), "{what}: the Q/K/V row");
+        assert_eq!(bits(&fused.1), bits(&separate.1), "{what}: the K pool");
+        assert_eq!(bits(&fused.2), bits(&separate.2), "{what}: the V pool");
+        assert!(fused.1.iter().any(|&v| v != 0.0), "{what}: nothing cached");
+        Some(fused.0)
+    }
+}
+
 /// RoPE and the K/V write in the Q/K/V projection's epilogue (`linear_rope_cache`) give the
 /// bits of `linear_into` then `rope_cache`, in the Q/K/V row and in both pools, for the weight
 /// types of the fused-norm test and the default model's Q4_1 (the epilogue never sees the
-/// weight type) on the adapter's own kernels and on the K-split ones (GEMV and GEMM), with f32 and f16
-/// pools, at a decode row and prefill batches, a concatenated weight or one weight a head kind
-/// at its own columns, normed inputs and biases (added before the rotation); tokens with no
-/// slot write no cache. A fused row alone equals the same row in a batch of 64.
+/// weight type) on the adapter's own kernels and on the K-split ones (GEMV and GEMM), with f32
+/// and f16 pools, at a decode row and prefill batches, a concatenated weight or one weight a
+/// head kind at its own columns, normed inputs and biases (added before the rotation); tokens
+/// with no slot write no cache. A fused row alone equals the same row in a batch of 64.
 #[test]
 fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
-    let (heads, kv_heads, hd, block) = (4, 2, 16, 16);
+    let (heads, kv_heads, hd) = (4, 2, 16);
     let width = (heads + 2 * kv_heads) * hd;
     let eps = 1e-5;
     for c in [ctx(), gpu_class_ctx()] {
@@ -218,16 +306,16 @@ fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
                         (c.upload_weight("part", dtype, rows, k, part).unwrap(), col0)
                     })
                     .collect();
-            let layouts: [&[(Weight, usize)]; 2] = [&[(fused_w, 0)], &per_kind];
-            let norm_t = c.upload_f32(&[k], &Rng::new(32).vec(k)).unwrap();
-            let inv = c.upload_f32(&[hd / 2], &rope_inv_freq(hd, 10000.0, None)).unwrap();
-            let batch = Rng::new(33).vec(64 * k);
+            let weights: [Vec<(Weight, usize)>; 2] = [vec![(fused_w, 0)], per_kind];
             let bias = Rng::new(34).vec(width);
-            let biases: [Vec<Tensor>; 2] = layouts.map(|ws| {
+            let biases: [Vec<Tensor>; 2] = [0, 1].map(|layout| {
+                let ws = &weights[layout];
                 ws.iter()
                     .map(|(w, col0)| c.upload_f32(&[w.rows()], &bias[*col0..][..w.rows()]).unwrap())
                     .collect()
             });
+            let norm_t = c.upload_f32(&[k], &Rng::new(32).vec(k)).unwrap();
+            let batch = Rng::new(33).vec(64 * k);
             let normed_too = dtype != DType::Q4_1;
             let mut alone = None;
             for (m, precision, layout, normed, biased) in [
@@ -241,78 +329,61 @@ fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
                 // Every fifth token has no slot; the others fill the pool backwards.
                 let slots: Vec<u32> =
                     (0..m as u32).map(|i| if i % 5 == 4 { u32::MAX } else { 127 - i }).collect();
-                let shape = KvCacheShape {
-                    num_layers: 1,
-                    num_blocks: 8,
-                    block_size: block,
-                    num_kv_heads: kv_heads,
-                    head_dim: hd,
-                };
-                let run = |fused: bool| {
-                    let cache = c.kv_cache(shape, precision).unwrap();
-                    let x = c.upload_f32(&[m, k], &batch[..m * k]).unwrap();
-                    let input = if normed {
-                        LinearInput::rms_normed(&x, &norm_t, eps)
-                    } else {
-                        LinearInput::Plain(&x)
-                    };
-                    let qkv = c.tensor(Elem::F32, &[m, width]).unwrap();
-                    let (pt, st) =
-                        (c.upload_u32(&[m], &positions).unwrap(), c.upload_u32(&[m], &slots).unwrap());
-                    let rope = RopeCacheArgs {
-                        positions: &pt,
-                        inv_freq: &inv,
-                        qk_norm: None,
-                        slot_mapping: &st,
-                        cache: &cache,
-                        layer: 0,
-                        heads,
-                        mode: RopeMode::Interleaved,
-                    };
-                    let mut step = c.step();
-                    for ((w, col0), b) in layouts[layout].iter().zip(&biases[layout]) {
-                        let b = biased.then_some(b);
-                        // A normed or biased fused projection binds 9 storage buffers: past
-                        // WebGPU's default limit (PAGODA_WEBGPU_LIMITS=1), it is not run.
-                        if !step.can_fuse_rope_cache(input, w, b, *col0, &rope) {
-                            assert!(normed || biased, "{dtype:?}: a plain projection always fuses");
-                            return None;
-                        }
-                        if fused {
-                            step.linear_rope_cache(input, w, b, &qkv, *col0, &rope).unwrap();
-                        } else {
-                            step.linear_into(input, w, b, &qkv, *col0).unwrap();
-                        }
-                    }
-                    if !fused {
-                        step.rope_cache(&qkv, &rope).unwrap();
-                    }
-                    let id = step.read(&qkv);
-                    let row = step.submit().unwrap().f32s(id);
-                    let (kc, vc) = c.read_kv_layer(&cache, 0).unwrap();
-                    Some((row, kc, vc))
-                };
+                let row = QkvRow { heads, kv_heads, hd, positions: &positions, slots: &slots, precision };
+                let x = c.upload_f32(&[m, k], &batch[..m * k]).unwrap();
+                let input =
+                    if normed { LinearInput::rms_normed(&x, &norm_t, eps) } else { LinearInput::Plain(&x) };
+                let projections: Vec<(&Weight, usize, Option<&Tensor>)> = weights[layout]
+                    .iter()
+                    .zip(&biases[layout])
+                    .map(|((w, col0), b)| (w, *col0, biased.then_some(b)))
+                    .collect();
                 let what = format!(
                     "{:?} {dtype:?} m{m} {precision:?} layout {layout} normed {normed} biased {biased}",
                     c.capabilities().linear_path()
                 );
-                let Some((fused, separate)) = run(true).zip(run(false)) else {
+                let Some(fused) = row.assert_fused_equals_separate(c, input, &projections, &what) else {
+                    // A normed or biased fused projection binds 9 storage buffers (10 with both).
+                    assert!(normed || biased, "{what}: a plain projection always fuses");
                     continue;
                 };
-                assert_eq!(bits(&fused.0), bits(&separate.0), "{what}: the Q/K/V row");
-                assert_eq!(bits(&fused.1), bits(&separate.1), "{what}: the K pool");
-                assert_eq!(bits(&fused.2), bits(&separate.2), "{what}: the V pool");
-                assert!(fused.1.iter().any(|&v| v != 0.0), "{what}: nothing cached");
                 match (m, &alone) {
-                    (1, _) => alone = Some(fused.0),
+                    (1, _) => alone = Some(fused),
                     (64, Some(row)) if layout == 0 => {
-                        assert_eq!(bits(&fused.0[..width]), bits(row), "{what}: row alone vs in 64")
+                        assert_eq!(bits(&fused[..width]), bits(row), "{what}: row alone vs in 64")
                     }
                     _ => {}
                 }
             }
         }
     }
+}
+
+/// A Q/K/V weight past the binding limit (192 MiB of f32 against lavapipe's 128 MiB) is split
+/// into parts at even rows, and the rotary epilogue reads each part's biases from its first row
+/// on: the fused projection with biases still equals `linear_into` then `rope_cache` bit for bit.
+#[test]
+fn fused_rope_cache_with_biases_holds_across_the_parts_of_a_split_weight() {
+    let c = ctx();
+    let (heads, kv_heads, hd, k) = (640, 64, 64, 1024);
+    let row = QkvRow {
+        heads,
+        kv_heads,
+        hd,
+        positions: &[3, 900, 4095],
+        slots: &[5, u32::MAX, 127],
+        precision: KvPrecision::F32,
+    };
+    let width = row.width();
+    let w = c
+        .upload_weight("qkv", DType::F32, width, k, bytemuck::cast_slice(&Rng::new(41).vec(width * k)))
+        .unwrap();
+    assert!(width * k * 4 <= c.max_binding_bytes() as usize || w.num_parts() >= 2);
+    let bias = c.upload_f32(&[width], &Rng::new(42).vec(width)).unwrap();
+    let x = c.upload_f32(&[3, k], &Rng::new(43).vec(3 * k)).unwrap();
+    let what = format!("{} parts", w.num_parts());
+    let fused = row.assert_fused_equals_separate(c, LinearInput::Plain(&x), &[(&w, 0, Some(&bias))], &what);
+    assert!(fused.is_some() || c.capabilities().limits.max_storage_buffers_per_shader_stage < 9, "{what}");
 }
 
 /// The weight types the fused norm is checked with: F16 (blocks of 32 as four groups), Q8_0
@@ -1224,6 +1295,10 @@ fn bad_shapes_are_errors_not_panics() {
     assert!(matches!(odd, Err(GpuError::Shape(ref m)) if m.contains("pair")), "{odd:?}");
     let narrow = step.linear_rope_cache(&x8, &w, None, &out, 0, &rope);
     assert!(matches!(narrow, Err(GpuError::Shape(ref m)) if m.contains("Q/K/V row")), "{narrow:?}");
+    let bias4 = c.tensor(Elem::F32, &[4]).unwrap();
+    if c.capabilities().limits.max_storage_buffers_per_shader_stage >= 9 {
+        assert!(step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, Some(&bias4), 0, &rope), "a bias");
+    }
     let short = step.linear_rope_cache(&x8, &w, Some(&bias), &qkv, 0, &rope);
     assert!(matches!(short, Err(GpuError::Shape(ref m)) if m.contains("bias")), "{short:?}");
     rope.mode = RopeMode::HalfSplit;

@@ -307,7 +307,7 @@ impl Capabilities {
             format!(
                 "rope + kv write: {} ({})",
                 if self.fuses_rope() {
-                    "in the q/k/v projections' epilogue where the model rotates interleaved pairs without q/k norms or bias, else its own dispatch"
+                    "in the q/k/v projections' epilogue where the model has no q/k norms, else its own dispatch"
                 } else {
                     "its own dispatch"
                 },

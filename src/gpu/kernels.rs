@@ -21,9 +21,10 @@ use super::weights::Weight;
 /// Which pairs of a head RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeMode {
-    /// Pairs (2i, 2i + 1): GGUF llama files (Q/K rows permuted for it).
+    /// Pairs (2i, 2i + 1): GGUF llama files store Q/K rows permuted for it, and half-split
+    /// models without Q/K norms are loaded so.
     Interleaved,
-    /// Pairs (i, i + head_dim / 2): HF safetensors (NeoX style).
+    /// Pairs (i, i + head_dim / 2), NeoX style: models with Q/K norms (Qwen3, Gemma 3).
     HalfSplit,
 }
 

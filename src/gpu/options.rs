@@ -207,7 +207,7 @@ pub struct GpuOptions {
     /// linear path.
     pub norm_strategy: Option<Fusion>,
     /// Whether RoPE and the paged K/V write run in the Q/K/V projections' epilogue (where the
-    /// model allows: interleaved RoPE, no Q/K norms, no Q/K/V bias); `None` fuses.
+    /// model allows: no Q/K norms); `None` fuses.
     pub rope_strategy: Option<Fusion>,
     /// Largest K-split GEMM tile; `None` chooses from the adapter.
     pub gemm_rows: Option<GemmRows>,

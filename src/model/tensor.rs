@@ -30,6 +30,7 @@ impl<'a> TensorView<'a> {
     where
         'a: 'b,
     {
+        debug_assert_eq!(data.len(), self.data.len(), "a reordering keeps the size");
         TensorView { dtype: self.dtype, shape: self.shape.clone(), data }
     }
 
