@@ -481,18 +481,23 @@ impl Loader<'_> {
         Ok(v)
     }
 
-    /// `t`'s stored bytes with the rows of each of its `heads` heads in interleaved RoPE order
-    /// (as llama.cpp's converter stores Llama's Q and K) when the model loads so, else as they
+    /// The stored bytes of Q, K and V (weights or biases), Q's and K's rows in interleaved RoPE
+    /// order (as llama.cpp's converter stores Llama's) when the model loads so, else as they
     /// are: a half-split model then rotates neighbouring columns, the same attention scores.
-    fn rope_rows<'t>(&self, t: &TensorView<'t>, heads: usize) -> Result<Cow<'t, [u8]>, LlamaError> {
-        if !self.interleave_qk {
-            return Ok(Cow::Borrowed(t.data));
-        }
-        let hd = self.config.head_dim;
-        let rows = interleave_rope_rows(t.data, heads, hd).ok_or_else(|| {
-            LlamaError::Unsupported(format!("{heads} heads of {hd} rows in a tensor of shape {:?}", t.shape))
-        })?;
-        Ok(Cow::Owned(rows))
+    fn rope_rows<'t>(&self, qkv: [&TensorView<'t>; 3]) -> Result<[Cow<'t, [u8]>; 3], LlamaError> {
+        let (c, hd) = (self.config, self.config.head_dim);
+        let rows = |t: &TensorView<'t>, heads: usize| -> Result<Cow<'t, [u8]>, LlamaError> {
+            if !self.interleave_qk {
+                return Ok(Cow::Borrowed(t.data));
+            }
+            let shape = &t.shape;
+            let rows = interleave_rope_rows(t.data, heads, hd).ok_or_else(|| {
+                LlamaError::Unsupported(format!("{heads} heads of {hd} rows in a tensor of shape {shape:?}"))
+            })?;
+            Ok(Cow::Owned(rows))
+        };
+        let [q, k, v] = qkv;
+        Ok([rows(q, c.num_attention_heads)?, rows(k, c.num_key_value_heads)?, Cow::Borrowed(v.data)])
     }
 
     /// What a norm's stored weights need added: Gemma's HF norms hold `w` of `x̂ · (1 + w)`,
@@ -528,20 +533,17 @@ impl Loader<'_> {
     /// projections into their columns of the same row; Q's and K's rows in interleaved RoPE
     /// order when the model loads so.
     fn qkv(&self, l: usize, w: &LayerWeights<'_>) -> Result<Vec<QkvProjection>, LlamaError> {
-        let (heads, kv_heads) = (self.config.num_attention_heads, self.config.num_key_value_heads);
-        let (q, k) = (self.rope_rows(&w.q_proj, heads)?, self.rope_rows(&w.k_proj, kv_heads)?);
-        let (q, k) = (w.q_proj.with_data(&q), w.k_proj.with_data(&k));
-        let views = [&q, &k, &w.v_proj];
-        let bias_rows = match &w.qkv_bias {
-            Some([bq, bk, _]) => Some([self.rope_rows(bq, heads)?, self.rope_rows(bk, kv_heads)?]),
-            None => None,
-        };
-        let bias_views = w
+        let stored = [&w.q_proj, &w.k_proj, &w.v_proj];
+        let weight_rows = self.rope_rows(stored)?;
+        let weights: [TensorView<'_>; 3] = std::array::from_fn(|i| stored[i].with_data(&weight_rows[i]));
+        let views = weights.each_ref();
+        let bias_rows = w.qkv_bias.as_ref().map(|b| self.rope_rows(b.each_ref())).transpose()?;
+        let bias_views: Option<[TensorView<'_>; 3]> = w
             .qkv_bias
             .as_ref()
             .zip(bias_rows.as_ref())
-            .map(|([bq, bk, bv], [q, k])| [bq.with_data(q), bk.with_data(k), bv.clone()]);
-        let biases = bias_views.as_ref().map(|[q, k, v]| [q, k, v]);
+            .map(|(b, rows)| std::array::from_fn(|i| b[i].with_data(&rows[i])));
+        let biases = bias_views.as_ref().map(|b| b.each_ref());
         if views.iter().all(|v| v.dtype == w.q_proj.dtype) {
             let name = format!("layers.{l}.qkv_proj");
             let mut rows = 0;

@@ -9,7 +9,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::architecture::{MlpActivation, ModelConfig, RopeVariant};
+use super::architecture::{MlpActivation, ModelConfig, RopeVariant, interleave_rope_rows};
 use super::gguf::{GgufWriteError, GgufWriter, MetadataValue};
 use super::safetensors::{SafetensorsError, serialize};
 use super::tensor::TensorView;
@@ -266,9 +266,9 @@ impl TinyLlama {
         for t in &self.tensors {
             let name = gguf_name(&t.name);
             let values = if t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias") {
-                permute_for_interleaved_rope(&t.values, c.num_attention_heads, c.head_dim)
+                interleave_rope_rows(&t.values, c.num_attention_heads, c.head_dim).expect("whole heads")
             } else if t.name.ends_with("k_proj.weight") || t.name.ends_with("k_proj.bias") {
-                permute_for_interleaved_rope(&t.values, c.num_key_value_heads, c.head_dim)
+                interleave_rope_rows(&t.values, c.num_key_value_heads, c.head_dim).expect("whole heads")
             } else {
                 t.values.clone()
             };
@@ -336,14 +336,6 @@ fn gguf_name(hf: &str) -> String {
         other => other,
     };
     format!("blk.{layer}.{suffix}")
-}
-
-/// Reorder the rows of a Q or K projection `[heads * head_dim, cols]` (or its bias) from
-/// half-split to interleaved RoPE order, as llama.cpp's converter does
-/// ([`interleave_rope_rows`](super::architecture::interleave_rope_rows)).
-pub fn permute_for_interleaved_rope(values: &[f32], heads: usize, head_dim: usize) -> Vec<f32> {
-    super::architecture::interleave_rope_rows(values, heads, head_dim)
-        .unwrap_or_else(|| panic!("{} values are not {heads} heads of {head_dim} rows", values.len()))
 }
 
 /// One sequence of `tokens` prefilled alone in one step, with the logits of every position
