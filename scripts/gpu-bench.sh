@@ -21,7 +21,9 @@
 # the adapter's choice is the fastest. One model (PROFILE, default llama-3.2-1b:q4_k; empty for
 # none) also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels:
 # each kernel variant's share of the device time (no table where the adapter has no timestamp
-# queries). Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds
+# queries). The same model (SUBMIT_AB) also decodes at batch 1 with each step in one command
+# buffer (PAGODA_SUBMIT=whole: row "decode B=1 whole") against the GPUs' default, chunks
+# submitted as the step is recorded. Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds
 # (default 400) have passed after the kernel tests, the rest is skipped and a run in progress
 # is cut. The kernel tests stop at KERNEL_TESTS_S (150) and the kernel bench at KERNEL_BENCH_S
 # (120), so the whole run ends within about 11 minutes and, with KERNEL_TESTS=0, within 8. On an H200 the whole default
@@ -81,6 +83,22 @@ field() {
     sed -E "s/.*\"$1\":([-0-9.eE+]+).*/\1/" <<<"$2"
 }
 
+# Prints the decode row of bench report $3 (JSON) at batch $2 labelled "decode B=$2$1", for the
+# model of the caller's shape, dtype, gb and bandwidth.
+decode_row() {
+    local itl host disp ttft
+    itl=$(field itl_mean_s "$3")
+    host=$(field host_us_p50 "$3")
+    disp=$(field dispatches_per_step "$3")
+    ttft=$(field ttft_p50_s "$3")
+    awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$2" -v label="decode B=$2$1" -v itl="$itl" \
+        -v ttft="$ttft" -v host="$host" -v disp="$disp" -v bw="$bandwidth" 'BEGIN {
+            gbs = gb / itl
+            printf "%-14s %-5s %7s  %-16s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
+                m, d, gb, label, b / itl, itl * 1e3, ttft * 1e3, host, disp, gbs, 100 * gbs / bw, bw
+        }'
+}
+
 run() {
     local bandwidth=$1
     if [[ ! -x $OUT/pagoda ]]; then
@@ -126,22 +144,19 @@ run() {
         local n=0
         IFS=, read -ra counts <<<"$batches"
         while read -r report; do
-            local b=${counts[$n]} itl ttft host disp
+            decode_row "" "${counts[$n]}" "$report"
             n=$((n + 1))
-            itl=$(field itl_mean_s "$report")
-            host=$(field host_us_p50 "$report")
-            disp=$(field dispatches_per_step "$report")
-            ttft=$(field ttft_p50_s "$report")
-            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$b" -v itl="$itl" -v ttft="$ttft" \
-                -v host="$host" -v disp="$disp" -v bw="$bandwidth" 'BEGIN {
-                    gbs = gb / itl
-                    printf "%-14s %-5s %7s  %-16s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
-                        m, d, gb, "decode B=" b, b / itl, itl * 1e3, ttft * 1e3, host, disp, gbs, 100 * gbs / bw, bw
-                }'
         done < <(timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
             --input-len 128 --output-len 32)
         if ((n < ${#counts[@]})); then
             echo "$shape $dtype decode: $n of ${#counts[@]} batch sizes ran (cut at the ${budget}s budget, or failed)"
+        fi
+        if [[ $spec == "${SUBMIT_AB-llama-3.2-1b:q4_k}" ]]; then
+            local whole
+            if whole=$(PAGODA_SUBMIT=whole timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" \
+                --num-requests 1 --input-len 128 --output-len 32); then
+                decode_row " whole" 1 "$whole"
+            fi
         fi
         local tiles=auto
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then

@@ -671,7 +671,10 @@ fn print_report(report: &WorkloadReport) {
             "{:<32} {:.0} us / {:.0} us",
             "host time per step mean / p50", d.host_us_per_step, d.host_us_p50
         );
-        println!("{:<32} {:.1}", "dispatches per step", d.dispatches_per_step);
+        println!(
+            "{:<32} {:.1} / {:.1}",
+            "dispatches / command buffers", d.dispatches_per_step, d.command_buffers_per_step
+        );
         println!(
             "{:<32} {} / {} / {}",
             "created pipelines/buffers/groups", d.pipelines_created, d.buffers_created, d.bind_groups_created

@@ -12,8 +12,8 @@ use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{Fusion, GemmRows, GpuContext, GpuOptions, LinearStrategy};
-use pagoda::model::llama::LlamaModel;
+use pagoda::gpu::{Fusion, GemmRows, GpuContext, GpuError, GpuOptions, LinearStrategy, SubmitStrategy};
+use pagoda::model::llama::{LlamaError, LlamaModel};
 use pagoda::model::testing::{TinyDims, TinyLlama, prefill_logits};
 use pagoda::model::{ModelFiles, RopeVariant};
 use pagoda::sampling::SamplingParams;
@@ -322,7 +322,11 @@ fn tiny_executor(dir: &Path, num_blocks: usize) -> WgpuExecutor {
 }
 
 fn tiny_executor_on(ctx: GpuContext, dir: &Path, num_blocks: usize) -> WgpuExecutor {
-    let tiny = TinyLlama::new(33);
+    tiny_executor_of(&TinyLlama::new(33), ctx, dir, num_blocks)
+}
+
+/// An executor on `tiny`, written to `dir` in Q8_0, with a cache of `num_blocks` blocks.
+fn tiny_executor_of(tiny: &TinyLlama, ctx: GpuContext, dir: &Path, num_blocks: usize) -> WgpuExecutor {
     tiny.write_gguf(&dir.join("tiny.gguf"), DType::Q8_0).unwrap();
     let files = ModelFiles::open(dir.join("tiny.gguf")).unwrap();
     let cache = CacheConfig {
@@ -413,6 +417,69 @@ fn steady_state_steps_create_no_buffers_or_bind_groups() {
     }
     assert_eq!(tokens[0], tokens[1], "the fused RoPE changes the greedy tokens");
     assert_eq!(tokens[0], tokens[2], "fused norms change the greedy tokens");
+}
+
+/// A step submitted in chunks as it is recorded (GPUs' default: 8, 16, 32, then 64 dispatches
+/// a command buffer) computes what one command buffer does. An 8-layer model (57 or 61
+/// dispatches a step: four command buffers) gives the same prefill logits bit for bit and the same greedy
+/// tokens through chunked prefills, batched decodes and preemption, with the same dispatches;
+/// once every shape has been seen its steps create no buffer and no bind group. An invalid
+/// first command buffer fails its step and the next step computes as before; a step's input
+/// written after its first dispatch is an error, not a silently late copy.
+#[test]
+fn chunked_submission_computes_what_one_command_buffer_does() {
+    let tiny = TinyLlama::with_dims(21, TinyDims { num_hidden_layers: 8, ..Default::default() });
+    let prompts: Vec<Vec<u32>> = vec![PROMPT.to_vec(), vec![5, 6, 7], (100..114).collect()];
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for submit in [SubmitStrategy::Whole, SubmitStrategy::Chunked] {
+        let ctx = ctx_with(GpuOptions {
+            submit_strategy: Some(submit),
+            norm_strategy: Some(Fusion::Separate),
+            rope_strategy: Some(Fusion::Fused),
+            ..GpuOptions::default()
+        });
+        let mut exec = tiny_executor_of(&tiny, ctx, dir.path(), 64);
+        let files = ModelFiles::open(dir.path().join("tiny.gguf")).unwrap();
+        let logits: Vec<u32> =
+            gpu_logits(exec.context(), &files, &PROMPT).iter().flatten().map(|l| l.to_bits()).collect();
+        let tokens = run_greedy(&mut exec, &prompts, 6, 4, Some(3));
+        let before = exec.context().counters();
+        assert_eq!(run_greedy(&mut exec, &prompts, 6, 4, Some(3)), tokens, "{submit:?}");
+        let steady = exec.context().counters().since(&before);
+        assert_eq!((steady.buffers_created, steady.bind_groups_created), (0, 0), "{submit:?}: {steady:?}");
+        runs.push((logits, tokens, steady.dispatches, steady.steps, steady.command_buffers));
+    }
+    let (whole, chunked) = (&runs[0], &runs[1]);
+    assert!(whole.0 == chunked.0, "chunked submission changes the logits");
+    assert_eq!(whole.1, chunked.1, "chunked submission changes the greedy tokens");
+    assert_eq!((whole.2, whole.3), (chunked.2, chunked.3), "dispatches and steps");
+    // 61 dispatches a step that samples, 57 without the head: 8 + 16 + 32 and the rest.
+    assert!((57 * whole.3..=61 * whole.3).contains(&whole.2), "{} dispatches in {} steps", whole.2, whole.3);
+    assert_eq!(whole.4, whole.3, "one command buffer a step");
+    assert_eq!(chunked.4, 4 * chunked.3, "four command buffers a step");
+
+    let ctx = ctx_with(GpuOptions {
+        submit_strategy: Some(SubmitStrategy::Chunked),
+        norm_strategy: Some(Fusion::Separate),
+        rope_strategy: Some(Fusion::Fused),
+        ..GpuOptions::default()
+    });
+    let files = ModelFiles::open(dir.path().join("tiny.gguf")).unwrap();
+    let model = LlamaModel::load(&ctx, &files, false).unwrap();
+    ctx.fail_next_submit();
+    let failed = prefill_logits(&ctx, &model, &PROMPT, BLOCK, 3);
+    assert!(
+        matches!(failed, Err(LlamaError::Gpu(GpuError::Device(_)))),
+        "an invalid first command buffer: {failed:?}"
+    );
+    let logits = prefill_logits(&ctx, &model, &PROMPT, BLOCK, 3).unwrap().logits.unwrap();
+    assert!(logits.iter().map(|l| l.to_bits()).eq(whole.0.iter().copied()), "the step after a failed one");
+    let t = ctx.upload_u32(&[4], &[0; 4]).unwrap();
+    let mut step = ctx.step();
+    step.write_u32(&t, &[1, 2, 3, 4]).unwrap();
+    step.scale(&ctx.upload_f32(&[4], &[1.0; 4]).unwrap(), 2.0).unwrap();
+    assert!(matches!(step.write_u32(&t, &[5, 6, 7, 8]), Err(GpuError::Order(_))));
 }
 
 /// The executor's warm-up builds every pipeline a step takes, on the sequential path and on

@@ -10,7 +10,7 @@ use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::executor::fault::Fault;
 use crate::gpu::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuError, GpuOptions, LinearStrategy,
-    WeightSource,
+    SubmitStrategy, WeightSource,
 };
 
 /// Which executor runs the model.
@@ -193,7 +193,7 @@ impl EngineBuilder {
 /// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
 /// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit`,
 /// `PAGODA_ATTENTION=per-query|split-kv`, `PAGODA_NORM=separate|fused`, `PAGODA_ROPE=separate|fused`,
-/// `PAGODA_GEMM_ROWS=8|16|32` and `PAGODA_WEIGHTS=buffer|texture`.
+/// `PAGODA_GEMM_ROWS=8|16|32`, `PAGODA_WEIGHTS=buffer|texture` and `PAGODA_SUBMIT=whole|chunked`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     // A value the options set wins; otherwise the variable's, parsed.
@@ -217,6 +217,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
     let rope_strategy = set_or(options.rope_strategy, env("PAGODA_ROPE"), Fusion::parse)?;
     let gemm_rows = set_or(options.gemm_rows, env("PAGODA_GEMM_ROWS"), GemmRows::parse)?;
     let weight_source = set_or(options.weight_source, env("PAGODA_WEIGHTS"), WeightSource::parse)?;
+    let submit_strategy = set_or(options.submit_strategy, env("PAGODA_SUBMIT"), SubmitStrategy::parse)?;
     Ok(GpuOptions {
         backend,
         adapter: options.adapter.clone().or_else(|| env("PAGODA_ADAPTER")),
@@ -229,6 +230,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         rope_strategy,
         gemm_rows,
         weight_source,
+        submit_strategy,
         profile_kernels: options.profile_kernels,
     })
 }

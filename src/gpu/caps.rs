@@ -1,10 +1,11 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy};
+use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy, SubmitStrategy};
 use super::shader::{
     ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
     LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, WeightSource,
 };
+use super::step::{CHUNK_FIRST, CHUNK_MAX};
 use crate::dtype::DType;
 
 /// The KV element precision a caller asks for; [`Capabilities::kv_format`] says what it
@@ -59,6 +60,8 @@ pub struct Capabilities {
     pub forced_gemm_rows: Option<GemmRows>,
     /// Weight source forced by the options, if any.
     pub forced_weight_source: Option<WeightSource>,
+    /// Submit strategy forced by the options, if any.
+    pub forced_submit: Option<SubmitStrategy>,
 }
 
 /// The longest walk, in keys, per-query attention takes on a CPU adapter before the engine
@@ -166,6 +169,17 @@ impl Capabilities {
     /// separate kernel's, a pair of columns at a time, so only the dispatch goes.
     pub fn fuses_rope(&self) -> bool {
         self.forced_rope != Some(Fusion::Separate)
+    }
+
+    /// How a step's dispatches reach the queue: as forced, else in one command buffer on CPU
+    /// adapters and in chunks elsewhere (see [`SubmitStrategy`]). Timed kernels
+    /// ([`GpuOptions::profile_kernels`](super::GpuOptions::profile_kernels)) submit whole.
+    pub fn submit_strategy(&self) -> SubmitStrategy {
+        match self.forced_submit {
+            Some(strategy) => strategy,
+            None if self.is_cpu => SubmitStrategy::Whole,
+            None => SubmitStrategy::Chunked,
+        }
     }
 
     /// The most rows a K-split prefill GEMM tile takes on this device: as forced, else
@@ -312,6 +326,20 @@ impl Capabilities {
                     "its own dispatch"
                 },
                 if self.forced_rope.is_some() { "forced" } else { "default" }
+            ),
+            format!(
+                "submission: {} ({})",
+                match self.submit_strategy() {
+                    SubmitStrategy::Whole => "one command buffer a step".to_string(),
+                    SubmitStrategy::Chunked => format!(
+                        "command buffers submitted as the step is recorded, the first of {CHUNK_FIRST} dispatches, each next twice as long up to {CHUNK_MAX}"
+                    ),
+                },
+                match self.forced_submit {
+                    Some(_) => "forced",
+                    None if self.is_cpu => "CPU adapter",
+                    None => "not a CPU adapter",
+                }
             ),
             "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one kernel each, specialised by weight type and source, KV format, Q/K norms or activation"
                 .into(),

@@ -153,6 +153,7 @@ impl GpuContext {
             forced_rope: options.rope_strategy,
             forced_gemm_rows: options.gemm_rows,
             forced_weight_source: options.weight_source,
+            forced_submit: options.submit_strategy,
         };
         if options.weight_source == Some(WeightSource::Texture) && caps.linear_path() == LinearPath::KSplit {
             return Err(GpuError::BadOption("weight textures need the sequential linear path".into()));

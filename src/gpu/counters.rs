@@ -1,5 +1,5 @@
 //! What the device layer has created and run, counted as it happens: pipelines, buffers, bind
-//! groups, steps, dispatches and the host time spent recording and submitting them. The counts
+//! groups, steps, command buffers, dispatches and the host time spent recording and submitting them. The counts
 //! make "a steady-state step creates nothing" and "the warm-up builds every pipeline" tests;
 //! the host time is for benchmarks.
 
@@ -18,10 +18,13 @@ pub struct GpuCounters {
     pub bind_groups_created: u64,
     /// Steps submitted.
     pub steps: u64,
+    /// Command buffers submitted (one a step, or more where steps are submitted in chunks).
+    pub command_buffers: u64,
     /// Compute dispatches submitted.
     pub dispatches: u64,
-    /// Host time from the start of each step's recording to its submit returning (not the
-    /// wait for the device), summed.
+    /// Host time from the start of each step's recording to its last submit returning (not
+    /// the wait for the device), summed. A step submitted in chunks counts the time a driver
+    /// blocks in a submit too (lavapipe waits there for the chunk before).
     pub host_time: Duration,
 }
 
@@ -33,6 +36,7 @@ impl GpuCounters {
             buffers_created: self.buffers_created - earlier.buffers_created,
             bind_groups_created: self.bind_groups_created - earlier.bind_groups_created,
             steps: self.steps - earlier.steps,
+            command_buffers: self.command_buffers - earlier.command_buffers,
             dispatches: self.dispatches - earlier.dispatches,
             host_time: self.host_time.saturating_sub(earlier.host_time),
         }
@@ -51,6 +55,7 @@ pub(crate) struct CounterCells {
     buffers_created: AtomicU64,
     bind_groups_created: AtomicU64,
     steps: AtomicU64,
+    command_buffers: AtomicU64,
     dispatches: AtomicU64,
     host_nanos: AtomicU64,
 }
@@ -68,9 +73,11 @@ impl CounterCells {
         self.bind_groups_created.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One submitted step of `dispatches` dispatches that took `host` to record and submit.
-    pub(crate) fn step_submitted(&self, dispatches: usize, host: Duration) {
+    /// One submitted step of `dispatches` dispatches in `command_buffers` command buffers that
+    /// took `host` to record and submit.
+    pub(crate) fn step_submitted(&self, dispatches: usize, command_buffers: usize, host: Duration) {
         self.steps.fetch_add(1, Ordering::Relaxed);
+        self.command_buffers.fetch_add(command_buffers as u64, Ordering::Relaxed);
         self.dispatches.fetch_add(dispatches as u64, Ordering::Relaxed);
         self.host_nanos.fetch_add(host.as_nanos() as u64, Ordering::Relaxed);
     }
@@ -81,6 +88,7 @@ impl CounterCells {
             buffers_created: self.buffers_created.load(Ordering::Relaxed),
             bind_groups_created: self.bind_groups_created.load(Ordering::Relaxed),
             steps: self.steps.load(Ordering::Relaxed),
+            command_buffers: self.command_buffers.load(Ordering::Relaxed),
             dispatches: self.dispatches.load(Ordering::Relaxed),
             host_time: Duration::from_nanos(self.host_nanos.load(Ordering::Relaxed)),
         }

@@ -9,10 +9,11 @@
 //!
 //! Device choice: [`GpuOptions`] (backend, adapter, masked features, WebGPU default limits,
 //! the kernels forced instead of the adapter's: linear path, attention, norm and RoPE fusion,
-//! GEMM tile, weight source; kernel profiling), completed from `PAGODA_*` variables by
+//! GEMM tile, weight source, submission in chunks; kernel profiling), completed from `PAGODA_*` variables by
 //! `gpu_options_from_env` (`PAGODA_BACKEND`, `PAGODA_ADAPTER`,
 //! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR`,
-//! `PAGODA_ATTENTION`, `PAGODA_NORM`, `PAGODA_ROPE`, `PAGODA_GEMM_ROWS`, `PAGODA_WEIGHTS`).
+//! `PAGODA_ATTENTION`, `PAGODA_NORM`, `PAGODA_ROPE`, `PAGODA_GEMM_ROWS`, `PAGODA_WEIGHTS`,
+//! `PAGODA_SUBMIT`).
 //! [`Capabilities::device_summary`] and [`Capabilities::variant_summary`] are the text for
 //! `pagoda info`; [`Capabilities::kv_format`] says what a [`KvPrecision`] becomes on this device.
 //! Shader variants are composed in [`shader`], the one source of truth for specialisation.
@@ -81,6 +82,7 @@ pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, RopeCacheArgs, Rop
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuOptions, LinearStrategy,
+    SubmitStrategy,
 };
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{
@@ -103,6 +105,9 @@ pub enum GpuError {
     /// A bad backend, adapter or feature option.
     #[error("bad GPU option: {0}")]
     BadOption(String),
+    /// A step call out of order (an input written after the step's first dispatch).
+    #[error("out of order: {0}")]
+    Order(String),
     /// Tensor shapes or types that do not fit the kernel.
     #[error("shape mismatch: {0}")]
     Shape(String),

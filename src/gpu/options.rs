@@ -138,6 +138,31 @@ impl Fusion {
     }
 }
 
+/// Forces how a step's dispatches reach the queue instead of choosing it from the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitStrategy {
+    /// One command buffer a step, submitted once it is recorded (CPU adapters: lavapipe blocks
+    /// a submit until the command buffer before it has run, so chunks would serialise
+    /// recording and running there).
+    Whole,
+    /// Command buffers submitted as the step is recorded, the first of
+    /// [`CHUNK_FIRST`](super::step::CHUNK_FIRST) dispatches and each later one twice as long up
+    /// to [`CHUNK_MAX`](super::step::CHUNK_MAX), so the device runs the first layers while the
+    /// host records the rest (GPUs).
+    Chunked,
+}
+
+impl SubmitStrategy {
+    /// `whole` or `chunked`, any case.
+    pub fn parse(name: &str) -> Result<Self, GpuError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "whole" => Ok(Self::Whole),
+            "chunked" => Ok(Self::Chunked),
+            other => Err(GpuError::BadOption(format!("unknown submit strategy `{other}` (whole, chunked)"))),
+        }
+    }
+}
+
 impl WeightSource {
     /// `buffer` or `texture`, any case.
     pub fn parse(name: &str) -> Result<Self, GpuError> {
@@ -214,6 +239,8 @@ pub struct GpuOptions {
     /// Where the linear and embedding kernels read weights from; `None` chooses from the
     /// adapter. Textures need the sequential linear path (with K-split they are a `BadOption`).
     pub weight_source: Option<WeightSource>,
+    /// How a step's dispatches reach the queue; `None` chooses from the adapter type.
+    pub submit_strategy: Option<SubmitStrategy>,
     /// Time every dispatch on the device with timestamp queries (each in a compute pass of its
     /// own; [`GpuContext::kernel_times`](super::GpuContext::kernel_times)). A `BadOption` on
     /// an adapter without timestamp queries.
@@ -241,6 +268,7 @@ impl GpuOptions {
             rope_strategy: None,
             gemm_rows: None,
             weight_source: None,
+            submit_strategy: None,
             profile_kernels: false,
         })
     }

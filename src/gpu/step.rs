@@ -1,9 +1,10 @@
-//! The per-step encoder: kernels record dispatches, `submit` encodes them all into one command
-//! buffer (the input copies, one compute pass, or with kernel profiling a pass a dispatch, then
-//! the readback copies) and submits it once.
+//! The per-step encoder: kernels record dispatches, and the step encodes them into command
+//! buffers (the input copies first, then compute passes: one a command buffer, or with kernel
+//! profiling one a dispatch; the readback copies last) and submits them: all at once in
+//! `submit`, or in chunks as they are recorded (see [`SubmitStrategy`]).
 //!
 //! Nothing is created per step once the shapes have been seen: the kernels' parameter blocks
-//! go into the context's persistent ring in one write, the step's inputs
+//! go into the context's persistent ring in one write a command buffer, the step's inputs
 //! ([`Step::write_u32`]) into its upload buffer in one more (and are copied on from there),
 //! bind groups come from its cache (whole buffers and weight textures are bound, so a tensor's
 //! row views share one group), and readback staging and scratch tensors come from its pool by size class.
@@ -16,6 +17,7 @@ use super::GpuError;
 use super::bind_cache::{BindKey, Binding};
 use super::context::{GpuContext, Kernel};
 use super::kernel_timer::KernelTimer;
+use super::options::SubmitStrategy;
 use super::resource::DeviceBuffer;
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
@@ -57,18 +59,42 @@ const SCRATCH: wgpu::BufferUsages =
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadbackId(usize);
 
-/// One step's dispatches, recorded in order and submitted together.
+/// Dispatches in the first command buffer of a step submitted in chunks; each later one holds
+/// twice as many as the one before, up to [`CHUNK_MAX`].
+pub(crate) const CHUNK_FIRST: usize = 8;
+/// Most dispatches in one command buffer of a step submitted in chunks.
+pub(crate) const CHUNK_MAX: usize = 64;
+
+/// Dispatches in command buffer `index` (from 0) of a step submitted in chunks.
+fn chunk_len(index: usize) -> usize {
+    CHUNK_FIRST.saturating_mul(1 << index.min(16)).min(CHUNK_MAX)
+}
+
+/// One step's dispatches, recorded in order and submitted in one command buffer, or in chunks
+/// as they are recorded (so the device runs the first layers while the host records the rest).
 pub struct Step<'a> {
     pub(crate) ctx: &'a GpuContext,
     started: Instant,
-    dispatches: Vec<Dispatch>,
-    /// Every dispatch's bindings, one after another.
+    /// Submit in chunks as dispatches are recorded, instead of once in [`Step::submit`].
+    chunked: bool,
+    /// Command buffers submitted so far.
+    chunks: usize,
+    /// Dispatches in them.
+    submitted: usize,
+    /// Dispatches recorded since the last command buffer.
+    pending: Vec<Dispatch>,
+    /// The pending dispatches' bindings, one after another.
     bindings: Vec<Binding>,
+    /// Every dispatch's parameter block, at its offset in the ring.
     params: Vec<u8>,
+    /// Bytes of `params` already written to the ring.
+    params_written: usize,
     uploads: Vec<u8>,
     copies: Vec<Upload>,
     readbacks: Vec<Readback>,
     scratch: Vec<DeviceBuffer>,
+    /// The variant of each timed pass, in order.
+    timed: Vec<KernelVariant>,
 }
 
 /// The readbacks of a submitted step.
@@ -95,25 +121,34 @@ impl StepOutput {
 }
 
 impl GpuContext {
-    /// Starts recording a step.
+    /// Starts recording a step (submitted in chunks where the adapter's
+    /// [`SubmitStrategy`](super::SubmitStrategy) says so and kernels are not timed).
     pub fn step(&self) -> Step<'_> {
+        let chunked =
+            self.capabilities().submit_strategy() == SubmitStrategy::Chunked && self.kernel_timer().is_none();
         Step {
             ctx: self,
             started: Instant::now(),
-            dispatches: Vec::new(),
+            chunked,
+            chunks: 0,
+            submitted: 0,
+            pending: Vec::new(),
             bindings: Vec::new(),
             params: Vec::new(),
+            params_written: 0,
             uploads: Vec::new(),
             copies: Vec::new(),
             readbacks: Vec::new(),
             scratch: Vec::new(),
+            timed: Vec::new(),
         }
     }
 }
 
 impl Step<'_> {
     /// Records one dispatch of `variant` with its parameter block `params` at
-    /// [`slots::PARAMS`] and `bindings` at their slots.
+    /// [`slots::PARAMS`] and `bindings` at their slots; in a chunked step, submits the
+    /// dispatches recorded so far once they fill a chunk.
     pub(crate) fn dispatch<P: KernelParams>(
         &mut self,
         variant: KernelVariant,
@@ -136,13 +171,20 @@ impl Step<'_> {
         self.params.resize(params_offset as usize, 0);
         self.params.extend_from_slice(bytemuck::bytes_of(params));
         self.params.resize((params_offset + PARAMS_BYTES) as usize, 0);
-        self.dispatches.push(Dispatch { kernel, params_offset, bindings, groups });
+        self.pending.push(Dispatch { kernel, params_offset, bindings, groups });
+        if self.chunked && self.pending.len() >= chunk_len(self.chunks) {
+            self.send(false)?;
+        }
         Ok(())
     }
 
     /// Writes `data` to the start of `t` before this step's dispatches run, through the
-    /// step's one upload (so each input costs no write of its own).
+    /// step's one upload (so each input costs no write of its own). Inputs are written before
+    /// the step's first dispatch is recorded: later is a [`GpuError::Order`] error.
     pub fn write_u32(&mut self, t: &Tensor, data: &[u32]) -> Result<(), GpuError> {
+        if !self.params.is_empty() {
+            return Err(GpuError::Order("a step's inputs are written before its first dispatch".into()));
+        }
         let bytes: &[u8] = bytemuck::cast_slice(data);
         t.check_write(Elem::U32, bytes)?;
         if !bytes.is_empty() {
@@ -187,87 +229,24 @@ impl Step<'_> {
         ReadbackId(self.readbacks.len() - 1)
     }
 
-    /// Encodes every recorded dispatch into one command buffer, submits it once, and waits
-    /// for the readbacks.
-    pub fn submit(self) -> Result<StepOutput, GpuError> {
+    /// Submits the dispatches not yet submitted, with the readback copies after them, and
+    /// waits for the readbacks.
+    pub fn submit(mut self) -> Result<StepOutput, GpuError> {
         let ctx = self.ctx;
-        let dispatched = self.dispatches.len();
-        ctx.check_health()?;
-        let mut timer = ctx.kernel_timer();
-        // The variant each timed pass ran, in order.
-        let mut timed = Vec::new();
-        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut encoder =
-            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
-        if ctx.take_invalid_submit() {
-            let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-            let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
-            encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
-        }
-        let staging = {
-            let mut resident = ctx.resident();
-            if !self.copies.is_empty() {
-                let uploads = resident
-                    .uploads(self.uploads.len() as u64, |size| ctx.create_buffer("uploads", size, UPLOADS))?;
-                ctx.queue.write_buffer(&uploads, 0, &self.uploads);
-                for c in &self.copies {
-                    encoder.copy_buffer_to_buffer(&uploads, c.offset, &c.buffer, 0, Some(c.size));
-                }
-            }
-            if !self.dispatches.is_empty() {
-                let ring = resident.params_ring(self.params.len() as u64, |size| {
-                    ctx.create_buffer("params ring", size, PARAMS_RING)
-                })?;
-                ctx.queue.write_buffer(&ring, 0, &self.params);
-                let encoded: Vec<(Kernel, wgpu::BindGroup, [u32; 3])> = self
-                    .dispatches
-                    .into_iter()
-                    .map(|d| {
-                        let bindings = &self.bindings[d.bindings];
-                        let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
-                        let group = resident.bind_group(key, || {
-                            ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
-                        });
-                        (d.kernel, group, d.groups)
-                    })
-                    .collect();
-                if let Some(timer) = timer.as_deref_mut() {
-                    timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
-                        ctx.create_buffer(label, size, usage)
-                    })?;
-                    timed = encoded.iter().map(|(kernel, ..)| kernel.variant).collect();
-                }
-                encode_passes(&mut encoder, &encoded, timer.as_deref());
-            }
-            let mut staging = Vec::with_capacity(self.readbacks.len());
-            for r in &self.readbacks {
-                let buf = resident.take_or_create(STAGING, r.size.max(4), |size| {
-                    ctx.create_buffer("readback", size, STAGING)
-                })?;
-                if r.size > 0 {
-                    encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
-                }
-                staging.push(buf);
-            }
-            ctx.queue.submit([encoder.finish()]);
-            resident.end_step();
-            staging
-        };
-        ctx.count().step_submitted(dispatched, self.started.elapsed());
-        if let Some(err) = pollster::block_on(scope.pop()) {
-            ctx.check_health()?;
-            return Err(GpuError::Device(err.to_string()));
-        }
+        let staging = self.send(true)?;
+        ctx.count().step_submitted(self.submitted, self.chunks, self.started.elapsed());
         for buf in &staging {
             buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
         }
+        let mut timer = ctx.kernel_timer();
         if let Some(timer) = &mut timer {
-            timer.map(timed.len());
+            timer.map(self.timed.len());
         }
         ctx.wait_idle()?;
         if let Some(timer) = &mut timer {
-            timer.collect(&timed)?;
+            timer.collect(&self.timed)?;
         }
+        drop(timer);
         let mut data = Vec::with_capacity(staging.len());
         for (buf, r) in staging.iter().zip(&self.readbacks) {
             let view = buf
@@ -283,10 +262,87 @@ impl Step<'_> {
         for buf in staging.into_iter().rev() {
             resident.give_back(STAGING, buf);
         }
-        for buf in self.scratch.into_iter().rev() {
+        for buf in self.scratch.drain(..).rev() {
             resident.give_back(SCRATCH, buf);
         }
         Ok(StepOutput { data })
+    }
+
+    /// Encodes the pending dispatches into one command buffer and submits it: after the step's
+    /// input copies in its first command buffer, and in its `last`, before the readback copies,
+    /// whose staging buffers it returns.
+    fn send(&mut self, last: bool) -> Result<Vec<DeviceBuffer>, GpuError> {
+        let ctx = self.ctx;
+        ctx.check_health()?;
+        let mut timer = ctx.kernel_timer();
+        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut encoder =
+            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        let mut resident = ctx.resident();
+        if self.chunks == 0 {
+            if ctx.take_invalid_submit() {
+                let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+                let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
+                encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
+            }
+            if !self.copies.is_empty() {
+                let uploads = resident
+                    .uploads(self.uploads.len() as u64, |size| ctx.create_buffer("uploads", size, UPLOADS))?;
+                ctx.queue.write_buffer(&uploads, 0, &self.uploads);
+                for c in &self.copies {
+                    encoder.copy_buffer_to_buffer(&uploads, c.offset, &c.buffer, 0, Some(c.size));
+                }
+            }
+        }
+        if !self.pending.is_empty() {
+            let ring = resident.params_ring(self.params.len() as u64, |size| {
+                ctx.create_buffer("params ring", size, PARAMS_RING)
+            })?;
+            ctx.queue.write_buffer(&ring, self.params_written as u64, &self.params[self.params_written..]);
+            self.params_written = self.params.len();
+            let encoded: Vec<(Kernel, wgpu::BindGroup, [u32; 3])> = self
+                .pending
+                .drain(..)
+                .map(|d| {
+                    let bindings = &self.bindings[d.bindings];
+                    let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
+                    let group = resident.bind_group(key, || {
+                        ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
+                    });
+                    (d.kernel, group, d.groups)
+                })
+                .collect();
+            self.bindings.clear();
+            self.submitted += encoded.len();
+            if let Some(timer) = timer.as_deref_mut() {
+                timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
+                    ctx.create_buffer(label, size, usage)
+                })?;
+                self.timed = encoded.iter().map(|(kernel, ..)| kernel.variant).collect();
+            }
+            encode_passes(&mut encoder, &encoded, timer.as_deref());
+        }
+        let mut staging = Vec::new();
+        if last {
+            for r in &self.readbacks {
+                let buf = resident.take_or_create(STAGING, r.size.max(4), |size| {
+                    ctx.create_buffer("readback", size, STAGING)
+                })?;
+                if r.size > 0 {
+                    encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
+                }
+                staging.push(buf);
+            }
+            resident.end_step();
+        }
+        drop(resident);
+        ctx.queue.submit([encoder.finish()]);
+        self.chunks += 1;
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            ctx.check_health()?;
+            return Err(GpuError::Device(err.to_string()));
+        }
+        Ok(staging)
     }
 }
 

@@ -72,6 +72,9 @@ pub struct DeviceReport {
     pub host_us_p50: f64,
     /// Compute dispatches per step, mean.
     pub dispatches_per_step: f64,
+    /// Command buffers per step, mean (1 unless steps are submitted in chunks).
+    #[serde(default)]
+    pub command_buffers_per_step: f64,
     /// Pipelines built during the run (none once the warm-up has built every one).
     pub pipelines_created: u64,
     /// Device buffers created during the run (first sight of each shape only).
@@ -85,10 +88,12 @@ impl DeviceReport {
     /// host time of each engine step that ran one device step.
     pub fn of(c: &GpuCounters, step_host_times: &[Duration]) -> Self {
         let mut micros: Vec<f64> = step_host_times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
+        let per_step = |n: u64| if c.steps == 0 { 0.0 } else { n as f64 / c.steps as f64 };
         Self {
             host_us_per_step: c.host_us_per_step(),
             host_us_p50: percentile(&mut micros, 0.5),
-            dispatches_per_step: if c.steps == 0 { 0.0 } else { c.dispatches as f64 / c.steps as f64 },
+            dispatches_per_step: per_step(c.dispatches),
+            command_buffers_per_step: per_step(c.command_buffers),
             pipelines_created: c.pipelines_created,
             buffers_created: c.buffers_created,
             bind_groups_created: c.bind_groups_created,
@@ -272,6 +277,7 @@ mod tests {
     fn device_report_has_the_mean_over_steps_and_the_median_step() {
         let counters = GpuCounters {
             steps: 4,
+            command_buffers: 12,
             dispatches: 980,
             host_time: Duration::from_micros(2000),
             ..GpuCounters::default()
@@ -282,6 +288,7 @@ mod tests {
         // The nearest-rank median, as the latency percentiles take it: the lower middle of four.
         assert_eq!(report.host_us_p50, 300.0);
         assert_eq!(report.dispatches_per_step, 245.0);
+        assert_eq!(report.command_buffers_per_step, 3.0);
         assert_eq!(DeviceReport::of(&GpuCounters::default(), &[]).host_us_p50, 0.0);
     }
 }
