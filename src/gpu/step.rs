@@ -83,7 +83,8 @@ pub struct Step<'a> {
     submitted: usize,
     /// Dispatches recorded since the last command buffer.
     pending: Vec<Dispatch>,
-    /// The pending dispatches' bindings, one after another.
+    /// Every dispatch's bindings, one after another (kept until the step is done, so dropping
+    /// them is not host time before a submit).
     bindings: Vec<Binding>,
     /// Every dispatch's parameter block, at its offset in the ring.
     params: Vec<u8>,
@@ -234,7 +235,6 @@ impl Step<'_> {
     pub fn submit(mut self) -> Result<StepOutput, GpuError> {
         let ctx = self.ctx;
         let staging = self.send(true)?;
-        ctx.count().step_submitted(self.submitted, self.chunks, self.started.elapsed());
         for buf in &staging {
             buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
         }
@@ -294,25 +294,22 @@ impl Step<'_> {
                 }
             }
         }
+        // The encoded dispatches (pipelines and bind groups) are dropped after the submit,
+        // while the device runs.
+        let mut encoded: Vec<(Kernel, wgpu::BindGroup, [u32; 3])> = Vec::new();
         if !self.pending.is_empty() {
             let ring = resident.params_ring(self.params.len() as u64, |size| {
                 ctx.create_buffer("params ring", size, PARAMS_RING)
             })?;
             ctx.queue.write_buffer(&ring, self.params_written as u64, &self.params[self.params_written..]);
             self.params_written = self.params.len();
-            let encoded: Vec<(Kernel, wgpu::BindGroup, [u32; 3])> = self
-                .pending
-                .drain(..)
-                .map(|d| {
-                    let bindings = &self.bindings[d.bindings];
-                    let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
-                    let group = resident.bind_group(key, || {
-                        ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
-                    });
-                    (d.kernel, group, d.groups)
-                })
-                .collect();
-            self.bindings.clear();
+            encoded.extend(self.pending.drain(..).map(|d| {
+                let bindings = &self.bindings[d.bindings];
+                let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
+                let group = resident
+                    .bind_group(key, || ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings));
+                (d.kernel, group, d.groups)
+            }));
             self.submitted += encoded.len();
             if let Some(timer) = timer.as_deref_mut() {
                 timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
@@ -338,6 +335,9 @@ impl Step<'_> {
         drop(resident);
         ctx.queue.submit([encoder.finish()]);
         self.chunks += 1;
+        if last {
+            ctx.count().step_submitted(self.submitted, self.chunks, self.started.elapsed());
+        }
         if let Some(err) = pollster::block_on(scope.pop()) {
             ctx.check_health()?;
             return Err(GpuError::Device(err.to_string()));
