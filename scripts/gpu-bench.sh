@@ -21,9 +21,9 @@
 # the adapter's choice is the fastest. One model (PROFILE, default llama-3.2-1b:q4_k; empty for
 # none) also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels:
 # each kernel variant's share of the device time (no table where the adapter has no timestamp
-# queries). The same model (SUBMIT_AB) also decodes at batch 1 with each step in one command
-# buffer (PAGODA_SUBMIT=whole: row "decode B=1 whole") against the GPUs' default, chunks
-# submitted as the step is recorded. Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds
+# queries). One model (SUBMIT_AB, default llama-3.2-1b:q4_k; empty for none) also decodes at
+# batch 1 with each step in one command buffer (PAGODA_SUBMIT=whole: row "decode B=1 whole")
+# against the GPUs' default, chunks submitted as the step is recorded. Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds
 # (default 400) have passed after the kernel tests, the rest is skipped and a run in progress
 # is cut. The kernel tests stop at KERNEL_TESTS_S (150) and the kernel bench at KERNEL_BENCH_S
 # (120), so the whole run ends within about 11 minutes and, with KERNEL_TESTS=0, within 8. On an H200 the whole default
@@ -156,6 +156,8 @@ run() {
             if whole=$(PAGODA_SUBMIT=whole timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" \
                 --num-requests 1 --input-len 128 --output-len 32); then
                 decode_row " whole" 1 "$whole"
+            else
+                echo "$shape $dtype decode B=1 whole: cut at the ${budget}s budget, or failed"
             fi
         fi
         local tiles=auto

@@ -424,8 +424,8 @@ fn steady_state_steps_create_no_buffers_or_bind_groups() {
 /// dispatches a step: four command buffers) gives the same prefill logits bit for bit and the same greedy
 /// tokens through chunked prefills, batched decodes and preemption, with the same dispatches;
 /// once every shape has been seen its steps create no buffer and no bind group. An invalid
-/// first command buffer fails its step and the next step computes as before; a step's input
-/// written after its first dispatch is an error, not a silently late copy.
+/// command buffer, first or later, fails its step and the next step computes as before; a
+/// step's input written after its first dispatch is an error, not a silently late copy.
 #[test]
 fn chunked_submission_computes_what_one_command_buffer_does() {
     let tiny = TinyLlama::with_dims(21, TinyDims { num_hidden_layers: 8, ..Default::default() });
@@ -480,6 +480,30 @@ fn chunked_submission_computes_what_one_command_buffer_does() {
     step.write_u32(&t, &[1, 2, 3, 4]).unwrap();
     step.scale(&ctx.upload_f32(&[4], &[1.0; 4]).unwrap(), 2.0).unwrap();
     assert!(matches!(step.write_u32(&t, &[5, 6, 7, 8]), Err(GpuError::Order(_))));
+
+    // A step of one whole chunk: its last command buffer holds only the readback.
+    let x = ctx.upload_f32(&[4], &[1.0; 4]).unwrap();
+    let read = |scales: usize, factor: f32| {
+        let mut step = ctx.step();
+        (0..scales).for_each(|_| step.scale(&x, factor).unwrap());
+        let id = step.read(&x);
+        step.submit().unwrap().f32s(id)
+    };
+    assert_eq!(read(8, 2.0), [256.0; 4]);
+    // A command buffer failing after the first fails the dispatch that filled it and every later
+    // call of its step; what the first command buffer did stays done, and the next step works.
+    let mut step = ctx.step();
+    (0..8).for_each(|_| step.scale(&x, 0.5).unwrap());
+    ctx.fail_next_submit();
+    let second: Vec<_> = (0..16).map(|_| step.scale(&x, 2.0)).collect();
+    assert!(second[..15].iter().all(Result::is_ok), "{second:?}");
+    assert!(matches!(second[15], Err(GpuError::Device(_))), "{:?}", second[15]);
+    assert!(matches!(step.submit(), Err(GpuError::Order(_))));
+    assert_eq!(
+        read(0, 1.0),
+        [1.0; 4],
+        "the first command buffer's halvings and none of the second's doublings"
+    );
 }
 
 /// The executor's warm-up builds every pipeline a step takes, on the sequential path and on

@@ -62,6 +62,9 @@ pub struct Capabilities {
     pub forced_weight_source: Option<WeightSource>,
     /// Submit strategy forced by the options, if any.
     pub forced_submit: Option<SubmitStrategy>,
+    /// Every dispatch timed with timestamp queries
+    /// ([`GpuOptions::profile_kernels`](super::GpuOptions::profile_kernels)).
+    pub profile_kernels: bool,
 }
 
 /// The longest walk, in keys, per-query attention takes on a CPU adapter before the engine
@@ -171,11 +174,12 @@ impl Capabilities {
         self.forced_rope != Some(Fusion::Separate)
     }
 
-    /// How a step's dispatches reach the queue: as forced, else in one command buffer on CPU
-    /// adapters and in chunks elsewhere (see [`SubmitStrategy`]). Timed kernels
-    /// ([`GpuOptions::profile_kernels`](super::GpuOptions::profile_kernels)) submit whole.
+    /// How a step's dispatches reach the queue: whole while kernels are timed, else as forced,
+    /// else in one command buffer on CPU adapters and in chunks elsewhere (see
+    /// [`SubmitStrategy`]).
     pub fn submit_strategy(&self) -> SubmitStrategy {
         match self.forced_submit {
+            _ if self.profile_kernels => SubmitStrategy::Whole,
             Some(strategy) => strategy,
             None if self.is_cpu => SubmitStrategy::Whole,
             None => SubmitStrategy::Chunked,
@@ -336,6 +340,7 @@ impl Capabilities {
                     ),
                 },
                 match self.forced_submit {
+                    _ if self.profile_kernels => "kernels timed",
                     Some(_) => "forced",
                     None if self.is_cpu => "CPU adapter",
                     None => "not a CPU adapter",

@@ -154,6 +154,7 @@ impl GpuContext {
             forced_gemm_rows: options.gemm_rows,
             forced_weight_source: options.weight_source,
             forced_submit: options.submit_strategy,
+            profile_kernels: options.profile_kernels,
         };
         if options.weight_source == Some(WeightSource::Texture) && caps.linear_path() == LinearPath::KSplit {
             return Err(GpuError::BadOption("weight textures need the sequential linear path".into()));
@@ -289,14 +290,16 @@ impl GpuContext {
         let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
     }
 
-    /// Makes the next step's command buffer invalid (it copies a buffer onto itself), so that
-    /// wgpu's validation rejects its submit as a driver would refuse one: that step fails with
-    /// [`GpuError::Device`] and the device goes on. For testing the failure path.
+    /// Makes the next command buffer a step submits invalid (it copies a buffer onto itself), so
+    /// that wgpu's validation rejects its submit as a driver would refuse one: that step fails
+    /// with [`GpuError::Device`] (from `Step::submit`, or in a step submitted in chunks from the
+    /// dispatch that filled the chunk) and the device goes on. For testing the failure path.
     pub fn fail_next_submit(&self) {
         self.invalid_next_submit.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the step being submitted must be made invalid ([`Self::fail_next_submit`]).
+    /// Whether the command buffer being submitted must be made invalid
+    /// ([`Self::fail_next_submit`]).
     pub(crate) fn take_invalid_submit(&self) -> bool {
         self.invalid_next_submit.swap(false, Ordering::Relaxed)
     }

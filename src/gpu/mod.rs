@@ -3,8 +3,8 @@
 //! Open a [`GpuContext`], upload weights with [`GpuContext::upload_weight`] (raw GGUF or
 //! little-endian bytes; quantized weights stay quantized and big ones are split across
 //! buffers invisibly), allocate f32/u32 [`Tensor`]s for activations and step inputs, and
-//! the paged [`KvCache`]. Each engine step records all its kernels into one [`Step`] and
-//! submits once; small results (argmax ids, top-k, or full logits rows when needed) come back
+//! the paged [`KvCache`]. Each engine step records all its kernels into one [`Step`], which
+//! submits them in one command buffer or, on GPUs, in chunks as they are recorded; small results (argmax ids, top-k, or full logits rows when needed) come back
 //! through [`Step::read`].
 //!
 //! Device choice: [`GpuOptions`] (backend, adapter, masked features, WebGPU default limits,

@@ -145,10 +145,9 @@ pub enum SubmitStrategy {
     /// a submit until the command buffer before it has run, so chunks would serialise
     /// recording and running there).
     Whole,
-    /// Command buffers submitted as the step is recorded, the first of
-    /// [`CHUNK_FIRST`](super::step::CHUNK_FIRST) dispatches and each later one twice as long up
-    /// to [`CHUNK_MAX`](super::step::CHUNK_MAX), so the device runs the first layers while the
-    /// host records the rest (GPUs).
+    /// Command buffers submitted as the step is recorded, the first of 8 dispatches and each
+    /// later one twice as long up to 64, so the device runs the first layers while the host
+    /// records the rest (GPUs).
     Chunked,
 }
 

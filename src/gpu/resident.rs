@@ -37,13 +37,15 @@ impl Resident {
         grown(&mut self.uploads, bytes, create)
     }
 
-    /// The bind group for `key`, from the cache or made by `create`.
+    /// The bind group for `key`, the `index`th dispatch of its step, from the cache or made by
+    /// `create`.
     pub(crate) fn bind_group(
         &mut self,
+        index: usize,
         key: BindKey,
         create: impl FnOnce() -> wgpu::BindGroup,
     ) -> wgpu::BindGroup {
-        self.binds.get_or_create(key, create)
+        self.binds.get_or_create(index, key, create)
     }
 
     /// A pooled buffer of `usage` holding `bytes`, made by `create(size)` in its size class
@@ -65,9 +67,9 @@ impl Resident {
         self.pool.give_back(usage, buffer);
     }
 
-    /// Ends a step (ages the bind-group cache).
-    pub(crate) fn end_step(&mut self) {
-        self.binds.end_step();
+    /// Ends a step of `dispatches` dispatches (ages the bind-group cache).
+    pub(crate) fn end_step(&mut self, dispatches: usize) {
+        self.binds.end_step(dispatches);
     }
 }
 

@@ -78,7 +78,9 @@ pub struct Step<'a> {
     /// Submit in chunks as dispatches are recorded, instead of once in [`Step::submit`].
     chunked: bool,
     /// Command buffers submitted so far.
-    chunks: usize,
+    command_buffers: usize,
+    /// Set once a command buffer of this step failed: the step's later calls fail too.
+    failed: bool,
     /// Dispatches in them.
     submitted: usize,
     /// Dispatches recorded since the last command buffer.
@@ -122,16 +124,16 @@ impl StepOutput {
 }
 
 impl GpuContext {
-    /// Starts recording a step (submitted in chunks where the adapter's
-    /// [`SubmitStrategy`](super::SubmitStrategy) says so and kernels are not timed).
+    /// Starts recording a step (submitted in chunks where
+    /// [`Capabilities::submit_strategy`](super::Capabilities::submit_strategy) says so).
     pub fn step(&self) -> Step<'_> {
-        let chunked =
-            self.capabilities().submit_strategy() == SubmitStrategy::Chunked && self.kernel_timer().is_none();
+        let chunked = self.capabilities().submit_strategy() == SubmitStrategy::Chunked;
         Step {
             ctx: self,
             started: Instant::now(),
             chunked,
-            chunks: 0,
+            command_buffers: 0,
+            failed: false,
             submitted: 0,
             pending: Vec::new(),
             bindings: Vec::new(),
@@ -158,6 +160,7 @@ impl Step<'_> {
         groups: [u32; 3],
     ) -> Result<(), GpuError> {
         debug_assert_eq!(variant.params(), P::LAYOUT, "{} takes other parameters", variant.label());
+        self.check_live()?;
         let kernel = self.ctx.kernel(variant)?;
         let first = self.bindings.len();
         self.bindings.extend(bindings);
@@ -173,8 +176,8 @@ impl Step<'_> {
         self.params.extend_from_slice(bytemuck::bytes_of(params));
         self.params.resize((params_offset + PARAMS_BYTES) as usize, 0);
         self.pending.push(Dispatch { kernel, params_offset, bindings, groups });
-        if self.chunked && self.pending.len() >= chunk_len(self.chunks) {
-            self.send(false)?;
+        if self.chunked && self.pending.len() >= chunk_len(self.command_buffers) {
+            self.submit_pending(false, None)?;
         }
         Ok(())
     }
@@ -183,6 +186,7 @@ impl Step<'_> {
     /// step's one upload (so each input costs no write of its own). Inputs are written before
     /// the step's first dispatch is recorded: later is a [`GpuError::Order`] error.
     pub fn write_u32(&mut self, t: &Tensor, data: &[u32]) -> Result<(), GpuError> {
+        self.check_live()?;
         if !self.params.is_empty() {
             return Err(GpuError::Order("a step's inputs are written before its first dispatch".into()));
         }
@@ -234,11 +238,13 @@ impl Step<'_> {
     /// waits for the readbacks.
     pub fn submit(mut self) -> Result<StepOutput, GpuError> {
         let ctx = self.ctx;
-        let staging = self.send(true)?;
+        self.check_live()?;
+        // Held until the timestamps are read, so another thread's step cannot take the queries.
+        let mut timer = ctx.kernel_timer();
+        let staging = self.submit_pending(true, timer.as_deref_mut())?;
         for buf in &staging {
             buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
         }
-        let mut timer = ctx.kernel_timer();
         if let Some(timer) = &mut timer {
             timer.map(self.timed.len());
         }
@@ -268,30 +274,53 @@ impl Step<'_> {
         Ok(StepOutput { data })
     }
 
+    /// An error once a command buffer of this step has failed.
+    fn check_live(&self) -> Result<(), GpuError> {
+        match self.failed {
+            true => Err(GpuError::Order("a command buffer of this step failed already".into())),
+            false => Ok(()),
+        }
+    }
+
     /// Encodes the pending dispatches into one command buffer and submits it: after the step's
     /// input copies in its first command buffer, and in its `last`, before the readback copies,
-    /// whose staging buffers it returns.
-    fn send(&mut self, last: bool) -> Result<Vec<DeviceBuffer>, GpuError> {
+    /// whose staging buffers it returns; each pass timed by `timer` when given. A failure marks
+    /// the step failed.
+    fn submit_pending(
+        &mut self,
+        last: bool,
+        timer: Option<&mut KernelTimer>,
+    ) -> Result<Vec<DeviceBuffer>, GpuError> {
+        let submitted = self.encode_and_submit(last, timer);
+        self.failed = submitted.is_err();
+        submitted
+    }
+
+    /// [`Self::submit_pending`]'s work.
+    fn encode_and_submit(
+        &mut self,
+        last: bool,
+        mut timer: Option<&mut KernelTimer>,
+    ) -> Result<Vec<DeviceBuffer>, GpuError> {
         let ctx = self.ctx;
         ctx.check_health()?;
-        let mut timer = ctx.kernel_timer();
         let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder =
             ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        // Held until the submit: the ring's and the uploads' writes land before the next submit,
+        // whichever thread makes it, so no other step may write them in between.
         let mut resident = ctx.resident();
-        if self.chunks == 0 {
-            if ctx.take_invalid_submit() {
-                let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-                let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
-                encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
-            }
-            if !self.copies.is_empty() {
-                let uploads = resident
-                    .uploads(self.uploads.len() as u64, |size| ctx.create_buffer("uploads", size, UPLOADS))?;
-                ctx.queue.write_buffer(&uploads, 0, &self.uploads);
-                for c in &self.copies {
-                    encoder.copy_buffer_to_buffer(&uploads, c.offset, &c.buffer, 0, Some(c.size));
-                }
+        if ctx.take_invalid_submit() {
+            let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+            let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
+            encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
+        }
+        if self.command_buffers == 0 && !self.copies.is_empty() {
+            let uploads = resident
+                .uploads(self.uploads.len() as u64, |size| ctx.create_buffer("uploads", size, UPLOADS))?;
+            ctx.queue.write_buffer(&uploads, 0, &self.uploads);
+            for c in &self.copies {
+                encoder.copy_buffer_to_buffer(&uploads, c.offset, &c.buffer, 0, Some(c.size));
             }
         }
         // The encoded dispatches (pipelines and bind groups) are dropped after the submit,
@@ -303,11 +332,13 @@ impl Step<'_> {
             })?;
             ctx.queue.write_buffer(&ring, self.params_written as u64, &self.params[self.params_written..]);
             self.params_written = self.params.len();
-            encoded.extend(self.pending.drain(..).map(|d| {
+            let first = self.submitted;
+            encoded.extend(self.pending.drain(..).enumerate().map(|(i, d)| {
                 let bindings = &self.bindings[d.bindings];
                 let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
-                let group = resident
-                    .bind_group(key, || ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings));
+                let group = resident.bind_group(first + i, key, || {
+                    ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
+                });
                 (d.kernel, group, d.groups)
             }));
             self.submitted += encoded.len();
@@ -330,13 +361,13 @@ impl Step<'_> {
                 }
                 staging.push(buf);
             }
-            resident.end_step();
+            resident.end_step(self.submitted);
         }
-        drop(resident);
         ctx.queue.submit([encoder.finish()]);
-        self.chunks += 1;
+        drop(resident);
+        self.command_buffers += 1;
         if last {
-            ctx.count().step_submitted(self.submitted, self.chunks, self.started.elapsed());
+            ctx.count().step_submitted(self.submitted, self.command_buffers, self.started.elapsed());
         }
         if let Some(err) = pollster::block_on(scope.pop()) {
             ctx.check_health()?;

@@ -135,12 +135,14 @@ impl GpuContext {
         Ok(t)
     }
 
-    /// Writes `data` to the start of `t` (before the next submitted step runs).
+    /// Writes `data` to the start of `t`, before the next command buffer submitted runs (not
+    /// while a step that reads `t` is being recorded: it may have submitted part of itself).
     pub fn write_f32(&self, t: &Tensor, data: &[f32]) -> Result<(), GpuError> {
         self.write_words(t, Elem::F32, bytemuck::cast_slice(data))
     }
 
-    /// Writes `data` to the start of `t` (before the next submitted step runs).
+    /// Writes `data` to the start of `t`, before the next command buffer submitted runs (not
+    /// while a step that reads `t` is being recorded: it may have submitted part of itself).
     pub fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<(), GpuError> {
         self.write_words(t, Elem::U32, bytemuck::cast_slice(data))
     }
