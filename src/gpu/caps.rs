@@ -5,7 +5,6 @@ use super::shader::{
     ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
     LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, WeightSource,
 };
-use super::step::{CHUNK_FIRST, CHUNK_MAX};
 use crate::dtype::DType;
 
 /// The KV element precision a caller asks for; [`Capabilities::kv_format`] says what it
@@ -336,7 +335,9 @@ impl Capabilities {
                 match self.submit_strategy() {
                     SubmitStrategy::Whole => "one command buffer a step".to_string(),
                     SubmitStrategy::Chunked => format!(
-                        "command buffers submitted as the step is recorded, the first of {CHUNK_FIRST} dispatches, each next twice as long up to {CHUNK_MAX}"
+                        "command buffers submitted as the step is recorded, the first of {} dispatches, each next twice as long up to {}",
+                        SubmitStrategy::FIRST_CHUNK,
+                        SubmitStrategy::MAX_CHUNK
                     ),
                 },
                 match self.forced_submit {

@@ -145,13 +145,20 @@ pub enum SubmitStrategy {
     /// a submit until the command buffer before it has run, so chunks would serialise
     /// recording and running there).
     Whole,
-    /// Command buffers submitted as the step is recorded, the first of 8 dispatches and each
-    /// later one twice as long up to 64, so the device runs the first layers while the host
+    /// Command buffers submitted as the step is recorded, the first of
+    /// [`FIRST_CHUNK`](Self::FIRST_CHUNK) dispatches and each later one twice as long up to
+    /// [`MAX_CHUNK`](Self::MAX_CHUNK), so the device runs the first layers while the host
     /// records the rest (GPUs).
     Chunked,
 }
 
 impl SubmitStrategy {
+    /// Dispatches in the first command buffer of a step submitted in chunks (the embedding
+    /// and a Llama layer's 7).
+    pub const FIRST_CHUNK: usize = 8;
+    /// Most dispatches in one command buffer of a step submitted in chunks.
+    pub const MAX_CHUNK: usize = 64;
+
     /// `whole` or `chunked`, any case.
     pub fn parse(name: &str) -> Result<Self, GpuError> {
         match name.trim().to_ascii_lowercase().as_str() {

@@ -59,15 +59,9 @@ const SCRATCH: wgpu::BufferUsages =
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadbackId(usize);
 
-/// Dispatches in the first command buffer of a step submitted in chunks; each later one holds
-/// twice as many as the one before, up to [`CHUNK_MAX`].
-pub(crate) const CHUNK_FIRST: usize = 8;
-/// Most dispatches in one command buffer of a step submitted in chunks.
-pub(crate) const CHUNK_MAX: usize = 64;
-
 /// Dispatches in command buffer `index` (from 0) of a step submitted in chunks.
 fn chunk_len(index: usize) -> usize {
-    CHUNK_FIRST.saturating_mul(1 << index.min(16)).min(CHUNK_MAX)
+    SubmitStrategy::FIRST_CHUNK.saturating_mul(1 << index.min(16)).min(SubmitStrategy::MAX_CHUNK)
 }
 
 /// One step's dispatches, recorded in order and submitted in one command buffer, or in chunks
