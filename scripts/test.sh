@@ -63,6 +63,10 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # on lavapipe their 128k- to 262k-entry LM heads take that run 77 minutes, so CI leaves the
 # K-split kernels to kernels_reference.
 PAGODA_ATTENTION=split-kv cargo test --test model_families
+# Steps submitted in chunks as they are recorded, as GPUs submit them (lavapipe takes one
+# command buffer a step): the default model's parity with the fp32 reference and RECOMPUTE's
+# bits.
+PAGODA_SUBMIT=chunked cargo test --test smollm2_greedy --test smollm2_recompute
 
 # The official openai Python package against `pagoda serve` on the default model: the binary
 # (with the test fixtures) and the C ABI's library as the test run built them. `--all-targets`
