@@ -73,10 +73,10 @@ pub struct Step<'a> {
     chunked: bool,
     /// Command buffers submitted so far.
     command_buffers: usize,
-    /// Set once a command buffer of this step failed: the step's later calls fail too.
-    failed: bool,
     /// Dispatches in them.
     submitted: usize,
+    /// Set once a command buffer of this step failed: the step's later calls fail too.
+    failed: bool,
     /// Dispatches recorded since the last command buffer.
     pending: Vec<Dispatch>,
     /// Every dispatch's bindings, one after another (kept until the step is done, so dropping
@@ -127,8 +127,8 @@ impl GpuContext {
             started: Instant::now(),
             chunked,
             command_buffers: 0,
-            failed: false,
             submitted: 0,
+            failed: false,
             pending: Vec::new(),
             bindings: Vec::new(),
             params: Vec::new(),
