@@ -93,9 +93,9 @@ impl BindKey {
 pub(crate) struct BindGroupCache {
     /// Hashed with FxHash: the keys are our own (SipHash's flood resistance buys nothing here).
     groups: HashMap<BindKey, (wgpu::BindGroup, u64), FxBuildHasher>,
-    /// The key and group of each dispatch of the steps so far, by its index in its step (the
-    /// last step's at its length and below): a step that repeats the last one's dispatches
-    /// (every steady-state decode) finds each group with one comparison, without hashing.
+    /// The last step's dispatches' keys and groups, by index in the step (a running step
+    /// replaces them as it goes): a step that repeats the last one's dispatches (every
+    /// steady-state decode) finds each group with one comparison, without hashing.
     by_index: Vec<(BindKey, wgpu::BindGroup)>,
     step: u64,
 }

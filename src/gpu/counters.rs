@@ -1,7 +1,7 @@
 //! What the device layer has created and run, counted as it happens: pipelines, buffers, bind
-//! groups, steps, command buffers, dispatches and the host time spent recording and submitting them. The counts
-//! make "a steady-state step creates nothing" and "the warm-up builds every pipeline" tests;
-//! the host time is for benchmarks.
+//! groups, steps, command buffers, dispatches and the host time spent recording and
+//! submitting them. The counts make "a steady-state step creates nothing" and "the warm-up
+//! builds every pipeline" tests; the host time is for benchmarks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
