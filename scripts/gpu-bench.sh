@@ -1,35 +1,49 @@
 #!/usr/bin/env bash
-# The GPU benchmark: decode at batch 1, 8, 32 and 128 (128-token prompts, 32 tokens each),
-# prefill of 512 and 2048 tokens, and the kernel bench, on random-weight models of real shapes
-# (the default model's, Llama 3.2 1B's and Llama 2 7B's; Q4_K, Q8_0, F16) that the binary
-# writes where it runs. Prints tok/s, host time per step (median), dispatches per step, and the
-# weights' GB/s as a share of the adapter's memory bandwidth.
+# The GPU benchmark: decode at batch 1, 8, 32 and 128 (128-token prompts, 32 tokens each), prefill
+# of 512 and 2048 tokens, and the kernel bench, on random-weight models of real shapes (the
+# default model's, Llama 3.2 1B's and Llama 2 7B's; Q4_K, Q8_0, F16) that the binary writes where
+# it runs. Prints tok/s, host time per step (median), dispatches per step, and the weights' GB/s
+# as a share of the adapter's memory bandwidth, and llama.cpp's figures on the same files beside
+# them.
 #
 #   scripts/gpu-bench.sh build                # here: release binaries into target/gpu-bench/
+#   scripts/gpu-bench.sh pack                 # here: build, packed into target/gpu-bench.tar.xz
 #   scripts/gpu-bench.sh run BANDWIDTH_GB_S   # on the GPU machine (needs no cargo, no network)
 #
-# `run` builds first when target/gpu-bench/ is missing and cargo exists. Before the models it
-# runs the kernel tests there (`kernels_reference`: every kernel against its CPU reference and
-# the bitwise invariance tests, with the adapter's own kernel choices; KERNEL_TESTS=0 skips
-# them): on an H200 they found NVIDIA's cos and sin too coarse for RoPE at far positions. The
-# GPU machine gets target/gpu-bench/ (about 46 MB, stripped) with the checkout; models go to
-# $PAGODA_BENCH_DIR (default
-# /tmp/pagoda-gpu-bench). Narrow a run with MODELS="llama-3.2-1b:q4_k ...",
-# DECODE_BATCHES=1,8 and PREFILL_LENS="512"; KERNEL_BENCH=0 skips the kernel bench. The
-# prefills of one model (TILE_SWEEP, default llama-3.2-1b:q4_k; empty for none) also run with
-# each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16, 32: rows "prefill LEN tROWS"), to see whether
-# the adapter's choice is the fastest. One model (PROFILE, default llama-3.2-1b:q4_k; empty for
-# none) also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels:
-# each kernel variant's share of the device time (no table where the adapter has no timestamp
-# queries). One model (SUBMIT_AB, default llama-3.2-1b:q4_k; empty for none) also decodes at
-# batch 1 with each step in one command buffer (PAGODA_SUBMIT=whole: row "decode B=1 whole")
-# against the GPUs' default, chunks submitted as the step is recorded. Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds
-# (default 400) have passed after the kernel tests, the rest is skipped and a run in progress
-# is cut. The kernel tests stop at KERNEL_TESTS_S (150) and the kernel bench at KERNEL_BENCH_S
-# (120), so the whole run ends within about 11 minutes and, with KERNEL_TESTS=0, within 8. On an H200 the whole default
-# set takes longer (batched prefill of the 7B shape is slow): the budget keeps what came first.
-# The GPU machine needs a Vulkan loader (libvulkan1); NVIDIA's driver (libGLX_nvidia) also
-# needs libglvnd's libraries (libglvnd0, libgl1, libglx0, libegl1, libopengl0, libgles2).
+# `run` builds first when target/gpu-bench/ is missing and cargo exists. Before the models it runs
+# the kernel tests there (`kernels_reference`: every kernel against its CPU reference and the
+# bitwise invariance tests, with the adapter's own kernel choices; KERNEL_TESTS=0 skips them): on
+# an H200 they found NVIDIA's cos and sin too coarse for RoPE at far positions. The GPU machine
+# gets target/gpu-bench.tar.xz with the checkout (about 20 MB: the stripped binaries, 84 MB with
+# llama.cpp's baseline, and the Debian packages of the Vulkan loader and of libglvnd, which
+# NVIDIA's driver needs); `run` unpacks it where target/gpu-bench/ is missing, and the packages
+# into / where those libraries are missing (as root). Models go to $PAGODA_BENCH_DIR (default
+# /tmp/pagoda-gpu-bench).
+#
+# Narrow a run with MODELS="llama-3.2-1b:q4_k ...", DECODE_BATCHES=1,8 and PREFILL_LENS="512";
+# KERNEL_BENCH=0 skips the kernel bench. The prefills of one model (TILE_SWEEP, default
+# llama-3.2-1b:q4_k; empty for none) also run with each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16,
+# 32: rows "prefill LEN tROWS"), to see whether the adapter's choice is the fastest. One model
+# (PROFILE, default llama-3.2-1b:q4_k; empty for none) also runs 16-token prompts and 64 tokens
+# out at batch 1 and 32 with --profile-kernels: each kernel variant's share of the device time (no
+# table where the adapter has no timestamp queries). One model (SUBMIT_AB, default
+# llama-3.2-1b:q4_k; empty for none) also decodes at batch 1 with each step in one command buffer
+# (PAGODA_SUBMIT=whole: row "decode B=1 whole") against the GPUs' default, chunks submitted as the
+# step is recorded.
+#
+# The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan
+# (scripts/llama-cpp-vulkan.sh: about 7 minutes the first time, then cached; BASELINE=0 skips
+# it), and `run` follows each model's decode rows with llama.cpp's on the same file and batches
+# ("llama.cpp B=N": tok/s summed over the batch, ITL a step's time, TTFT the time to prefill every
+# prompt) and its prefills ("llama.cpp ppLEN"). llama.cpp skips CPU adapters unless
+# GGML_VK_VISIBLE_DEVICES names one.
+#
+# Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds (default 400) have
+# passed after the kernel tests, the rest is skipped and a run in progress is cut. The kernel
+# tests stop at KERNEL_TESTS_S (150) and the kernel bench at KERNEL_BENCH_S (120), so the whole
+# run ends within about 11 minutes and, with KERNEL_TESTS=0, within 8. On an H200 the whole
+# default set takes longer (batched prefill of the 7B shape is slow): the budget keeps what came
+# first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,7 +77,51 @@ build() {
     fi
     install_bin "$bench" "$OUT/kernels-bench"
     install_bin "$tests" "$OUT/kernels-reference"
+    if [[ ${BASELINE:-1} != 0 ]]; then
+        local baseline
+        if baseline=$(scripts/llama-cpp-vulkan.sh); then
+            cp "$baseline" "$OUT/llama-batched-bench"
+        else
+            echo "gpu-bench: no llama.cpp baseline (scripts/llama-cpp-vulkan.sh says why above)" >&2
+        fi
+    fi
     ls -la "$OUT"
+}
+
+# The libraries a GPU machine may lack: the Vulkan loader, and libglvnd's, which NVIDIA's driver
+# (libGLX_nvidia) needs.
+LIBRARIES="libvulkan1 libglvnd0 libgl1 libglx0 libegl1 libopengl0 libgles2"
+
+# build, with the Debian packages of $LIBRARIES, packed into $OUT.tar.xz: what a GPU machine
+# needs beside the checkout.
+pack() {
+    build
+    rm -rf "$OUT/debs"
+    mkdir -p "$OUT/debs"
+    # shellcheck disable=SC2086
+    (cd "$OUT/debs" && apt-get -o APT::Sandbox::User=root download $LIBRARIES >/dev/null)
+    tar -C "$(dirname "$OUT")" -cJf "$OUT.tar.xz" "$(basename "$OUT")"
+    ls -la "$OUT.tar.xz"
+}
+
+# Unpacks $OUT.tar.xz where $OUT is missing, and unpacks its Debian packages into / where the
+# Vulkan loader or libglvnd is missing (a bare GPU machine: run as root).
+unpack() {
+    if [[ ! -x $OUT/pagoda && -f $OUT.tar.xz ]]; then
+        tar -C "$(dirname "$OUT")" -xJf "$OUT.tar.xz"
+    fi
+    local found
+    found=$(ldconfig -p)
+    if ! grep -q "libvulkan.so.1 " <<<"$found" || ! grep -q "libGLX.so.0 " <<<"$found"; then
+        if compgen -G "$OUT/debs/*.deb" >/dev/null; then
+            for deb in "$OUT"/debs/*.deb; do
+                dpkg -x "$deb" /
+            done
+            ldconfig
+        else
+            echo "warning: no Vulkan loader or libglvnd here, and no packages of them in $OUT/debs" >&2
+        fi
+    fi
 }
 
 # Seconds left of the models' time budget (it starts after the kernel tests).
@@ -78,9 +136,9 @@ cap() {
     echo $((l > 1 ? l : 1))
 }
 
-# The value of a number field of a one-line JSON report.
+# The value of number field $1 of the one-line JSON report $2 (pagoda's or llama.cpp's).
 field() {
-    sed -E "s/.*\"$1\":([-0-9.eE+]+).*/\1/" <<<"$2"
+    sed -E "s/.*\"$1\": *([-0-9.eE+]+).*/\1/" <<<"$2"
 }
 
 # Prints the decode row of bench report $3 (JSON) at batch $2 labelled "decode B=$2$1", for the
@@ -99,8 +157,44 @@ decode_row() {
         }'
 }
 
+# Prints llama.cpp's rows (llama-batched-bench on the same file, every layer on the GPU) for
+# the model of the caller's shape, dtype, gb and bandwidth: decode at each of the caller's
+# batches (128-token prompts, 32 tokens each; tok/s summed over the batch, ITL a step's
+# time) and prefill of each of its prompt lengths alone (TTFT).
+baseline_rows() {
+    local file=$1 status=0 widest
+    widest=$(tr , '\n' <<<"$batches" | sort -n | tail -1)
+    timeout "$(cap)" "$OUT/llama-batched-bench" -m "$file" -ngl 99 -b 2048 -ub 512 --output-format jsonl \
+        -c $((widest * 160)) -npp 128 -ntg 32 -npl "$batches" 2>/dev/null | grep '^{' |
+        while read -r report; do
+            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$(field pl "$report")" \
+                -v ttg="$(field t_tg "$report")" -v tpp="$(field t_pp "$report")" -v bw="$bandwidth" 'BEGIN {
+                    itl = ttg / 32
+                    gbs = gb / itl
+                    printf "%-14s %-5s %7s  %-16s %9.1f %9.2f %9.1f %8s %8s %6.0f  (%.0f%% of %s GB/s)\n",
+                        m, d, gb, "llama.cpp B=" b, b / itl, itl * 1e3, tpp * 1e3, "-", "-", gbs, 100 * gbs / bw, bw
+                }'
+        done || status=$?
+    ((status == 0)) || echo "$shape $dtype llama.cpp decode: cut at the ${budget}s budget, or failed"
+    local lens=${prefill_lens// /,} longest
+    [[ -n $lens ]] || return 0
+    longest=$(tr , '\n' <<<"$lens" | sort -n | tail -1)
+    status=0
+    timeout "$(cap)" "$OUT/llama-batched-bench" -m "$file" -ngl 99 -b 2048 -ub 512 --output-format jsonl \
+        -c $((longest + 1)) -npp "$lens" -ntg 1 -npl 1 2>/dev/null | grep '^{' |
+        while read -r report; do
+            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v len="$(field pp "$report")" \
+                -v tpp="$(field t_pp "$report")" 'BEGIN {
+                    printf "%-14s %-5s %7s  %-16s %9.1f %9s %9.1f %8s %8s\n",
+                        m, d, gb, "llama.cpp pp" len, len / tpp, "-", tpp * 1e3, "-", "-"
+                }'
+        done || status=$?
+    ((status == 0)) || echo "$shape $dtype llama.cpp prefill: cut at the ${budget}s budget, or failed"
+}
+
 run() {
     local bandwidth=$1
+    unpack
     if [[ ! -x $OUT/pagoda ]]; then
         build
     fi
@@ -160,6 +254,9 @@ run() {
                 echo "$shape $dtype decode B=1 whole: cut at the ${budget}s budget, or failed"
             fi
         fi
+        if [[ ${BASELINE:-1} != 0 && -x $OUT/llama-batched-bench ]]; then
+            baseline_rows "$file"
+        fi
         local tiles=auto
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
             tiles="auto 8 16 32"
@@ -206,12 +303,13 @@ run() {
 
 case ${1:-} in
 build) build ;;
+pack) pack ;;
 run)
     [[ $# -eq 2 ]] || { echo "usage: $0 run BANDWIDTH_GB_S" >&2; exit 2; }
     run "$2"
     ;;
 *)
-    echo "usage: $0 build | run BANDWIDTH_GB_S" >&2
+    echo "usage: $0 build | pack | run BANDWIDTH_GB_S" >&2
     exit 2
     ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the path of the llama-cpp-python source distribution (pinned below; about 75 MB),
-# downloading it once into the pagoda cache. It vendors llama.cpp: `llama-quantize.sh`
-# builds from it and `chat-templates.sh` takes the real chat templates from it.
+# downloading it once into the pagoda cache. It vendors llama.cpp: `llama-cpp-build.sh` builds
+# llama.cpp's tools from it and `chat-templates.sh` takes the real chat templates from it.
 set -euo pipefail
 version=0.3.36
 cache="${PAGODA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pagoda}"
