@@ -26,10 +26,11 @@
 # 32: rows "prefill LEN tROWS"), to see whether the adapter's choice is the fastest. One model
 # (PROFILE, default llama-3.2-1b:q4_k; empty for none) also runs 16-token prompts and 64 tokens
 # out at batch 1 and 32 with --profile-kernels: each kernel variant's share of the device time (no
-# table where the adapter has no timestamp queries). One model (SUBMIT_AB, default
-# llama-3.2-1b:q4_k; empty for none) also decodes at batch 1 with each step in one command buffer
-# (PAGODA_SUBMIT=whole: row "decode B=1 whole") against the GPUs' default, chunks submitted as the
-# step is recorded.
+# table where the adapter has no timestamp queries). One model (AB_MODEL, default
+# llama-3.2-1b:q4_k; empty for none) also decodes at the batches AB_BATCHES (1,32) once with each
+# setting of AB_SETTINGS (rows "decode B=N SETTING"; by default each step in one command buffer
+# instead of chunks, per-query attention, norms apart and fused everywhere, GEMM tiles of 8 and 32
+# rows), against the adapter's own choices.
 #
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan
 # (scripts/llama-cpp-vulkan.sh: about 7 minutes the first time, then cached; BASELINE=0 skips
@@ -87,6 +88,10 @@ build() {
     fi
     ls -la "$OUT"
 }
+
+# The settings AB_MODEL decodes with besides the adapter's own choices.
+AB_DEFAULT="PAGODA_SUBMIT=whole PAGODA_ATTENTION=per-query PAGODA_NORM=separate PAGODA_NORM=fused
+    PAGODA_GEMM_ROWS=8 PAGODA_GEMM_ROWS=32"
 
 # The libraries a GPU machine may lack: the Vulkan loader, and libglvnd's, which NVIDIA's driver
 # (libGLX_nvidia) needs.
@@ -152,7 +157,7 @@ decode_row() {
     awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$2" -v label="decode B=$2$1" -v itl="$itl" \
         -v ttft="$ttft" -v host="$host" -v disp="$disp" -v bw="$bandwidth" 'BEGIN {
             gbs = gb / itl
-            printf "%-14s %-5s %7s  %-16s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
+            printf "%-14s %-5s %7s  %-30s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
                 m, d, gb, label, b / itl, itl * 1e3, ttft * 1e3, host, disp, gbs, 100 * gbs / bw, bw
         }'
 }
@@ -171,7 +176,7 @@ baseline_rows() {
                 -v ttg="$(field t_tg "$report")" -v tpp="$(field t_pp "$report")" -v bw="$bandwidth" 'BEGIN {
                     itl = ttg / 32
                     gbs = gb / itl
-                    printf "%-14s %-5s %7s  %-16s %9.1f %9.2f %9.1f %8s %8s %6.0f  (%.0f%% of %s GB/s)\n",
+                    printf "%-14s %-5s %7s  %-30s %9.1f %9.2f %9.1f %8s %8s %6.0f  (%.0f%% of %s GB/s)\n",
                         m, d, gb, "llama.cpp B=" b, b / itl, itl * 1e3, tpp * 1e3, "-", "-", gbs, 100 * gbs / bw, bw
                 }'
         done || status=$?
@@ -185,7 +190,7 @@ baseline_rows() {
         while read -r report; do
             awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v len="$(field pp "$report")" \
                 -v tpp="$(field t_pp "$report")" 'BEGIN {
-                    printf "%-14s %-5s %7s  %-16s %9.1f %9s %9.1f %8s %8s\n",
+                    printf "%-14s %-5s %7s  %-30s %9.1f %9s %9.1f %8s %8s\n",
                         m, d, gb, "llama.cpp pp" len, len / tpp, "-", tpp * 1e3, "-", "-"
                 }'
         done || status=$?
@@ -223,7 +228,7 @@ run() {
     local engine=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching
         --num-gpu-blocks "${NUM_GPU_BLOCKS:-1536}")
     local flags=("${engine[@]}" --json)
-    printf '\n%-14s %-5s %7s  %-16s %9s %9s %9s %8s %8s %6s\n' \
+    printf '\n%-14s %-5s %7s  %-30s %9s %9s %9s %8s %8s %6s\n' \
         model dtype GB run tok/s ITL_ms TTFT_ms host_us disp/st GB/s
     for spec in $models; do
         if (($(left) <= 0)); then
@@ -245,14 +250,19 @@ run() {
         if ((n < ${#counts[@]})); then
             echo "$shape $dtype decode: $n of ${#counts[@]} batch sizes ran (cut at the ${budget}s budget, or failed)"
         fi
-        if [[ $spec == "${SUBMIT_AB-llama-3.2-1b:q4_k}" ]]; then
-            local whole
-            if whole=$(PAGODA_SUBMIT=whole timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" \
-                --num-requests 1 --input-len 128 --output-len 32); then
-                decode_row " whole" 1 "$whole"
-            else
-                echo "$shape $dtype decode B=1 whole: cut at the ${budget}s budget, or failed"
-            fi
+        if [[ $spec == "${AB_MODEL-llama-3.2-1b:q4_k}" ]]; then
+            local setting
+            for setting in ${AB_SETTINGS-$AB_DEFAULT}; do
+                n=0
+                while read -r report; do
+                    decode_row " ${setting#PAGODA_}" "$(field num_requests "$report")" "$report"
+                    n=$((n + 1))
+                done < <(env "$setting" timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" \
+                    --num-requests "${AB_BATCHES:-1,32}" --input-len 128 --output-len 32)
+                if ((n == 0)); then
+                    echo "$shape $dtype decode with $setting: cut at the ${budget}s budget, or failed"
+                fi
+            done
         fi
         if [[ ${BASELINE:-1} != 0 && -x $OUT/llama-batched-bench ]]; then
             baseline_rows "$file"
@@ -281,7 +291,7 @@ run() {
                 disp=$(field dispatches_per_step "$report")
                 awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v label="$label" -v len="$len" -v ttft="$ttft" \
                     -v host="$host" -v disp="$disp" 'BEGIN {
-                        printf "%-14s %-5s %7s  %-16s %9.1f %9s %9.1f %8.0f %8.0f\n",
+                        printf "%-14s %-5s %7s  %-30s %9.1f %9s %9.1f %8.0f %8.0f\n",
                             m, d, gb, label, len / ttft, "-", ttft * 1e3, host, disp
                     }'
             done
