@@ -10,15 +10,15 @@
 #   scripts/gpu-bench.sh pack                 # here: build, packed into target/gpu-bench.tar.xz
 #   scripts/gpu-bench.sh run BANDWIDTH_GB_S   # on the GPU machine (needs no cargo, no network)
 #
-# `run` builds first when target/gpu-bench/ is missing and cargo exists. Before the models it runs
-# the kernel tests there (`kernels_reference`: every kernel against its CPU reference and the
-# bitwise invariance tests, with the adapter's own kernel choices; KERNEL_TESTS=0 skips them): on
-# an H200 they found NVIDIA's cos and sin too coarse for RoPE at far positions. The GPU machine
-# gets target/gpu-bench.tar.xz with the checkout (about 20 MB: the stripped binaries, 84 MB with
-# llama.cpp's baseline, and the Debian packages of the Vulkan loader and of libglvnd, which
-# NVIDIA's driver needs); `run` unpacks it where target/gpu-bench/ is missing, and the packages
-# into / where those libraries are missing (as root). Models go to $PAGODA_BENCH_DIR (default
-# /tmp/pagoda-gpu-bench).
+# `run` builds first (without the baseline) when target/gpu-bench/ is missing. Before the models
+# it runs the kernel tests there (`kernels_reference`: every kernel against its CPU reference and
+# the bitwise invariance tests, with the adapter's own kernel choices; KERNEL_TESTS=0 skips them):
+# on an H200 they found NVIDIA's cos and sin too coarse for RoPE at far positions. The GPU machine
+# gets target/gpu-bench.tar.xz with the checkout (about 20 MB, 84 MB unpacked: the stripped
+# binaries, llama.cpp's baseline, and the Debian packages of the Vulkan loader and of libglvnd,
+# which NVIDIA's driver needs); `run` unpacks it where it is newer than target/gpu-bench/, and
+# where those libraries are missing, the packages into target/gpu-bench/sysroot, on
+# LD_LIBRARY_PATH. Models go to $PAGODA_BENCH_DIR (default /tmp/pagoda-gpu-bench).
 #
 # Narrow a run with MODELS="llama-3.2-1b:q4_k ...", DECODE_BATCHES=1,8 and PREFILL_LENS="512";
 # KERNEL_BENCH=0 skips the kernel bench. The prefills of one model (TILE_SWEEP, default
@@ -33,11 +33,12 @@
 # rows), against the adapter's own choices.
 #
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan
-# (scripts/llama-cpp-vulkan.sh: about 7 minutes the first time, then cached; BASELINE=0 skips
-# it), and `run` follows each model's decode rows with llama.cpp's on the same file and batches
-# ("llama.cpp B=N": tok/s summed over the batch, ITL a step's time, TTFT the time to prefill every
-# prompt) and its prefills ("llama.cpp ppLEN"). llama.cpp skips CPU adapters unless
-# GGML_VK_VISIBLE_DEVICES names one.
+# (scripts/llama-cpp-vulkan.sh: about 7 minutes the first time, then cached; BASELINE=0 skips it),
+# and `run` ends each model's rows with llama.cpp's on the same file, on one GPU (LLAMA_DEVICE,
+# default Vulkan0): decode at the same batches ("llama.cpp B=N": tok/s summed over the batch, ITL
+# a step's time, TTFT the time to prefill every prompt) and prefills ("llama.cpp ppLEN"), each
+# list run twice so that the second, without pipeline compilation, counts. llama.cpp skips CPU
+# adapters unless GGML_VK_VISIBLE_DEVICES names one.
 #
 # Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds (default 400) have
 # passed after the kernel tests, the rest is skipped and a run in progress is cut. The kernel
@@ -109,24 +110,30 @@ pack() {
     ls -la "$OUT.tar.xz"
 }
 
-# Unpacks $OUT.tar.xz where $OUT is missing, and unpacks its Debian packages into / where the
-# Vulkan loader or libglvnd is missing (a bare GPU machine: run as root).
+# Unpacks $OUT.tar.xz where it is newer than $OUT, and where the Vulkan loader or libglvnd is
+# missing, unpacks its Debian packages into $OUT/sysroot and puts their libraries on
+# LD_LIBRARY_PATH (no root needed, nothing of the system's replaced).
 unpack() {
-    if [[ ! -x $OUT/pagoda && -f $OUT.tar.xz ]]; then
-        tar -C "$(dirname "$OUT")" -xJf "$OUT.tar.xz"
+    if [[ -f $OUT.tar.xz && $OUT.tar.xz -nt $OUT/pagoda ]]; then
+        tar -C "$(dirname "$OUT")" -xmJf "$OUT.tar.xz"
     fi
     local found
-    found=$(ldconfig -p)
-    if ! grep -q "libvulkan.so.1 " <<<"$found" || ! grep -q "libGLX.so.0 " <<<"$found"; then
-        if compgen -G "$OUT/debs/*.deb" >/dev/null; then
-            for deb in "$OUT"/debs/*.deb; do
-                dpkg -x "$deb" /
-            done
-            ldconfig
-        else
-            echo "warning: no Vulkan loader or libglvnd here, and no packages of them in $OUT/debs" >&2
-        fi
+    found=$(PATH=$PATH:/sbin:/usr/sbin ldconfig -p)
+    if grep -q "libvulkan.so.1 " <<<"$found" && grep -q "libGLX.so.0 " <<<"$found"; then
+        return
     fi
+    if ! compgen -G "$OUT/debs/*.deb" >/dev/null; then
+        echo "warning: no Vulkan loader or libglvnd here, and no packages of them in $OUT/debs" >&2
+        return
+    fi
+    local deb
+    for deb in "$OUT"/debs/*.deb; do
+        dpkg -x "$deb" "$OUT/sysroot"
+    done
+    local lib
+    for lib in "$PWD/$OUT"/sysroot/usr/lib/*-linux-gnu; do
+        export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    done
 }
 
 # Seconds left of the models' time budget (it starts after the kernel tests).
@@ -162,46 +169,63 @@ decode_row() {
         }'
 }
 
-# Prints llama.cpp's rows (llama-batched-bench on the same file, every layer on the GPU) for
-# the model of the caller's shape, dtype, gb and bandwidth: decode at each of the caller's
-# batches (128-token prompts, 32 tokens each; tok/s summed over the batch, ITL a step's
-# time) and prefill of each of its prompt lengths alone (TTFT).
+# Prints the last report of llama-batched-bench's JSON lines $2 whose field $1 is $3.
+last_report() {
+    grep "\"$1\": $3," <<<"$2" | tail -1 || true
+}
+
+# Prints llama.cpp's rows (llama-batched-bench on the same file, on one GPU: $LLAMA_DEVICE,
+# default Vulkan0) for the model of the caller's shape, dtype, gb and bandwidth: decode at each of
+# the caller's batches (128-token prompts, 32 tokens each; tok/s summed over the batch, ITL a
+# step's time, TTFT the prefill of every prompt) and prefill of each of its prompt lengths
+# alone. Each list runs twice and the second pass counts: llama.cpp compiles a pipeline the first
+# time a shape needs it.
 baseline_rows() {
-    local file=$1 status=0 widest
-    widest=$(tr , '\n' <<<"$batches" | sort -n | tail -1)
-    timeout "$(cap)" "$OUT/llama-batched-bench" -m "$file" -ngl 99 -b 2048 -ub 512 --output-format jsonl \
-        -c $((widest * 160)) -npp 128 -ntg 32 -npl "$batches" 2>/dev/null | grep '^{' |
-        while read -r report; do
-            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$(field pl "$report")" \
-                -v ttg="$(field t_tg "$report")" -v tpp="$(field t_pp "$report")" -v bw="$bandwidth" 'BEGIN {
-                    itl = ttg / 32
-                    gbs = gb / itl
-                    printf "%-14s %-5s %7s  %-30s %9.1f %9.2f %9.1f %8s %8s %6.0f  (%.0f%% of %s GB/s)\n",
-                        m, d, gb, "llama.cpp B=" b, b / itl, itl * 1e3, tpp * 1e3, "-", "-", gbs, 100 * gbs / bw, bw
-                }'
-        done || status=$?
-    ((status == 0)) || echo "$shape $dtype llama.cpp decode: cut at the ${budget}s budget, or failed"
-    local lens=${prefill_lens// /,} longest
-    [[ -n $lens ]] || return 0
-    longest=$(tr , '\n' <<<"$lens" | sort -n | tail -1)
-    status=0
-    timeout "$(cap)" "$OUT/llama-batched-bench" -m "$file" -ngl 99 -b 2048 -ub 512 --output-format jsonl \
-        -c $((longest + 1)) -npp "$lens" -ntg 1 -npl 1 2>/dev/null | grep '^{' |
-        while read -r report; do
-            awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v len="$(field pp "$report")" \
-                -v tpp="$(field t_pp "$report")" 'BEGIN {
-                    printf "%-14s %-5s %7s  %-30s %9.1f %9s %9.1f %8s %8s\n",
-                        m, d, gb, "llama.cpp pp" len, len / tpp, "-", tpp * 1e3, "-", "-"
-                }'
-        done || status=$?
-    ((status == 0)) || echo "$shape $dtype llama.cpp prefill: cut at the ${budget}s budget, or failed"
+    local file=$1 bench=("$OUT/llama-batched-bench" -m "$1" -ngl 99 -dev "${LLAMA_DEVICE:-Vulkan0}" -b 2048
+        -ub 512 --output-format jsonl)
+    local counts lens widest longest reports b len report
+    IFS=, read -ra counts <<<"$batches"
+    read -ra lens <<<"$prefill_lens"
+    widest=$(printf '%s\n' "${counts[@]}" | sort -n | tail -1)
+    longest=$(printf '%s\n' "${lens[@]}" | sort -n | tail -1)
+    reports=$(timeout "$(cap)" "${bench[@]}" -c $((widest * 160)) -npp 128 -ntg 32 \
+        -npl "$batches,$batches" 2>/dev/null) || true
+    for b in "${counts[@]}"; do
+        report=$(last_report pl "$reports" "$b")
+        if [[ -z $report ]]; then
+            echo "$shape $dtype llama.cpp decode B=$b: cut at the ${budget}s budget, or failed"
+            continue
+        fi
+        awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$b" -v ttg="$(field t_tg "$report")" \
+            -v tpp="$(field t_pp "$report")" -v bw="$bandwidth" 'BEGIN {
+                itl = ttg / 32
+                gbs = gb / itl
+                printf "%-14s %-5s %7s  %-30s %9.1f %9.2f %9.1f %8s %8s %6.0f  (%.0f%% of %s GB/s)\n",
+                    m, d, gb, "llama.cpp B=" b, b / itl, itl * 1e3, tpp * 1e3, "-", "-", gbs, 100 * gbs / bw, bw
+            }'
+    done
+    ((${#lens[@]})) || return 0
+    local npp
+    npp=$(IFS=,; echo "${lens[*]},${lens[*]}")
+    reports=$(timeout "$(cap)" "${bench[@]}" -c $((longest + 1)) -npp "$npp" -ntg 1 -npl 1 2>/dev/null) || true
+    for len in "${lens[@]}"; do
+        report=$(last_report pp "$reports" "$len")
+        if [[ -z $report ]]; then
+            echo "$shape $dtype llama.cpp prefill $len: cut at the ${budget}s budget, or failed"
+            continue
+        fi
+        awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v len="$len" -v tpp="$(field t_pp "$report")" 'BEGIN {
+            printf "%-14s %-5s %7s  %-30s %9.1f %9s %9.1f %8s %8s\n",
+                m, d, gb, "llama.cpp pp" len, len / tpp, "-", tpp * 1e3, "-", "-"
+        }'
+    done
 }
 
 run() {
     local bandwidth=$1
     unpack
     if [[ ! -x $OUT/pagoda ]]; then
-        build
+        BASELINE=0 build
     fi
     local bin=$OUT/pagoda dir=${PAGODA_BENCH_DIR:-/tmp/pagoda-gpu-bench}
     local models=${MODELS:-"llama-3.2-1b:q4_k smollm2-135m:q8_0 llama-2-7b:q4_k llama-3.2-1b:f16 llama-2-7b:q8_0 llama-3.2-1b:q8_0 smollm2-135m:f16 llama-2-7b:f16"}
@@ -264,9 +288,6 @@ run() {
                 fi
             done
         fi
-        if [[ ${BASELINE:-1} != 0 && -x $OUT/llama-batched-bench ]]; then
-            baseline_rows "$file"
-        fi
         local tiles=auto
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
             tiles="auto 8 16 32"
@@ -300,6 +321,9 @@ run() {
             echo "kernel device time of $shape $dtype, 16-token prompts and 64 tokens out (mostly decode), batch 1 then 32:"
             timeout "$(cap)" "$bin" bench "${engine[@]}" --model "$file" --num-requests 1,32 --input-len 16 \
                 --output-len 64 --profile-kernels | grep -E "^ *[0-9.]+% |kernel device time" || true
+        fi
+        if [[ ${BASELINE:-1} != 0 && -x $OUT/llama-batched-bench ]]; then
+            baseline_rows "$file"
         fi
         rm -f "$file"
     done
