@@ -153,20 +153,37 @@ field() {
     sed -E "s/.*\"$1\": *([-0-9.eE+]+).*/\1/" <<<"$2"
 }
 
-# Prints the decode row of bench report $3 (JSON) at batch $2 labelled "decode B=$2$1", for the
-# model of the caller's shape, dtype, gb and bandwidth.
-decode_row() {
-    local itl host disp ttft
-    itl=$(field itl_mean_s "$3")
-    host=$(field host_us_p50 "$3")
-    disp=$(field dispatches_per_step "$3")
-    ttft=$(field ttft_p50_s "$3")
-    awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$2" -v label="decode B=$2$1" -v itl="$itl" \
-        -v ttft="$ttft" -v host="$host" -v disp="$disp" -v bw="$bandwidth" 'BEGIN {
+# Prints a decode row labelled $1 at batch $2 with ITL $3 and TTFT $4 (seconds), host µs $5 and
+# dispatches $6 a step ("-" where unknown), for the model of the caller's shape, dtype, gb and
+# bandwidth.
+decode_line() {
+    awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v label="$1" -v b="$2" -v itl="$3" -v ttft="$4" \
+        -v host="$5" -v disp="$6" -v bw="$bandwidth" 'BEGIN {
             gbs = gb / itl
-            printf "%-14s %-5s %7s  %-30s %9.1f %9.2f %9.1f %8.0f %8.0f %6.0f  (%.0f%% of %s GB/s)\n",
-                m, d, gb, label, b / itl, itl * 1e3, ttft * 1e3, host, disp, gbs, 100 * gbs / bw, bw
-        }'
+            printf "%-14s %-5s %7s  %-30s %9.1f %9.2f %9.1f %8s %8s %6.0f  (%.0f%% of %s GB/s)\n",
+                m, d, gb, label, b / itl, itl * 1e3, ttft * 1e3, whole(host), whole(disp), gbs,
+                100 * gbs / bw, bw
+        }
+        function whole(v) { return v == "-" ? v : sprintf("%.0f", v) }'
+}
+
+# Prints a prefill row labelled $1 of $2 tokens with TTFT $3 (seconds), host µs $4 and
+# dispatches $5 a step ("-" where unknown), for the model of the caller's shape, dtype and gb.
+prefill_line() {
+    awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v label="$1" -v len="$2" -v ttft="$3" -v host="$4" \
+        -v disp="$5" 'BEGIN {
+            printf "%-14s %-5s %7s  %-30s %9.1f %9s %9.1f %8s %8s\n",
+                m, d, gb, label, len / ttft, "-", ttft * 1e3, whole(host), whole(disp)
+        }
+        function whole(v) { return v == "-" ? v : sprintf("%.0f", v) }'
+}
+
+# Prints the decode row of pagoda's bench report $2 (JSON), labelled "decode B=N$1".
+decode_row() {
+    local b
+    b=$(field num_requests "$2")
+    decode_line "decode B=$b$1" "$b" "$(field itl_mean_s "$2")" "$(field ttft_p50_s "$2")" \
+        "$(field host_us_p50 "$2")" "$(field dispatches_per_step "$2")"
 }
 
 # Prints the last report of llama-batched-bench's JSON lines $2 whose field $1 is $3.
@@ -196,13 +213,8 @@ baseline_rows() {
             echo "$shape $dtype llama.cpp decode B=$b: cut at the ${budget}s budget, or failed"
             continue
         fi
-        awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v b="$b" -v ttg="$(field t_tg "$report")" \
-            -v tpp="$(field t_pp "$report")" -v bw="$bandwidth" 'BEGIN {
-                itl = ttg / 32
-                gbs = gb / itl
-                printf "%-14s %-5s %7s  %-30s %9.1f %9.2f %9.1f %8s %8s %6.0f  (%.0f%% of %s GB/s)\n",
-                    m, d, gb, "llama.cpp B=" b, b / itl, itl * 1e3, tpp * 1e3, "-", "-", gbs, 100 * gbs / bw, bw
-            }'
+        decode_line "llama.cpp B=$b" "$b" "$(awk -v t="$(field t_tg "$report")" 'BEGIN { print t / 32 }')" \
+            "$(field t_pp "$report")" - -
     done
     ((${#lens[@]})) || return 0
     local npp
@@ -214,10 +226,7 @@ baseline_rows() {
             echo "$shape $dtype llama.cpp prefill $len: cut at the ${budget}s budget, or failed"
             continue
         fi
-        awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v len="$len" -v tpp="$(field t_pp "$report")" 'BEGIN {
-            printf "%-14s %-5s %7s  %-30s %9.1f %9s %9.1f %8s %8s\n",
-                m, d, gb, "llama.cpp pp" len, len / tpp, "-", tpp * 1e3, "-", "-"
-        }'
+        prefill_line "llama.cpp pp$len" "$len" "$(field t_pp "$report")" - -
     done
 }
 
@@ -267,7 +276,7 @@ run() {
         local n=0
         IFS=, read -ra counts <<<"$batches"
         while read -r report; do
-            decode_row "" "${counts[$n]}" "$report"
+            decode_row "" "$report"
             n=$((n + 1))
         done < <(timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
             --input-len 128 --output-len 32)
@@ -279,7 +288,7 @@ run() {
             for setting in ${AB_SETTINGS-$AB_DEFAULT}; do
                 n=0
                 while read -r report; do
-                    decode_row " ${setting#PAGODA_}" "$(field num_requests "$report")" "$report"
+                    decode_row " ${setting#PAGODA_}" "$report"
                     n=$((n + 1))
                 done < <(env "$setting" timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" \
                     --num-requests "${AB_BATCHES:-1,32}" --input-len 128 --output-len 32)
@@ -294,7 +303,7 @@ run() {
         fi
         for len in $prefill_lens; do
             for tile in $tiles; do
-                local report ttft host disp label="prefill $len"
+                local report label="prefill $len"
                 [[ $tile == auto ]] || label="$label t$tile"
                 local status=0
                 report=$(PAGODA_GEMM_ROWS=${tile#auto} timeout "$(cap)" "$bin" bench "${flags[@]}" \
@@ -307,14 +316,8 @@ run() {
                     echo "$shape $dtype $label: failed (exit status $status)"
                     continue
                 fi
-                ttft=$(field ttft_p50_s "$report")
-                host=$(field host_us_p50 "$report")
-                disp=$(field dispatches_per_step "$report")
-                awk -v m="$shape" -v d="$dtype" -v gb="$gb" -v label="$label" -v len="$len" -v ttft="$ttft" \
-                    -v host="$host" -v disp="$disp" 'BEGIN {
-                        printf "%-14s %-5s %7s  %-30s %9.1f %9s %9.1f %8.0f %8.0f\n",
-                            m, d, gb, label, len / ttft, "-", ttft * 1e3, host, disp
-                    }'
+                prefill_line "$label" "$len" "$(field ttft_p50_s "$report")" "$(field host_us_p50 "$report")" \
+                    "$(field dispatches_per_step "$report")"
             done
         done
         if [[ $spec == "${PROFILE-llama-3.2-1b:q4_k}" ]]; then
