@@ -224,12 +224,13 @@ impl GpuContext {
 const TEXEL_ROW_BYTES: usize = 16 * WEIGHT_TEXELS as usize;
 
 impl GpuContext {
-    /// The most bytes one part of a weight may hold: the binding limit, and for a texture no
-    /// more than its tallest texture holds besides the texel a word run may read past the end.
+    /// The most bytes one part of a weight may hold: the binding limit (in whole 16-byte
+    /// units), and for a texture no more than its tallest texture holds besides the texel a
+    /// word run may read past the end.
     fn max_part_bytes(&self, source: WeightSource) -> u64 {
         let texture_rows = self.capabilities().limits.max_texture_dimension_2d as u64;
         match source {
-            WeightSource::Buffer => self.max_binding_bytes(),
+            WeightSource::Buffer => self.max_binding_bytes() & !15,
             WeightSource::Texture => self.max_binding_bytes().min(texture_rows * TEXEL_ROW_BYTES as u64 - 32),
         }
     }
@@ -237,6 +238,8 @@ impl GpuContext {
     /// One part's words on the device, in `source`. A texture is counted with the buffers.
     fn upload_words(&self, name: &str, source: WeightSource, mut data: Vec<u8>) -> Result<Bound, GpuError> {
         if source == WeightSource::Buffer {
+            // Whole 16-byte units (wsrc_buffer.wgsl reads the words as such).
+            data.resize(data.len().next_multiple_of(16), 0);
             let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
             let buffer = self.create_buffer(name, data.len() as u64, usage)?;
             self.queue.write_buffer(&buffer, 0, &data);
