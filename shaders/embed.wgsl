@@ -10,6 +10,11 @@ struct EmbedParams {
 @group(0) @binding(SLOT_IDS) var<storage, read> IDS: array<u32>;
 @group(0) @binding(SLOT_OUT) var<storage, read_write> OUT: array<f32>;
 
+// The row length of the table the format functions read (wsplit.wgsl).
+fn w_k() -> u32 {
+    return P.d;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.y * nwg.x + wid.x) * WG + lid;

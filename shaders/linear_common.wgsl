@@ -55,6 +55,11 @@ fn load_x8_direct(xr: u32) -> W8 {
     return W8(vec4<f32>(X[xr], X[xr + 1u], X[xr + 2u], X[xr + 3u]), vec4<f32>(X[xr + 4u], X[xr + 5u], X[xr + 6u], X[xr + 7u]));
 }
 
+// The row length of the weight the format functions read (wsplit.wgsl).
+fn w_k() -> u32 {
+    return P.k;
+}
+
 fn x_row(m0: u32, r: u32) -> u32 {
     return min(m0 + r, P.m - 1u) * P.k;
 }

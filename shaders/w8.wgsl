@@ -14,22 +14,14 @@ struct W32 {
     g3: W8,
 }
 
-// Word `o` and the four words after it, read in one run (a block's scale word and its
-// quants; `wl_head4` of the wsrc_*.wgsl files).
-struct WHead4 {
-    head: u32,
-    q: vec4<u32>,
-}
-
 // Eight consecutive words (`wl8`).
 struct WRun8 {
     lo: vec4<u32>,
     hi: vec4<u32>,
 }
 
-// Word `o` and the eight words after it (`wl_head8`).
-struct WHead8 {
-    head: u32,
-    q0: vec4<u32>,
-    q1: vec4<u32>,
+// A row's words rounded up to whole 16-byte units: every stored row starts on one
+// (src/gpu/weights.rs), so the runs a format aligns within a row are aligned in the buffer.
+fn whole_units(words: u32) -> u32 {
+    return (words + 3u) & ~3u;
 }

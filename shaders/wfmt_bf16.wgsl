@@ -1,6 +1,7 @@
-// Weight format bf16: two weights per word (low half first), rows padded to whole words.
+// Weight format bf16: two weights per word (low half first), rows padded to whole units
+// (so a group of 8 is one).
 fn w_row_words(k: u32) -> u32 {
-    return (k + 1u) / 2u;
+    return whole_units((k + 1u) / 2u);
 }
 
 fn bf16_pair(w: u32) -> vec2<f32> {
@@ -13,6 +14,6 @@ fn w_elem(rb: u32, k: u32) -> f32 {
 
 fn w_group(rb: u32, g: u32) -> W8 {
     let o = rb + 4u * g;
-    let q = wl4(o);
+    let q = wl4a(o);
     return W8(vec4<f32>(bf16_pair(q.x), bf16_pair(q.y)), vec4<f32>(bf16_pair(q.z), bf16_pair(q.w)));
 }

@@ -1,6 +1,6 @@
-// Weight format f32: one word per weight, rows of K words.
+// Weight format f32: one word per weight, rows padded to whole units (so groups of 8 are two).
 fn w_row_words(k: u32) -> u32 {
-    return k;
+    return whole_units(k);
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
@@ -9,5 +9,5 @@ fn w_elem(rb: u32, k: u32) -> f32 {
 
 fn w_group(rb: u32, g: u32) -> W8 {
     let o = rb + 8u * g;
-    return W8(bitcast<vec4<f32>>(wl4(o)), bitcast<vec4<f32>>(wl4(o + 4u)));
+    return W8(bitcast<vec4<f32>>(wl4a(o)), bitcast<vec4<f32>>(wl4a(o + 4u)));
 }

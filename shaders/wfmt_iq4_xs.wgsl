@@ -3,7 +3,7 @@
 // sub-block), words 2..33 the 128 bytes qs; sub-block j (32 weights) is bytes 16 j .. 16 j + 15
 // in Q4_0's nibble order, indexing wiq4.wgsl's table; w = (d scale) IQ4_VALUES[q].
 fn w_row_words(k: u32) -> u32 {
-    return k / 256u * 34u;
+    return whole_units(k / 256u * 34u);
 }
 
 // d times the signed 6-bit scale of sub-block j of the super-block at `base`.

@@ -3,7 +3,7 @@
 // 20 the f16 d (low half) and dmin (high half). Weight 128 h + 32 s + l is the two bits at 2 s of
 // qs[32 h + l]; w = (d sc) q - dmin m.
 fn w_row_words(k: u32) -> u32 {
-    return k / 256u * 21u;
+    return whole_units(k / 256u * 21u);
 }
 
 // (d * scale, dmin * min) of weights 16 group .. 16 group + 15, from (d, dmin) and the word

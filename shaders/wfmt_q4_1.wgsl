@@ -1,40 +1,39 @@
-// Weight format Q4_1: GGUF blocks of 32 in 5 words: word 0 holds the f16 scale d (low half) and
-// the f16 minimum m (high half), words 1..4 the 16 bytes qs; nibble order as Q4_0; w = d * q + m.
+// Weight format Q4_1: GGUF blocks of 32 in split rows (wsplit.wgsl): block b's 16 bytes qs are
+// the unit at word 4 b, header word b holds its f16 scale d (low half) and f16 minimum m (high
+// half); nibble order as Q4_0; w = d * q + m.
 fn w_row_words(k: u32) -> u32 {
-    return k / 32u * 5u;
+    return split_row_words(k, 32u, 4u, 1u);
+}
+
+fn q4_1_scale(rb: u32, b: u32) -> vec2<f32> {
+    return unpack2x16float(wl(split_header(rb, b, 32u, 4u, 1u)));
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
-    let base = rb + k / 32u * 5u;
-    let j = k % 32u;
-    let dm = unpack2x16float(wl(base));
-    let q = q4_nibble_at(base + 1u, j);
-    return dm.x * f32(q) + dm.y;
+    let b = k / 32u;
+    let dm = q4_1_scale(rb, b);
+    return dm.x * f32(q4_nibble_at(rb + 4u * b, k % 32u)) + dm.y;
 }
 
+// Group q = g % 4 of block g / 4: half q % 2 of the unit, nibbles q / 2.
 fn w_group(rb: u32, g: u32) -> W8 {
-    let base = rb + g / 4u * 5u;
+    let b = g / 4u;
     let q = g % 4u;
-    let o = base + 1u + 2u * (q % 2u);
+    let words = unit_half(wl4a(rb + 4u * b), q % 2u);
     let shift = 4u * (q / 2u);
-    let dm = unpack2x16float(wl(base));
-    return W8(dm.x * q4_nibbles(wl(o), shift) + dm.y, dm.x * q4_nibbles(wl(o + 1u), shift) + dm.y);
+    let dm = q4_1_scale(rb, b);
+    return W8(dm.x * q4_nibbles(words.x, shift) + dm.y, dm.x * q4_nibbles(words.y, shift) + dm.y);
 }
 
-// A whole block: scale and minimum read once and each of the four nibble words read once (low
-// nibbles are weights 0..15, high nibbles 16..31).
+// A whole block: scale and minimum read once and its unit of nibbles once (low nibbles are
+// weights 0..15, high nibbles 16..31).
 fn w_block(rb: u32, b: u32) -> W32 {
-    let o = rb + 5u * b;
-    let words = wl_head4(o);
-    let dm = unpack2x16float(words.head);
-    let q0 = words.q.x;
-    let q1 = words.q.y;
-    let q2 = words.q.z;
-    let q3 = words.q.w;
+    let q = wl4a(rb + 4u * b);
+    let dm = q4_1_scale(rb, b);
     return W32(
-        W8(dm.x * q4_nibbles(q0, 0u) + dm.y, dm.x * q4_nibbles(q1, 0u) + dm.y),
-        W8(dm.x * q4_nibbles(q2, 0u) + dm.y, dm.x * q4_nibbles(q3, 0u) + dm.y),
-        W8(dm.x * q4_nibbles(q0, 4u) + dm.y, dm.x * q4_nibbles(q1, 4u) + dm.y),
-        W8(dm.x * q4_nibbles(q2, 4u) + dm.y, dm.x * q4_nibbles(q3, 4u) + dm.y),
+        W8(dm.x * q4_nibbles(q.x, 0u) + dm.y, dm.x * q4_nibbles(q.y, 0u) + dm.y),
+        W8(dm.x * q4_nibbles(q.z, 0u) + dm.y, dm.x * q4_nibbles(q.w, 0u) + dm.y),
+        W8(dm.x * q4_nibbles(q.x, 4u) + dm.y, dm.x * q4_nibbles(q.y, 4u) + dm.y),
+        W8(dm.x * q4_nibbles(q.z, 4u) + dm.y, dm.x * q4_nibbles(q.w, 4u) + dm.y),
     );
 }

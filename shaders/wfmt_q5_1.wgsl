@@ -1,44 +1,48 @@
-// Weight format Q5_1: GGUF blocks of 32 in 6 words: word 0 holds the f16 scale d (low half) and
-// the f16 minimum m (high half), word 1 the fifth bits qh (bit j for weight j), words 2..5 the
-// 16 bytes qs with Q4_0's nibble order; w = d * q + m.
+// Weight format Q5_1: GGUF blocks of 32 in split rows (wsplit.wgsl): block b's 16 bytes qs (Q4_0's
+// nibble order) are the unit at word 4 b, header word 2 b holds its f16 scale d (low half) and
+// f16 minimum m (high half), header word 2 b + 1 its fifth bits qh (bit j for weight j);
+// w = d * q + m.
 fn w_row_words(k: u32) -> u32 {
-    return k / 32u * 6u;
+    return split_row_words(k, 32u, 4u, 2u);
+}
+
+// (d and m, qh) of block b.
+fn q5_1_header(rb: u32, b: u32) -> vec2<u32> {
+    let h = split_header(rb, b, 32u, 4u, 2u);
+    return vec2<u32>(wl(h), wl(h + 1u));
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
-    let base = rb + k / 32u * 6u;
+    let b = k / 32u;
     let j = k % 32u;
-    let dm = unpack2x16float(wl(base));
-    let low = q4_nibble_at(base + 2u, j);
-    let high = ((wl(base + 1u) >> j) & 1u) * 16u;
+    let header = q5_1_header(rb, b);
+    let dm = unpack2x16float(header.x);
+    let low = q4_nibble_at(rb + 4u * b, j);
+    let high = ((header.y >> j) & 1u) * 16u;
     return dm.x * f32(low + high) + dm.y;
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {
-    let base = rb + g / 4u * 6u;
+    let b = g / 4u;
     let q = g % 4u;
-    let o = base + 2u + 2u * (q % 2u);
+    let words = unit_half(wl4a(rb + 4u * b), q % 2u);
     let shift = 4u * (q / 2u);
-    let dm = unpack2x16float(wl(base));
-    let qh = wl(base + 1u);
-    return W8(dm.x * (q4_nibbles(wl(o), shift) + q5_high(qh, 8u * q)) + dm.y,
-              dm.x * (q4_nibbles(wl(o + 1u), shift) + q5_high(qh, 8u * q + 4u)) + dm.y);
+    let header = q5_1_header(rb, b);
+    let dm = unpack2x16float(header.x);
+    return W8(dm.x * (q4_nibbles(words.x, shift) + q5_high(header.y, 8u * q)) + dm.y,
+              dm.x * (q4_nibbles(words.y, shift) + q5_high(header.y, 8u * q + 4u)) + dm.y);
 }
 
-// A whole block: scale, minimum and fifth bits read once, each of the four nibble words once.
+// A whole block: scale, minimum and fifth bits read once, its unit of nibbles once.
 fn w_block(rb: u32, b: u32) -> W32 {
-    let o = rb + 6u * b;
-    let dm = unpack2x16float(wl(o));
-    let words = wl_head4(o + 1u);
-    let qh = words.head;
-    let q0 = words.q.x;
-    let q1 = words.q.y;
-    let q2 = words.q.z;
-    let q3 = words.q.w;
+    let q = wl4a(rb + 4u * b);
+    let header = q5_1_header(rb, b);
+    let dm = unpack2x16float(header.x);
+    let qh = header.y;
     return W32(
-        W8(dm.x * (q4_nibbles(q0, 0u) + q5_high(qh, 0u)) + dm.y, dm.x * (q4_nibbles(q1, 0u) + q5_high(qh, 4u)) + dm.y),
-        W8(dm.x * (q4_nibbles(q2, 0u) + q5_high(qh, 8u)) + dm.y, dm.x * (q4_nibbles(q3, 0u) + q5_high(qh, 12u)) + dm.y),
-        W8(dm.x * (q4_nibbles(q0, 4u) + q5_high(qh, 16u)) + dm.y, dm.x * (q4_nibbles(q1, 4u) + q5_high(qh, 20u)) + dm.y),
-        W8(dm.x * (q4_nibbles(q2, 4u) + q5_high(qh, 24u)) + dm.y, dm.x * (q4_nibbles(q3, 4u) + q5_high(qh, 28u)) + dm.y),
+        W8(dm.x * (q4_nibbles(q.x, 0u) + q5_high(qh, 0u)) + dm.y, dm.x * (q4_nibbles(q.y, 0u) + q5_high(qh, 4u)) + dm.y),
+        W8(dm.x * (q4_nibbles(q.z, 0u) + q5_high(qh, 8u)) + dm.y, dm.x * (q4_nibbles(q.w, 0u) + q5_high(qh, 12u)) + dm.y),
+        W8(dm.x * (q4_nibbles(q.x, 4u) + q5_high(qh, 16u)) + dm.y, dm.x * (q4_nibbles(q.y, 4u) + q5_high(qh, 20u)) + dm.y),
+        W8(dm.x * (q4_nibbles(q.z, 4u) + q5_high(qh, 24u)) + dm.y, dm.x * (q4_nibbles(q.w, 4u) + q5_high(qh, 28u)) + dm.y),
     );
 }

@@ -1,9 +1,15 @@
-// Weight format Q6_K: GGUF super-blocks of 256 (210 bytes) stored as 53 words: word 0 the f16 d
-// (low half), words 1..32 the 128 bytes ql, words 33..48 the 64 bytes qh, words 49..52 the 16
-// signed 8-bit scales (one per 16 weights). Weight 128 h + r takes nibble r / 64 of
-// ql[64 h + r % 64] and bits 2 (r / 32) of qh[32 h + r % 32]; w = (d scale) (q - 32).
+// Weight format Q6_K: GGUF super-blocks of 256 (210 bytes) in split rows (wsplit.wgsl): the 52
+// quant words of super-block s at word 52 s of the row (words 0..31 the 128 bytes ql, 32..47 the
+// 64 bytes qh, 48..51 the 16 signed 8-bit scales, one per 16 weights), its f16 d the low half of
+// header word s. Weight 128 h + r takes nibble r / 64 of ql[64 h + r % 64] and bits 2 (r / 32)
+// of qh[32 h + r % 32]; w = (d scale) (q - 32).
 fn w_row_words(k: u32) -> u32 {
-    return k / 256u * 53u;
+    return split_row_words(k, 256u, 52u, 1u);
+}
+
+// d of super-block s.
+fn q6_d(rb: u32, s: u32) -> f32 {
+    return unpack2x16float(wl(split_header(rb, s, 256u, 52u, 1u))).x;
 }
 
 // d times scale s (its byte of the scales' word `word`).
@@ -12,9 +18,9 @@ fn q6_scale_of(d: f32, word: u32, s: u32) -> f32 {
     return d * f32(bitcast<i32>(byte << 24u) >> 24u);
 }
 
-// d times the scale of weights 16 s .. 16 s + 15 of the super-block at `base`.
-fn q6_scale(base: u32, s: u32) -> f32 {
-    return q6_scale_of(unpack2x16float(wl(base)).x, wl(base + 49u + s / 4u), s);
+// d times the scale of weights 16 s .. 16 s + 15 of super-block `sb`, whose quants are at `base`.
+fn q6_scale(rb: u32, sb: u32, base: u32, s: u32) -> f32 {
+    return q6_scale_of(q6_d(rb, sb), wl(base + 48u + s / 4u), s);
 }
 
 // q - 32 of four weights at offset r (mod 128) of their half super-block, from their ql word
@@ -27,33 +33,35 @@ fn q6_quad_of(l: u32, h: u32, r: u32) -> vec4<f32> {
 fn q6_quad(base: u32, i: u32) -> vec4<f32> {
     let h = i / 128u;
     let r = i % 128u;
-    return q6_quad_of(wl(base + 1u + (64u * h + r % 64u) / 4u), wl(base + 33u + (32u * h + r % 32u) / 4u), r);
+    return q6_quad_of(wl(base + (64u * h + r % 64u) / 4u), wl(base + 32u + (32u * h + r % 32u) / 4u), r);
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
-    let base = rb + k / 256u * 53u;
+    let sb = k / 256u;
+    let base = rb + sb * 52u;
     let i = k % 256u;
-    return q6_scale(base, i / 16u) * q6_quad(base, i - i % 4u)[i % 4u];
+    return q6_scale(rb, sb, base, i / 16u) * q6_quad(base, i - i % 4u)[i % 4u];
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {
-    let base = rb + g / 32u * 53u;
+    let sb = g / 32u;
+    let base = rb + sb * 52u;
     let i = g % 32u * 8u;
-    let scale = q6_scale(base, i / 16u);
+    let scale = q6_scale(rb, sb, base, i / 16u);
     return W8(scale * q6_quad(base, i), scale * q6_quad(base, i + 4u));
 }
 
 // A whole block of 32 (weights 32 j .. 32 j + 31 of a super-block): d and the word of its two
-// scales read once, and its eight ql words and eight qh words each read as one run.
+// scales read once, and its eight ql words and eight qh words each as two units.
 fn w_block(rb: u32, b: u32) -> W32 {
-    let base = rb + b / 8u * 53u;
+    let base = rb + b / 8u * 52u;
     let i = b % 8u * 32u;
     let h = i / 128u;
     let r = i % 128u;
-    let ql = wl8(base + 1u + (64u * h + r % 64u) / 4u);
-    let qh = wl8(base + 33u + 8u * h);
-    let d = unpack2x16float(wl(base)).x;
-    let scales = wl(base + 49u + i / 64u);
+    let ql = wl8a(base + (64u * h + r % 64u) / 4u);
+    let qh = wl8a(base + 32u + 8u * h);
+    let d = q6_d(rb, b / 8u);
+    let scales = wl(base + 48u + i / 64u);
     let lo = q6_scale_of(d, scales, i / 16u);
     let hi = q6_scale_of(d, scales, i / 16u + 1u);
     return W32(

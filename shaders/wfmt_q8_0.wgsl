@@ -1,7 +1,8 @@
-// Weight format Q8_0: GGUF blocks of 32 padded to 9 words: word 0 holds the f16 scale d in its
-// low half, words 1..8 the 32 signed bytes in order; w = d * q.
+// Weight format Q8_0: GGUF blocks of 32 in split rows (wsplit.wgsl): block b's 32 signed bytes
+// in order are the two units at words 8 b .. 8 b + 7, its f16 scale d the low half of header
+// word b; w = d * q.
 fn w_row_words(k: u32) -> u32 {
-    return k / 32u * 9u;
+    return split_row_words(k, 32u, 8u, 1u);
 }
 
 fn q8_bytes(w: u32) -> vec4<f32> {
@@ -9,29 +10,33 @@ fn q8_bytes(w: u32) -> vec4<f32> {
     return vec4<f32>(f32(extractBits(s, 0u, 8u)), f32(extractBits(s, 8u, 8u)), f32(extractBits(s, 16u, 8u)), f32(extractBits(s, 24u, 8u)));
 }
 
+fn q8_scale(rb: u32, b: u32) -> f32 {
+    return unpack2x16float(wl(split_header(rb, b, 32u, 8u, 1u))).x;
+}
+
 fn w_elem(rb: u32, k: u32) -> f32 {
-    let base = rb + k / 32u * 9u;
+    let b = k / 32u;
     let j = k % 32u;
-    let d = unpack2x16float(wl(base)).x;
-    return d * q8_bytes(wl(base + 1u + j / 4u))[j % 4u];
+    return q8_scale(rb, b) * q8_bytes(wl(rb + 8u * b + j / 4u))[j % 4u];
 }
 
+// Group g % 4 of block g / 4: half of one unit.
 fn w_group(rb: u32, g: u32) -> W8 {
-    let base = rb + g / 4u * 9u;
-    let o = base + 1u + 2u * (g % 4u);
-    let d = unpack2x16float(wl(base)).x;
-    return W8(d * q8_bytes(wl(o)), d * q8_bytes(wl(o + 1u)));
+    let b = g / 4u;
+    let q = unit_half(wl4a(rb + 8u * b + 4u * (g % 4u / 2u)), g % 2u);
+    let d = q8_scale(rb, b);
+    return W8(d * q8_bytes(q.x), d * q8_bytes(q.y));
 }
 
-// A whole block: the scale read once, then its eight words of bytes.
+// A whole block: the scale read once, then its two units of bytes.
 fn w_block(rb: u32, b: u32) -> W32 {
-    let o = rb + 9u * b;
-    let words = wl_head8(o);
-    let d = unpack2x16float(words.head).x;
+    let q0 = wl4a(rb + 8u * b);
+    let q1 = wl4a(rb + 8u * b + 4u);
+    let d = q8_scale(rb, b);
     return W32(
-        W8(d * q8_bytes(words.q0.x), d * q8_bytes(words.q0.y)),
-        W8(d * q8_bytes(words.q0.z), d * q8_bytes(words.q0.w)),
-        W8(d * q8_bytes(words.q1.x), d * q8_bytes(words.q1.y)),
-        W8(d * q8_bytes(words.q1.z), d * q8_bytes(words.q1.w)),
+        W8(d * q8_bytes(q0.x), d * q8_bytes(q0.y)),
+        W8(d * q8_bytes(q0.z), d * q8_bytes(q0.w)),
+        W8(d * q8_bytes(q1.x), d * q8_bytes(q1.y)),
+        W8(d * q8_bytes(q1.z), d * q8_bytes(q1.w)),
     );
 }

@@ -12,7 +12,8 @@ fn wl4(i: u32) -> vec4<u32> {
     return vec4<u32>(wl(i), wl(i + 1u), wl(i + 2u), wl(i + 3u));
 }
 
-// Words i..i+3 for i a multiple of 4 (a word run the format aligns: K-quant headers and quants).
+// Words i..i+3 for i a multiple of 4 (a word run the format aligns: quants, K-quant headers,
+// dense groups).
 fn wl4a(i: u32) -> vec4<u32> {
     return W[i / 4u];
 }
@@ -22,10 +23,7 @@ fn wl8(i: u32) -> WRun8 {
     return WRun8(wl4(i), wl4(i + 4u));
 }
 
-fn wl_head4(o: u32) -> WHead4 {
-    return WHead4(wl(o), wl4(o + 1u));
-}
-
-fn wl_head8(o: u32) -> WHead8 {
-    return WHead8(wl(o), wl4(o + 1u), wl4(o + 5u));
+// Words i..i+7 for i a multiple of 4: two units.
+fn wl8a(i: u32) -> WRun8 {
+    return WRun8(W[i / 4u], W[i / 4u + 1u]);
 }

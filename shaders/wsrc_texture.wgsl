@@ -28,8 +28,8 @@ fn wl4(i: u32) -> vec4<u32> {
     return wshift(wtexel(t), wtexel(t + 1u), i % 4u);
 }
 
-// Words i..i+3 for i a multiple of 4 (a word run the format aligns: K-quant headers and
-// quants): one texel.
+// Words i..i+3 for i a multiple of 4 (a word run the format aligns: quants, K-quant headers,
+// dense groups): one texel.
 fn wl4a(i: u32) -> vec4<u32> {
     return wtexel(i / 4u);
 }
@@ -41,19 +41,7 @@ fn wl8(i: u32) -> WRun8 {
     return WRun8(wshift(wtexel(t), b, i % 4u), wshift(b, wtexel(t + 2u), i % 4u));
 }
 
-fn wl_head4(o: u32) -> WHead4 {
-    let t = o / 4u;
-    let s = o % 4u;
-    let a = wtexel(t);
-    let b = wtexel(t + 1u);
-    return WHead4(a[s], wshift(a, b, s + 1u));
-}
-
-fn wl_head8(o: u32) -> WHead8 {
-    let t = o / 4u;
-    let s = o % 4u;
-    let a = wtexel(t);
-    let b = wtexel(t + 1u);
-    let c = wtexel(t + 2u);
-    return WHead8(a[s], wshift(a, b, s + 1u), wshift(b, c, s + 1u));
+// Words i..i+7 for i a multiple of 4: two texels.
+fn wl8a(i: u32) -> WRun8 {
+    return WRun8(wtexel(i / 4u), wtexel(i / 4u + 1u));
 }

@@ -1,5 +1,8 @@
-//! Weight upload: raw GGUF / little-endian bytes kept in their format, rows padded to whole u32
-//! words, and split by rows across buffers (or textures) so each stays under the binding limit.
+//! Weight upload: raw GGUF / little-endian bytes kept in their format (the small-block types
+//! and Q6_K split into quants and headers), rows padded to whole 16-byte units, and split by
+//! rows across buffers (or textures) so each stays under the binding limit.
+
+use std::ops::Range;
 
 use super::GpuError;
 use super::bind_cache::Bound;
@@ -20,12 +23,15 @@ pub(crate) struct WeightPart {
 
 /// A `[rows, cols]` weight matrix on the device, in its stored type.
 ///
-/// Layout per row (what the shaders read): f32 as is; f16 and bf16 two per word, rows padded to
-/// an even length; Q4_1, Q5_1, Q4_K and Q5_K blocks as GGUF stores them (20, 24, 144 and 176
-/// bytes); Q8_0, Q4_0, Q5_0 and IQ4_NL blocks with two zero bytes after the f16 scale (36, 20,
-/// 24 and 20 bytes) so every block starts on a word; Q6_K blocks with their trailing f16 scale
-/// moved to the front and padded to a word (212 bytes), Q3_K likewise (112 bytes); Q2_K and
-/// IQ4_XS as GGUF stores them (84 and 136 bytes).
+/// Layout per row (what the shaders read), every row a whole number of 16-byte units so that
+/// each row, and each run of words a format aligns, starts on one: f32 as is; f16 and bf16 two
+/// per word; Q4_K and Q5_K blocks as GGUF stores them (144 and 176 bytes); Q8_0, Q4_0, Q4_1,
+/// Q5_0, Q5_1, IQ4_NL and Q6_K split in two regions ([`SplitBlock`]): first every block's quants
+/// in order (32, 16, 16, 16, 16, 16 and 208 bytes: whole units), then every block's header in
+/// order (its scales and, for Q5_0 and Q5_1, the fifth bits: one word, or two for Q5_0 and
+/// Q5_1); Q3_K blocks with their trailing f16 scale moved to the front and padded to a word
+/// (112 bytes); Q2_K and IQ4_XS as GGUF stores them (84 and 136 bytes). Rows end with zeros
+/// up to the next unit.
 #[derive(Debug, Clone)]
 pub struct Weight {
     name: String,
@@ -78,54 +84,87 @@ impl Weight {
 
 /// u32 words per stored row of `cols` elements of `dtype`, as the shaders read it.
 pub(crate) fn row_words(dtype: DType, cols: usize) -> usize {
-    match dtype {
-        DType::F32 => cols,
-        DType::F16 | DType::BF16 => cols.div_ceil(2),
-        _ => cols / dtype.block_len() * block_words(dtype),
-    }
+    let words = match (dtype, SplitBlock::of(dtype)) {
+        (DType::F32, _) => cols,
+        (DType::F16 | DType::BF16, _) => cols.div_ceil(2),
+        (_, Some(split)) => {
+            let blocks = cols / dtype.block_len();
+            blocks * split.quant_words() + (blocks * split.header_words()).next_multiple_of(4)
+        }
+        (_, None) => cols / dtype.block_len() * block_words(dtype),
+    };
+    words.next_multiple_of(4)
 }
 
 /// Bytes a `[rows, cols]` weight of `dtype` takes in GPU memory (quantized stays quantized;
-/// blocks are padded to whole words).
+/// rows are padded to whole 16-byte units).
 pub fn resident_bytes(dtype: DType, rows: usize, cols: usize) -> u64 {
     4 * (rows * row_words(dtype, cols)) as u64
 }
 
-/// u32 words per stored block of a quantized type.
+/// u32 words per stored block of a quantized type kept in one piece.
 fn block_words(dtype: DType) -> usize {
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => 0,
-        DType::Q8_0 => 9,
-        DType::Q4_0 | DType::Q4_1 | DType::IQ4NL => 5,
-        DType::Q5_0 | DType::Q5_1 => 6,
         DType::Q4K => 36,
         DType::Q5K => 44,
-        DType::Q6K => 53,
         DType::Q2K => 21,
         DType::Q3K => 28,
         DType::IQ4XS => 34,
+        _ => 0,
     }
 }
 
+/// How a block of a type stored in split rows divides: the bytes of its quants (a whole number
+/// of 16-byte units, read as aligned runs) and the fields of its header (each a byte range
+/// `(start, end)` of the block, padded with zeros to a whole word).
+struct SplitBlock {
+    quants: Range<usize>,
+    header: &'static [(usize, usize)],
+}
+
+impl SplitBlock {
+    /// The split of `dtype`'s blocks, for the types stored in split rows.
+    fn of(dtype: DType) -> Option<Self> {
+        let (quants, header): (_, &'static [_]) = match dtype {
+            DType::Q8_0 => (2..34, &[(0, 2)]),
+            DType::Q4_0 | DType::IQ4NL => (2..18, &[(0, 2)]),
+            DType::Q4_1 => (4..20, &[(0, 4)]),
+            DType::Q5_0 => (6..22, &[(0, 2), (2, 6)]),
+            DType::Q5_1 => (8..24, &[(0, 4), (4, 8)]),
+            DType::Q6K => (0..208, &[(208, 210)]),
+            _ => return None,
+        };
+        Some(Self { quants, header })
+    }
+
+    fn quant_words(&self) -> usize {
+        self.quants.len() / 4
+    }
+
+    fn header_words(&self) -> usize {
+        self.header.len()
+    }
+
+    /// One row of GGUF blocks in the split layout: the quants region, then the headers region.
+    fn repack(&self, block_bytes: usize, row: &[u8], out: &mut Vec<u8>) {
+        for block in row.chunks_exact(block_bytes) {
+            out.extend_from_slice(&block[self.quants.clone()]);
+        }
+        for block in row.chunks_exact(block_bytes) {
+            for &(start, end) in self.header {
+                out.extend_from_slice(&block[start..end]);
+                out.resize(out.len().next_multiple_of(4), 0);
+            }
+        }
+    }
+}
+
+/// Appends one row of `dtype` in its stored layout (see [`Weight`]), padded to a whole unit.
 fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
-    match dtype {
-        DType::F32 | DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K | DType::Q2K | DType::IQ4XS => {
-            out.extend_from_slice(row)
-        }
-        DType::F16 | DType::BF16 => {
-            out.extend_from_slice(row);
-            if !row.len().is_multiple_of(4) {
-                out.extend_from_slice(&[0, 0]);
-            }
-        }
-        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::IQ4NL => {
-            for block in row.chunks_exact(dtype.block_bytes()) {
-                out.extend_from_slice(&block[..2]);
-                out.extend_from_slice(&[0, 0]);
-                out.extend_from_slice(&block[2..]);
-            }
-        }
-        DType::Q6K | DType::Q3K => {
+    let start = out.len();
+    match (dtype, SplitBlock::of(dtype)) {
+        (_, Some(split)) => split.repack(dtype.block_bytes(), row, out),
+        (DType::Q3K, _) => {
             let scale_at = dtype.block_bytes() - 2;
             for block in row.chunks_exact(dtype.block_bytes()) {
                 out.extend_from_slice(&block[scale_at..]);
@@ -133,7 +172,9 @@ fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
                 out.extend_from_slice(&block[..scale_at]);
             }
         }
+        _ => out.extend_from_slice(row),
     }
+    out.resize(start + (out.len() - start).next_multiple_of(16), 0);
 }
 
 impl GpuContext {
@@ -238,8 +279,6 @@ impl GpuContext {
     /// One part's words on the device, in `source`. A texture is counted with the buffers.
     fn upload_words(&self, name: &str, source: WeightSource, mut data: Vec<u8>) -> Result<Bound, GpuError> {
         if source == WeightSource::Buffer {
-            // Whole 16-byte units (wsrc_buffer.wgsl reads the words as such).
-            data.resize(data.len().next_multiple_of(16), 0);
             let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
             let buffer = self.create_buffer(name, data.len() as u64, usage)?;
             self.queue.write_buffer(&buffer, 0, &data);
@@ -271,5 +310,37 @@ impl GpuContext {
         };
         self.queue.write_texture(texture.as_image_copy(), &data, layout, size);
         Ok(Bound::Texture(ResourceId::fresh(), texture.create_view(&wgpu::TextureViewDescriptor::default())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{repack_row, row_words};
+    use crate::dtype::DType;
+    use crate::gpu::shader::WEIGHT_DTYPES;
+
+    #[test]
+    fn every_stored_row_is_whole_units_of_the_length_the_shaders_step_by() {
+        for dtype in WEIGHT_DTYPES {
+            for blocks in [1, 2, 3, 5, 18] {
+                let cols = blocks * dtype.block_len() + usize::from(dtype.block_len() == 1);
+                let row: Vec<u8> = (0..dtype.bytes_for(cols).unwrap()).map(|i| i as u8 | 1).collect();
+                let mut out = Vec::new();
+                repack_row(dtype, &row, &mut out);
+                assert_eq!(out.len(), 4 * row_words(dtype, cols), "{} x {cols}", dtype.name());
+                assert_eq!(out.len() % 16, 0, "{} x {cols}", dtype.name());
+            }
+        }
+    }
+
+    #[test]
+    fn a_split_row_holds_every_blocks_quants_then_every_blocks_header() {
+        let block = |tag: u8| -> Vec<u8> { [vec![tag, tag + 1], vec![tag + 2; 32]].concat() };
+        let row = [block(10), block(20), block(30)].concat();
+        let mut out = Vec::new();
+        repack_row(DType::Q8_0, &row, &mut out);
+        let quants = [vec![12; 32], vec![22; 32], vec![32; 32]].concat();
+        let headers = [10, 11, 0, 0, 20, 21, 0, 0, 30, 31, 0, 0, 0, 0, 0, 0];
+        assert_eq!(out, [quants, headers.to_vec()].concat());
     }
 }

@@ -48,11 +48,13 @@ impl KvFormat {
 }
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
-/// after `w8.wgsl` (the W8/W32 types and the word runs), the word loads of `source` (`wl`,
-/// `wl4`, `wl4a`, `wl8`, `wl_head4`, `wl_head8`) and the shared pieces the format uses:
-/// `wbits.wgsl` (bit fields of the quantized formats), `wk_scales.wgsl` (the Q4_K/Q5_K header),
-/// `wiq4.wgsl` (the IQ4 table), and `wblock_groups.wgsl` (a block as four groups) for the dense
-/// formats, which have no `w_block` of their own.
+/// after `w8.wgsl` (the W8/W32 types, the word runs and the rows' rounding to whole units), the
+/// word loads of `source` (`wl`, `wl4`, `wl4a`, `wl8`, `wl8a`) and the shared pieces the format
+/// uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (the split rows of
+/// the small-block formats and Q6_K, which read the row length from the kernel's `w_k`),
+/// `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl` (the IQ4 table), and
+/// `wblock_groups.wgsl` (a block as four groups) for the dense formats, which have no `w_block`
+/// of their own.
 fn weight_files(dtype: DType, source: WeightSource) -> Vec<ShaderFile> {
     let words = match source {
         WeightSource::Buffer => shader_file!("wsrc_buffer.wgsl"),
@@ -67,19 +69,20 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
     let bits = shader_file!("wbits.wgsl");
     let k_scales = shader_file!("wk_scales.wgsl");
     let iq4 = shader_file!("wiq4.wgsl");
+    let split = shader_file!("wsplit.wgsl");
     match dtype {
         DType::F32 => vec![shader_file!("wfmt_f32.wgsl"), groups],
         DType::F16 => vec![shader_file!("wfmt_f16.wgsl"), groups],
         DType::BF16 => vec![shader_file!("wfmt_bf16.wgsl"), groups],
-        DType::Q8_0 => vec![shader_file!("wfmt_q8_0.wgsl")],
-        DType::Q4_0 => vec![bits, shader_file!("wfmt_q4_0.wgsl")],
-        DType::Q4_1 => vec![bits, shader_file!("wfmt_q4_1.wgsl")],
-        DType::Q5_0 => vec![bits, shader_file!("wfmt_q5_0.wgsl")],
-        DType::Q5_1 => vec![bits, shader_file!("wfmt_q5_1.wgsl")],
-        DType::IQ4NL => vec![bits, iq4, shader_file!("wfmt_iq4_nl.wgsl")],
+        DType::Q8_0 => vec![split, shader_file!("wfmt_q8_0.wgsl")],
+        DType::Q4_0 => vec![bits, split, shader_file!("wfmt_q4_0.wgsl")],
+        DType::Q4_1 => vec![bits, split, shader_file!("wfmt_q4_1.wgsl")],
+        DType::Q5_0 => vec![bits, split, shader_file!("wfmt_q5_0.wgsl")],
+        DType::Q5_1 => vec![bits, split, shader_file!("wfmt_q5_1.wgsl")],
+        DType::IQ4NL => vec![bits, split, iq4, shader_file!("wfmt_iq4_nl.wgsl")],
         DType::Q4K => vec![bits, k_scales, shader_file!("wfmt_q4_k.wgsl")],
         DType::Q5K => vec![bits, k_scales, shader_file!("wfmt_q5_k.wgsl")],
-        DType::Q6K => vec![bits, shader_file!("wfmt_q6_k.wgsl")],
+        DType::Q6K => vec![bits, split, shader_file!("wfmt_q6_k.wgsl")],
         DType::Q2K => vec![bits, shader_file!("wfmt_q2_k.wgsl")],
         DType::Q3K => vec![bits, shader_file!("wfmt_q3_k.wgsl")],
         DType::IQ4XS => vec![bits, iq4, shader_file!("wfmt_iq4_xs.wgsl")],
