@@ -14,6 +14,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pagoda::dtype::{DType, quantize};
 use pagoda::engine::engine_config::gpu_options_from_env;
+use pagoda::gpu::shader::WEIGHT_DTYPES;
 use pagoda::gpu::{AttentionBatch, AttentionSpec, Elem, GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 
 /// (K, N, name) of SmolLM2-135M's projections and its 49152-row LM head.
@@ -67,14 +68,14 @@ fn bench_linear(c: &mut Criterion, ctx: &GpuContext) {
     group.finish();
 }
 
-/// Decode GEMV per quantized type: the default model's shapes whose rows make whole blocks
+/// Decode GEMV of every quantized type: the default model's shapes whose rows make whole blocks
 /// (K-quants need K a multiple of 256: the 1536-wide down projection) and 4096 × 4096.
 fn bench_quantized_gemv(c: &mut Criterion, ctx: &GpuContext) {
     let mut group = c.benchmark_group("gemv_quant");
     group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
     let shapes = LINEAR_SHAPES.into_iter().chain([(4096, 4096, "proj_7b")]);
     for (k, n, name) in shapes {
-        for dtype in [DType::Q4_1, DType::Q5_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+        for dtype in WEIGHT_DTYPES.into_iter().filter(|dtype| dtype.is_quantized()) {
             if !k.is_multiple_of(dtype.block_len()) {
                 continue;
             }

@@ -14,14 +14,14 @@ struct W32 {
     g3: W8,
 }
 
-// Eight consecutive words (`wl8`).
+// Eight consecutive words, two units (`wl8a`).
 struct WRun8 {
     lo: vec4<u32>,
     hi: vec4<u32>,
 }
 
-// A row's words rounded up to whole 16-byte units: every stored row starts on one
-// (src/gpu/weights.rs), so the runs a format aligns within a row are aligned in the buffer.
+// Words rounded up to whole 16-byte units: every stored row starts on one (src/gpu/weights.rs),
+// so the runs a format aligns within a row are aligned in the buffer.
 fn whole_units(words: u32) -> u32 {
     return (words + 3u) & ~3u;
 }

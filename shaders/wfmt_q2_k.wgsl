@@ -1,9 +1,15 @@
-// Weight format Q2_K: GGUF super-blocks of 256 in 21 words: words 0..3 the 16 scale bytes (per 16
-// weights: scale in the low nibble, minimum in the high one), words 4..19 the 64 bytes qs, word
-// 20 the f16 d (low half) and dmin (high half). Weight 128 h + 32 s + l is the two bits at 2 s of
+// Weight format Q2_K: GGUF super-blocks of 256 in split rows (wsplit.wgsl): the 20 quant words of
+// super-block s at word 20 s of the row (words 0..3 the 16 scale bytes, per 16 weights: scale in
+// the low nibble, minimum in the high one; words 4..19 the 64 bytes qs), header word s its f16 d
+// (low half) and dmin (high half). Weight 128 h + 32 s + l is the two bits at 2 s of
 // qs[32 h + l]; w = (d sc) q - dmin m.
 fn w_row_words(k: u32) -> u32 {
-    return whole_units(k / 256u * 21u);
+    return split_row_words(k, 256u, 20u, 1u);
+}
+
+// (d, dmin) of super-block s.
+fn q2k_dm(rb: u32, s: u32) -> vec2<f32> {
+    return unpack2x16float(wl(split_header(rb, s, 256u, 20u, 1u)));
 }
 
 // (d * scale, dmin * min) of weights 16 group .. 16 group + 15, from (d, dmin) and the word
@@ -13,9 +19,10 @@ fn q2k_scale_of(dm: vec2<f32>, word: u32, group: u32) -> vec2<f32> {
     return vec2<f32>(dm.x * f32(byte & 15u), dm.y * f32(byte >> 4u));
 }
 
-// (d * scale, dmin * min) of weights 16 group .. 16 group + 15 of the super-block at `base`.
-fn q2k_scale(base: u32, group: u32) -> vec2<f32> {
-    return q2k_scale_of(unpack2x16float(wl(base + 20u)), wl(base + group / 4u), group);
+// (d * scale, dmin * min) of weights 16 group .. 16 group + 15 of super-block s, whose quants
+// are at `base`.
+fn q2k_scale(rb: u32, s: u32, base: u32, group: u32) -> vec2<f32> {
+    return q2k_scale_of(q2k_dm(rb, s), wl(base + group / 4u), group);
 }
 
 // q of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
@@ -24,26 +31,28 @@ fn q2k_quad(base: u32, i: u32) -> vec4<f32> {
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
-    let base = rb + k / 256u * 21u;
+    let s = k / 256u;
+    let base = rb + s * 20u;
     let i = k % 256u;
-    let s = q2k_scale(base, i / 16u);
-    return s.x * q2k_quad(base, i - i % 4u)[i % 4u] - s.y;
+    let sc = q2k_scale(rb, s, base, i / 16u);
+    return sc.x * q2k_quad(base, i - i % 4u)[i % 4u] - sc.y;
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {
-    let base = rb + g / 32u * 21u;
+    let s = g / 32u;
+    let base = rb + s * 20u;
     let i = g % 32u * 8u;
-    let s = q2k_scale(base, i / 16u);
-    return W8(s.x * q2k_quad(base, i) - s.y, s.x * q2k_quad(base, i + 4u) - s.y);
+    let sc = q2k_scale(rb, s, base, i / 16u);
+    return W8(sc.x * q2k_quad(base, i) - sc.y, sc.x * q2k_quad(base, i + 4u) - sc.y);
 }
 
 // A whole block of 32 (weights 32 j .. 32 j + 31 of a super-block): d, dmin and the word of its
-// two scales read once, its eight qs words as one run.
+// two scales read once, its eight qs words as two units.
 fn w_block(rb: u32, b: u32) -> W32 {
-    let base = rb + b / 8u * 21u;
+    let base = rb + b / 8u * 20u;
     let i = b % 8u * 32u;
-    let qs = wl8(base + 4u + 8u * (i / 128u));
-    let dm = unpack2x16float(wl(base + 20u));
+    let qs = wl8a(base + 4u + 8u * (i / 128u));
+    let dm = q2k_dm(rb, b / 8u);
     let g = i / 16u;
     let scales = wl(base + g / 4u);
     let lo = q2k_scale_of(dm, scales, g);

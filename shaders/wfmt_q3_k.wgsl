@@ -1,35 +1,24 @@
-// Weight format Q3_K: GGUF super-blocks of 256 (110 bytes) stored as 28 words: word 0 the f16 d
-// (low half), words 1..8 the 32 bytes hmask, words 9..24 the 64 bytes qs (low two bits, as
-// Q2_K), words 25..27 the 12 bytes of 6-bit scales (one per 16 weights). A clear bit i / 32 of
-// hmask[i % 32] subtracts 4 from weight i; w = (d scale) q.
+// Weight format Q3_K: GGUF super-blocks of 256 (110 bytes) in split rows (wsplit.wgsl): the 24
+// quant words of super-block s at word 24 s of the row (words 0..7 the 32 bytes hmask, words
+// 8..23 the 64 bytes qs: low two bits, as Q2_K), its header the unit at header word 4 s (words
+// 0..2 the 12 bytes of 6-bit scales, one per 16 weights; word 3 the f16 d, low half). A clear bit
+// i / 32 of hmask[i % 32] subtracts 4 from weight i; w = (d scale) q.
 fn w_row_words(k: u32) -> u32 {
-    return k / 256u * 28u;
+    return split_row_words(k, 256u, 24u, 4u);
 }
 
-// Byte i (0..12) of the packed scales of the super-block at `base`.
-fn q3k_scale_byte(base: u32, i: u32) -> u32 {
-    return (wl(base + 25u + i / 4u) >> (8u * (i % 4u))) & 255u;
+// The header unit of super-block s: the three scale words, then d.
+fn q3k_header(rb: u32, s: u32) -> vec4<u32> {
+    return wl4a(split_header(rb, s, 256u, 24u, 4u));
 }
 
-// d times the signed scale of weights 16 group .. 16 group + 15, from scale bytes group % 8
-// (`lo`) and 8 + group % 4 (`hi`).
-fn q3k_scale_of(d: f32, lo: u32, hi: u32, group: u32) -> f32 {
-    let low = (lo >> (4u * (group / 8u))) & 15u;
-    let high = (hi >> (2u * (group / 4u))) & 3u;
-    return d * (f32(low | (high << 4u)) - 32.0);
-}
-
-// d times the signed scale of weights 16 group .. 16 group + 15, from words 24..27 of the
-// super-block (the last qs word, then the three scale words).
-fn q3k_scale_in(d: f32, words: vec4<u32>, group: u32) -> f32 {
+// d times the signed scale of weights 16 group .. 16 group + 15, from their super-block's header:
+// scale bytes group % 8 (low four bits) and 8 + group % 4 (high two).
+fn q3k_scale(header: vec4<u32>, group: u32) -> f32 {
     let shift = 8u * (group % 4u);
-    return q3k_scale_of(d, (words[1u + group % 8u / 4u] >> shift) & 255u, (words.w >> shift) & 255u, group);
-}
-
-// d times the signed scale of weights 16 group .. 16 group + 15.
-fn q3k_scale(base: u32, group: u32) -> f32 {
-    let d = unpack2x16float(wl(base)).x;
-    return q3k_scale_of(d, q3k_scale_byte(base, group % 8u), q3k_scale_byte(base, 8u + group % 4u), group);
+    let low = (header[group % 8u / 4u] >> (shift + 4u * (group / 8u))) & 15u;
+    let high = (header.z >> (shift + 2u * (group / 4u))) & 3u;
+    return unpack2x16float(header.w).x * (f32(low | (high << 4u)) - 32.0);
 }
 
 // q of weights i..i+3 (i a multiple of 4) of a super-block, from their qs word and hmask word.
@@ -43,33 +32,33 @@ fn q3k_quad_of(qs: u32, hmask: u32, i: u32) -> vec4<f32> {
 // q of weights i..i+3 (i a multiple of 4) of the super-block at `base`.
 fn q3k_quad(base: u32, i: u32) -> vec4<f32> {
     let l = i % 32u;
-    return q3k_quad_of(wl(base + 9u + (32u * (i / 128u) + l) / 4u), wl(base + 1u + l / 4u), i);
+    return q3k_quad_of(wl(base + 8u + (32u * (i / 128u) + l) / 4u), wl(base + l / 4u), i);
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {
-    let base = rb + k / 256u * 28u;
+    let s = k / 256u;
     let i = k % 256u;
-    return q3k_scale(base, i / 16u) * q3k_quad(base, i - i % 4u)[i % 4u];
+    return q3k_scale(q3k_header(rb, s), i / 16u) * q3k_quad(rb + s * 24u, i - i % 4u)[i % 4u];
 }
 
 fn w_group(rb: u32, g: u32) -> W8 {
-    let base = rb + g / 32u * 28u;
+    let s = g / 32u;
+    let base = rb + s * 24u;
     let i = g % 32u * 8u;
-    let scale = q3k_scale(base, i / 16u);
+    let scale = q3k_scale(q3k_header(rb, s), i / 16u);
     return W8(scale * q3k_quad(base, i), scale * q3k_quad(base, i + 4u));
 }
 
-// A whole block of 32 (weights 32 j .. 32 j + 31 of a super-block): d and the scale words read
-// once, its eight qs words and the eight hmask words each read as one run.
+// A whole block of 32 (weights 32 j .. 32 j + 31 of a super-block): its super-block's header
+// read once as a unit, its eight qs words and the eight hmask words each as two units.
 fn w_block(rb: u32, b: u32) -> W32 {
-    let base = rb + b / 8u * 28u;
+    let base = rb + b / 8u * 24u;
     let i = b % 8u * 32u;
-    let qs = wl8(base + 9u + 8u * (i / 128u));
-    let hm = wl8(base + 1u);
-    let d = unpack2x16float(wl(base)).x;
-    let words = wl4(base + 24u);
-    let lo = q3k_scale_in(d, words, i / 16u);
-    let hi = q3k_scale_in(d, words, i / 16u + 1u);
+    let qs = wl8a(base + 8u + 8u * (i / 128u));
+    let hm = wl8a(base);
+    let header = q3k_header(rb, b / 8u);
+    let lo = q3k_scale(header, i / 16u);
+    let hi = q3k_scale(header, i / 16u + 1u);
     return W32(
         W8(lo * q3k_quad_of(qs.lo.x, hm.lo.x, i), lo * q3k_quad_of(qs.lo.y, hm.lo.y, i)),
         W8(lo * q3k_quad_of(qs.lo.z, hm.lo.z, i), lo * q3k_quad_of(qs.lo.w, hm.lo.w, i)),

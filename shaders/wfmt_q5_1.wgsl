@@ -8,8 +8,7 @@ fn w_row_words(k: u32) -> u32 {
 
 // (d and m, qh) of block b.
 fn q5_1_header(rb: u32, b: u32) -> vec2<u32> {
-    let h = split_header(rb, b, 32u, 4u, 2u);
-    return vec2<u32>(wl(h), wl(h + 1u));
+    return split_header_pair(rb, b, 32u, 4u);
 }
 
 fn w_elem(rb: u32, k: u32) -> f32 {

@@ -740,7 +740,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
 }
 
 /// The stored weight types with their tensor counts, bytes in the file and bytes on the GPU
-/// (weights stay in their stored type there, blocks padded to whole words).
+/// (weights stay in their stored type there, rows padded to whole 16-byte units).
 fn print_weight_types(weights: &WeightFile) {
     let mut by_type: std::collections::BTreeMap<&str, (usize, u64, u64)> = Default::default();
     for tensor in weights.tensors() {

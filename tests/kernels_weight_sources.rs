@@ -1,8 +1,7 @@
 //! The sequential kernels read the same words from a weight texture as from a storage buffer:
 //! every weight type, through the linear, gated and embedding kernels, gives the same bits
-//! from either source, at shapes whose word runs start at every offset within a texel, whose
-//! rows end mid-texel and whose words fill more than a texture row. Forces the sequential path
-//! and each source on whatever adapter runs it.
+//! from either source, at shapes whose rows end mid-group and whose words fill more than a
+//! texture row. Forces the sequential path and each source on whatever adapter runs it.
 
 mod kernels_support;
 
@@ -21,10 +20,10 @@ fn ctx(source: WeightSource) -> GpuContext {
     GpuContext::new(&gpu_options_from_env(&options).unwrap()).expect("a wgpu adapter (lavapipe in CI)")
 }
 
-/// `[n, k]`: an odd K for the dense types (rows ending mid-word and mid-texel, so runs start at
-/// every offset within a texel; the K-quants keep theirs aligned by design), and enough rows
-/// (563) that every type's words fill more than one texture row of 8192 words (runs that cross
-/// from one row to the next: the smallest rows, Q4_0's three blocks, take 15 words).
+/// `[n, k]`: an odd K for the dense types (a row's last group ends mid-word, its padding read as
+/// zeros), three blocks for the quantized ones (an odd count, so split rows pad their headers),
+/// and enough rows (563) that every type's words fill more than one texture row of 8192 words
+/// (the smallest rows, Q4_0's three blocks, take 16 words).
 fn shape(dtype: DType) -> (usize, usize) {
     match dtype.block_len() {
         1 => (563, 75),
@@ -33,7 +32,7 @@ fn shape(dtype: DType) -> (usize, usize) {
 }
 
 /// Every output a weight of `dtype` gives from `c`: the linear of 5 rows (the four-row tile
-/// and a row alone), the gated linear of one row (its up rows start mid-texel), and the
+/// and a row alone), the gated linear of one row (its up rows after the gate rows), and the
 /// embedding rows of some ids. The epilogues and input norms only see the sums, so they do
 /// not depend on the source.
 fn outputs(c: &GpuContext, dtype: DType) -> Vec<Vec<f32>> {

@@ -24,14 +24,14 @@ pub(crate) struct WeightPart {
 /// A `[rows, cols]` weight matrix on the device, in its stored type.
 ///
 /// Layout per row (what the shaders read), every row a whole number of 16-byte units so that
-/// each row, and each run of words a format aligns, starts on one: f32 as is; f16 and bf16 two
-/// per word; Q4_K and Q5_K blocks as GGUF stores them (144 and 176 bytes); Q8_0, Q4_0, Q4_1,
-/// Q5_0, Q5_1, IQ4_NL and Q6_K split in two regions ([`SplitBlock`]): first every block's quants
-/// in order (32, 16, 16, 16, 16, 16 and 208 bytes: whole units), then every block's header in
-/// order (its scales and, for Q5_0 and Q5_1, the fifth bits: one word, or two for Q5_0 and
-/// Q5_1); Q3_K blocks with their trailing f16 scale moved to the front and padded to a word
-/// (112 bytes); Q2_K and IQ4_XS as GGUF stores them (84 and 136 bytes). Rows end with zeros
-/// up to the next unit.
+/// each row, and each run of words a format reads, starts on one: f32 as is; f16 and bf16 two
+/// per word; Q4_K and Q5_K blocks as GGUF stores them (144 and 176 bytes: whole units, header
+/// first); every other quantized type split in two regions ([`SplitBlock`]): first every
+/// block's quants in order (whole units, with Q2_K's, Q3_K's and Q6_K's sub-block scales and
+/// Q3_K's high-bit mask), then every block's header in order (its scale d in a word of its own
+/// or with Q4_1's and Q5_1's minimum m, Q2_K's dmin or IQ4_XS's high scale bits; a second word of
+/// Q5_0's and Q5_1's fifth bits or IQ4_XS's low scale bits; Q3_K's 12 scale bytes before its d).
+/// Rows end with zeros up to the next unit.
 #[derive(Debug, Clone)]
 pub struct Weight {
     name: String,
@@ -102,21 +102,14 @@ pub fn resident_bytes(dtype: DType, rows: usize, cols: usize) -> u64 {
     4 * (rows * row_words(dtype, cols)) as u64
 }
 
-/// u32 words per stored block of a quantized type kept in one piece.
+/// u32 words per stored block of a quantized type kept in one piece (Q4_K and Q5_K).
 fn block_words(dtype: DType) -> usize {
-    match dtype {
-        DType::Q4K => 36,
-        DType::Q5K => 44,
-        DType::Q2K => 21,
-        DType::Q3K => 28,
-        DType::IQ4XS => 34,
-        _ => 0,
-    }
+    dtype.block_bytes() / 4
 }
 
 /// How a block of a type stored in split rows divides: the bytes of its quants (a whole number
 /// of 16-byte units, read as aligned runs) and the fields of its header (each a byte range
-/// `(start, end)` of the block, padded with zeros to a whole word).
+/// `(start, end)` of the block, padded with zeros to whole words).
 struct SplitBlock {
     quants: Range<usize>,
     header: &'static [(usize, usize)],
@@ -132,7 +125,10 @@ impl SplitBlock {
             DType::Q5_0 => (6..22, &[(0, 2), (2, 6)]),
             DType::Q5_1 => (8..24, &[(0, 4), (4, 8)]),
             DType::Q6K => (0..208, &[(208, 210)]),
-            _ => return None,
+            DType::Q2K => (0..80, &[(80, 84)]),
+            DType::Q3K => (0..96, &[(96, 108), (108, 110)]),
+            DType::IQ4XS => (8..136, &[(0, 4), (4, 8)]),
+            DType::F32 | DType::F16 | DType::BF16 | DType::Q4K | DType::Q5K => return None,
         };
         Some(Self { quants, header })
     }
@@ -142,7 +138,7 @@ impl SplitBlock {
     }
 
     fn header_words(&self) -> usize {
-        self.header.len()
+        self.header.iter().map(|(start, end)| (end - start).div_ceil(4)).sum()
     }
 
     /// One row of GGUF blocks in the split layout: the quants region, then the headers region.
@@ -162,17 +158,9 @@ impl SplitBlock {
 /// Appends one row of `dtype` in its stored layout (see [`Weight`]), padded to a whole unit.
 fn repack_row(dtype: DType, row: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
-    match (dtype, SplitBlock::of(dtype)) {
-        (_, Some(split)) => split.repack(dtype.block_bytes(), row, out),
-        (DType::Q3K, _) => {
-            let scale_at = dtype.block_bytes() - 2;
-            for block in row.chunks_exact(dtype.block_bytes()) {
-                out.extend_from_slice(&block[scale_at..]);
-                out.extend_from_slice(&[0, 0]);
-                out.extend_from_slice(&block[..scale_at]);
-            }
-        }
-        _ => out.extend_from_slice(row),
+    match SplitBlock::of(dtype) {
+        Some(split) => split.repack(dtype.block_bytes(), row, out),
+        None => out.extend_from_slice(row),
     }
     out.resize(start + (out.len() - start).next_multiple_of(16), 0);
 }
@@ -266,13 +254,12 @@ const TEXEL_ROW_BYTES: usize = 16 * WEIGHT_TEXELS as usize;
 
 impl GpuContext {
     /// The most bytes one part of a weight may hold: the binding limit (in whole 16-byte
-    /// units), and for a texture no more than its tallest texture holds besides the texel a
-    /// word run may read past the end.
+    /// units), and for a texture no more than its tallest texture holds.
     fn max_part_bytes(&self, source: WeightSource) -> u64 {
         let texture_rows = self.capabilities().limits.max_texture_dimension_2d as u64;
         match source {
             WeightSource::Buffer => self.max_binding_bytes() & !15,
-            WeightSource::Texture => self.max_binding_bytes().min(texture_rows * TEXEL_ROW_BYTES as u64 - 32),
+            WeightSource::Texture => self.max_binding_bytes().min(texture_rows * TEXEL_ROW_BYTES as u64),
         }
     }
 
@@ -284,8 +271,8 @@ impl GpuContext {
             self.queue.write_buffer(&buffer, 0, &data);
             return Ok(Bound::Buffer(buffer));
         }
-        // Whole texel rows, with room for the texel past the last word a run may fetch.
-        let rows = (data.len() + 32).div_ceil(TEXEL_ROW_BYTES);
+        // Whole texel rows: every run the formats read lies within a stored row.
+        let rows = data.len().div_ceil(TEXEL_ROW_BYTES);
         data.resize(rows * TEXEL_ROW_BYTES, 0);
         let size = wgpu::Extent3d { width: WEIGHT_TEXELS, height: rows as u32, depth_or_array_layers: 1 };
         self.count().buffer_created();
@@ -320,7 +307,7 @@ mod tests {
     use crate::gpu::shader::WEIGHT_DTYPES;
 
     #[test]
-    fn every_stored_row_is_whole_units_of_the_length_the_shaders_step_by() {
+    fn every_stored_row_is_whole_units_of_its_row_words() {
         for dtype in WEIGHT_DTYPES {
             for blocks in [1, 2, 3, 5, 18] {
                 let cols = blocks * dtype.block_len() + usize::from(dtype.block_len() == 1);
@@ -342,5 +329,34 @@ mod tests {
         let quants = [vec![12; 32], vec![22; 32], vec![32; 32]].concat();
         let headers = [10, 11, 0, 0, 20, 21, 0, 0, 30, 31, 0, 0, 0, 0, 0, 0];
         assert_eq!(out, [quants, headers.to_vec()].concat());
+    }
+
+    #[test]
+    fn a_q5_0_header_is_its_scale_word_then_its_fifth_bits_word() {
+        let block =
+            |tag: u8| -> Vec<u8> { [vec![tag, tag + 1], vec![tag + 2; 4], vec![tag + 3; 16]].concat() };
+        let mut out = Vec::new();
+        repack_row(DType::Q5_0, &[block(10), block(20)].concat(), &mut out);
+        let quants = [vec![13; 16], vec![23; 16]].concat();
+        let headers = [10, 11, 0, 0, 12, 12, 12, 12, 20, 21, 0, 0, 22, 22, 22, 22];
+        assert_eq!(out, [quants, headers.to_vec()].concat());
+    }
+
+    #[test]
+    fn a_q3_k_header_is_one_unit_of_its_scales_then_its_d() {
+        let block = [vec![1; 32], vec![2; 64], vec![3; 12], vec![4, 5]].concat();
+        let mut out = Vec::new();
+        repack_row(DType::Q3K, &block, &mut out);
+        let want = [&block[..108], &[4, 5, 0, 0]].concat();
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn a_q6_k_header_is_its_super_block_scale_alone() {
+        let block = [vec![1; 128], vec![2; 64], vec![3; 16], vec![4, 5]].concat();
+        let mut out = Vec::new();
+        repack_row(DType::Q6K, &block, &mut out);
+        let want = [&block[..208], &[4, 5, 0, 0], &[0; 12]].concat();
+        assert_eq!(out, want);
     }
 }

@@ -49,9 +49,10 @@ impl KvFormat {
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
 /// after `w8.wgsl` (the W8/W32 types, the word runs and the rows' rounding to whole units), the
-/// word loads of `source` (`wl`, `wl4`, `wl4a`, `wl8`, `wl8a`) and the shared pieces the format
-/// uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (the split rows of
-/// the small-block formats and Q6_K, which read the row length from the kernel's `w_k`),
+/// word loads of `source` (`wl`, `wl4a`, `wl8a`: a word, a unit, two units) and the shared pieces
+/// the format uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (the split
+/// rows of every format but Q4_K, Q5_K and the dense ones, which read the row length from the
+/// kernel's `w_k`),
 /// `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl` (the IQ4 table), and
 /// `wblock_groups.wgsl` (a block as four groups) for the dense formats, which have no `w_block`
 /// of their own.
@@ -83,9 +84,9 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
         DType::Q4K => vec![bits, k_scales, shader_file!("wfmt_q4_k.wgsl")],
         DType::Q5K => vec![bits, k_scales, shader_file!("wfmt_q5_k.wgsl")],
         DType::Q6K => vec![bits, split, shader_file!("wfmt_q6_k.wgsl")],
-        DType::Q2K => vec![bits, shader_file!("wfmt_q2_k.wgsl")],
-        DType::Q3K => vec![bits, shader_file!("wfmt_q3_k.wgsl")],
-        DType::IQ4XS => vec![bits, iq4, shader_file!("wfmt_iq4_xs.wgsl")],
+        DType::Q2K => vec![bits, split, shader_file!("wfmt_q2_k.wgsl")],
+        DType::Q3K => vec![bits, split, shader_file!("wfmt_q3_k.wgsl")],
+        DType::IQ4XS => vec![bits, split, iq4, shader_file!("wfmt_iq4_xs.wgsl")],
     }
 }
 
