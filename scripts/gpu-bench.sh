@@ -332,8 +332,8 @@ run() {
     done
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
         echo
-        echo "kernel bench (decode GEMV of the quantized types, paged-attention decode):"
-        timeout "${KERNEL_BENCH_S:-120}" "$OUT/kernels-bench" --bench 'gemv_quant|paged_attention_decode' 2>&1 |
+        echo "kernel bench (decode GEMV of every quantized type at 4096 x 4096, paged-attention decode):"
+        timeout "${KERNEL_BENCH_S:-120}" "$OUT/kernels-bench" --bench 'gemv_quant/[^/]*/proj_7b|paged_attention_decode' 2>&1 |
             grep -E "^(gemv_quant|paged_attention_decode)|thrpt|adapter|attention:|linear:" || true
     fi
 }
