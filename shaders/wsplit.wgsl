@@ -1,7 +1,7 @@
 // Split rows (src/gpu/weights.rs's SplitBlock): every block's QW quant words in order (QW a
 // multiple of 4, so block b's quants are the aligned run at word QW b of the row), then every
-// block's HW header words in order (its scale d, with Q4_1's/Q5_1's minimum m, and the fifth
-// bits of Q5_0/Q5_1), padded to a whole unit; a row has w_k() / block_len blocks.
+// block's HW header words in order (its scale d and what its format keeps beside it: see each
+// wfmt_*.wgsl), padded to a whole unit; a row has w_k() / block_len blocks.
 fn split_row_words(k: u32, block_len: u32, qw: u32, hw: u32) -> u32 {
     let blocks = k / block_len;
     return blocks * qw + whole_units(blocks * hw);

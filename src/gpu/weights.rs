@@ -84,14 +84,12 @@ impl Weight {
 
 /// u32 words per stored row of `cols` elements of `dtype`, as the shaders read it.
 pub(crate) fn row_words(dtype: DType, cols: usize) -> usize {
-    let words = match (dtype, SplitBlock::of(dtype)) {
-        (DType::F32, _) => cols,
-        (DType::F16 | DType::BF16, _) => cols.div_ceil(2),
-        (_, Some(split)) => {
+    let words = match SplitBlock::of(dtype) {
+        Some(split) => {
             let blocks = cols / dtype.block_len();
             blocks * split.quant_words() + (blocks * split.header_words()).next_multiple_of(4)
         }
-        (_, None) => cols / dtype.block_len() * block_words(dtype),
+        None => (cols / dtype.block_len() * dtype.block_bytes()).div_ceil(4),
     };
     words.next_multiple_of(4)
 }
@@ -100,11 +98,6 @@ pub(crate) fn row_words(dtype: DType, cols: usize) -> usize {
 /// rows are padded to whole 16-byte units).
 pub fn resident_bytes(dtype: DType, rows: usize, cols: usize) -> u64 {
     4 * (rows * row_words(dtype, cols)) as u64
-}
-
-/// u32 words per stored block of a quantized type kept in one piece (Q4_K and Q5_K).
-fn block_words(dtype: DType) -> usize {
-    dtype.block_bytes() / 4
 }
 
 /// How a block of a type stored in split rows divides: the bytes of its quants (a whole number

@@ -50,10 +50,9 @@ impl KvFormat {
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
 /// after `w8.wgsl` (the W8/W32 types, the word runs and the rows' rounding to whole units), the
 /// word loads of `source` (`wl`, `wl4a`, `wl8a`: a word, a unit, two units) and the shared pieces
-/// the format uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (the split
-/// rows of every format but Q4_K, Q5_K and the dense ones, which read the row length from the
-/// kernel's `w_k`),
-/// `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl` (the IQ4 table), and
+/// the format uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (split
+/// rows, which every quantized format but Q4_K and Q5_K has; it reads the row length from the
+/// kernel's `w_k`), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl` (the IQ4 table), and
 /// `wblock_groups.wgsl` (a block as four groups) for the dense formats, which have no `w_block`
 /// of their own.
 fn weight_files(dtype: DType, source: WeightSource) -> Vec<ShaderFile> {
