@@ -1,9 +1,9 @@
 //! Kernel throughput on the selected adapter (`PAGODA_*` env as for the engine).
 //!
 //! Linear layers at SmolLM2-135M's shapes for M = 1, 8, 32, 256 and weights in f32, f16, Q8_0
-//! and Q4_1; decode GEMV (M = 1) of the quantized types llama.cpp's mixes hold (Q4_1, Q5_0,
-//! Q4_K, Q5_K, Q6_K) at those shapes and at a 7B model's 4096 × 4096, its bytes the weights
-//! alone (so bytes/s reads as weight bandwidth); paged-attention decode at contexts 128, 1024, 4096 for batches of 1, 8, 32.
+//! and Q4_1; decode GEMV (M = 1) of every quantized type at those shapes and at a 7B model's
+//! 4096 × 4096, and a prefill of 32 rows (M = 32) at 4096 × 4096, their bytes the weights alone
+//! (so bytes/s reads as weight bandwidth); paged-attention decode at contexts 128, 1024, 4096 for batches of 1, 8, 32.
 //! Criterion's "elements" are FLOPs (so elem/s reads as FLOP/s) and its bytes are the weight
 //! (or KV) bytes plus activations each iteration touches. One iteration is one submitted step
 //! holding `reps` identical dispatches, so submit overhead is amortised.
@@ -71,19 +71,40 @@ fn bench_linear(c: &mut Criterion, ctx: &GpuContext) {
 /// Decode GEMV of every quantized type: the default model's shapes whose rows make whole blocks
 /// (K-quants need K a multiple of 256: the 1536-wide down projection) and 4096 × 4096.
 fn bench_quantized_gemv(c: &mut Criterion, ctx: &GpuContext) {
-    let mut group = c.benchmark_group("gemv_quant");
+    let shapes: Vec<_> = LINEAR_SHAPES.into_iter().chain([PROJ_7B]).collect();
+    bench_quantized(c, ctx, "gemv_quant", 1, &shapes);
+}
+
+/// Prefill of 32 rows through every quantized type at 4096 × 4096 (on GPUs two GEMM tiles of
+/// 16 rows, their lanes walking blocks).
+fn bench_quantized_gemm(c: &mut Criterion, ctx: &GpuContext) {
+    bench_quantized(c, ctx, "gemm_quant", 32, &[PROJ_7B]);
+}
+
+/// (K, N, name) of a 7B model's 4096 × 4096 projection.
+const PROJ_7B: (usize, usize, &str) = (4096, 4096, "proj_7b");
+
+/// Group `name`: `m` rows through every quantized type at each of `shapes` whose rows make
+/// whole blocks, bytes the weights alone (so bytes/s reads as weight bandwidth).
+fn bench_quantized(
+    c: &mut Criterion,
+    ctx: &GpuContext,
+    name: &str,
+    m: usize,
+    shapes: &[(usize, usize, &str)],
+) {
+    let mut group = c.benchmark_group(name);
     group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
-    let shapes = LINEAR_SHAPES.into_iter().chain([(4096, 4096, "proj_7b")]);
-    for (k, n, name) in shapes {
+    for &(k, n, name) in shapes {
         for dtype in WEIGHT_DTYPES.into_iter().filter(|dtype| dtype.is_quantized()) {
             if !k.is_multiple_of(dtype.block_len()) {
                 continue;
             }
             let bytes = quantize(dtype, &values(n * k));
             let w = ctx.upload_weight(name, dtype, n, k, &bytes).expect("upload");
-            let x = ctx.upload_f32(&[1, k], &values(k)).expect("x");
-            let y = ctx.tensor(Elem::F32, &[1, n]).expect("y");
-            let flops = 2 * (n * k) as u64;
+            let x = ctx.upload_f32(&[m, k], &values(m * k)).expect("x");
+            let y = ctx.tensor(Elem::F32, &[m, n]).expect("y");
+            let flops = 2 * (m * n * k) as u64;
             let reps = reps_for(flops);
             group.throughput(Throughput::ElementsAndBytes {
                 elements: flops * reps as u64,
@@ -152,6 +173,7 @@ fn kernels(c: &mut Criterion) {
     eprintln!("{}\n{}", caps.device_summary(), caps.variant_summary());
     bench_linear(c, &ctx);
     bench_quantized_gemv(c, &ctx);
+    bench_quantized_gemm(c, &ctx);
     bench_attention(c, &ctx);
 }
 

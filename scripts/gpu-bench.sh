@@ -332,9 +332,10 @@ run() {
     done
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
         echo
-        echo "kernel bench (decode GEMV of every quantized type at 4096 x 4096, paged-attention decode):"
-        timeout "${KERNEL_BENCH_S:-120}" "$OUT/kernels-bench" --bench 'gemv_quant/[^/]*/proj_7b|paged_attention_decode' 2>&1 |
-            grep -E "^(gemv_quant|paged_attention_decode)|thrpt|adapter|attention:|linear:" || true
+        echo "kernel bench (decode GEMV of every quantized type at 4096 x 4096, 32-row GEMM of Q4_K and Q8_0, paged-attention decode):"
+        timeout "${KERNEL_BENCH_S:-120}" "$OUT/kernels-bench" \
+            --bench 'gemv_quant/[^/]*/proj_7b|gemm_quant/(q4_k|q8_0)/|paged_attention_decode' 2>&1 |
+            grep -E "^(gemv_quant|gemm_quant|paged_attention_decode)|thrpt|adapter|attention:|linear:" || true
     fi
 }
 
