@@ -26,6 +26,9 @@ const LINEAR_SHAPES: [(usize, usize, &str); 5] = [
     (576, 49152, "lm_head"),
 ];
 
+/// (K, N, name) of a 7B model's 4096 × 4096 projection.
+const PROJ_7B: (usize, usize, &str) = (4096, 4096, "proj_7b");
+
 fn values(n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 2654435761usize) % 2001) as f32 / 1000.0 - 1.0).collect()
 }
@@ -80,9 +83,6 @@ fn bench_quantized_gemv(c: &mut Criterion, ctx: &GpuContext) {
 fn bench_quantized_gemm(c: &mut Criterion, ctx: &GpuContext) {
     bench_quantized(c, ctx, "gemm_quant", 32, &[PROJ_7B]);
 }
-
-/// (K, N, name) of a 7B model's 4096 × 4096 projection.
-const PROJ_7B: (usize, usize, &str) = (4096, 4096, "proj_7b");
 
 /// Group `name`: `m` rows through every quantized type at each of `shapes` whose rows make
 /// whole blocks, bytes the weights alone (so bytes/s reads as weight bandwidth).
