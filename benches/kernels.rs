@@ -6,7 +6,8 @@
 //! (so bytes/s reads as weight bandwidth); paged-attention decode at contexts 128, 1024, 4096 for batches of 1, 8, 32.
 //! Criterion's "elements" are FLOPs (so elem/s reads as FLOP/s) and its bytes are the weight
 //! (or KV) bytes plus activations each iteration touches. One iteration is one submitted step
-//! holding `reps` identical dispatches, so submit overhead is amortised.
+//! holding `reps` identical dispatches, so submit overhead is amortised. The `dispatch` group
+//! measures that overhead instead: steps of 1, 64 and 256 dispatches that do almost nothing.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -166,6 +167,31 @@ fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
     group.finish();
 }
 
+/// What a dispatch costs the host and the adapter: steps of `n` RMSNorms of one 576-wide row
+/// (next to no work), recorded, submitted and waited for; elem/s reads as dispatches/s. At
+/// `n` = 1 it is a whole step's fixed cost, at 256 nearly all the dispatches'.
+fn bench_dispatch(c: &mut Criterion, ctx: &GpuContext) {
+    let mut group = c.benchmark_group("dispatch");
+    group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    let d = 576;
+    let x = ctx.upload_f32(&[1, d], &values(d)).expect("x");
+    let weight = ctx.upload_f32(&[d], &values(d)).expect("weight");
+    let out = ctx.tensor(Elem::F32, &[1, d]).expect("out");
+    for n in [1usize, 64, 256] {
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(BenchmarkId::new("rms_norm_row", format!("n{n}")), |b| {
+            b.iter(|| {
+                let mut step = ctx.step();
+                for _ in 0..n {
+                    step.rms_norm(&x, &weight, 1e-5, &out).expect("rms_norm");
+                }
+                black_box(step.submit().expect("submit"));
+            })
+        });
+    }
+    group.finish();
+}
+
 fn kernels(c: &mut Criterion) {
     let ctx =
         GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap()).expect("a wgpu adapter");
@@ -175,6 +201,7 @@ fn kernels(c: &mut Criterion) {
     bench_quantized_gemv(c, &ctx);
     bench_quantized_gemm(c, &ctx);
     bench_attention(c, &ctx);
+    bench_dispatch(c, &ctx);
 }
 
 criterion_group!(benches, kernels);
