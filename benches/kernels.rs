@@ -2,7 +2,8 @@
 //!
 //! Linear layers at SmolLM2-135M's shapes for M = 1, 8, 32, 256 and weights in f32, f16, Q8_0
 //! and Q4_1; decode GEMV (M = 1) of every quantized type at those shapes and at a 7B model's
-//! 4096 × 4096, and a prefill of 32 rows (M = 32) at 4096 × 4096, their bytes the weights alone
+//! 4096 × 4096 (and of the dense types there), and a prefill of 32 rows (M = 32) of every
+//! quantized type at 4096 × 4096, their bytes the weights alone
 //! (so bytes/s reads as weight bandwidth); paged-attention decode at contexts 128, 1024, 4096 for batches of 1, 8, 32.
 //! Criterion's "elements" are FLOPs (so elem/s reads as FLOP/s) and its bytes are the weight
 //! (or KV) bytes plus activations each iteration touches. One iteration is one submitted step
@@ -72,32 +73,41 @@ fn bench_linear(c: &mut Criterion, ctx: &GpuContext) {
     group.finish();
 }
 
+/// The quantized weight types.
+fn quantized() -> Vec<DType> {
+    WEIGHT_DTYPES.into_iter().filter(|dtype| dtype.is_quantized()).collect()
+}
+
 /// Decode GEMV of every quantized type: the default model's shapes whose rows make whole blocks
-/// (K-quants need K a multiple of 256: the 1536-wide down projection) and 4096 × 4096.
-fn bench_quantized_gemv(c: &mut Criterion, ctx: &GpuContext) {
+/// (K-quants need K a multiple of 256: the 1536-wide down projection) and 4096 × 4096; and of
+/// the dense types at 4096 × 4096, where no format is decoded (what the kernel's loads, lanes
+/// and tree cost without it).
+fn bench_gemv(c: &mut Criterion, ctx: &GpuContext) {
     let shapes: Vec<_> = LINEAR_SHAPES.into_iter().chain([PROJ_7B]).collect();
-    bench_quantized(c, ctx, "gemv_quant", 1, &shapes);
+    bench_weights(c, ctx, "gemv_quant", 1, &shapes, &quantized());
+    bench_weights(c, ctx, "gemv_dense", 1, &[PROJ_7B], &[DType::F32, DType::F16, DType::BF16]);
 }
 
 /// Prefill of 32 rows through every quantized type at 4096 × 4096 (on GPUs two GEMM tiles of
 /// 16 rows, their lanes walking blocks).
 fn bench_quantized_gemm(c: &mut Criterion, ctx: &GpuContext) {
-    bench_quantized(c, ctx, "gemm_quant", 32, &[PROJ_7B]);
+    bench_weights(c, ctx, "gemm_quant", 32, &[PROJ_7B], &quantized());
 }
 
-/// Group `name`: `m` rows through every quantized type at each of `shapes` whose rows make
-/// whole blocks, bytes the weights alone (so bytes/s reads as weight bandwidth).
-fn bench_quantized(
+/// Group `name`: `m` rows through each of `dtypes` at each of `shapes` whose rows make whole
+/// blocks, bytes the weights alone (so bytes/s reads as weight bandwidth).
+fn bench_weights(
     c: &mut Criterion,
     ctx: &GpuContext,
     name: &str,
     m: usize,
     shapes: &[(usize, usize, &str)],
+    dtypes: &[DType],
 ) {
     let mut group = c.benchmark_group(name);
     group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
     for &(k, n, name) in shapes {
-        for dtype in WEIGHT_DTYPES.into_iter().filter(|dtype| dtype.is_quantized()) {
+        for &dtype in dtypes {
             if !k.is_multiple_of(dtype.block_len()) {
                 continue;
             }
@@ -198,7 +208,7 @@ fn kernels(c: &mut Criterion) {
     let caps = ctx.capabilities();
     eprintln!("{}\n{}", caps.device_summary(), caps.variant_summary());
     bench_linear(c, &ctx);
-    bench_quantized_gemv(c, &ctx);
+    bench_gemv(c, &ctx);
     bench_quantized_gemm(c, &ctx);
     bench_attention(c, &ctx);
     bench_dispatch(c, &ctx);

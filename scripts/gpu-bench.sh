@@ -332,10 +332,10 @@ run() {
     done
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
         echo
-        echo "kernel bench (decode GEMV of every quantized type at 4096 x 4096, 32-row GEMM of Q4_K and Q8_0, paged-attention decode, and what a dispatch costs: steps of 1, 64 and 256 one-row RMSNorms):"
+        echo "kernel bench (decode GEMV of every weight type at 4096 x 4096, 32-row GEMM of Q4_K and Q8_0, paged-attention decode, and what a dispatch costs: steps of 1, 64 and 256 one-row RMSNorms):"
         timeout "${KERNEL_BENCH_S:-120}" "$OUT/kernels-bench" \
-            --bench 'gemv_quant/[^/]*/proj_7b|gemm_quant/(q4_k|q8_0)/|paged_attention_decode|dispatch/' 2>&1 |
-            grep -E "^(gemv_quant|gemm_quant|paged_attention_decode|dispatch)|time:|thrpt|adapter|attention:|linear:" || true
+            --bench 'gemv_(quant|dense)/[^/]*/proj_7b|gemm_quant/(q4_k|q8_0)/|paged_attention_decode|dispatch/' 2>&1 |
+            grep -E "^(gemv_quant|gemv_dense|gemm_quant|paged_attention_decode|dispatch)|time:|thrpt|adapter|attention:|linear:" || true
     fi
 }
 
