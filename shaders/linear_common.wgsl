@@ -3,9 +3,11 @@
 // part holds its gate rows and then as many up rows; `emit_pair` for the rotary epilogue,
 // which takes two neighbouring columns at once). An output's sum is fixed by the path alone,
 // whatever the row tile and epilogue: one fma chain over k in ascending order (sequential),
-// or one chain per lane added by a fixed tree (K-split). The kernels read x through the input
-// functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as
-// stored (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
+// or one chain per lane added by a fixed tree (K-split). The kernels load x with `x1` and
+// `load_x8_direct` (a word at a time on the sequential path, xsrc_f32.wgsl; 16-byte units on
+// the K-split path, xsrc_vec4.wgsl) and read it through the input functions composed after
+// this file (`row_scales`, `row_scale`, `input8`, `input1`): x as stored (xin_plain.wgsl), or
+// RMS-normed on the way in (xin_rms_norm.wgsl).
 struct LinearParams {
     m: u32,
     n_part: u32,
@@ -21,7 +23,6 @@ struct LinearParams {
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;
-@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;
 @group(0) @binding(SLOT_Y) var<storage, read_write> Y: array<f32>;
 
 fn dot8(x: W8, w: W8, acc: f32) -> f32 {
@@ -49,10 +50,6 @@ fn x_block(xr: u32, b: u32, s: f32) -> W32 {
         input8(load_x8_direct(xr + k + 16u), s, k + 16u),
         input8(load_x8_direct(xr + k + 24u), s, k + 24u),
     );
-}
-
-fn load_x8_direct(xr: u32) -> W8 {
-    return W8(vec4<f32>(X[xr], X[xr + 1u], X[xr + 2u], X[xr + 3u]), vec4<f32>(X[xr + 4u], X[xr + 5u], X[xr + 6u], X[xr + 7u]));
 }
 
 // The row length of the weight the format functions read (wsplit.wgsl).

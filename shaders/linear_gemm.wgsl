@@ -94,7 +94,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var k = groups * 8u; k < P.k; k++) {
             COLS let w_C = w_elem(rb_C, k);
             GATED COLS let u_C = w_elem(ru_C, k);
-            ROWS let x_R = input1(X[xr_R + k], s_R, k);
+            ROWS let x_R = input1(x1(xr_R + k), s_R, k);
             ROWS COLS acc_R_C = fma(x_R, w_C, acc_R_C);
             GATED ROWS COLS up_R_C = fma(x_R, u_C, up_R_C);
         }

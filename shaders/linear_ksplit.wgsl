@@ -37,7 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     if (t == 0u) {
         for (var k = groups * 8u; k < P.k; k++) {
-            let x = input1(X[xr + k], scale, k);
+            let x = input1(x1(xr + k), scale, k);
             COLS acc_C = fma(x, w_elem(rb_C, k), acc_C);
             GATED COLS up_C = fma(x, w_elem(ru_C, k), up_C);
         }

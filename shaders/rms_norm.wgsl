@@ -11,6 +11,10 @@ struct RmsNormParams {
 @group(0) @binding(SLOT_WEIGHT) var<storage, read> WEIGHT: array<f32>;
 @group(0) @binding(SLOT_OUT) var<storage, read_write> OUT: array<f32>;
 
+fn x1(i: u32) -> f32 {
+    return X[i];
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let row = wid.y * nwg.x + wid.x;

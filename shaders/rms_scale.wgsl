@@ -4,8 +4,8 @@
 // takes x[l], x[l + NORM_WG], ... in order), then a fixed tree over them (partial l adds
 // partial l + s for s = NORM_WG / 2, ..., 1). The rms_norm kernel and the linear kernels that
 // norm their input (xin_rms_norm.wgsl) share it, so a fused norm has the bits of the separate
-// kernel. The workgroup's invocations share the rows' partial sums and tree levels between
-// them; every invocation calls it (it has barriers).
+// kernel (X read with the caller's `x1`). The workgroup's invocations share the rows' partial
+// sums and tree levels between them; every invocation calls it (it has barriers).
 var<workgroup> norm_red: array<f32, NORM_ROWS * NORM_WG>;
 var<workgroup> norm_scale: array<f32, NORM_ROWS>;
 
@@ -14,7 +14,7 @@ fn rms_scales(m0: u32, rows: u32, d: u32, eps: f32, t: u32) {
         let xr = min(m0 + i / NORM_WG, rows - 1u) * d;
         var ss = 0.0;
         for (var k = i % NORM_WG; k < d; k += NORM_WG) {
-            let v = X[xr + k];
+            let v = x1(xr + k);
             ss = fma(v, v, ss);
         }
         norm_red[i] = ss;

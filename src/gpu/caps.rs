@@ -3,7 +3,7 @@
 use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy, SubmitStrategy};
 use super::shader::{
     ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, WeightSource,
+    LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, WeightSource, XLoad,
 };
 use crate::dtype::DType;
 
@@ -210,6 +210,7 @@ impl Capabilities {
             path: LinearPath::KSplit,
             rows_tile,
             walk: LaneWalk::Groups,
+            x_load: XLoad::Words,
             prologue,
             epilogue: LinearEpilogue::Store,
         };

@@ -12,7 +12,7 @@ use super::shader::params::{
 use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk, LinearEpilogue, LinearPath,
-    LinearPrologue, attention_group,
+    LinearPrologue, XLoad, attention_group,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -214,6 +214,7 @@ fn linear_variant(
         path: caps.linear_path(),
         rows_tile: linear_rows_tile(caps, m),
         walk: LaneWalk::of(caps.linear_path(), w.cols()),
+        x_load: XLoad::of(caps.linear_path(), w.cols()),
         prologue,
         epilogue,
     }

@@ -119,6 +119,36 @@ impl LinearPath {
             Self::KSplit => &[LaneWalk::Groups, LaneWalk::Blocks],
         }
     }
+
+    /// The activation loads the path's variants are built with ([`XLoad::of`] picks one by K).
+    pub fn x_loads(self) -> &'static [XLoad] {
+        match self {
+            Self::Sequential { .. } => &[XLoad::Words],
+            Self::KSplit => &[XLoad::Words, XLoad::Units],
+        }
+    }
+}
+
+/// How a linear kernel loads its activations: a K-split lane's eight at a time as two aligned
+/// 16-byte units where every row starts on one (K a multiple of 4, as every model's rows are:
+/// two loads a lane instead of eight), else a word at a time (the sequential path always: CPU
+/// adapters share each word across a subgroup instead). Loads only, so the bits are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum XLoad {
+    /// Words (`shaders/xsrc_f32.wgsl`).
+    Words,
+    /// Aligned 16-byte units (`shaders/xsrc_vec4.wgsl`).
+    Units,
+}
+
+impl XLoad {
+    /// The loads of rows of `k` activations on `path`.
+    pub fn of(path: LinearPath, k: usize) -> Self {
+        match path {
+            LinearPath::KSplit if k.is_multiple_of(4) => Self::Units,
+            _ => Self::Words,
+        }
+    }
 }
 
 /// What each lane of a K-split linear kernel sums at a time: whole blocks of 32 weights (a
@@ -465,6 +495,8 @@ pub enum KernelVariant {
         rows_tile: u32,
         /// What a K-split lane sums at a time ([`LaneWalk::Groups`] on the sequential path).
         walk: LaneWalk,
+        /// How it loads its activations ([`XLoad::Words`] on the sequential path).
+        x_load: XLoad,
         /// What it does to its input rows first.
         prologue: LinearPrologue,
         /// What it does with each output.
@@ -523,7 +555,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, source, path, rows_tile, walk, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, walk, x_load, prologue, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
@@ -537,8 +569,12 @@ impl KernelVariant {
                     LaneWalk::Groups => "",
                     LaneWalk::Blocks => "-blocks",
                 };
+                let x_load = match x_load {
+                    XLoad::Words => "",
+                    XLoad::Units => "-x16",
+                };
                 let (dtype, epilogue, source) = (dtype.name(), epilogue.name(), source.suffix());
-                format!("linear/{dtype}{source}/{path}{walk}/tm{rows_tile}/{norm}{epilogue}")
+                format!("linear/{dtype}{source}/{path}{walk}{x_load}/tm{rows_tile}/{norm}{epilogue}")
             }
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
@@ -727,15 +763,18 @@ pub fn all_variants() -> Vec<KernelVariant> {
                     for epilogue in LinearEpilogue::ALL {
                         for &source in path.weight_sources() {
                             for &walk in path.lane_walks() {
-                                out.push(KernelVariant::Linear {
-                                    dtype,
-                                    source,
-                                    path: *path,
-                                    rows_tile,
-                                    walk,
-                                    prologue,
-                                    epilogue,
-                                });
+                                for &x_load in path.x_loads() {
+                                    out.push(KernelVariant::Linear {
+                                        dtype,
+                                        source,
+                                        path: *path,
+                                        rows_tile,
+                                        walk,
+                                        x_load,
+                                        prologue,
+                                        epilogue,
+                                    });
+                                }
                             }
                         }
                     }

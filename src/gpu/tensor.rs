@@ -66,9 +66,10 @@ impl Tensor {
         Tensor { buffer, shape: shape.to_vec(), elem }
     }
 
-    /// `Ok` when `bytes` of `elem` values fit at the start of this tensor's buffer.
+    /// `Ok` when `bytes` are `elem` values that fit in this tensor (its shape: its buffer may
+    /// hold more).
     pub(crate) fn check_write(&self, elem: Elem, bytes: &[u8]) -> Result<(), GpuError> {
-        if self.elem != elem || bytes.len() as u64 > self.buffer.size() {
+        if self.elem != elem || bytes.len() as u64 > self.byte_len() {
             return Err(GpuError::Shape(format!(
                 "writing {} {elem:?} values into a {:?} tensor of {:?}",
                 bytes.len() / 4,
@@ -103,10 +104,11 @@ impl Binding {
 }
 
 impl GpuContext {
-    /// A zero-filled tensor.
+    /// A zero-filled tensor, its buffer whole 16-byte units (the K-split linears read their
+    /// activations as such).
     pub fn tensor(&self, elem: Elem, shape: &[usize]) -> Result<Tensor, GpuError> {
         let len: usize = shape.iter().product();
-        let bytes = 4 * len.max(1) as u64;
+        let bytes = (4 * len.max(1) as u64).next_multiple_of(16);
         if bytes > self.max_binding_bytes() {
             return Err(GpuError::TooLarge(format!(
                 "tensor {shape:?} needs {bytes} bytes, above the {}-byte binding limit",

@@ -5,7 +5,7 @@ use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KV_PARTITION_TOKENS,
     KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearPath, LinearPrologue,
-    MAX_BLOCK_SIZE, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, gemm_tile_vec4s, slots,
+    MAX_BLOCK_SIZE, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
 
@@ -166,7 +166,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, source, path, rows_tile, prologue, epilogue, .. } => {
+            Self::Linear { dtype, source, path, rows_tile, x_load, prologue, epilogue, .. } => {
                 let body = match path {
                     LinearPath::Sequential { subgroup: Some(_) } => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
@@ -202,8 +202,18 @@ impl KernelVariant {
                         vec![shader_file!("rms_scale.wgsl"), shader_file!("xin_rms_norm.wgsl")]
                     }
                 };
-                [vec![shader_file!("linear_common.wgsl")], weight_files(dtype, source), input, body, epilogue]
-                    .concat()
+                let activations = match x_load {
+                    XLoad::Words => shader_file!("xsrc_f32.wgsl"),
+                    XLoad::Units => shader_file!("xsrc_vec4.wgsl"),
+                };
+                [
+                    vec![shader_file!("linear_common.wgsl"), activations],
+                    weight_files(dtype, source),
+                    input,
+                    body,
+                    epilogue,
+                ]
+                .concat()
             }
             Self::RopeCache { kv, qk_norm } => {
                 let norm = if qk_norm {
