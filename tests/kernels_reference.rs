@@ -1305,4 +1305,13 @@ fn bad_shapes_are_errors_not_panics() {
     assert!(!step.can_fuse_rope_cache(LinearInput::Plain(&x8), &w, None, 0, &rope), "half-split");
     let half = step.linear_rope_cache(&x8, &w, None, &qkv, 0, &rope);
     assert!(matches!(half, Err(GpuError::Shape(ref m)) if m.contains("interleaved")), "{half:?}");
+    // A scratch tensor whose pooled buffer (a power of two) would pass the binding limit.
+    let past = c.max_binding_bytes() as usize / 4 + 1;
+    let scratch = step.scratch(Elem::F32, &[past]);
+    assert!(matches!(scratch, Err(GpuError::TooLarge(_))), "{scratch:?}");
+    // Reading no rows gives no values (as does taking a readback twice).
+    let mut step = c.step();
+    let none = step.read(&out.rows(0).unwrap());
+    let mut read = step.submit().unwrap();
+    assert_eq!((read.f32s(none), read.u32s(none)), (vec![], vec![]));
 }

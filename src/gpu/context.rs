@@ -9,6 +9,7 @@ use rustc_hash::FxBuildHasher;
 use super::GpuError;
 use super::caps::Capabilities;
 use super::counters::{CounterCells, GpuCounters};
+use super::error_scopes::ErrorScopes;
 use super::kernel_timer::{KernelTimer, KernelTimes};
 use super::options::{FeatureMask, GpuOptions};
 use super::resident::Resident;
@@ -235,8 +236,7 @@ impl GpuContext {
 
     /// The compute pipeline of `variant`, compiled on first use and cached.
     pub(crate) fn kernel(&self, variant: KernelVariant) -> Result<Kernel, GpuError> {
-        let mut cache =
-            self.pipelines.lock().map_err(|_| GpuError::Device("pipeline cache poisoned".into()))?;
+        let mut cache = self.pipelines.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(p) = cache.get(&variant) {
             return Ok(p.clone());
         }
@@ -247,7 +247,7 @@ impl GpuContext {
             return Err(GpuError::Unsupported(format!("{} needs subgroups", variant.label())));
         }
         let label = variant.label();
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scopes = ErrorScopes::push(&self.device);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(variant.source().into()),
@@ -260,9 +260,7 @@ impl GpuContext {
             compilation_options: Default::default(),
             cache: None,
         });
-        if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(GpuError::Shader(format!("{label}: {err}")));
-        }
+        scopes.pop(&label, GpuError::Shader)?;
         let kernel =
             Kernel { id: ResourceId::fresh(), variant, layout: pipeline.get_bind_group_layout(0), pipeline };
         self.count().pipeline_created();

@@ -61,6 +61,7 @@ mod bind_cache;
 mod caps;
 mod context;
 mod counters;
+mod error_scopes;
 mod kernel_timer;
 mod kernels;
 mod kv_cache;

@@ -16,8 +16,10 @@ use std::time::Instant;
 use super::GpuError;
 use super::bind_cache::{BindKey, Binding};
 use super::context::{GpuContext, Kernel};
+use super::error_scopes::ErrorScopes;
 use super::kernel_timer::KernelTimer;
 use super::options::SubmitStrategy;
+use super::pool::size_class;
 use super::resource::DeviceBuffer;
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
@@ -108,12 +110,12 @@ impl StepOutput {
 
     /// Readback `id` as f32 values.
     pub fn f32s(&mut self, id: ReadbackId) -> Vec<f32> {
-        bytemuck::cast_slice(&self.take(id)).to_vec()
+        self.take(id).chunks_exact(4).map(bytemuck::pod_read_unaligned).collect()
     }
 
     /// Readback `id` as u32 values.
     pub fn u32s(&mut self, id: ReadbackId) -> Vec<u32> {
-        bytemuck::cast_slice(&self.take(id)).to_vec()
+        self.take(id).chunks_exact(4).map(bytemuck::pod_read_unaligned).collect()
     }
 }
 
@@ -196,8 +198,16 @@ impl Step<'_> {
 
     /// A tensor for this step only, from the context's pool (its contents are whatever the
     /// last step left: write it before reading it). It goes back to the pool after `submit`.
+    /// An error where its pooled buffer (a power of two) would exceed the binding limit.
     pub fn scratch(&mut self, elem: Elem, shape: &[usize]) -> Result<Tensor, GpuError> {
         let bytes = 4 * shape.iter().product::<usize>().max(1) as u64;
+        if size_class(bytes) > self.ctx.max_binding_bytes() {
+            return Err(GpuError::TooLarge(format!(
+                "a scratch tensor of {shape:?} takes a pooled buffer of {} bytes, above the {}-byte binding limit",
+                size_class(bytes),
+                self.ctx.max_binding_bytes()
+            )));
+        }
         let buffer = self.ctx.pooled_buffer("scratch", SCRATCH, bytes)?;
         self.scratch.push(buffer.clone());
         Ok(Tensor::from_buffer(buffer, shape, elem))
@@ -298,7 +308,7 @@ impl Step<'_> {
     ) -> Result<Vec<DeviceBuffer>, GpuError> {
         let ctx = self.ctx;
         ctx.check_health()?;
-        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scopes = ErrorScopes::push(&ctx.device);
         let mut encoder =
             ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         // Held until the submit: the ring's and the uploads' writes land before the next submit,
@@ -363,9 +373,9 @@ impl Step<'_> {
         if last {
             ctx.count().step_submitted(self.submitted, self.command_buffers, self.started.elapsed());
         }
-        if let Some(err) = pollster::block_on(scope.pop()) {
+        if let Err(err) = scopes.pop("a step's command buffer", GpuError::Device) {
             ctx.check_health()?;
-            return Err(GpuError::Device(err.to_string()));
+            return Err(err);
         }
         Ok(staging)
     }

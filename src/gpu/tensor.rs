@@ -3,6 +3,7 @@
 use super::GpuError;
 use super::bind_cache::Binding;
 use super::context::GpuContext;
+use super::error_scopes::ErrorScopes;
 use super::resource::DeviceBuffer;
 
 /// Element type of a [`Tensor`].
@@ -164,16 +165,14 @@ impl GpuContext {
         usage: wgpu::BufferUsages,
     ) -> Result<DeviceBuffer, GpuError> {
         self.count().buffer_created();
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let scopes = ErrorScopes::push(&self.device);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
             usage,
             mapped_at_creation: false,
         });
-        match pollster::block_on(scope.pop()) {
-            Some(err) => Err(GpuError::OutOfMemory(format!("{label} of {size} bytes: {err}"))),
-            None => Ok(DeviceBuffer::new(buffer)),
-        }
+        scopes.pop(&format!("{label} of {size} bytes"), GpuError::Device)?;
+        Ok(DeviceBuffer::new(buffer))
     }
 }

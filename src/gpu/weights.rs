@@ -7,6 +7,7 @@ use std::ops::Range;
 use super::GpuError;
 use super::bind_cache::Bound;
 use super::context::GpuContext;
+use super::error_scopes::ErrorScopes;
 use super::resource::ResourceId;
 use super::shader::{WEIGHT_TEXELS, WeightSource};
 use crate::dtype::DType;
@@ -269,7 +270,7 @@ impl GpuContext {
         data.resize(rows * TEXEL_ROW_BYTES, 0);
         let size = wgpu::Extent3d { width: WEIGHT_TEXELS, height: rows as u32, depth_or_array_layers: 1 };
         self.count().buffer_created();
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let scopes = ErrorScopes::push(&self.device);
         let texture = self.device.create_texture(&wgpu::TextureDescriptor {
             label: Some(name),
             size,
@@ -280,9 +281,7 @@ impl GpuContext {
             usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
             view_formats: &[],
         });
-        if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(GpuError::OutOfMemory(format!("{name}: a weight texture of {rows} rows: {err}")));
-        }
+        scopes.pop(&format!("{name}: a weight texture of {rows} rows"), GpuError::Device)?;
         let layout = wgpu::TexelCopyBufferLayout {
             offset: 0,
             bytes_per_row: Some(TEXEL_ROW_BYTES as u32),
