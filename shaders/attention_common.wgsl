@@ -1,4 +1,5 @@
-// What the paged-attention kernels share: the parameters and bindings, finding a token's
+// What the paged-attention kernels share: the parameters and bindings (the KV pools' in
+// kvsrc_pairs.wgsl or kvsrc_units.wgsl, with `key_eight` and `value_eight`), finding a token's
 // sequence, and the online softmax over a range of keys. Query token t's heads start at
 // Q[t * q_stride] (the fused projection's row: queries, then keys and values); the output is
 // [t, heads * HD]. Token t of sequence b sits at position seq_lens[b] - (query_start_loc[b + 1]
@@ -22,8 +23,6 @@ const HP: u32 = HD / 2u;
 
 @group(0) @binding(SLOT_P) var<uniform> P: AttentionParams;
 @group(0) @binding(SLOT_Q) var<storage, read> Q: array<f32>;
-@group(0) @binding(SLOT_K_CACHE) var<storage, read> K_CACHE: array<KvPair>;
-@group(0) @binding(SLOT_V_CACHE) var<storage, read> V_CACHE: array<KvPair>;
 @group(0) @binding(SLOT_BLOCK_TABLE) var<storage, read> BLOCK_TABLE: array<u32>;
 @group(0) @binding(SLOT_SEQ_LENS) var<storage, read> SEQ_LENS: array<u32>;
 @group(0) @binding(SLOT_QUERY_START) var<storage, read> QUERY_START: array<u32>;
@@ -97,14 +96,21 @@ struct Softmax {
     l: f32,
 }
 
-// `acc` plus key pair `d` of the key at `kb` times query pair `d` (x then y); `acc` past the
-// head's pairs.
-fn pair_fma(acc: f32, q: ptr<function, array<vec2<f32>, HP>>, kb: u32, d: u32) -> f32 {
+// `acc` plus key pair `k` (pair `d` of its head) times query pair `d` (x then y); `acc` past
+// the head's pairs.
+fn pair_fma(acc: f32, q: ptr<function, array<vec2<f32>, HP>>, k: KvPair, d: u32) -> f32 {
     if (d >= HP) {
         return acc;
     }
-    let k = kv_in(K_CACHE[kb + d]);
-    return fma((*q)[d].y, k.y, fma((*q)[d].x, k.x, acc));
+    let kf = kv_in(k);
+    return fma((*q)[d].y, kf.y, fma((*q)[d].x, kf.x, acc));
+}
+
+// `acc`'s pair `d` plus `p` times value pair `v`; nothing past the head's pairs.
+fn value_fma(acc: ptr<function, array<vec2<f32>, HP>>, p: f32, v: KvPair, d: u32) {
+    if (d < HP) {
+        (*acc)[d] = fma(vec2<f32>(p, p), kv_in(v), (*acc)[d]);
+    }
 }
 
 // Walks keys key0..key1 of sequence `seq` in ascending order, one KV block at a time: the
@@ -138,8 +144,9 @@ fn attend_keys(
             // Partial sums 0-3 and 4-7 (DOT_LANES is 8).
             var lo = vec4<f32>(0.0);
             var hi = vec4<f32>(0.0);
-            HEAD_EIGHTS lo = vec4<f32>(pair_fma(lo.x, q, kb, PPu), pair_fma(lo.y, q, kb, PPu + 1u), pair_fma(lo.z, q, kb, PPu + 2u), pair_fma(lo.w, q, kb, PPu + 3u));
-            HEAD_EIGHTS hi = vec4<f32>(pair_fma(hi.x, q, kb, PPu + 4u), pair_fma(hi.y, q, kb, PPu + 5u), pair_fma(hi.z, q, kb, PPu + 6u), pair_fma(hi.w, q, kb, PPu + 7u));
+            HEAD_EIGHTS let k_PP = key_eight(kb + PPu);
+            HEAD_EIGHTS lo = vec4<f32>(pair_fma(lo.x, q, k_PP[0], PPu), pair_fma(lo.y, q, k_PP[1], PPu + 1u), pair_fma(lo.z, q, k_PP[2], PPu + 2u), pair_fma(lo.w, q, k_PP[3], PPu + 3u));
+            HEAD_EIGHTS hi = vec4<f32>(pair_fma(hi.x, q, k_PP[4], PPu + 4u), pair_fma(hi.y, q, k_PP[5], PPu + 5u), pair_fma(hi.z, q, k_PP[6], PPu + 6u), pair_fma(hi.w, q, k_PP[7], PPu + 7u));
             let half = lo + hi;
             let quarter = half.xy + half.zw;
             s[j] = score_of(quarter.x + quarter.y);
@@ -153,7 +160,9 @@ fn attend_keys(
             let p = exp(s[j] - m_new);
             (*state).l = (*state).l + p;
             let vb = ((phys * P.block_size + j) * P.kv_heads + kvh) * HP;
-            HEAD_PAIRS (*acc)[PPu] = fma(vec2<f32>(p, p), kv_in(V_CACHE[vb + PPu]), (*acc)[PPu]);
+            HEAD_EIGHTS let v_PP = value_eight(vb + PPu);
+            HEAD_EIGHTS value_fma(acc, p, v_PP[0], PPu); value_fma(acc, p, v_PP[1], PPu + 1u); value_fma(acc, p, v_PP[2], PPu + 2u); value_fma(acc, p, v_PP[3], PPu + 3u);
+            HEAD_EIGHTS value_fma(acc, p, v_PP[4], PPu + 4u); value_fma(acc, p, v_PP[5], PPu + 5u); value_fma(acc, p, v_PP[6], PPu + 6u); value_fma(acc, p, v_PP[7], PPu + 7u);
         }
         (*state).m = m_new;
     }

@@ -151,6 +151,21 @@ impl KernelVariant {
         }
     }
 
+    /// True when the attention variant reads its KV pools as 16-byte units of four f16 pairs
+    /// (`kvsrc_units.wgsl`): the kernels that walk a key's head in one invocation (per query,
+    /// split-KV) over f16 pools whose heads' pairs are a multiple of 4, so every head starts on
+    /// a unit. The subgroup kernel's lanes read pairs side by side, and f32 pools keep pairs.
+    pub(super) fn kv_units(&self) -> bool {
+        match *self {
+            Self::Attention { kv, head_dim, path, .. } => {
+                kv != KvFormat::F32
+                    && path != AttentionPath::PerQuerySubgroup
+                    && (head_dim / 2).is_multiple_of(4)
+            }
+            _ => false,
+        }
+    }
+
     /// The files of `shaders/` the variant is made of, in order.
     fn files(&self) -> Vec<ShaderFile> {
         match *self {
@@ -229,7 +244,11 @@ impl KernelVariant {
                     AttentionPath::PerQuerySubgroup => shader_file!("attention_lanes.wgsl"),
                     AttentionPath::SplitKv => shader_file!("attention_split.wgsl"),
                 };
-                vec![kv.file(), shader_file!("attention_common.wgsl"), body]
+                let pools = match self.kv_units() {
+                    true => shader_file!("kvsrc_units.wgsl"),
+                    false => shader_file!("kvsrc_pairs.wgsl"),
+                };
+                vec![kv.file(), pools, shader_file!("attention_common.wgsl"), body]
             }
         }
     }
