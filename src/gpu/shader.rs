@@ -129,15 +129,16 @@ impl LinearPath {
     }
 }
 
-/// How a linear kernel loads its activations: a K-split lane's eight at a time as two aligned
-/// 16-byte units where every row starts on one (K a multiple of 4, as every model's rows are:
-/// two loads a lane instead of eight), else a word at a time (the sequential path always: CPU
-/// adapters share each word across a subgroup instead). Loads only, so the bits are the same.
+/// How a linear kernel loads its activations (and a normed input's RMSNorm weight): a K-split
+/// lane's eight at a time as two aligned 16-byte units where every row starts on one (K a
+/// multiple of 4, as every model's rows are: two loads a lane instead of eight), else a word at
+/// a time (the sequential path always: CPU adapters share each word across a subgroup
+/// instead). Loads only, so the bits are the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum XLoad {
-    /// Words (`shaders/xsrc_f32.wgsl`).
+    /// Words (`shaders/xsrc_f32.wgsl`, `xnorm_f32.wgsl`).
     Words,
-    /// Aligned 16-byte units (`shaders/xsrc_vec4.wgsl`).
+    /// Aligned 16-byte units (`shaders/xsrc_vec4.wgsl`, `xnorm_vec4.wgsl`).
     Units,
 }
 

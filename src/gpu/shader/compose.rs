@@ -214,7 +214,11 @@ impl KernelVariant {
                 let input = match prologue {
                     LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
                     LinearPrologue::RmsNorm => {
-                        vec![shader_file!("rms_scale.wgsl"), shader_file!("xin_rms_norm.wgsl")]
+                        let weight = match x_load {
+                            XLoad::Words => shader_file!("xnorm_f32.wgsl"),
+                            XLoad::Units => shader_file!("xnorm_vec4.wgsl"),
+                        };
+                        vec![shader_file!("rms_scale.wgsl"), weight, shader_file!("xin_rms_norm.wgsl")]
                     }
                 };
                 let activations = match x_load {
