@@ -144,6 +144,9 @@ fn attend_keys(
             // Partial sums 0-3 and 4-7 (DOT_LANES is 8).
             var lo = vec4<f32>(0.0);
             var hi = vec4<f32>(0.0);
+            // A head whose pairs are not a multiple of 8 reads its last eight past its end (the
+            // next head's pairs, or values the bounds checks give at the pool's end): the pairs
+            // past HP are never added.
             HEAD_EIGHTS let k_PP = key_eight(kb + PPu);
             HEAD_EIGHTS lo = vec4<f32>(pair_fma(lo.x, q, k_PP[0], PPu), pair_fma(lo.y, q, k_PP[1], PPu + 1u), pair_fma(lo.z, q, k_PP[2], PPu + 2u), pair_fma(lo.w, q, k_PP[3], PPu + 3u));
             HEAD_EIGHTS hi = vec4<f32>(pair_fma(hi.x, q, k_PP[4], PPu + 4u), pair_fma(hi.y, q, k_PP[5], PPu + 5u), pair_fma(hi.z, q, k_PP[6], PPu + 6u), pair_fma(hi.w, q, k_PP[7], PPu + 7u));

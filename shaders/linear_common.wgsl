@@ -4,10 +4,10 @@
 // which takes two neighbouring columns at once). An output's sum is fixed by the path alone,
 // whatever the row tile and epilogue: one fma chain over k in ascending order (sequential),
 // or one chain per lane added by a fixed tree (K-split). The kernels load x with `x1` and
-// `load_x8_direct` (a word at a time on the sequential path, xsrc_f32.wgsl; 16-byte units on
-// the K-split path, xsrc_vec4.wgsl) and read it through the input functions composed after
-// this file (`row_scales`, `row_scale`, `input8`, `input1`): x as stored (xin_plain.wgsl), or
-// RMS-normed on the way in (xin_rms_norm.wgsl).
+// `load_x8_direct` (16-byte units on the K-split path where K is a multiple of 4,
+// xsrc_vec4.wgsl; else a word at a time, xsrc_f32.wgsl) and read it through the input
+// functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as
+// stored (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
 struct LinearParams {
     m: u32,
     n_part: u32,

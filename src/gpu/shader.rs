@@ -722,7 +722,7 @@ impl KernelVariant {
 const _: () = assert!(LINEAR_SEQ_COLS.is_multiple_of(2) && LINEAR_KSPLIT_COLS.is_multiple_of(2));
 
 /// Head dimensions the attention kernel is specialised for ahead of time in the tests.
-pub const TESTED_HEAD_DIMS: [u32; 5] = [64, 80, 96, 128, 256];
+pub const TESTED_HEAD_DIMS: [u32; 6] = [64, 72, 80, 96, 128, 256];
 /// Subgroup sizes the subgroup variants are built for (lavapipe 8, Intel 16, NVIDIA/Apple 32, AMD 64).
 pub const SUBGROUP_SIZES: [u32; 4] = [8, 16, 32, 64];
 

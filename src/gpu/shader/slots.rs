@@ -115,8 +115,9 @@ binding_slots! {
         VALUES = 2,
         IDS = 3,
     }
-    /// `shaders/linear_common.wgsl` (`W` declared by `wsrc_buffer.wgsl` or `wsrc_texture.wgsl`),
-    /// both paths, every epilogue but the bias and the rotary one.
+    /// `shaders/linear_common.wgsl` (`X` declared by `xsrc_f32.wgsl` or `xsrc_vec4.wgsl`, `W` by
+    /// `wsrc_buffer.wgsl` or `wsrc_texture.wgsl`, `NORM` by `xnorm_f32.wgsl` or
+    /// `xnorm_vec4.wgsl`), both paths, every epilogue but the bias and the rotary one.
     linear {
         X = 1,
         W = 2,
@@ -194,7 +195,8 @@ binding_slots! {
         K_CACHE = 9,
         V_CACHE = 10,
     }
-    /// `shaders/attention_common.wgsl` (all three attention kernels).
+    /// `shaders/attention_common.wgsl` (all three attention kernels; `K_CACHE` and `V_CACHE`
+    /// declared by `kvsrc_pairs.wgsl` or `kvsrc_units.wgsl`).
     attention {
         Q = 1,
         K_CACHE = 2,
