@@ -12,6 +12,7 @@ use super::counters::{CounterCells, GpuCounters};
 use super::error_scopes::ErrorScopes;
 use super::kernel_timer::{KernelTimer, KernelTimes};
 use super::options::{FeatureMask, GpuOptions};
+use super::pool::size_class;
 use super::resident::Resident;
 use super::resource::{DeviceBuffer, ResourceId};
 use super::shader::{KernelVariant, LinearPath, WeightSource};
@@ -219,13 +220,20 @@ impl GpuContext {
     }
 
     /// A buffer of `usage` holding `bytes` from the pool, created in its size class when none
-    /// is free.
+    /// is free; an error where that class (a power of two) would pass the binding limit.
     pub(crate) fn pooled_buffer(
         &self,
         label: &str,
         usage: wgpu::BufferUsages,
         bytes: u64,
     ) -> Result<DeviceBuffer, GpuError> {
+        let class = size_class(bytes);
+        if class > self.max_binding_bytes() {
+            return Err(GpuError::TooLarge(format!(
+                "a {label} of {bytes} bytes takes a pooled buffer of {class}, above the {}-byte binding limit",
+                self.max_binding_bytes()
+            )));
+        }
         self.resident().take_or_create(usage, bytes, |size| self.create_buffer(label, size, usage))
     }
 

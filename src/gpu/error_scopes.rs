@@ -23,13 +23,12 @@ impl ErrorScopes {
     /// Pops them (innermost first) and returns the error they caught, if any, after `what`: as
     /// a [`GpuError::OutOfMemory`], or as what `other` makes of the message.
     pub(crate) fn pop(mut self, what: &str, other: impl FnOnce(String) -> GpuError) -> Result<(), GpuError> {
-        let mut caught: Vec<Option<wgpu::Error>> =
-            std::iter::from_fn(|| self.0.pop()).map(|scope| pollster::block_on(scope.pop())).collect();
-        caught.reverse();
-        match caught.as_mut_slice() {
-            [_, Some(oom), _] => Err(GpuError::OutOfMemory(format!("{what}: {oom}"))),
-            [Some(err), None, _] | [None, None, Some(err)] => Err(other(format!("{what}: {err}"))),
-            _ => Ok(()),
+        let mut next = || self.0.pop().and_then(|scope| pollster::block_on(scope.pop()));
+        let (internal, memory, validation) = (next(), next(), next());
+        match (memory, validation.or(internal)) {
+            (Some(oom), _) => Err(GpuError::OutOfMemory(format!("{what}: {oom}"))),
+            (None, Some(err)) => Err(other(format!("{what}: {err}"))),
+            (None, None) => Ok(()),
         }
     }
 }

@@ -19,7 +19,6 @@ use super::context::{GpuContext, Kernel};
 use super::error_scopes::ErrorScopes;
 use super::kernel_timer::KernelTimer;
 use super::options::SubmitStrategy;
-use super::pool::size_class;
 use super::resource::DeviceBuffer;
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
@@ -201,13 +200,6 @@ impl Step<'_> {
     /// An error where its pooled buffer (a power of two) would exceed the binding limit.
     pub fn scratch(&mut self, elem: Elem, shape: &[usize]) -> Result<Tensor, GpuError> {
         let bytes = 4 * shape.iter().product::<usize>().max(1) as u64;
-        if size_class(bytes) > self.ctx.max_binding_bytes() {
-            return Err(GpuError::TooLarge(format!(
-                "a scratch tensor of {shape:?} takes a pooled buffer of {} bytes, above the {}-byte binding limit",
-                size_class(bytes),
-                self.ctx.max_binding_bytes()
-            )));
-        }
         let buffer = self.ctx.pooled_buffer("scratch", SCRATCH, bytes)?;
         self.scratch.push(buffer.clone());
         Ok(Tensor::from_buffer(buffer, shape, elem))
