@@ -5,7 +5,8 @@
 // else of PART_KEYS keys. Invocation t walks partitions t, t + WG, ... in ascending order with
 // the online softmax of attention_common.wgsl (block by block), then the WG partial results are
 // combined in a fixed tree: rescaled to the largest maximum, their sums and weighted values added
-// pairwise. The partitions and the tree depend only on the context length, so a query's result
+// pairwise (the tree's narrow levels in subgroup shuffles where the variant has them:
+// tree_shared.wgsl, tree_subgroup.wgsl). The partitions and the tree depend only on the context length, so a query's result
 // depends only on its own context: one token alone, in a batch, in a prefill chunk or decoding.
 
 // CHUNK value dimensions are combined per round of the tree (bounds the workgroup memory);
@@ -16,7 +17,8 @@ var<workgroup> red_l: array<f32, WG>;
 var<workgroup> red_v: array<f32, WG * CHUNK>;
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, lanes: Lanes) {
+    let t = lanes.t;
     let i = min(wid.y * nwg.x + wid.x, P.tokens * P.heads - 1u);
     let live = wid.y * nwg.x + wid.x < P.tokens * P.heads;
     let at = query_at(i);
@@ -38,26 +40,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let m = state.m;
     let l = state.l;
     // The largest maximum, by a fixed tree.
+    let narrow = tree_narrow(lanes, WG);
     red_m[t] = m;
-    for (var w = WG / 2u; w > 0u; w >>= 1u) {
+    for (var w = WG / 2u; w >= narrow; w >>= 1u) {
         workgroupBarrier();
         if (t < w) {
             red_m[t] = max(red_m[t], red_m[t + w]);
         }
     }
     workgroupBarrier();
-    let m_all = red_m[0];
+    let m_all = tree_max(lanes, narrow, red_m[tree_lane(lanes, narrow)]);
     // An invocation without keys has l = 0 and weighs exp(-3e38 - m_all) = 0.
     let weight = exp(m - m_all);
     red_l[t] = l * weight;
-    for (var w = WG / 2u; w > 0u; w >>= 1u) {
+    for (var w = WG / 2u; w >= narrow; w >>= 1u) {
         workgroupBarrier();
         if (t < w) {
             red_l[t] = red_l[t] + red_l[t + w];
         }
     }
     workgroupBarrier();
-    let l_all = red_l[0];
+    let l_all = tree_add(lanes, narrow, red_l[tree_lane(lanes, narrow)]);
     for (var c0 = 0u; c0 < HD; c0 += CHUNK) {
         for (var c = 0u; c < CHUNK; c += 2u) {
             if (c0 + c < HD) {
@@ -66,7 +69,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 red_v[(c + 1u) * WG + t] = a.y;
             }
         }
-        for (var w = WG / 2u; w > 0u; w >>= 1u) {
+        for (var w = WG / 2u; w >= narrow; w >>= 1u) {
             workgroupBarrier();
             if (t < w) {
                 for (var c = 0u; c < CHUNK; c++) {
@@ -75,9 +78,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         workgroupBarrier();
-        if (live) {
-            for (var c = t; c < CHUNK && c0 + c < HD; c += WG) {
-                OUT[oo + c0 + c] = select(0.0, red_v[c * WG] / l_all, valid);
+        for (var c = 0u; c < CHUNK; c++) {
+            let v = tree_add(lanes, narrow, red_v[c * WG + tree_lane(lanes, narrow)]);
+            if (live && c % WG == t && c0 + c < HD) {
+                OUT[oo + c0 + c] = select(0.0, v / l_all, valid);
             }
         }
         workgroupBarrier();

@@ -53,7 +53,8 @@ fn take(i: u32) -> f32 {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
+    let t = lanes.t;
     let band = t / LANES;
     let lane = t % LANES;
     let n = (wid.z * P.nx + wid.x) * TN;
@@ -63,7 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // row of column n + band (band < TN) or the up row of column n + band - TN.
     let staged_col = min(n + band % TN, P.n_part - 1u);
     let stage_rb = staged_col * row_words + (band / TN) * P.n_part * row_words;
-    row_scales(m0, t);
+    row_scales(m0, lanes);
     COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     ROWS let xr_R = x_row(m0 + band * TM, RRu);

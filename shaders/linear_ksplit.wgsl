@@ -3,8 +3,10 @@
 // invocation t sums the blocks of 32 weights t, t + WG, ... of K in order, each block's four
 // groups of 8 in order (a quantized block's scale decoded once, its words read in one run),
 // then the groups of 8 past them t, t + WG, ..., invocation 0 then the last k % 8 weights; a
-// fixed tree adds the WG partial sums of each output. Rows with fewer blocks than WG walk
-// groups only (WALK_BLOCKS 0: src/gpu/shader.rs's LaneWalk), so no invocation idles.
+// fixed tree adds the WG partial sums of each output, its narrow levels in subgroup shuffles
+// where the variant has them (tree_shared.wgsl, tree_subgroup.wgsl). Rows with fewer blocks
+// than WG walk groups only (WALK_BLOCKS 0: src/gpu/shader.rs's LaneWalk), so no invocation
+// idles.
 // linear_gemm.wgsl computes prefill tiles in the same order, so a decode row and the same row
 // in a prefill batch have the same bits. Lines starting with GATED are kept only for a gated
 // weight, PAIRED only for an epilogue of column pairs, PLAIN only for the others; COLS lines
@@ -12,14 +14,15 @@
 var<workgroup> red: array<f32, TN * GATES * WG>;
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
+    let t = lanes.t;
     let n = (wid.z * P.nx + wid.x) * TN;
     let m = wid.y;
     let row_words = w_row_words(P.k);
     COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     let xr = x_row(m, 0u);
-    row_scales(m, t);
+    row_scales(m, lanes);
     let scale = row_scale(0u);
     COLS var acc_C = 0.0;
     GATED COLS var up_C = 0.0;
@@ -44,7 +47,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     COLS red[CCu * WG + t] = acc_C;
     GATED COLS red[(TN + CCu) * WG + t] = up_C;
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    let narrow = tree_narrow(lanes, WG);
+    for (var s = WG / 2u; s >= narrow; s >>= 1u) {
         workgroupBarrier();
         if (t < s) {
             for (var r = 0u; r < TN * GATES; r++) {
@@ -52,9 +56,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
     }
+    workgroupBarrier();
+    var sums: array<f32, TN * GATES>;
+    for (var r = 0u; r < TN * GATES; r++) {
+        sums[r] = tree_add(lanes, narrow, red[r * WG + tree_lane(lanes, narrow)]);
+    }
     if (t == 0u && m < P.m) {
-        PLAIN COLS if (n + CCu < P.n_part) { emit(m, n + CCu, red[CCu * WG]); }
-        GATED COLS if (n + CCu < P.n_part) { emit_gated(m, n + CCu, red[CCu * WG], red[(TN + CCu) * WG]); }
-        PAIRED PAIRS if (n + CCu < P.n_part) { emit_pair(m, n + CCu, red[CCu * WG], red[DDu * WG]); }
+        PLAIN COLS if (n + CCu < P.n_part) { emit(m, n + CCu, sums[CCu]); }
+        GATED COLS if (n + CCu < P.n_part) { emit_gated(m, n + CCu, sums[CCu], sums[TN + CCu]); }
+        PAIRED PAIRS if (n + CCu < P.n_part) { emit_pair(m, n + CCu, sums[CCu], sums[DDu]); }
     }
 }

@@ -10,15 +10,16 @@
 // column pair: `CC`, `_C` the first, `DD`, `_D` the second) and PLAIN only for the others
 // (see the docs of src/gpu/shader.rs).
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 LANE_ARG) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes LANE_ARG) {
     LANE_LET
+    let lid = lanes.t;
     let n = (wid.x * WG + lid) * TN;
     let m0 = wid.y * TM;
     let row_words = w_row_words(P.k);
     COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     ROWS let xr_R = x_row(m0, RRu);
-    row_scales(m0, lid);
+    row_scales(m0, lanes);
     ROWS let s_R = row_scale(RRu);
     ROWS COLS var acc_R_C = 0.0;
     GATED ROWS COLS var up_R_C = 0.0;

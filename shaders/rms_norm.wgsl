@@ -1,5 +1,6 @@
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * g. One workgroup per row; the scale comes
-// from rms_scale.wgsl (one row: NORM_ROWS = 1), composed before this file.
+// from rms_scale.wgsl (one row: NORM_ROWS = 1, every level of its tree in workgroup memory:
+// tree_shared.wgsl), composed before this file.
 struct RmsNormParams {
     rows: u32,
     d: u32,
@@ -16,10 +17,11 @@ fn x1(i: u32) -> f32 {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, lanes: Lanes) {
+    let t = lanes.t;
     let row = wid.y * nwg.x + wid.x;
     let base = min(row, P.rows - 1u) * P.d;
-    rms_scales(row, P.rows, P.d, P.eps, t);
+    rms_scales(row, P.rows, P.d, P.eps, lanes);
     let scale = norm_scale[0];
     if (row < P.rows) {
         for (var k = t; k < P.d; k += WG) {

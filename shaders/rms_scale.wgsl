@@ -2,14 +2,17 @@
 // the last, `rows - 1`, repeat it), into `norm_scale`. Each row's sum has one order whatever
 // the calling kernel's workgroup size: NORM_WG strided partial sums of squares (partial l
 // takes x[l], x[l + NORM_WG], ... in order), then a fixed tree over them (partial l adds
-// partial l + s for s = NORM_WG / 2, ..., 1). The rms_norm kernel and the linear kernels that
-// norm their input (xin_rms_norm.wgsl) share it, so a fused norm has the bits of the separate
-// kernel (X read with the caller's `x1`). The workgroup's invocations share the rows' partial
-// sums and tree levels between them; every invocation calls it (it has barriers).
+// partial l + s for s = NORM_WG / 2, ..., 1), its narrow levels in subgroup shuffles where the
+// kernel has them (tree_shared.wgsl, tree_subgroup.wgsl). The rms_norm kernel and the linear
+// kernels that norm their input (xin_rms_norm.wgsl) share it, so a fused norm has the bits of
+// the separate kernel (X read with the caller's `x1`). The workgroup's invocations share the
+// rows' partial sums and tree levels between them; every invocation calls it (it has
+// barriers).
 var<workgroup> norm_red: array<f32, NORM_ROWS * NORM_WG>;
 var<workgroup> norm_scale: array<f32, NORM_ROWS>;
 
-fn rms_scales(m0: u32, rows: u32, d: u32, eps: f32, t: u32) {
+fn rms_scales(m0: u32, rows: u32, d: u32, eps: f32, lanes: Lanes) {
+    let t = lanes.t;
     for (var i = t; i < NORM_ROWS * NORM_WG; i += WG) {
         let xr = min(m0 + i / NORM_WG, rows - 1u) * d;
         var ss = 0.0;
@@ -19,7 +22,8 @@ fn rms_scales(m0: u32, rows: u32, d: u32, eps: f32, t: u32) {
         }
         norm_red[i] = ss;
     }
-    for (var s = NORM_WG / 2u; s > 0u; s >>= 1u) {
+    let narrow = tree_narrow(lanes, NORM_WG);
+    for (var s = NORM_WG / 2u; s >= narrow; s >>= 1u) {
         workgroupBarrier();
         for (var i = t; i < NORM_ROWS * s; i += WG) {
             let j = i / s * NORM_WG + i % s;
@@ -27,8 +31,11 @@ fn rms_scales(m0: u32, rows: u32, d: u32, eps: f32, t: u32) {
         }
     }
     workgroupBarrier();
-    for (var r = t; r < NORM_ROWS; r += WG) {
-        norm_scale[r] = 1.0 / sqrt(norm_red[r * NORM_WG] / f32(d) + eps);
+    for (var r = 0u; r < NORM_ROWS; r++) {
+        let ss = tree_add(lanes, narrow, norm_red[r * NORM_WG + tree_lane(lanes, narrow)]);
+        if (r % WG == t) {
+            norm_scale[r] = 1.0 / sqrt(ss / f32(d) + eps);
+        }
     }
     workgroupBarrier();
 }

@@ -3,8 +3,8 @@
 // reads the bits the rms_norm kernel would have written. NORM is read with `norm8` and `norm1`
 // (xnorm_f32.wgsl or xnorm_vec4.wgsl, loaded as the activations are).
 
-fn row_scales(m0: u32, t: u32) {
-    rms_scales(m0, P.m, P.k, P.eps, t);
+fn row_scales(m0: u32, lanes: Lanes) {
+    rms_scales(m0, P.m, P.k, P.eps, lanes);
 }
 
 fn row_scale(r: u32) -> f32 {

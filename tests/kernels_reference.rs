@@ -1123,6 +1123,39 @@ fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
     assert_near_reference(&outs, &case, &seqs, &data, &format!("{:?}", caps.attention_path_for(40_000)));
 }
 
+/// A context with `options` and the adapter's subgroups (`subgroups`) or none, beside what the
+/// environment masks.
+fn ctx_with_subgroups(options: &GpuOptions, subgroups: bool) -> GpuContext {
+    let options =
+        GpuOptions { disable_features: FeatureMask { f16: false, subgroup: !subgroups }, ..options.clone() };
+    GpuContext::new(&gpu_options_from_env(&options).unwrap()).unwrap()
+}
+
+/// Each of `cases` over `seqs` (their cached prefixes written in one step, their new tokens
+/// attended in the next, data from `seed`) has the same bits on `got` as on `want`.
+fn assert_same_attention_bits(
+    want: &GpuContext,
+    got: &GpuContext,
+    cases: Vec<AttnCase>,
+    seqs: &[Seq],
+    seed: u64,
+) {
+    for case in cases {
+        let data: Vec<SeqData> = seqs
+            .iter()
+            .enumerate()
+            .map(|(s, q)| seq_data(&case, q.cached + q.new, seed + s as u64))
+            .collect();
+        let schedule = |s: usize, step: usize, _| if step == 0 { seqs[s].cached } else { usize::MAX };
+        let want = run_attention_on(want, &case, seqs, &data, &schedule);
+        let got = run_attention_on(got, &case, seqs, &data, &schedule);
+        for (s, (got, want)) in got.iter().zip(&want).enumerate() {
+            let what = format!("hd{} {:?} window {:?}: sequence {s}", case.head_dim, case.kv, case.window);
+            assert_eq!(bits(got), bits(want), "{what}");
+        }
+    }
+}
+
 /// The per-query attention kernel and its subgroup form (one subgroup of
 /// `ATTENTION_DOT_LANES` lanes per query and up to `ATTENTION_MAX_GROUP` heads of a KV head:
 /// lavapipe's), bit for bit, over the varlen batch of
@@ -1132,20 +1165,14 @@ fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
 /// Gemma's head dimension 256 with a window.
 #[test]
 fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
-    let per_query = |subgroup_masked: bool| {
-        let options = GpuOptions {
-            attention_strategy: Some(AttentionStrategy::PerQuery),
-            disable_features: FeatureMask { f16: false, subgroup: subgroup_masked },
-            ..GpuOptions::default()
-        };
-        GpuContext::new(&gpu_options_from_env(&options).unwrap()).unwrap()
-    };
-    let lanes = per_query(false);
+    let per_query =
+        GpuOptions { attention_strategy: Some(AttentionStrategy::PerQuery), ..GpuOptions::default() };
+    let lanes = ctx_with_subgroups(&per_query, true);
     if lanes.capabilities().attention_path() != AttentionPath::PerQuerySubgroup {
         eprintln!("skipped: this device's subgroups are not of {} lanes", shader::ATTENTION_DOT_LANES);
         return;
     }
-    let plain = per_query(true);
+    let plain = ctx_with_subgroups(&per_query, false);
     assert_eq!(plain.capabilities().attention_path(), AttentionPath::PerQuery);
     let mut cases = attention_cases();
     cases.push(AttnCase { heads: 10, kv_heads: 1, head_dim: 72, kv: KvPrecision::F16, ..FULL });
@@ -1166,23 +1193,60 @@ fn the_subgroup_attention_kernel_gives_the_per_query_kernels_bits() {
         Seq { cached: 45, new: 1 },
         Seq { cached: 0, new: 1 },
     ];
-    for case in cases {
-        let data: Vec<SeqData> =
-            seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 30 + s as u64)).collect();
-        let schedule = |s: usize, step: usize, _| if step == 0 { seqs[s].cached } else { usize::MAX };
-        let want = run_attention_on(&plain, &case, &seqs, &data, &schedule);
-        let got = run_attention_on(&lanes, &case, &seqs, &data, &schedule);
-        for (s, (got, want)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(
-                bits(got),
-                bits(want),
-                "hd{} {:?} window {:?}: sequence {s}",
-                case.head_dim,
-                case.kv,
-                case.window
-            );
+    assert_same_attention_bits(&plain, &lanes, cases, &seqs, 30);
+}
+
+/// One decode row of every weight type through the K-split GEMV on `c`: plain, normed, and a
+/// gated weight over the normed row, each `n` outputs of rows of `k`.
+fn gemv_outputs(c: &GpuContext, dtype: DType, k: usize) -> Vec<f32> {
+    let n = 37;
+    let w_bytes = quantize(dtype, &Rng::new(41).vec(n * k));
+    let up_bytes = quantize(dtype, &Rng::new(42).vec(n * k));
+    let w = c.upload_weight("w", dtype, n, k, &w_bytes).unwrap();
+    let gated = c.upload_gated_weight("gate_up", dtype, n, k, &w_bytes, &up_bytes).unwrap();
+    let norm = c.upload_f32(&[k], &Rng::new(43).vec(k)).unwrap();
+    let x = c.upload_f32(&[1, k], &Rng::new(44).vec(k)).unwrap();
+    let normed = LinearInput::rms_normed(&x, &norm, 1e-5);
+    let outs = [0, 1, 2].map(|_| c.tensor(Elem::F32, &[1, n]).unwrap());
+    let mut step = c.step();
+    step.linear(&x, &w, &outs[0]).unwrap();
+    step.linear(normed, &w, &outs[1]).unwrap();
+    step.linear_gated(normed, &gated, GateActivation::Silu, &outs[2]).unwrap();
+    let ids = outs.each_ref().map(|t| step.read(t));
+    let mut read = step.submit().unwrap();
+    ids.into_iter().flat_map(|id| read.f32s(id)).collect()
+}
+
+/// The K-split GEMV and split-KV attention add their invocations' partial results by one fixed
+/// tree, its levels narrower than a subgroup in shuffles where the adapter has subgroups and in
+/// workgroup memory where it has none: the same bits either way. Every weight type at rows
+/// whose lanes walk groups and rows whose lanes walk whole blocks, plain, normed and gated; the
+/// attention cases and heads of 72 and 256 (several rounds of the value tree).
+#[test]
+fn the_subgroup_tree_gives_the_shared_trees_bits() {
+    let gpu_class = GpuOptions {
+        linear_strategy: Some(LinearStrategy::KSplit),
+        attention_strategy: Some(AttentionStrategy::SplitKv),
+        ..GpuOptions::default()
+    };
+    let shuffled = ctx_with_subgroups(&gpu_class, true);
+    if shuffled.capabilities().tree() != Tree::Subgroup {
+        eprintln!("skipped: this device has no subgroups");
+        return;
+    }
+    let shared = ctx_with_subgroups(&gpu_class, false);
+    assert_eq!(shared.capabilities().tree(), Tree::Shared);
+    for &dtype in WEIGHT_TYPES {
+        for k in [invariance_k(dtype), 2304] {
+            let want = gemv_outputs(&shared, dtype, k);
+            assert_eq!(bits(&gemv_outputs(&shuffled, dtype, k)), bits(&want), "{dtype:?}, rows of {k}");
         }
     }
+    let mut cases = attention_cases();
+    cases.push(AttnCase { heads: 10, kv_heads: 1, head_dim: 72, kv: KvPrecision::F16, ..FULL });
+    cases.push(AttnCase { heads: 8, kv_heads: 4, head_dim: 256, window: Some(100), ..FULL });
+    let seqs = [Seq { cached: 20, new: 13 }, Seq { cached: 0, new: 150 }, Seq { cached: 700, new: 1 }];
+    assert_same_attention_bits(&shared, &shuffled, cases, &seqs, 60);
 }
 
 /// With `profile_kernels`, every dispatch is timed under its variant's label and a repeated

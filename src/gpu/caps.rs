@@ -3,7 +3,7 @@
 use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy, SubmitStrategy};
 use super::shader::{
     ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, WeightSource, XLoad,
+    LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
 };
 use crate::dtype::DType;
 
@@ -96,6 +96,19 @@ impl Capabilities {
         LinearPath::Sequential { subgroup }
     }
 
+    /// How the K-split GEMV and split-KV attention add their partial results: the levels
+    /// narrower than a subgroup in shuffles where the adapter has subgroups (the same bits).
+    pub fn tree(&self) -> Tree {
+        if self.subgroup { Tree::Subgroup } else { Tree::Shared }
+    }
+
+    /// The tree of a linear of `rows_tile` rows: [`Self::tree`] where the path's variants of
+    /// that tile are built with it (the K-split GEMV), else [`Tree::Shared`].
+    pub fn linear_tree(&self, rows_tile: u32) -> Tree {
+        let tree = self.tree();
+        if self.linear_path().trees(rows_tile).contains(&tree) { tree } else { Tree::Shared }
+    }
+
     /// Where the linear and embedding kernels read weights from: textures on the sequential
     /// path of a CPU adapter (lavapipe gathers a texel for all lanes at once but loads storage
     /// words lane by lane), buffers elsewhere and always on the K-split path.
@@ -132,6 +145,14 @@ impl Capabilities {
             }
             (Some(AttentionStrategy::PerQuery), _) | (None, true) => AttentionPath::PerQuery,
             (Some(AttentionStrategy::SplitKv), _) | (None, false) => AttentionPath::SplitKv,
+        }
+    }
+
+    /// How [`Self::variant_summary`] says which tree the GEMV and split-KV take.
+    fn tree_words(&self) -> &'static str {
+        match self.tree() {
+            Tree::Subgroup => "the tree's levels narrower than a subgroup in subgroup shuffles",
+            Tree::Shared => "every level of the tree in workgroup memory",
         }
     }
 
@@ -211,6 +232,7 @@ impl Capabilities {
             rows_tile,
             walk: LaneWalk::Groups,
             x_load: XLoad::Words,
+            tree: Tree::Shared,
             prologue,
             epilogue: LinearEpilogue::Store,
         };
@@ -241,10 +263,11 @@ impl Capabilities {
     pub fn variant_summary(&self) -> String {
         let linear = match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output each summing blocks of 32 weights (groups of 8 on rows under {}) and a fixed tree, decode reading {} weight rows a workgroup ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
+                "linear: k-split, {} invocations per output each summing blocks of 32 weights (groups of 8 on rows under {}) and a fixed tree, decode reading {} weight rows a workgroup with {} ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
                 super::shader::LINEAR_WG,
                 super::shader::LANE_BLOCKS_MIN_K,
                 super::shader::LINEAR_KSPLIT_COLS,
+                self.tree_words(),
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" },
                 self.gemm_max_rows(),
                 if self.forced_gemm_rows.is_some() { "forced" } else { "the default" },
@@ -293,10 +316,11 @@ impl Capabilities {
                     self.per_query_reason()
                 ),
                 AttentionPath::SplitKv => format!(
-                    "attention: split-KV, the n keys a (token, head) sees in partitions of ceil(n / {}) keys, at most {}, an invocation walking each (several past {} keys), combined in a fixed tree ({})",
+                    "attention: split-KV, the n keys a (token, head) sees in partitions of ceil(n / {}) keys, at most {}, an invocation walking each (several past {} keys), combined in a fixed tree with {} ({})",
                     super::shader::ATTENTION_SPLIT_WG,
                     super::shader::KV_PARTITION_TOKENS,
                     super::shader::ATTENTION_SPLIT_WG * super::shader::KV_PARTITION_TOKENS,
+                    self.tree_words(),
                     if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
                 ),
             },

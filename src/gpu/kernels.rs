@@ -12,7 +12,7 @@ use super::shader::params::{
 use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk, LinearEpilogue, LinearPath,
-    LinearPrologue, XLoad, attention_group,
+    LinearPrologue, Tree, XLoad, attention_group,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -208,13 +208,15 @@ fn linear_variant(
         LinearInput::Plain(_) => LinearPrologue::Plain,
         LinearInput::RmsNormed { .. } => LinearPrologue::RmsNorm,
     };
+    let rows_tile = linear_rows_tile(caps, m);
     KernelVariant::Linear {
         dtype: w.dtype(),
         source: w.source(),
         path: caps.linear_path(),
-        rows_tile: linear_rows_tile(caps, m),
+        rows_tile,
         walk: LaneWalk::of(caps.linear_path(), w.cols()),
         x_load: XLoad::of(caps.linear_path(), w.cols()),
+        tree: caps.linear_tree(rows_tile),
         prologue,
         epilogue,
     }
@@ -720,7 +722,12 @@ impl Step<'_> {
             AttentionPath::PerQuerySubgroup => attention_group(u(heads / s.num_kv_heads)),
             AttentionPath::PerQuery | AttentionPath::SplitKv => 1,
         };
-        let variant = KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path, group };
+        let tree = match path {
+            AttentionPath::SplitKv => self.ctx.capabilities().tree(),
+            AttentionPath::PerQuery | AttentionPath::PerQuerySubgroup => Tree::Shared,
+        };
+        let variant =
+            KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path, group, tree };
         let grid = match path {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
             AttentionPath::PerQuerySubgroup => self.grid_groups(t * heads / group as usize),

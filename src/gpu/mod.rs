@@ -87,7 +87,7 @@ pub use options::{
 };
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{
-    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue,
+    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue, Tree,
     WeightSource,
 };
 pub use step::{ReadbackId, Step, StepOutput};

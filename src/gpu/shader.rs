@@ -32,7 +32,7 @@
 //! ```text
 //! // Kernel `rms_norm`, composed by pagoda's src/gpu/shader/compose.rs: the constants below,
 //! // each injected from the Rust item named in its comment, then these files of shaders/:
-//! // rms_scale.wgsl, rms_norm.wgsl.
+//! // tree_shared.wgsl, rms_scale.wgsl, rms_norm.wgsl.
 //! const WG: u32 = 64u; // shader::WORKGROUP_SIZE
 //! const SLOT_P: u32 = 0u; // shader::slots::PARAMS
 //! const SLOT_X: u32 = 1u; // shader::slots::rms_norm::X
@@ -127,6 +127,23 @@ impl LinearPath {
             Self::KSplit => &[XLoad::Words, XLoad::Units],
         }
     }
+
+    /// The row tiles the path's variants are built with.
+    pub fn row_tiles(self) -> &'static [u32] {
+        match self {
+            Self::Sequential { .. } => &LINEAR_SEQ_ROW_TILES,
+            Self::KSplit => &LINEAR_KSPLIT_ROW_TILES,
+        }
+    }
+
+    /// The trees the path's variants of `rows_tile` rows are built with: both for the K-split
+    /// GEMV, none but [`Tree::Shared`] (which they do not read) for the others.
+    pub fn trees(self, rows_tile: u32) -> &'static [Tree] {
+        match self {
+            Self::KSplit if rows_tile == 1 => &Tree::ALL,
+            _ => &[Tree::Shared],
+        }
+    }
 }
 
 /// How a linear kernel loads its activations (and a normed input's RMSNorm weight): a K-split
@@ -175,6 +192,34 @@ impl LaneWalk {
         match path {
             LinearPath::KSplit if k >= LANE_BLOCKS_MIN_K => Self::Blocks,
             _ => Self::Groups,
+        }
+    }
+}
+
+/// How a K-split GEMV (its lanes' sums and a fused RMSNorm's squares) or a split-KV attention
+/// workgroup adds its invocations' partial results: one fixed tree either way (partial t takes
+/// partial t + s for s = WG / 2, ..., 1), so the same bits; with subgroups the levels narrower
+/// than a subgroup are shuffles instead of rounds of workgroup memory and barriers. Every other
+/// tree stays in workgroup memory: the prefill GEMM's (its bands would each need subgroups of
+/// their own), the RMSNorm kernel's (on GPUs only before the GEMM tiles) and the sequential
+/// path's fused norm (CPU adapters, and only when forced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tree {
+    /// Every level through workgroup memory (`shaders/tree_shared.wgsl`).
+    Shared,
+    /// The narrow levels in `subgroupShuffleXor` (`shaders/tree_subgroup.wgsl`).
+    Subgroup,
+}
+
+impl Tree {
+    /// Both trees.
+    pub const ALL: [Self; 2] = [Self::Shared, Self::Subgroup];
+
+    /// What a variant's label adds for this tree.
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Shared => "",
+            Self::Subgroup => "-sgtree",
         }
     }
 }
@@ -498,6 +543,8 @@ pub enum KernelVariant {
         walk: LaneWalk,
         /// How it loads its activations ([`XLoad::Words`] on the sequential path).
         x_load: XLoad,
+        /// How the K-split GEMV adds its lanes' sums ([`Tree::Shared`] on the other paths).
+        tree: Tree,
         /// What it does to its input rows first.
         prologue: LinearPrologue,
         /// What it does with each output.
@@ -522,6 +569,8 @@ pub enum KernelVariant {
         /// Query heads of one KV head computed together, each key and value read once for
         /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`], else 1).
         group: u32,
+        /// How split-KV combines its partitions ([`Tree::Shared`] on the other paths).
+        tree: Tree,
     },
 }
 
@@ -541,7 +590,9 @@ impl KernelVariant {
         matches!(
             self,
             Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
+                | Self::Linear { tree: Tree::Subgroup, .. }
                 | Self::Attention { path: AttentionPath::PerQuerySubgroup, .. }
+                | Self::Attention { tree: Tree::Subgroup, .. }
         )
     }
 
@@ -556,7 +607,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, source, path, rows_tile, walk, x_load, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, walk, x_load, tree, prologue, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
@@ -574,20 +625,21 @@ impl KernelVariant {
                     XLoad::Words => "",
                     XLoad::Units => "-x16",
                 };
-                let (dtype, epilogue, source) = (dtype.name(), epilogue.name(), source.suffix());
-                format!("linear/{dtype}{source}/{path}{walk}{x_load}/tm{rows_tile}/{norm}{epilogue}")
+                let (dtype, epilogue, source, tree) =
+                    (dtype.name(), epilogue.name(), source.suffix(), tree.suffix());
+                format!("linear/{dtype}{source}/{path}{walk}{x_load}{tree}/tm{rows_tile}/{norm}{epilogue}")
             }
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
             }
-            Self::Attention { kv, head_dim, path, group } => {
+            Self::Attention { kv, head_dim, path, group, tree } => {
                 let path = match path {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
                 };
                 let group = if *group > 1 { format!("/g{group}") } else { String::new() };
-                format!("attention/{}/hd{head_dim}/{path}{group}", kv.name())
+                format!("attention/{}/hd{head_dim}/{path}{}{group}", kv.name(), tree.suffix())
             }
         }
     }
@@ -754,49 +806,54 @@ pub fn all_variants() -> Vec<KernelVariant> {
         for source in WeightSource::ALL {
             out.push(KernelVariant::Embed { dtype, source });
         }
-        for path in &paths {
-            let row_tiles: &[u32] = match path {
-                LinearPath::Sequential { .. } => &LINEAR_SEQ_ROW_TILES,
-                LinearPath::KSplit => &LINEAR_KSPLIT_ROW_TILES,
-            };
-            for &rows_tile in row_tiles {
-                for prologue in LinearPrologue::ALL {
-                    for epilogue in LinearEpilogue::ALL {
-                        for &source in path.weight_sources() {
-                            for &walk in path.lane_walks() {
-                                for &x_load in path.x_loads() {
-                                    out.push(KernelVariant::Linear {
-                                        dtype,
-                                        source,
-                                        path: *path,
-                                        rows_tile,
-                                        walk,
-                                        x_load,
-                                        prologue,
-                                        epilogue,
-                                    });
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+        for &path in &paths {
+            out.extend(linear_variants(dtype, path));
         }
     }
     for kv in [KvFormat::F32, KvFormat::F16Packed, KvFormat::F16Native] {
         out.push(KernelVariant::RopeCache { kv, qk_norm: false });
         out.push(KernelVariant::RopeCache { kv, qk_norm: true });
         for head_dim in TESTED_HEAD_DIMS {
-            for path in [AttentionPath::PerQuery, AttentionPath::SplitKv] {
-                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1 });
+            let path = AttentionPath::PerQuery;
+            out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree: Tree::Shared });
+            for tree in Tree::ALL {
+                let path = AttentionPath::SplitKv;
+                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree });
             }
             for group in 1..=ATTENTION_MAX_GROUP {
-                out.push(KernelVariant::Attention {
-                    kv,
-                    head_dim,
-                    path: AttentionPath::PerQuerySubgroup,
-                    group,
-                });
+                let path = AttentionPath::PerQuerySubgroup;
+                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree: Tree::Shared });
+            }
+        }
+    }
+    out
+}
+
+/// Every linear variant of `dtype` on `path`.
+fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
+    let mut out = Vec::new();
+    for &rows_tile in path.row_tiles() {
+        for prologue in LinearPrologue::ALL {
+            for epilogue in LinearEpilogue::ALL {
+                for &source in path.weight_sources() {
+                    for &walk in path.lane_walks() {
+                        for &x_load in path.x_loads() {
+                            for &tree in path.trees(rows_tile) {
+                                out.push(KernelVariant::Linear {
+                                    dtype,
+                                    source,
+                                    path,
+                                    rows_tile,
+                                    walk,
+                                    x_load,
+                                    tree,
+                                    prologue,
+                                    epilogue,
+                                });
+                            }
+                        }
+                    }
+                }
             }
         }
     }

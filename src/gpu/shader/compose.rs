@@ -5,7 +5,7 @@ use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KV_PARTITION_TOKENS,
     KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearPath, LinearPrologue,
-    MAX_BLOCK_SIZE, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_tile_vec4s, slots,
+    MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
 
@@ -86,6 +86,17 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
         DType::Q2K => vec![bits, split, shader_file!("wfmt_q2_k.wgsl")],
         DType::Q3K => vec![bits, split, shader_file!("wfmt_q3_k.wgsl")],
         DType::IQ4XS => vec![bits, split, iq4, shader_file!("wfmt_iq4_xs.wgsl")],
+    }
+}
+
+impl Tree {
+    /// The file defining `Lanes` and the tree's narrow levels (`tree_live`, `tree_lane`,
+    /// `tree_add`, `tree_max`).
+    fn file(self) -> ShaderFile {
+        match self {
+            Self::Shared => shader_file!("tree_shared.wgsl"),
+            Self::Subgroup => shader_file!("tree_subgroup.wgsl"),
+        }
     }
 }
 
@@ -172,7 +183,9 @@ impl KernelVariant {
             Self::Embed { dtype, source } => {
                 [vec![shader_file!("embed.wgsl")], weight_files(dtype, source)].concat()
             }
-            Self::RmsNorm => vec![shader_file!("rms_scale.wgsl"), shader_file!("rms_norm.wgsl")],
+            Self::RmsNorm => {
+                vec![Tree::Shared.file(), shader_file!("rms_scale.wgsl"), shader_file!("rms_norm.wgsl")]
+            }
             Self::GatedMul { act } => {
                 vec![shader_file!("elementwise.wgsl"), act.file(), shader_file!("gated_mul.wgsl")]
             }
@@ -181,7 +194,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, source, path, rows_tile, x_load, prologue, epilogue, .. } => {
+            Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue, .. } => {
                 let body = match path {
                     LinearPath::Sequential { subgroup: Some(_) } => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
@@ -226,7 +239,7 @@ impl KernelVariant {
                     XLoad::Units => shader_file!("xsrc_vec4.wgsl"),
                 };
                 [
-                    vec![shader_file!("linear_common.wgsl"), activations],
+                    vec![tree.file(), shader_file!("linear_common.wgsl"), activations],
                     weight_files(dtype, source),
                     input,
                     body,
@@ -242,17 +255,17 @@ impl KernelVariant {
                 };
                 vec![kv.file(), norm, shader_file!("rope_angle.wgsl"), shader_file!("rope_cache.wgsl")]
             }
-            Self::Attention { kv, path, .. } => {
+            Self::Attention { kv, path, tree, .. } => {
                 let body = match path {
-                    AttentionPath::PerQuery => shader_file!("attention.wgsl"),
-                    AttentionPath::PerQuerySubgroup => shader_file!("attention_lanes.wgsl"),
-                    AttentionPath::SplitKv => shader_file!("attention_split.wgsl"),
+                    AttentionPath::PerQuery => vec![shader_file!("attention.wgsl")],
+                    AttentionPath::PerQuerySubgroup => vec![shader_file!("attention_lanes.wgsl")],
+                    AttentionPath::SplitKv => vec![tree.file(), shader_file!("attention_split.wgsl")],
                 };
                 let pools = match self.kv_units() {
                     true => shader_file!("kvsrc_units.wgsl"),
                     false => shader_file!("kvsrc_pairs.wgsl"),
                 };
-                vec![kv.file(), pools, shader_file!("attention_common.wgsl"), body]
+                [vec![kv.file(), pools, shader_file!("attention_common.wgsl")], body].concat()
             }
         }
     }
