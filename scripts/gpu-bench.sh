@@ -30,7 +30,8 @@
 # llama-3.2-1b:q4_k; empty for none) also decodes at the batches AB_BATCHES (1,32) once with each
 # setting of AB_SETTINGS (rows "decode B=N SETTING"; by default each step in one command buffer
 # instead of chunks, per-query attention, norms apart and fused everywhere, GEMM tiles of 8 and 32
-# rows), against the adapter's own choices.
+# rows, subgroups masked: the GEMV's and split-KV's trees wholly in workgroup memory), against the
+# adapter's own choices.
 #
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan
 # (scripts/llama-cpp-vulkan.sh: about 7 minutes the first time, then cached; BASELINE=0 skips it),
@@ -92,7 +93,7 @@ build() {
 
 # The settings AB_MODEL decodes with besides the adapter's own choices.
 AB_DEFAULT="PAGODA_SUBMIT=whole PAGODA_ATTENTION=per-query PAGODA_NORM=separate PAGODA_NORM=fused
-    PAGODA_GEMM_ROWS=8 PAGODA_GEMM_ROWS=32"
+    PAGODA_GEMM_ROWS=8 PAGODA_GEMM_ROWS=32 PAGODA_DISABLE_FEATURES=subgroup"
 
 # The libraries a GPU machine may lack: the Vulkan loader, and libglvnd's, which NVIDIA's driver
 # (libGLX_nvidia) needs.
