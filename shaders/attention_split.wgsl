@@ -6,8 +6,9 @@
 // the online softmax of attention_common.wgsl (block by block), then the WG partial results are
 // combined in a fixed tree: rescaled to the largest maximum, their sums and weighted values added
 // pairwise (the tree's narrow levels in subgroup shuffles where the variant has them:
-// tree_shared.wgsl, tree_subgroup.wgsl). The partitions and the tree depend only on the context length, so a query's result
-// depends only on its own context: one token alone, in a batch, in a prefill chunk or decoding.
+// tree_shared.wgsl, tree_subgroup.wgsl). The partitions and the tree depend only on the context
+// length, so a query's result depends only on its own context: one token alone, in a batch, in
+// a prefill chunk or decoding.
 
 // CHUNK value dimensions are combined per round of the tree (bounds the workgroup memory);
 // dimension c of invocation t's values sits at c * WG + t, so the invocations of a round touch
@@ -40,7 +41,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let m = state.m;
     let l = state.l;
     // The largest maximum, by a fixed tree.
-    let narrow = tree_narrow(lanes, WG);
+    let narrow = tree_narrow(WG);
     red_m[t] = m;
     for (var w = WG / 2u; w >= narrow; w >>= 1u) {
         workgroupBarrier();

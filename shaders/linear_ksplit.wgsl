@@ -47,7 +47,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
     }
     COLS red[CCu * WG + t] = acc_C;
     GATED COLS red[(TN + CCu) * WG + t] = up_C;
-    let narrow = tree_narrow(lanes, WG);
+    let narrow = tree_narrow(WG);
     for (var s = WG / 2u; s >= narrow; s >>= 1u) {
         workgroupBarrier();
         if (t < s) {

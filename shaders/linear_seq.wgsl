@@ -10,9 +10,9 @@
 // column pair: `CC`, `_C` the first, `DD`, `_D` the second) and PLAIN only for the others
 // (see the docs of src/gpu/shader.rs).
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes LANE_ARG) {
-    LANE_LET
+fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
     let lid = lanes.t;
+    let lane = subgroup_lane(lanes);
     let n = (wid.x * WG + lid) * TN;
     let m0 = wid.y * TM;
     let row_words = w_row_words(P.k);

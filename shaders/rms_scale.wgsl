@@ -22,7 +22,7 @@ fn rms_scales(m0: u32, rows: u32, d: u32, eps: f32, lanes: Lanes) {
         }
         norm_red[i] = ss;
     }
-    let narrow = tree_narrow(lanes, NORM_WG);
+    let narrow = tree_narrow(NORM_WG);
     for (var s = NORM_WG / 2u; s >= narrow; s >>= 1u) {
         workgroupBarrier();
         for (var i = t; i < NORM_ROWS * s; i += WG) {

@@ -6,7 +6,12 @@ struct Lanes {
     @builtin(local_invocation_index) t: u32,
 }
 
-fn tree_narrow(lanes: Lanes, width: u32) -> u32 {
+// No subgroup lanes: every invocation is lane 0 of its own.
+fn subgroup_lane(lanes: Lanes) -> u32 {
+    return 0u;
+}
+
+fn tree_narrow(width: u32) -> u32 {
     return 1u;
 }
 

@@ -97,16 +97,21 @@ impl Capabilities {
     }
 
     /// How the K-split GEMV and split-KV attention add their partial results: the levels
-    /// narrower than a subgroup in shuffles where the adapter has subgroups (the same bits).
+    /// narrower than the adapter's smallest subgroup in shuffles where it has subgroups (the
+    /// same bits; [`Tree::for_subgroups`]).
     pub fn tree(&self) -> Tree {
-        if self.subgroup { Tree::Subgroup } else { Tree::Shared }
+        Tree::for_subgroups(self.subgroup.then_some(self.subgroup_sizes.0))
     }
 
-    /// The tree of a linear of `rows_tile` rows: [`Self::tree`] where the path's variants of
-    /// that tile are built with it (the K-split GEMV), else [`Tree::Shared`].
+    /// The tree of a linear of `rows_tile` rows: [`Self::tree`] for the K-split GEMV, the
+    /// subgroup size's on the sequential path over subgroups, else [`Tree::Shared`]
+    /// ([`LinearPath::trees`]).
     pub fn linear_tree(&self, rows_tile: u32) -> Tree {
-        let tree = self.tree();
-        if self.linear_path().trees(rows_tile).contains(&tree) { tree } else { Tree::Shared }
+        match self.linear_path() {
+            LinearPath::KSplit if rows_tile == 1 => self.tree(),
+            LinearPath::Sequential { subgroup: Some(lanes) } => Tree::Subgroup { lanes },
+            _ => Tree::Shared,
+        }
     }
 
     /// Where the linear and embedding kernels read weights from: textures on the sequential
@@ -149,10 +154,10 @@ impl Capabilities {
     }
 
     /// How [`Self::variant_summary`] says which tree the GEMV and split-KV take.
-    fn tree_words(&self) -> &'static str {
+    fn tree_words(&self) -> String {
         match self.tree() {
-            Tree::Subgroup => "the tree's levels narrower than a subgroup in subgroup shuffles",
-            Tree::Shared => "every level of the tree in workgroup memory",
+            Tree::Subgroup { lanes } => format!("the tree's levels under {lanes} lanes in subgroup shuffles"),
+            Tree::Shared => "every level of the tree in workgroup memory".to_string(),
         }
     }
 
@@ -172,18 +177,22 @@ impl Capabilities {
     }
 
     /// True when the RMSNorm before a linear layer of row tile `rows_tile` is fused into it: as
-    /// forced, else in the K-split GEMV (tile 1), whose workgroup computes its row's scale once
-    /// for all its invocations. Not in the GEMM tiles, where every workgroup norms all its rows
-    /// again (on an H200 a 32-request decode step of a Llama-3.2-1B in Q4_K took 55 ms fused
-    /// and 39 ms with its own norm dispatches, 4,096 tokens of prefill 1.46 s and 1.02 s, while
-    /// batch 1 took 4.59 ms fused and 5.14 ms apart), nor on the sequential path, where every
-    /// invocation would norm its rows again for its few columns (on lavapipe a decode step of
-    /// the default model then takes 10–15% longer on the device). Fused or not, the linears
-    /// get the same bits.
+    /// forced, else for one row (decode alone) in the K-split GEMV, whose workgroup computes its
+    /// row's scale once for all its invocations, and on the sequential path where its subgroups
+    /// sum the scale without barriers ([`LinearPath::norms_in_subgroups`]: on lavapipe the
+    /// default model's decode steps then take 155 dispatches instead of 215, 60–130 µs less host
+    /// time and no more device time; with the workgroup's tree and its barriers they took
+    /// 10–15% longer on the device). Not in larger tiles, where every workgroup norms all its
+    /// rows again: on an H200 a 32-request decode step of a Llama-3.2-1B in Q4_K took 55 ms
+    /// fused and 39 ms with its own norm dispatches, 4,096 tokens of prefill 1.46 s and 1.02 s,
+    /// while batch 1 took 4.59 ms fused and 5.14 ms apart; on lavapipe a 128-token prefill with
+    /// the subgroups' norms fused took 10–30% longer. Fused or not, the linears get the same
+    /// bits.
     pub fn fuses_norms(&self, rows_tile: u32) -> bool {
+        let path = self.linear_path();
         match self.forced_norm {
             Some(strategy) => strategy == Fusion::Fused,
-            None => self.linear_path() == LinearPath::KSplit && rows_tile == 1,
+            None => rows_tile == 1 && (path == LinearPath::KSplit || path.norms_in_subgroups()),
         }
     }
 
@@ -341,7 +350,7 @@ impl Capabilities {
                 "rms_norm before a linear: {} ({})",
                 match (self.fuses_norms(1), self.fuses_norms(2)) {
                     (true, true) => "fused into the linear",
-                    (true, false) => "fused into the decode GEMV, its own dispatch before the GEMM tiles",
+                    (true, false) => "fused into one-row (decode) linears, its own dispatch before larger tiles",
                     (false, _) => "its own dispatch",
                 },
                 if self.forced_norm.is_some() { "forced" } else { "follows the linear path" }

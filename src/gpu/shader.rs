@@ -20,8 +20,9 @@
 //!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
 //! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `TM`, `TN`,
 //!   `GATES`, `BANDS` and `TILE` (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
-//!   partial sums, in rms_norm and the norming linears), `W_TEXELS` (a weight texture's row,
-//!   for the kernels that read weights from textures: [`WeightSource`]).
+//!   partial sums, in rms_norm and the norming linears), `TREE_LANES` (the lanes a subgroup
+//!   tree's shuffles span: [`Tree`]), `W_TEXELS` (a weight texture's row, for the kernels that
+//!   read weights from textures: [`WeightSource`]).
 //! - **Workgroup memory.** [`KernelVariant::workgroup_bytes`] is what the shader's
 //!   `var<workgroup>`s take, sized by those constants; the adapter choices (the GEMM tile)
 //!   are checked against the device's limit with it.
@@ -71,8 +72,6 @@
 //! only in those of the rotary epilogue ([`LinearEpilogue::RopeCache`]), and one whose first
 //! word is `PLAIN` only in the others (store, accumulate, bias).
 //!
-//! The sequential linear kernel also has `LANE_ARG` (the subgroup lane builtin, or nothing) and
-//! `LANE_LET` (nothing, or `let lane = 0u;`), replaced as its activation loads need.
 
 mod compose;
 pub mod params;
@@ -128,6 +127,13 @@ impl LinearPath {
         }
     }
 
+    /// True when each subgroup of the path's normed variants sums the RMSNorm scales on its own,
+    /// without workgroup memory or barriers (`shaders/rms_scale_lanes.wgsl`): the sequential
+    /// path over subgroups whose size divides its workgroup (and so the norm's partials).
+    pub fn norms_in_subgroups(self) -> bool {
+        matches!(self, Self::Sequential { subgroup: Some(sg) } if LINEAR_SEQ_WG.is_multiple_of(sg))
+    }
+
     /// The row tiles the path's variants are built with.
     pub fn row_tiles(self) -> &'static [u32] {
         match self {
@@ -136,12 +142,15 @@ impl LinearPath {
         }
     }
 
-    /// The trees the path's variants of `rows_tile` rows are built with: both for the K-split
-    /// GEMV, none but [`Tree::Shared`] (which they do not read) for the others.
-    pub fn trees(self, rows_tile: u32) -> &'static [Tree] {
+    /// The trees the path's variants of `rows_tile` rows are built with: every one for the
+    /// K-split GEMV, the subgroup size's for the sequential path over subgroups (its lanes and a
+    /// fused RMSNorm's squares), [`Tree::Shared`] for the others (their `Lanes` and a fused
+    /// RMSNorm's tree).
+    pub fn trees(self, rows_tile: u32) -> Vec<Tree> {
         match self {
-            Self::KSplit if rows_tile == 1 => &Tree::ALL,
-            _ => &[Tree::Shared],
+            Self::KSplit if rows_tile == 1 => Tree::all().to_vec(),
+            Self::Sequential { subgroup: Some(lanes) } => vec![Tree::Subgroup { lanes }],
+            _ => vec![Tree::Shared],
         }
     }
 }
@@ -198,28 +207,47 @@ impl LaneWalk {
 
 /// How a K-split GEMV (its lanes' sums and a fused RMSNorm's squares) or a split-KV attention
 /// workgroup adds its invocations' partial results: one fixed tree either way (partial t takes
-/// partial t + s for s = WG / 2, ..., 1), so the same bits; with subgroups the levels narrower
-/// than a subgroup are shuffles instead of rounds of workgroup memory and barriers. Every other
-/// tree stays in workgroup memory: the prefill GEMM's (its bands would each need subgroups of
-/// their own), the RMSNorm kernel's (on GPUs only before the GEMM tiles) and the sequential
-/// path's fused norm (CPU adapters, and only when forced).
+/// partial t + s for s = WG / 2, ..., 1), so the same bits; over subgroups the levels narrower
+/// than a subgroup are shuffles instead of rounds of workgroup memory and barriers. The
+/// sequential path over subgroups sums a fused RMSNorm's squares in each subgroup alone. The
+/// other trees stay in workgroup memory: the prefill GEMM's (its bands would each need
+/// subgroups of their own) and the RMSNorm kernel's (on GPUs only before the GEMM tiles).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tree {
     /// Every level through workgroup memory (`shaders/tree_shared.wgsl`).
     Shared,
-    /// The narrow levels in `subgroupShuffleXor` (`shaders/tree_subgroup.wgsl`).
-    Subgroup,
+    /// The levels narrower than `lanes` in `subgroupShuffleXor` (`shaders/tree_subgroup.wgsl`,
+    /// `TREE_LANES`), for subgroups of at least that many lanes.
+    Subgroup {
+        /// Lanes the shuffles span: a power of two no larger than the adapter's smallest
+        /// subgroup.
+        lanes: u32,
+    },
 }
 
+/// The shuffle widths of the GEMV's and split-KV's subgroup trees: an adapter takes the widest
+/// its smallest subgroup holds (8 on lavapipe and Intel, 32 on NVIDIA, AMD and Apple), and
+/// one whose subgroups may have fewer than 8 lanes keeps [`Tree::Shared`].
+pub const TREE_LANES: [u32; 2] = [8, 32];
+
 impl Tree {
-    /// Both trees.
-    pub const ALL: [Self; 2] = [Self::Shared, Self::Subgroup];
+    /// The GEMV's and split-KV's tree on an adapter whose smallest subgroup has `min_lanes`
+    /// lanes (`None`: no subgroups).
+    pub fn for_subgroups(min_lanes: Option<u32>) -> Self {
+        let widest = TREE_LANES.into_iter().rev().find(|&lanes| min_lanes.is_some_and(|min| lanes <= min));
+        widest.map_or(Self::Shared, |lanes| Self::Subgroup { lanes })
+    }
+
+    /// Every tree the GEMV and split-KV are built with.
+    pub fn all() -> [Self; 3] {
+        [Self::Shared, Self::Subgroup { lanes: TREE_LANES[0] }, Self::Subgroup { lanes: TREE_LANES[1] }]
+    }
 
     /// What a variant's label adds for this tree.
-    fn suffix(self) -> &'static str {
+    fn suffix(self) -> String {
         match self {
-            Self::Shared => "",
-            Self::Subgroup => "-sgtree",
+            Self::Shared => String::new(),
+            Self::Subgroup { lanes } => format!("-sgtree{lanes}"),
         }
     }
 }
@@ -543,7 +571,8 @@ pub enum KernelVariant {
         walk: LaneWalk,
         /// How it loads its activations ([`XLoad::Words`] on the sequential path).
         x_load: XLoad,
-        /// How the K-split GEMV adds its lanes' sums ([`Tree::Shared`] on the other paths).
+        /// How the K-split GEMV adds its lanes' sums, and a fused RMSNorm its squares
+        /// ([`LinearPath::trees`]; [`Tree::Shared`] for the GEMM tiles).
         tree: Tree,
         /// What it does to its input rows first.
         prologue: LinearPrologue,
@@ -590,9 +619,9 @@ impl KernelVariant {
         matches!(
             self,
             Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
-                | Self::Linear { tree: Tree::Subgroup, .. }
+                | Self::Linear { tree: Tree::Subgroup { .. }, .. }
                 | Self::Attention { path: AttentionPath::PerQuerySubgroup, .. }
-                | Self::Attention { tree: Tree::Subgroup, .. }
+                | Self::Attention { tree: Tree::Subgroup { .. }, .. }
         )
     }
 
@@ -695,7 +724,10 @@ impl KernelVariant {
     /// computes them, the K-split reductions' exchange and the GEMM's weight tile, split-KV
     /// attention's partial states, top-k's candidates.
     pub fn workgroup_bytes(&self) -> u32 {
-        let norm = self.normed_rows().map_or(0, |rows| 4 * rows * (WORKGROUP_SIZE + 1));
+        let norm = match self.norm_in_lanes() {
+            true => 0,
+            false => self.normed_rows().map_or(0, |rows| 4 * rows * (WORKGROUP_SIZE + 1)),
+        };
         let body = match *self {
             Self::Linear { path: LinearPath::KSplit, rows_tile: 1, .. } => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS,
             Self::Linear { path: LinearPath::KSplit, rows_tile, .. } => 16 * gemm_tile_vec4s(rows_tile),
@@ -788,7 +820,7 @@ pub(crate) fn gemm_tile_vec4s(rows_tile: u32) -> u32 {
 }
 
 /// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
-/// prologues, epilogues, KV formats and the tested head dimensions.
+/// prologues, epilogues, trees, KV formats and the tested head dimensions.
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
@@ -816,7 +848,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         for head_dim in TESTED_HEAD_DIMS {
             let path = AttentionPath::PerQuery;
             out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree: Tree::Shared });
-            for tree in Tree::ALL {
+            for tree in Tree::all() {
                 let path = AttentionPath::SplitKv;
                 out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree });
             }
@@ -838,7 +870,7 @@ fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
                 for &source in path.weight_sources() {
                     for &walk in path.lane_walks() {
                         for &x_load in path.x_loads() {
-                            for &tree in path.trees(rows_tile) {
+                            for tree in path.trees(rows_tile) {
                                 out.push(KernelVariant::Linear {
                                     dtype,
                                     source,

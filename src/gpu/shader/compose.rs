@@ -90,12 +90,12 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
 }
 
 impl Tree {
-    /// The file defining `Lanes` and the tree's narrow levels (`tree_live`, `tree_lane`,
-    /// `tree_add`, `tree_max`).
+    /// The file defining `Lanes` and the tree's narrow levels (`subgroup_lane`, `tree_narrow`,
+    /// `tree_lane`, `tree_add`, `tree_max`).
     fn file(self) -> ShaderFile {
         match self {
             Self::Shared => shader_file!("tree_shared.wgsl"),
-            Self::Subgroup => shader_file!("tree_subgroup.wgsl"),
+            Self::Subgroup { .. } => shader_file!("tree_subgroup.wgsl"),
         }
     }
 }
@@ -133,15 +133,7 @@ impl KernelVariant {
             src.push_str(file.text);
         }
         match *self {
-            Self::Linear { path: LinearPath::Sequential { subgroup }, rows_tile, epilogue, .. } => {
-                let (lane_arg, lane_let) = match subgroup {
-                    Some(_) => (", @builtin(subgroup_invocation_id) lane: u32", ""),
-                    None => ("", "let lane = 0u;"),
-                };
-                let src = src.replace(" LANE_ARG", lane_arg).replace("LANE_LET", lane_let);
-                unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
-            }
-            Self::Linear { path: LinearPath::KSplit, rows_tile, epilogue, .. } => {
+            Self::Linear { rows_tile, epilogue, .. } => {
                 unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
             Self::Attention { head_dim, group, .. } => {
@@ -160,6 +152,12 @@ impl KernelVariant {
             }
             _ => None,
         }
+    }
+
+    /// True when each subgroup of the variant computes its RMSNorm scales on its own
+    /// (`rms_scale_lanes.wgsl`: [`LinearPath::norms_in_subgroups`]).
+    pub(super) fn norm_in_lanes(&self) -> bool {
+        matches!(self, Self::Linear { path, prologue: LinearPrologue::RmsNorm, .. } if path.norms_in_subgroups())
     }
 
     /// True when the attention variant reads its KV pools as 16-byte units of four f16 pairs
@@ -231,7 +229,11 @@ impl KernelVariant {
                             XLoad::Words => shader_file!("xnorm_f32.wgsl"),
                             XLoad::Units => shader_file!("xnorm_vec4.wgsl"),
                         };
-                        vec![shader_file!("rms_scale.wgsl"), weight, shader_file!("xin_rms_norm.wgsl")]
+                        let scales = match self.norm_in_lanes() {
+                            true => shader_file!("rms_scale_lanes.wgsl"),
+                            false => shader_file!("rms_scale.wgsl"),
+                        };
+                        vec![scales, weight, shader_file!("xin_rms_norm.wgsl")]
                     }
                 };
                 let activations = match x_load {
@@ -289,6 +291,11 @@ impl KernelVariant {
         if let Some(rows) = self.normed_rows() {
             out.push(Injected::new("NORM_WG", WORKGROUP_SIZE, "shader::WORKGROUP_SIZE (rms_norm's)"));
             out.push(Injected::new("NORM_ROWS", rows, "KernelVariant::rows_per_workgroup"));
+        }
+        if let Self::Linear { tree: Tree::Subgroup { lanes }, .. }
+        | Self::Attention { tree: Tree::Subgroup { lanes }, .. } = self
+        {
+            out.push(Injected::new("TREE_LANES", *lanes, "Tree::Subgroup::lanes"));
         }
         if let Self::Embed { source: WeightSource::Texture, .. }
         | Self::Linear { source: WeightSource::Texture, .. } = self
