@@ -56,6 +56,9 @@ for features in f16 subgroup f16,subgroup; do
     PAGODA_DISABLE_FEATURES="$features" cargo test --test kernels_reference
 done
 PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
+# Norms fused into every linear tile (lavapipe fuses them into one-row tiles only), so the
+# sequential kernels' subgroups sum the scales of 4 and 8 rows too.
+PAGODA_NORM=fused cargo test --test kernels_reference
 # And with the kernels a discrete GPU gets: K-split linear layers, split-KV attention.
 PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_reference
 # The model families with split-KV attention (their sliding windows, soft caps and Q/K norms

@@ -4,10 +4,10 @@
 // takes x[l], x[l + NORM_WG], ... in order), then a fixed tree over them (partial l adds
 // partial l + s for s = NORM_WG / 2, ..., 1), its narrow levels in subgroup shuffles where the
 // kernel has them (tree_shared.wgsl, tree_subgroup.wgsl). The rms_norm kernel and the linear
-// kernels that norm their input (xin_rms_norm.wgsl) share it, so a fused norm has the bits of
-// the separate kernel (X read with the caller's `x1`). The workgroup's invocations share the
-// rows' partial sums and tree levels between them; every invocation calls it (it has
-// barriers).
+// kernels that norm their input (xin_rms_norm.wgsl) share it or its order
+// (rms_scale_lanes.wgsl), so a fused norm has the bits of the separate kernel (X read with the
+// caller's `x1`). The workgroup's invocations share the rows' partial sums and tree levels
+// between them; every invocation calls it (it has barriers).
 var<workgroup> norm_red: array<f32, NORM_ROWS * NORM_WG>;
 var<workgroup> norm_scale: array<f32, NORM_ROWS>;
 

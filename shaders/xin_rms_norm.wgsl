@@ -1,6 +1,7 @@
 // Linear input RMS-normed on the way in: x[k] * scale * NORM[k], the scales of the workgroup's
-// NORM_ROWS rows from m0 computed first by all its invocations (rms_scale.wgsl), so the linear
-// reads the bits the rms_norm kernel would have written. NORM is read with `norm8` and `norm1`
+// NORM_ROWS rows from m0 computed first by all its invocations (rms_scale.wgsl), or by each
+// subgroup alone (rms_scale_lanes.wgsl), so the linear reads the bits the rms_norm kernel would
+// have written. NORM is read with `norm8` and `norm1`
 // (xnorm_f32.wgsl or xnorm_vec4.wgsl, loaded as the activations are).
 
 fn row_scales(m0: u32, lanes: Lanes) {

@@ -106,8 +106,8 @@ fn linear_rows_are_bitwise_independent_of_the_batch() {
     }
 }
 
-/// The fused epilogues give the bits of the separate kernels for every weight type, at a
-/// decode row and a prefill batch: `linear_add` is `linear` then `add_in_place`, `linear_into`
+/// The fused epilogues give the bits of the separate kernels for every weight type, in batches
+/// of 1, 3, 5, 17 and 64 rows (every row tile): `linear_add` is `linear` then `add_in_place`, `linear_into`
 /// with a bias is `linear` into its columns then the bias, `linear_gated` is two `linear`s then
 /// `gated_mul`. Each of them over [`LinearInput::rms_normed`] rows is `rms_norm` then the same
 /// kernel over its output, for the weight types that cover every activation load site of the
@@ -148,7 +148,7 @@ fn fused_epilogues_and_norms_equal_the_separate_kernels_bit_for_bit() {
             let into: Vec<f32> = wide.chunks(n + 5).flat_map(|row| row[5..].to_vec()).collect();
             [out.f32s(ids[0]), into, out.f32s(ids[2])]
         };
-        for m in [1usize, 3, 17, 64] {
+        for m in [1usize, 3, 5, 17, 64] {
             let x = &batch[..m * k];
             let g = linear_gpu(x, m, &gate);
             let u = linear_gpu(x, m, &up);

@@ -97,21 +97,20 @@ impl Capabilities {
     }
 
     /// How the K-split GEMV and split-KV attention add their partial results: the levels
-    /// narrower than the adapter's smallest subgroup in shuffles where it has subgroups (the
-    /// same bits; [`Tree::for_subgroups`]).
+    /// narrower than 8 or 32 lanes in shuffles where the adapter's smallest subgroup holds that
+    /// many (the same bits; [`Tree::for_subgroups`]).
     pub fn tree(&self) -> Tree {
         Tree::for_subgroups(self.subgroup.then_some(self.subgroup_sizes.0))
     }
 
-    /// The tree of a linear of `rows_tile` rows: [`Self::tree`] for the K-split GEMV, the
-    /// subgroup size's on the sequential path over subgroups, else [`Tree::Shared`]
-    /// ([`LinearPath::trees`]).
+    /// The tree of a linear of `rows_tile` rows: [`Self::tree`] where the path's variants of
+    /// that tile are built with it (the K-split GEMV), else the one they are built with (the
+    /// subgroup size's on the sequential path over subgroups, [`Tree::Shared`] elsewhere:
+    /// [`LinearPath::trees`]).
     pub fn linear_tree(&self, rows_tile: u32) -> Tree {
-        match self.linear_path() {
-            LinearPath::KSplit if rows_tile == 1 => self.tree(),
-            LinearPath::Sequential { subgroup: Some(lanes) } => Tree::Subgroup { lanes },
-            _ => Tree::Shared,
-        }
+        let trees = self.linear_path().trees(rows_tile);
+        let adapter = self.tree();
+        if trees.contains(&adapter) { adapter } else { trees[0] }
     }
 
     /// Where the linear and embedding kernels read weights from: textures on the sequential
@@ -177,12 +176,13 @@ impl Capabilities {
     }
 
     /// True when the RMSNorm before a linear layer of row tile `rows_tile` is fused into it: as
-    /// forced, else for one row (decode alone) in the K-split GEMV, whose workgroup computes its
-    /// row's scale once for all its invocations, and on the sequential path where its subgroups
-    /// sum the scale without barriers ([`LinearPath::norms_in_subgroups`]: on lavapipe the
-    /// default model's decode steps then take 155 dispatches instead of 215, 60–130 µs less host
-    /// time and no more device time; with the workgroup's tree and its barriers they took
-    /// 10–15% longer on the device). Not in larger tiles, where every workgroup norms all its
+    /// forced, else in tiles of one row (decode batches: under 8 rows on the K-split GEMV, under
+    /// 4 on the sequential path) in the K-split GEMV, whose workgroup computes its row's scale
+    /// once for all its invocations, and on the sequential path where its subgroups sum the
+    /// scale without barriers ([`LinearPath::norms_in_subgroups`]: on lavapipe the default
+    /// model's decode steps then take 154 dispatches instead of 215, 60–130 µs less host time
+    /// and no more device time; with the workgroup's tree and its barriers they took 10–15%
+    /// longer on the device). Not in larger tiles, where every workgroup norms all its
     /// rows again: on an H200 a 32-request decode step of a Llama-3.2-1B in Q4_K took 55 ms
     /// fused and 39 ms with its own norm dispatches, 4,096 tokens of prefill 1.46 s and 1.02 s,
     /// while batch 1 took 4.59 ms fused and 5.14 ms apart; on lavapipe a 128-token prefill with

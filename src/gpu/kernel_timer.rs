@@ -40,7 +40,7 @@ pub struct KernelTime {
     pub device_time: Duration,
 }
 
-/// Device time per kernel variant, by the variant's label (`linear/q4_1@texture/seq-sg8/...`).
+/// Device time per kernel variant, by the variant's label (`linear/q4_1@texture/seq-sg8-sgtree8/...`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelTimes(BTreeMap<String, KernelTime>);
 

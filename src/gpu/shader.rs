@@ -129,7 +129,8 @@ impl LinearPath {
 
     /// True when each subgroup of the path's normed variants sums the RMSNorm scales on its own,
     /// without workgroup memory or barriers (`shaders/rms_scale_lanes.wgsl`): the sequential
-    /// path over subgroups whose size divides its workgroup (and so the norm's partials).
+    /// path over subgroups whose size divides its workgroup (8 or 16 lanes), and so the
+    /// norm's [`WORKGROUP_SIZE`] partials.
     pub fn norms_in_subgroups(self) -> bool {
         matches!(self, Self::Sequential { subgroup: Some(sg) } if LINEAR_SEQ_WG.is_multiple_of(sg))
     }
@@ -208,10 +209,12 @@ impl LaneWalk {
 /// How a K-split GEMV (its lanes' sums and a fused RMSNorm's squares) or a split-KV attention
 /// workgroup adds its invocations' partial results: one fixed tree either way (partial t takes
 /// partial t + s for s = WG / 2, ..., 1), so the same bits; over subgroups the levels narrower
-/// than a subgroup are shuffles instead of rounds of workgroup memory and barriers. The
-/// sequential path over subgroups sums a fused RMSNorm's squares in each subgroup alone. The
-/// other trees stay in workgroup memory: the prefill GEMM's (its bands would each need
-/// subgroups of their own) and the RMSNorm kernel's (on GPUs only before the GEMM tiles).
+/// than the tree's lanes are shuffles instead of rounds of workgroup memory and barriers. The
+/// sequential path over subgroups of 8 or 16 sums a fused RMSNorm's squares in each subgroup
+/// alone (over wider fixed subgroups its fused norm shuffles the levels under the workgroup's
+/// 16 lanes). The other trees stay in workgroup memory: the prefill GEMM's (its bands would
+/// each need subgroups of their own) and the RMSNorm kernel's (before the tiles of more than
+/// one row).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tree {
     /// Every level through workgroup memory (`shaders/tree_shared.wgsl`).
@@ -226,8 +229,9 @@ pub enum Tree {
 }
 
 /// The shuffle widths of the GEMV's and split-KV's subgroup trees: an adapter takes the widest
-/// its smallest subgroup holds (8 on lavapipe and Intel, 32 on NVIDIA, AMD and Apple), and
-/// one whose subgroups may have fewer than 8 lanes keeps [`Tree::Shared`].
+/// its smallest subgroup holds (8 on lavapipe and Intel, 32 on NVIDIA and AMD under Vulkan),
+/// and one whose subgroups may have fewer than 8 lanes keeps [`Tree::Shared`] (wgpu reports 4
+/// for Metal, and for Vulkan drivers without subgroup size control).
 pub const TREE_LANES: [u32; 2] = [8, 32];
 
 impl Tree {
@@ -804,6 +808,9 @@ impl KernelVariant {
 
 // The rotary epilogue takes a tile's columns in pairs.
 const _: () = assert!(LINEAR_SEQ_COLS.is_multiple_of(2) && LINEAR_KSPLIT_COLS.is_multiple_of(2));
+// A subgroup size that divides the sequential workgroup divides the norm's partials
+// (rms_scale_lanes.wgsl gives each lane WORKGROUP_SIZE / size of them).
+const _: () = assert!(WORKGROUP_SIZE.is_multiple_of(LINEAR_SEQ_WG));
 
 /// Head dimensions the attention kernel is specialised for ahead of time in the tests.
 pub const TESTED_HEAD_DIMS: [u32; 6] = [64, 72, 80, 96, 128, 256];
@@ -894,7 +901,29 @@ fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
 
 #[cfg(test)]
 mod tests {
-    use super::attention_group;
+    use super::{KernelVariant, LinearPath, Tree, all_variants, attention_group};
+
+    #[test]
+    fn adapters_take_the_widest_tree_their_smallest_subgroup_holds() {
+        let trees: Vec<Tree> = [None, Some(4), Some(8), Some(16), Some(32), Some(64)]
+            .into_iter()
+            .map(Tree::for_subgroups)
+            .collect();
+        let lanes = |lanes| Tree::Subgroup { lanes };
+        assert_eq!(trees, [Tree::Shared, Tree::Shared, lanes(8), lanes(8), lanes(32), lanes(32)]);
+    }
+
+    /// The sequential kernel's subgroup lane and its subgroups' norm come from its tree's file,
+    /// so every variant over subgroups of `sg` lanes is built with the tree of `sg` lanes.
+    #[test]
+    fn sequential_variants_over_subgroups_take_their_subgroups_tree() {
+        for variant in all_variants() {
+            if let KernelVariant::Linear { path: LinearPath::Sequential { subgroup }, tree, .. } = variant {
+                let want = subgroup.map_or(Tree::Shared, |lanes| Tree::Subgroup { lanes });
+                assert_eq!(tree, want, "{}", variant.label());
+            }
+        }
+    }
 
     #[test]
     fn attention_groups_divide_the_heads_of_a_kv_head() {

@@ -104,7 +104,7 @@ impl DeviceReport {
 /// One kernel variant's device time over a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelReport {
-    /// The variant's label (`linear/q4_1@texture/seq-sg8/tm1/gated-silu`).
+    /// The variant's label (`linear/q4_1@texture/seq-sg8-sgtree8/tm1/rms-gated-silu`).
     pub kernel: String,
     /// Dispatches of it.
     pub dispatches: u64,

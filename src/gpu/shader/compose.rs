@@ -157,7 +157,15 @@ impl KernelVariant {
     /// True when each subgroup of the variant computes its RMSNorm scales on its own
     /// (`rms_scale_lanes.wgsl`: [`LinearPath::norms_in_subgroups`]).
     pub(super) fn norm_in_lanes(&self) -> bool {
-        matches!(self, Self::Linear { path, prologue: LinearPrologue::RmsNorm, .. } if path.norms_in_subgroups())
+        match *self {
+            Self::Linear {
+                path: path @ LinearPath::Sequential { subgroup: Some(sg) },
+                tree: Tree::Subgroup { lanes },
+                prologue: LinearPrologue::RmsNorm,
+                ..
+            } => lanes == sg && path.norms_in_subgroups(),
+            _ => false,
+        }
     }
 
     /// True when the attention variant reads its KV pools as 16-byte units of four f16 pairs
