@@ -103,14 +103,19 @@ impl Capabilities {
         Tree::for_subgroups(self.subgroup.then_some(self.subgroup_sizes.0))
     }
 
-    /// The tree of a linear of `rows_tile` rows: [`Self::tree`] where the path's variants of
-    /// that tile are built with it (the K-split GEMV), else the one they are built with (the
-    /// subgroup size's on the sequential path over subgroups, [`Tree::Shared`] elsewhere:
-    /// [`LinearPath::trees`]).
+    /// The tree of a linear of `rows_tile` rows ([`LinearPath::tree`]: [`Self::tree`] for the
+    /// K-split GEMV).
     pub fn linear_tree(&self, rows_tile: u32) -> Tree {
-        let trees = self.linear_path().trees(rows_tile);
-        let adapter = self.tree();
-        if trees.contains(&adapter) { adapter } else { trees[0] }
+        self.linear_path().tree(rows_tile, self.tree())
+    }
+
+    /// The tree of an attention kernel on `path`: [`Self::tree`] for split-KV, whose variants
+    /// are the only attention ones built with a subgroup tree.
+    pub fn attention_tree(&self, path: AttentionPath) -> Tree {
+        match path {
+            AttentionPath::SplitKv => self.tree(),
+            AttentionPath::PerQuery | AttentionPath::PerQuerySubgroup => Tree::Shared,
+        }
     }
 
     /// Where the linear and embedding kernels read weights from: textures on the sequential

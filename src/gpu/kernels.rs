@@ -12,7 +12,7 @@ use super::shader::params::{
 use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk, LinearEpilogue, LinearPath,
-    LinearPrologue, Tree, XLoad, attention_group,
+    LinearPrologue, XLoad, attention_group,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -722,10 +722,7 @@ impl Step<'_> {
             AttentionPath::PerQuerySubgroup => attention_group(u(heads / s.num_kv_heads)),
             AttentionPath::PerQuery | AttentionPath::SplitKv => 1,
         };
-        let tree = match path {
-            AttentionPath::SplitKv => self.ctx.capabilities().tree(),
-            AttentionPath::PerQuery | AttentionPath::PerQuerySubgroup => Tree::Shared,
-        };
+        let tree = self.ctx.capabilities().attention_tree(path);
         let variant =
             KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path, group, tree };
         let grid = match path {

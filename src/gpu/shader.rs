@@ -143,16 +143,25 @@ impl LinearPath {
         }
     }
 
-    /// The trees the path's variants of `rows_tile` rows are built with: every one for the
-    /// K-split GEMV, the subgroup size's for the sequential path over subgroups (its lanes and a
-    /// fused RMSNorm's squares), [`Tree::Shared`] for the others (their `Lanes` and a fused
-    /// RMSNorm's tree).
-    pub fn trees(self, rows_tile: u32) -> Vec<Tree> {
+    /// The tree the path's variants of `rows_tile` rows take where the GEMV's and split-KV's
+    /// is `adapter` ([`Tree::for_subgroups`]): that one for the K-split GEMV, the subgroup
+    /// size's for the sequential path over subgroups (its lanes and a fused RMSNorm's squares),
+    /// [`Tree::Shared`] for the others (their `Lanes` and a fused RMSNorm's tree).
+    pub fn tree(self, rows_tile: u32, adapter: Tree) -> Tree {
         match self {
-            Self::KSplit if rows_tile == 1 => Tree::all().to_vec(),
-            Self::Sequential { subgroup: Some(lanes) } => vec![Tree::Subgroup { lanes }],
-            _ => vec![Tree::Shared],
+            Self::KSplit if rows_tile == 1 => adapter,
+            Self::Sequential { subgroup: Some(lanes) } => Tree::Subgroup { lanes },
+            _ => Tree::Shared,
         }
+    }
+
+    /// The trees the path's variants of `rows_tile` rows are built with: [`Self::tree`] on
+    /// every adapter.
+    pub fn trees(self, rows_tile: u32) -> Vec<Tree> {
+        let mut trees: Vec<Tree> =
+            Tree::all().into_iter().map(|adapter| self.tree(rows_tile, adapter)).collect();
+        trees.dedup();
+        trees
     }
 }
 
