@@ -1218,8 +1218,9 @@ fn gemv_outputs(c: &GpuContext, dtype: DType, k: usize) -> Vec<f32> {
 }
 
 /// The K-split GEMV and split-KV attention add their invocations' partial results by one fixed
-/// tree, its levels narrower than a subgroup in shuffles where the adapter has subgroups and in
-/// workgroup memory where it has none: the same bits either way. Every weight type at rows
+/// tree, its levels under 8 or 32 lanes (the widest the adapter's smallest subgroup holds) in
+/// shuffles, and every level in workgroup memory where subgroups are masked or may be narrower
+/// than 8: the same bits either way. Every weight type at rows
 /// whose lanes walk groups and rows whose lanes walk whole blocks, plain, normed and gated; the
 /// attention cases and heads of 72 and 256 (several rounds of the value tree).
 #[test]
@@ -1231,7 +1232,7 @@ fn the_subgroup_tree_gives_the_shared_trees_bits() {
     };
     let shuffled = ctx_with_subgroups(&gpu_class, true);
     if shuffled.capabilities().tree() == Tree::Shared {
-        eprintln!("skipped: this device has no subgroups");
+        eprintln!("skipped: this device has no subgroups of 8 lanes or more");
         return;
     }
     let shared = ctx_with_subgroups(&gpu_class, false);

@@ -181,8 +181,8 @@ impl Capabilities {
     }
 
     /// True when the RMSNorm before a linear layer of row tile `rows_tile` is fused into it: as
-    /// forced, else in tiles of one row (decode batches: under 8 rows on the K-split GEMV, under
-    /// 4 on the sequential path) in the K-split GEMV, whose workgroup computes its row's scale
+    /// forced, else in tiles of one row (decode batches of under 4 rows: the K-split GEMV, and
+    /// the sequential path's one-row tile) in the K-split GEMV, whose workgroup computes its row's scale
     /// once for all its invocations, and on the sequential path where its subgroups sum the
     /// scale without barriers ([`LinearPath::norms_in_subgroups`]: on lavapipe the default
     /// model's decode steps then take 154 dispatches instead of 215, about 70 µs less host time
@@ -289,7 +289,8 @@ impl Capabilities {
             ),
             LinearPath::Sequential { subgroup: Some(sg) } => {
                 format!(
-                    "linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes (CPU adapter, subgroups of fixed size {sg})"
+                    "linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes ({}, subgroups of fixed size {sg})",
+                    if self.forced_linear.is_some() { "forced" } else { "CPU adapter" },
                 )
             }
             LinearPath::Sequential { subgroup: None } => format!(

@@ -154,7 +154,8 @@ pub enum SubmitStrategy {
 
 impl SubmitStrategy {
     /// Dispatches in the first command buffer of a step submitted in chunks (the embedding
-    /// and a Llama layer's 7).
+    /// and a Llama layer's 7 in a prefill's tiles; a decode layer fused to 5 and the next
+    /// one's first 2).
     pub const FIRST_CHUNK: usize = 8;
     /// Most dispatches in one command buffer of a step submitted in chunks.
     pub const MAX_CHUNK: usize = 64;

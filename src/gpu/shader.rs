@@ -18,8 +18,9 @@
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
 //!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader
 //!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
-//! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `TM`, `TN`,
-//!   `GATES`, `BANDS` and `TILE` (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
+//! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `PART_KEYS`
+//!   (split-KV's largest partition), `TM`, `TN`, `GATES`, `BANDS`, `TILE` and `WALK_BLOCKS`
+//!   (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
 //!   partial sums, in rms_norm and the norming linears), `TREE_LANES` (the lanes a subgroup
 //!   tree's shuffles span: [`Tree`]), `W_TEXELS` (a weight texture's row, for the kernels that
 //!   read weights from textures: [`WeightSource`]).
@@ -584,8 +585,9 @@ pub enum KernelVariant {
         walk: LaneWalk,
         /// How it loads its activations ([`XLoad::Words`] on the sequential path).
         x_load: XLoad,
-        /// How the K-split GEMV adds its lanes' sums, and a fused RMSNorm its squares
-        /// ([`LinearPath::trees`]; [`Tree::Shared`] for the GEMM tiles).
+        /// How the K-split GEMV adds its lanes' sums, and a fused RMSNorm its squares; on the
+        /// sequential path over subgroups, the subgroup's width its lanes and norm read
+        /// ([`LinearPath::tree`]; [`Tree::Shared`] for the GEMM tiles).
         tree: Tree,
         /// What it does to its input rows first.
         prologue: LinearPrologue,
@@ -733,8 +735,9 @@ impl KernelVariant {
         }
     }
 
-    /// Bytes of workgroup memory the variant's shader declares: its RMSNorm scales when it
-    /// computes them, the K-split reductions' exchange and the GEMM's weight tile, split-KV
+    /// Bytes of workgroup memory the variant's shader declares: its RMSNorm scales when its
+    /// workgroup computes them together (`rms_scale.wgsl`; none where each subgroup sums them
+    /// alone in private memory, `rms_scale_lanes.wgsl`), the K-split reductions' exchange and the GEMM's weight tile, split-KV
     /// attention's partial states, top-k's candidates.
     pub fn workgroup_bytes(&self) -> u32 {
         let norm = match self.norm_in_lanes() {

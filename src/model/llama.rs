@@ -3,7 +3,8 @@
 //! (+ bias), RoPE with the paged KV write, paged GQA attention, the output projection with the
 //! residual add, RMSNorm, the gated MLP projection with its activation, the down projection
 //! with the residual add: 8 dispatches, 7 with RoPE in the projection's epilogue and 5 with the
-//! norms fused too, the K-split decode GEMV's default; then the final norm and the LM head on
+//! norms fused too, the default in one-row tiles (the K-split decode GEMV, and the sequential
+//! kernels over subgroups of 8 or 16); then the final norm and the LM head on
 //! only the rows that need logits, and top-k/argmax on the GPU).
 
 use std::borrow::Cow;

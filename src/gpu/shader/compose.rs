@@ -144,7 +144,7 @@ impl KernelVariant {
     }
 
     /// The rows a workgroup computes RMSNorm scales for, when the variant does
-    /// (`rms_scale.wgsl`, sized by `NORM_WG` and `NORM_ROWS`).
+    /// (`rms_scale.wgsl` or `rms_scale_lanes.wgsl`, sized by `NORM_WG` and `NORM_ROWS`).
     pub(super) fn normed_rows(&self) -> Option<u32> {
         match self {
             Self::RmsNorm | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => {
