@@ -228,18 +228,24 @@ impl GpuContext {
         bytes: u64,
     ) -> Result<DeviceBuffer, GpuError> {
         let class = size_class(bytes);
-        if class > self.max_binding_bytes() {
-            return Err(GpuError::TooLarge(format!(
-                "a {label} of {bytes} bytes takes a pooled buffer of {class}, above the {}-byte binding limit",
-                self.max_binding_bytes()
-            )));
-        }
+        self.check_binding(&format!("a {label} of {bytes} bytes, in a pooled buffer,"), class)?;
         self.resident().take_or_create(usage, bytes, |size| self.create_buffer(label, size, usage))
     }
 
     /// Largest byte size one storage binding may have on this device.
     pub fn max_binding_bytes(&self) -> u64 {
         self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size)
+    }
+
+    /// A [`GpuError::TooLarge`] naming `what` where `bytes` exceed [`Self::max_binding_bytes`].
+    pub(crate) fn check_binding(&self, what: &str, bytes: u64) -> Result<(), GpuError> {
+        let limit = self.max_binding_bytes();
+        if bytes > limit {
+            return Err(GpuError::TooLarge(format!(
+                "{what} needs {bytes} bytes, above the {limit}-byte binding limit"
+            )));
+        }
+        Ok(())
     }
 
     /// The compute pipeline of `variant`, compiled on first use and cached.

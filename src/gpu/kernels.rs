@@ -61,10 +61,7 @@ impl<'a> RopeCacheArgs<'a> {
         if let Some((weights, _)) = self.qk_norm {
             weights.expect("rope_cache qk_norm", Elem::F32, &[2, hd])?;
         }
-        self.cache
-            .layers
-            .get(self.layer)
-            .ok_or_else(|| GpuError::Shape(format!("no KV layer {}", self.layer)))
+        self.cache.layer(self.layer)
     }
 
     /// True when the rotation can run in a projection's epilogue, which sees a few neighbouring
@@ -314,8 +311,9 @@ impl Step<'_> {
         eps: f32,
         out: &'a Tensor,
     ) -> Result<LinearInput<'a>, GpuError> {
+        let (rows, _) = dims2(x, "rms_norm x")?;
         let caps = self.ctx.capabilities();
-        if caps.fuses_norms(linear_rows_tile(caps, x.shape()[0])) {
+        if caps.fuses_norms(linear_rows_tile(caps, rows)) {
             return Ok(LinearInput::rms_normed(x, weight, eps));
         }
         self.rms_norm(x, weight, eps, out)?;
@@ -697,8 +695,7 @@ impl Step<'_> {
                 "attention: batch of {b} sequences with a {tb} x {max_blocks} block table"
             )));
         }
-        let (kc, vc) =
-            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
+        let (kc, vc) = cache.layer(layer)?;
         if spec.window == Some(0) || spec.softcap.is_some_and(|c| c <= 0.0) {
             return Err(GpuError::Shape(format!(
                 "attention: window and soft-cap must be positive: {spec:?}"

@@ -27,10 +27,15 @@ pub struct KvCacheShape {
 pub struct KvCache {
     shape: KvCacheShape,
     format: KvFormat,
-    pub(crate) layers: Vec<(DeviceBuffer, DeviceBuffer)>,
+    layers: Vec<(DeviceBuffer, DeviceBuffer)>,
 }
 
 impl KvCache {
+    /// Layer `layer`'s K and V pools.
+    pub(crate) fn layer(&self, layer: usize) -> Result<&(DeviceBuffer, DeviceBuffer), GpuError> {
+        self.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))
+    }
+
     /// Its shape.
     pub fn shape(&self) -> KvCacheShape {
         self.shape
@@ -70,12 +75,7 @@ impl GpuContext {
         }
         let format = self.capabilities().kv_format(precision);
         let bytes = pool_bytes(s, format);
-        if bytes > self.max_binding_bytes() {
-            return Err(GpuError::TooLarge(format!(
-                "one layer's K pool needs {bytes} bytes, above the {}-byte binding limit",
-                self.max_binding_bytes()
-            )));
-        }
+        self.check_binding("one layer's K pool", bytes)?;
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let mut layers = Vec::with_capacity(s.num_layers);
         for layer in 0..s.num_layers {
@@ -89,14 +89,13 @@ impl GpuContext {
     /// Layer `layer`'s K and V pools as f32 values, each `[num_blocks * block_size,
     /// num_kv_heads, head_dim]` flattened (its own submit; for tests and debugging).
     pub fn read_kv_layer(&self, cache: &KvCache, layer: usize) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
-        let (k, v) =
-            cache.layers.get(layer).ok_or_else(|| GpuError::Shape(format!("no KV layer {layer}")))?;
+        let (k, v) = cache.layer(layer)?;
         let mut step = self.step();
         let (ki, vi) = (step.read_buffer(k, cache.pool_bytes()), step.read_buffer(v, cache.pool_bytes()));
         let mut out = step.submit()?;
         let values = |bytes: Vec<u8>| -> Vec<f32> {
             match cache.format {
-                KvFormat::F32 => bytemuck::cast_slice(&bytes).to_vec(),
+                KvFormat::F32 => bytes.chunks_exact(4).map(bytemuck::pod_read_unaligned).collect(),
                 KvFormat::F16Packed | KvFormat::F16Native => {
                     bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
                 }

@@ -87,8 +87,8 @@ pub use options::{
 };
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};
 pub use shader::{
-    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearPath, LinearPrologue, Tree,
-    WeightSource,
+    AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearKernel, LinearPath,
+    LinearPrologue, Tree, WeightSource,
 };
 pub use step::{ReadbackId, Step, StepOutput};
 pub use tensor::{Elem, Tensor};

@@ -102,7 +102,29 @@ pub enum LinearPath {
     KSplit,
 }
 
+/// The linear kernel a variant runs: the sequential K loop (`linear_seq.wgsl`), or on the
+/// K-split path the GEMV for one-row tiles (decode, `linear_ksplit.wgsl`) and the GEMM for
+/// larger ones (prefill, `linear_gemm.wgsl`), all three in one reduction order per output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinearKernel {
+    /// One invocation per output tile, a sequential loop over K.
+    Sequential,
+    /// One workgroup per [`LINEAR_KSPLIT_COLS`] weight rows of one row, K split over its lanes.
+    Gemv,
+    /// [`LINEAR_GEMM_BANDS`] bands of GEMV lanes, each on its own rows of one weight tile.
+    Gemm,
+}
+
 impl LinearPath {
+    /// The kernel the path runs for tiles of `rows_tile` rows.
+    pub fn kernel(self, rows_tile: u32) -> LinearKernel {
+        match self {
+            Self::Sequential { .. } => LinearKernel::Sequential,
+            Self::KSplit if rows_tile == 1 => LinearKernel::Gemv,
+            Self::KSplit => LinearKernel::Gemm,
+        }
+    }
+
     /// The weight sources the path reads from: the K-split path's workgroups already read
     /// consecutive words and keep to buffers.
     pub fn weight_sources(self) -> &'static [WeightSource] {
@@ -149,9 +171,9 @@ impl LinearPath {
     /// size's for the sequential path over subgroups (its lanes and a fused RMSNorm's squares),
     /// [`Tree::Shared`] for the others (their `Lanes` and a fused RMSNorm's tree).
     pub fn tree(self, rows_tile: u32, adapter: Tree) -> Tree {
-        match self {
-            Self::KSplit if rows_tile == 1 => adapter,
-            Self::Sequential { subgroup: Some(lanes) } => Tree::Subgroup { lanes },
+        match (self, self.kernel(rows_tile)) {
+            (_, LinearKernel::Gemv) => adapter,
+            (Self::Sequential { subgroup: Some(lanes) }, _) => Tree::Subgroup { lanes },
             _ => Tree::Shared,
         }
     }
@@ -339,6 +361,11 @@ impl LinearEpilogue {
     /// True for the gated epilogues (two rows per output).
     pub fn is_gated(self) -> bool {
         matches!(self, Self::Gated(_))
+    }
+
+    /// Weight rows each output reads: 2 for the gated epilogues (gate and up), else 1.
+    pub fn gates(self) -> u32 {
+        if self.is_gated() { 2 } else { 1 }
     }
 
     fn shape(self) -> EmitShape {
@@ -697,9 +724,11 @@ impl KernelVariant {
     fn workgroup_constant(&self) -> (u32, &'static str) {
         match self {
             Self::TopK => (TOP_K_WG, "TOP_K_WG"),
-            Self::Linear { path: LinearPath::Sequential { .. }, .. } => (LINEAR_SEQ_WG, "LINEAR_SEQ_WG"),
-            Self::Linear { path: LinearPath::KSplit, rows_tile: 1, .. } => (LINEAR_WG, "LINEAR_WG"),
-            Self::Linear { path: LinearPath::KSplit, .. } => (LINEAR_GEMM_WG, "LINEAR_GEMM_WG"),
+            Self::Linear { path, rows_tile, .. } => match path.kernel(*rows_tile) {
+                LinearKernel::Sequential => (LINEAR_SEQ_WG, "LINEAR_SEQ_WG"),
+                LinearKernel::Gemv => (LINEAR_WG, "LINEAR_WG"),
+                LinearKernel::Gemm => (LINEAR_GEMM_WG, "LINEAR_GEMM_WG"),
+            },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 (ATTENTION_SPLIT_WG, "ATTENTION_SPLIT_WG")
             }
@@ -713,12 +742,11 @@ impl KernelVariant {
     /// Output columns one invocation (sequential linear) or workgroup (K-split) computes; 1
     /// for every other kernel.
     pub fn columns_tile(&self) -> u32 {
-        let gates = |epilogue: &LinearEpilogue| if epilogue.is_gated() { 2 } else { 1 };
         match self {
             Self::Linear { path: LinearPath::Sequential { .. }, epilogue, .. } => {
-                LINEAR_SEQ_COLS / gates(epilogue)
+                LINEAR_SEQ_COLS / epilogue.gates()
             }
-            Self::Linear { path: LinearPath::KSplit, epilogue, .. } => LINEAR_KSPLIT_COLS / gates(epilogue),
+            Self::Linear { path: LinearPath::KSplit, epilogue, .. } => LINEAR_KSPLIT_COLS / epilogue.gates(),
             _ => 1,
         }
     }
@@ -727,10 +755,10 @@ impl KernelVariant {
     /// together) computes; 1 for every other kernel.
     pub fn rows_per_workgroup(&self) -> u32 {
         match self {
-            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } if *rows_tile > 1 => {
-                rows_tile * LINEAR_GEMM_BANDS
-            }
-            Self::Linear { rows_tile, .. } => *rows_tile,
+            Self::Linear { path, rows_tile, .. } => match path.kernel(*rows_tile) {
+                LinearKernel::Gemm => rows_tile * LINEAR_GEMM_BANDS,
+                LinearKernel::Sequential | LinearKernel::Gemv => *rows_tile,
+            },
             _ => 1,
         }
     }
@@ -745,8 +773,11 @@ impl KernelVariant {
             false => self.normed_rows().map_or(0, |rows| 4 * rows * (WORKGROUP_SIZE + 1)),
         };
         let body = match *self {
-            Self::Linear { path: LinearPath::KSplit, rows_tile: 1, .. } => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS,
-            Self::Linear { path: LinearPath::KSplit, rows_tile, .. } => 16 * gemm_tile_vec4s(rows_tile),
+            Self::Linear { path, rows_tile, .. } => match path.kernel(rows_tile) {
+                LinearKernel::Sequential => 0,
+                LinearKernel::Gemv => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS,
+                LinearKernel::Gemm => 16 * gemm_tile_vec4s(rows_tile),
+            },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
             }

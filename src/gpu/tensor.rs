@@ -110,12 +110,7 @@ impl GpuContext {
     pub fn tensor(&self, elem: Elem, shape: &[usize]) -> Result<Tensor, GpuError> {
         let len: usize = shape.iter().product();
         let bytes = (4 * len.max(1) as u64).next_multiple_of(16);
-        if bytes > self.max_binding_bytes() {
-            return Err(GpuError::TooLarge(format!(
-                "tensor {shape:?} needs {bytes} bytes, above the {}-byte binding limit",
-                self.max_binding_bytes()
-            )));
-        }
+        self.check_binding(&format!("tensor {shape:?}"), bytes)?;
         let buffer = self.create_buffer(
             "tensor",
             bytes,

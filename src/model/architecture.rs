@@ -537,6 +537,10 @@ fn missing(field: &str) -> ConfigError {
     ConfigError::MissingField(field.to_owned())
 }
 
+fn out_of_range(field: &str, reason: String) -> ConfigError {
+    ConfigError::InvalidField { field: field.to_owned(), reason }
+}
+
 fn divide(a: usize, b: usize, field: &str) -> Result<usize, ConfigError> {
     if b == 0 || !a.is_multiple_of(b) {
         return Err(ConfigError::InvalidField {
@@ -711,18 +715,41 @@ fn hf_rope_scaling(v: Option<&Value>, config: &Value) -> Result<Option<RopeScali
         Some(t) => t,
         None => f.opt_str("type")?.ok_or_else(|| missing("rope_scaling.rope_type"))?,
     };
-    let factor = || f.f32("factor").map_err(|e| prefix(e, "rope_scaling."));
+    let positive = |name: &str| -> Result<f32, ConfigError> {
+        let value = f.f32(name).map_err(|e| prefix(e, "rope_scaling."))?;
+        match value.is_finite() && value > 0.0 {
+            true => Ok(value),
+            false => Err(out_of_range(
+                &format!("rope_scaling.{name}"),
+                format!("{value} is not a positive number"),
+            )),
+        }
+    };
     match kind {
         "default" => Ok(None),
-        "linear" => Ok(Some(RopeScaling::Linear { factor: factor()? })),
-        "llama3" => Ok(Some(RopeScaling::Llama3 {
-            factor: factor()?,
-            low_freq_factor: f.f32("low_freq_factor").map_err(|e| prefix(e, "rope_scaling."))?,
-            high_freq_factor: f.f32("high_freq_factor").map_err(|e| prefix(e, "rope_scaling."))?,
-            original_max_position_embeddings: f
-                .usize("original_max_position_embeddings")
-                .map_err(|e| prefix(e, "rope_scaling."))?,
-        })),
+        "linear" => Ok(Some(RopeScaling::Linear { factor: positive("factor")? })),
+        "llama3" => {
+            let (low_freq_factor, high_freq_factor) =
+                (positive("low_freq_factor")?, positive("high_freq_factor")?);
+            if high_freq_factor <= low_freq_factor {
+                let reason = format!("{high_freq_factor} is not above low_freq_factor {low_freq_factor}");
+                return Err(out_of_range("rope_scaling.high_freq_factor", reason));
+            }
+            let original =
+                f.usize("original_max_position_embeddings").map_err(|e| prefix(e, "rope_scaling."))?;
+            if original == 0 {
+                return Err(out_of_range(
+                    "rope_scaling.original_max_position_embeddings",
+                    "0 is not positive".into(),
+                ));
+            }
+            Ok(Some(RopeScaling::Llama3 {
+                factor: positive("factor")?,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: original,
+            }))
+        }
         "longrope" => {
             let top = Fields(config);
             let factors = |name: &str| -> Result<Vec<f32>, ConfigError> {
@@ -875,6 +902,29 @@ mod tests {
             original_max_position_embeddings: 64,
         };
         assert_eq!(c.rope_scaling, Some(expected));
+    }
+
+    #[test]
+    fn rope_scalings_that_would_divide_by_zero_are_rejected() {
+        let llama3 = |low: f64, high: f64, factor: f64, original: u64| {
+            json!({"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                "high_freq_factor": high, "original_max_position_embeddings": original})
+        };
+        for (scaling, bad_field) in [
+            (llama3(4.0, 4.0, 8.0, 64), "rope_scaling.high_freq_factor"),
+            (llama3(4.0, 1.0, 8.0, 64), "rope_scaling.high_freq_factor"),
+            (llama3(0.0, 4.0, 8.0, 64), "rope_scaling.low_freq_factor"),
+            (llama3(1.0, 4.0, 0.0, 64), "rope_scaling.factor"),
+            (llama3(1.0, 4.0, 8.0, 0), "rope_scaling.original_max_position_embeddings"),
+            (json!({"rope_type": "linear", "factor": -2.0}), "rope_scaling.factor"),
+        ] {
+            let mut v = base();
+            v["rope_scaling"] = scaling.clone();
+            match ModelConfig::from_hf_json(&v, None) {
+                Err(ConfigError::InvalidField { field, .. }) => assert_eq!(field, bad_field, "{scaling}"),
+                other => panic!("{scaling}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -421,7 +421,9 @@ impl GpuLayer {
                 step.gated_mul(act, gate_out, up_out, &a.act)?;
             }
             (GateUp::Split { .. }, None) => {
-                return Err(LlamaError::InvalidBatch("no gate/up buffers for a split MLP".into()));
+                return Err(LlamaError::InvalidBatch(
+                    "a workspace made for another model: no gate/up buffers for this split MLP".into(),
+                ));
             }
         }
         Ok(())

@@ -4,8 +4,9 @@
 use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KV_PARTITION_TOKENS,
-    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearPath, LinearPrologue,
-    MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_tile_vec4s, slots,
+    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearKernel, LinearPath,
+    LinearPrologue, MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad,
+    gemm_tile_vec4s, slots,
 };
 use crate::dtype::DType;
 
@@ -201,15 +202,15 @@ impl KernelVariant {
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
             Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue, .. } => {
-                let body = match path {
-                    LinearPath::Sequential { subgroup: Some(_) } => {
+                let body = match (path, path.kernel(rows_tile)) {
+                    (LinearPath::Sequential { subgroup: Some(_) }, _) => {
                         vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
                     }
-                    LinearPath::Sequential { subgroup: None } => {
+                    (_, LinearKernel::Sequential) => {
                         vec![shader_file!("xload_direct.wgsl"), shader_file!("linear_seq.wgsl")]
                     }
-                    LinearPath::KSplit if rows_tile == 1 => vec![shader_file!("linear_ksplit.wgsl")],
-                    LinearPath::KSplit => vec![shader_file!("linear_gemm.wgsl")],
+                    (_, LinearKernel::Gemv) => vec![shader_file!("linear_ksplit.wgsl")],
+                    (_, LinearKernel::Gemm) => vec![shader_file!("linear_gemm.wgsl")],
                 };
                 let epilogue = match epilogue {
                     LinearEpilogue::Store => vec![shader_file!("epi_store.wgsl")],
@@ -318,11 +319,8 @@ impl KernelVariant {
                     u32::from(walk == LaneWalk::Blocks),
                     "KernelVariant::Linear::walk (1: LaneWalk::Blocks)",
                 );
-                let gates = Injected::new(
-                    "GATES",
-                    if epilogue.is_gated() { 2 } else { 1 },
-                    "LinearEpilogue::is_gated (gate and up rows)",
-                );
+                let gates =
+                    Injected::new("GATES", epilogue.gates(), "LinearEpilogue::gates (gate and up rows)");
                 let tn = Injected::new(
                     "TN",
                     self.columns_tile(),
@@ -335,10 +333,10 @@ impl KernelVariant {
                         }
                     },
                 );
-                match path {
-                    LinearPath::Sequential { .. } => out.extend([tm, tn]),
-                    LinearPath::KSplit if rows_tile == 1 => out.extend([tn, gates, blocks]),
-                    LinearPath::KSplit => {
+                match path.kernel(rows_tile) {
+                    LinearKernel::Sequential => out.extend([tm, tn]),
+                    LinearKernel::Gemv => out.extend([tn, gates, blocks]),
+                    LinearKernel::Gemm => {
                         let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
                         let tile =
                             Injected::new("TILE", gemm_tile_vec4s(rows_tile), "shader::gemm_tile_vec4s");
