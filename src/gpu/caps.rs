@@ -122,13 +122,18 @@ impl Capabilities {
     /// path of a CPU adapter (lavapipe gathers a texel for all lanes at once but loads storage
     /// words lane by lane), buffers elsewhere and always on the K-split path.
     pub fn weight_source(&self) -> WeightSource {
+        self.weight_source_and_reason().0
+    }
+
+    /// [`Self::weight_source`] and why, in words.
+    fn weight_source_and_reason(&self) -> (WeightSource, &'static str) {
         if self.linear_path() == LinearPath::KSplit {
-            return WeightSource::Buffer;
+            return (WeightSource::Buffer, "the k-split path");
         }
         match self.forced_weight_source {
-            Some(source) => source,
-            None if self.is_cpu => WeightSource::Texture,
-            None => WeightSource::Buffer,
+            Some(source) => (source, "forced"),
+            None if self.is_cpu => (WeightSource::Texture, "CPU adapter"),
+            None => (WeightSource::Buffer, "not a CPU adapter"),
         }
     }
 
@@ -212,11 +217,16 @@ impl Capabilities {
     /// else in one command buffer on CPU adapters and in chunks elsewhere (see
     /// [`SubmitStrategy`]).
     pub fn submit_strategy(&self) -> SubmitStrategy {
+        self.submit_strategy_and_reason().0
+    }
+
+    /// [`Self::submit_strategy`] and why, in words.
+    fn submit_strategy_and_reason(&self) -> (SubmitStrategy, &'static str) {
         match self.forced_submit {
-            _ if self.profile_kernels => SubmitStrategy::Whole,
-            Some(strategy) => strategy,
-            None if self.is_cpu => SubmitStrategy::Whole,
-            None => SubmitStrategy::Chunked,
+            _ if self.profile_kernels => (SubmitStrategy::Whole, "kernels timed"),
+            Some(strategy) => (strategy, "forced"),
+            None if self.is_cpu => (SubmitStrategy::Whole, "CPU adapter"),
+            None => (SubmitStrategy::Chunked, "not a CPU adapter"),
         }
     }
 
@@ -275,7 +285,23 @@ impl Capabilities {
 
     /// Which variant each kernel family uses and why, one family a line (for `pagoda info`).
     pub fn variant_summary(&self) -> String {
-        let linear = match self.linear_path() {
+        [
+            self.linear_line(),
+            self.kv_line(),
+            self.attention_line(),
+            self.weights_line(),
+            self.norm_line(),
+            self.rope_line(),
+            self.submit_line(),
+            "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one kernel each, specialised by weight type and source, KV format, Q/K norms or activation"
+                .into(),
+        ]
+        .join("\n")
+    }
+
+    /// [`Self::variant_summary`]'s line for the linear layers.
+    fn linear_line(&self) -> String {
+        match self.linear_path() {
             LinearPath::KSplit => format!(
                 "linear: k-split, {} invocations per output each summing blocks of 32 weights (groups of 8 on rows under {}) and a fixed tree, decode reading {} weight rows a workgroup with {} ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
                 super::shader::LINEAR_WG,
@@ -287,12 +313,10 @@ impl Capabilities {
                 if self.forced_gemm_rows.is_some() { "forced" } else { "the default" },
                 super::shader::LINEAR_KSPLIT_COLS,
             ),
-            LinearPath::Sequential { subgroup: Some(sg) } => {
-                format!(
-                    "linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes ({}, subgroups of fixed size {sg})",
-                    if self.forced_linear.is_some() { "forced" } else { "CPU adapter" },
-                )
-            }
+            LinearPath::Sequential { subgroup: Some(sg) } => format!(
+                "linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes ({}, subgroups of fixed size {sg})",
+                if self.forced_linear.is_some() { "forced" } else { "CPU adapter" },
+            ),
             LinearPath::Sequential { subgroup: None } => format!(
                 "linear: sequential K loop, plain loads ({})",
                 if self.masked.subgroup {
@@ -303,94 +327,101 @@ impl Capabilities {
                     "subgroup size not fixed or below 8"
                 }
             ),
-        };
-        let kv = match self.kv_format(KvPrecision::Auto) {
+        }
+    }
+
+    /// [`Self::variant_summary`]'s line for the KV cache's format.
+    fn kv_line(&self) -> String {
+        match self.kv_format(KvPrecision::Auto) {
             KvFormat::F16Native => "kv cache (auto): f16 rounded by shader-f16's conversion, a pair to a u32 word (shader-f16 present)".to_string(),
             _ => format!(
                 "kv cache (auto): f32 ({}); f16 on request packs f16 pairs in u32 words",
                 if self.masked.f16 { "shader-f16 masked" } else { "no shader-f16" }
             ),
-        };
-        [
-            linear,
-            kv,
-            match self.attention_path() {
-                AttentionPath::PerQuery => format!(
-                    "attention: one invocation per (token, head), KV walked block by block with online softmax ({}, {})",
-                    self.per_query_reason(),
-                    if self.masked.subgroup {
-                        "subgroups masked"
-                    } else if self.subgroup {
-                        "subgroups not of 8 lanes"
-                    } else {
-                        "no subgroups"
-                    }
-                ),
-                AttentionPath::PerQuerySubgroup => format!(
-                    "attention: one subgroup of {ATTENTION_DOT_LANES} lanes per token and up to {ATTENTION_MAX_GROUP} query heads of a KV head (each key and value read once for them), each lane every {ATTENTION_DOT_LANES}th pair of dimensions, KV walked block by block with online softmax ({}, subgroups of {ATTENTION_DOT_LANES})",
-                    self.per_query_reason()
-                ),
-                AttentionPath::SplitKv => format!(
-                    "attention: split-KV, the n keys a (token, head) sees in partitions of ceil(n / {}) keys, at most {}, an invocation walking each (several past {} keys), combined in a fixed tree with {} ({})",
-                    super::shader::ATTENTION_SPLIT_WG,
-                    super::shader::KV_PARTITION_TOKENS,
-                    super::shader::ATTENTION_SPLIT_WG * super::shader::KV_PARTITION_TOKENS,
-                    self.tree_words(),
-                    if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
+        }
+    }
+
+    /// [`Self::variant_summary`]'s line for attention.
+    fn attention_line(&self) -> String {
+        match self.attention_path() {
+            AttentionPath::PerQuery => format!(
+                "attention: one invocation per (token, head), KV walked block by block with online softmax ({}, {})",
+                self.per_query_reason(),
+                if self.masked.subgroup {
+                    "subgroups masked"
+                } else if self.subgroup {
+                    "subgroups not of 8 lanes"
+                } else {
+                    "no subgroups"
+                }
+            ),
+            AttentionPath::PerQuerySubgroup => format!(
+                "attention: one subgroup of {ATTENTION_DOT_LANES} lanes per token and up to {ATTENTION_MAX_GROUP} query heads of a KV head (each key and value read once for them), each lane every {ATTENTION_DOT_LANES}th pair of dimensions, KV walked block by block with online softmax ({}, subgroups of {ATTENTION_DOT_LANES})",
+                self.per_query_reason()
+            ),
+            AttentionPath::SplitKv => format!(
+                "attention: split-KV, the n keys a (token, head) sees in partitions of ceil(n / {}) keys, at most {}, an invocation walking each (several past {} keys), combined in a fixed tree with {} ({})",
+                super::shader::ATTENTION_SPLIT_WG,
+                super::shader::KV_PARTITION_TOKENS,
+                super::shader::ATTENTION_SPLIT_WG * super::shader::KV_PARTITION_TOKENS,
+                self.tree_words(),
+                if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
+            ),
+        }
+    }
+
+    /// [`Self::variant_summary`]'s line for where weights are read from.
+    fn weights_line(&self) -> String {
+        let (source, reason) = self.weight_source_and_reason();
+        format!(
+            "weights: {} ({reason})",
+            match source {
+                WeightSource::Texture => "rgba32uint textures, a texel fetched for all lanes at once",
+                WeightSource::Buffer => "storage buffers",
+            },
+        )
+    }
+
+    /// [`Self::variant_summary`]'s line for the RMSNorm before a linear.
+    fn norm_line(&self) -> String {
+        format!(
+            "rms_norm before a linear: {} ({})",
+            match (self.fuses_norms(1), self.fuses_norms(2)) {
+                (true, true) => "fused into the linear",
+                (true, false) => "fused into one-row (decode) linears, its own dispatch before larger tiles",
+                (false, _) => "its own dispatch",
+            },
+            if self.forced_norm.is_some() { "forced" } else { "follows the linear path" }
+        )
+    }
+
+    /// [`Self::variant_summary`]'s line for RoPE and the KV write.
+    fn rope_line(&self) -> String {
+        format!(
+            "rope + kv write: {} ({})",
+            if self.fuses_rope() {
+                "in the q/k/v projections' epilogue where the model has no q/k norms, else its own dispatch"
+            } else {
+                "its own dispatch"
+            },
+            if self.forced_rope.is_some() { "forced" } else { "default" }
+        )
+    }
+
+    /// [`Self::variant_summary`]'s line for how a step is submitted.
+    fn submit_line(&self) -> String {
+        let (strategy, reason) = self.submit_strategy_and_reason();
+        format!(
+            "submission: {} ({reason})",
+            match strategy {
+                SubmitStrategy::Whole => "one command buffer a step".to_string(),
+                SubmitStrategy::Chunked => format!(
+                    "command buffers submitted as the step is recorded, the first of {} dispatches, each next twice as long up to {}",
+                    SubmitStrategy::FIRST_CHUNK,
+                    SubmitStrategy::MAX_CHUNK
                 ),
             },
-            format!(
-                "weights: {} ({})",
-                match self.weight_source() {
-                    WeightSource::Texture => "rgba32uint textures, a texel fetched for all lanes at once",
-                    WeightSource::Buffer => "storage buffers",
-                },
-                match (self.forced_weight_source, self.linear_path()) {
-                    (_, LinearPath::KSplit) => "the k-split path",
-                    (Some(_), _) => "forced",
-                    (None, _) if self.is_cpu => "CPU adapter",
-                    (None, _) => "not a CPU adapter",
-                }
-            ),
-            format!(
-                "rms_norm before a linear: {} ({})",
-                match (self.fuses_norms(1), self.fuses_norms(2)) {
-                    (true, true) => "fused into the linear",
-                    (true, false) => "fused into one-row (decode) linears, its own dispatch before larger tiles",
-                    (false, _) => "its own dispatch",
-                },
-                if self.forced_norm.is_some() { "forced" } else { "follows the linear path" }
-            ),
-            format!(
-                "rope + kv write: {} ({})",
-                if self.fuses_rope() {
-                    "in the q/k/v projections' epilogue where the model has no q/k norms, else its own dispatch"
-                } else {
-                    "its own dispatch"
-                },
-                if self.forced_rope.is_some() { "forced" } else { "default" }
-            ),
-            format!(
-                "submission: {} ({})",
-                match self.submit_strategy() {
-                    SubmitStrategy::Whole => "one command buffer a step".to_string(),
-                    SubmitStrategy::Chunked => format!(
-                        "command buffers submitted as the step is recorded, the first of {} dispatches, each next twice as long up to {}",
-                        SubmitStrategy::FIRST_CHUNK,
-                        SubmitStrategy::MAX_CHUNK
-                    ),
-                },
-                match self.forced_submit {
-                    _ if self.profile_kernels => "kernels timed",
-                    Some(_) => "forced",
-                    None if self.is_cpu => "CPU adapter",
-                    None => "not a CPU adapter",
-                }
-            ),
-            "embedding/rms_norm/rope_cache/gated_mul/add/gather/top_k: one kernel each, specialised by weight type and source, KV format, Q/K norms or activation"
-                .into(),
-        ]
-        .join("\n")
+        )
     }
 
     /// Adapter, backend, features and the limits that matter, one item a line.
