@@ -256,6 +256,98 @@ fn u(n: usize) -> u32 {
     n as u32
 }
 
+/// Checks a linear layer's shapes, `x: [M, K]` through `w` into columns `col0..` of
+/// `out: f32 [M, width]` with `epilogue` (gated weights for the gated epilogues only); returns
+/// `(M, K, width)`.
+fn check_linear_shapes(
+    x: &Tensor,
+    w: &Weight,
+    out: &Tensor,
+    col0: usize,
+    epilogue: LinearEpilogue,
+) -> Result<(usize, usize, usize), GpuError> {
+    let (m, k) = dims2(x, "linear x")?;
+    if k != w.cols() {
+        return Err(GpuError::Shape(format!("linear: x has {k} columns, {} has {}", w.name(), w.cols())));
+    }
+    if w.is_gated() != epilogue.is_gated() {
+        return Err(GpuError::Shape(format!(
+            "linear: {} is {}gated, the {epilogue:?} epilogue needs the other kind",
+            w.name(),
+            if w.is_gated() { "" } else { "not " }
+        )));
+    }
+    let (om, width) = dims2(out, "linear out")?;
+    if om != m || out.elem() != Elem::F32 || col0 + w.rows() > width {
+        return Err(GpuError::Shape(format!(
+            "linear out: {:?} {:?} cannot hold [{m}, {}] at column {col0}",
+            out.elem(),
+            out.shape(),
+            w.rows()
+        )));
+    }
+    Ok((m, k, width))
+}
+
+/// What a linear layer's epilogue binds beyond x, the weights and the output (a bias first,
+/// then the rotary epilogue's tensors and pools), and the head counts its parameters carry.
+struct EpilogueBindings {
+    bindings: [Option<Binding>; 6],
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl EpilogueBindings {
+    /// Checks and collects `epi`'s tensors for `m` rows through `w` into columns `col0..` of
+    /// a `width`-wide output.
+    fn of(epi: Epilogue<'_>, w: &Weight, m: usize, width: usize, col0: usize) -> Result<Self, GpuError> {
+        let mut out = Self { bindings: Default::default(), heads: 0, kv_heads: 0, head_dim: 0 };
+        if let Epilogue::Bias(bias) | Epilogue::RopeCache(_, Some(bias)) = epi {
+            bias.expect("linear bias", Elem::F32, &[w.rows()])?;
+            out.bindings[0] = Some(Binding::tensor(slots::linear_bias::BIAS, bias));
+        }
+        if let Epilogue::RopeCache(rope, _) = epi {
+            let (kc, vc) = check_fused_rope(rope, w, m, width, col0)?;
+            let s = rope.cache.shape();
+            (out.heads, out.kv_heads, out.head_dim) = (rope.heads, s.num_kv_heads, s.head_dim);
+            let [_, rotary @ ..] = &mut out.bindings;
+            *rotary = [
+                Binding::tensor(slots::linear_rope_cache::POSITIONS, rope.positions),
+                Binding::tensor(slots::linear_rope_cache::INV_FREQ, rope.inv_freq),
+                Binding::tensor(slots::linear_rope_cache::SLOT_MAPPING, rope.slot_mapping),
+                Binding::buffer(slots::linear_rope_cache::K_CACHE, kc),
+                Binding::buffer(slots::linear_rope_cache::V_CACHE, vc),
+            ]
+            .map(Some);
+        }
+        Ok(out)
+    }
+}
+
+/// The grid of `variant` (a linear on `path`) over a weight part of `rows` rows and
+/// `row_groups` workgroups of rows, and the columns of workgroups it folds into the grid's x
+/// (K-split workgroups past `max_dim` wrap into z; 0 on the sequential path).
+fn linear_grid(
+    path: LinearPath,
+    variant: &KernelVariant,
+    rows: usize,
+    row_groups: usize,
+    max_dim: usize,
+) -> ([u32; 3], usize) {
+    match path {
+        LinearPath::Sequential { .. } => {
+            let per_group = (variant.workgroup_size() * variant.columns_tile()) as usize;
+            ([u(rows.div_ceil(per_group)), u(row_groups), 1], 0)
+        }
+        LinearPath::KSplit => {
+            let col_groups = rows.div_ceil(variant.columns_tile() as usize);
+            let nx = col_groups.min(max_dim);
+            ([u(nx), u(row_groups), u(col_groups.div_ceil(nx))], nx)
+        }
+    }
+}
+
 fn dims2(t: &Tensor, what: &str) -> Result<(usize, usize), GpuError> {
     match *t.shape() {
         [r, c] => Ok((r, c)),
@@ -432,51 +524,8 @@ impl Step<'_> {
     ) -> Result<(), GpuError> {
         let epilogue = epi.kind();
         let x = input.x();
-        let (m, k) = dims2(x, "linear x")?;
-        if k != w.cols() {
-            return Err(GpuError::Shape(format!("linear: x has {k} columns, {} has {}", w.name(), w.cols())));
-        }
-        if w.is_gated() != epilogue.is_gated() {
-            return Err(GpuError::Shape(format!(
-                "linear: {} is {}gated, the {epilogue:?} epilogue needs the other kind",
-                w.name(),
-                if w.is_gated() { "" } else { "not " }
-            )));
-        }
-        let (om, width) = dims2(out, "linear out")?;
-        if om != m || out.elem() != Elem::F32 || col0 + w.rows() > width {
-            return Err(GpuError::Shape(format!(
-                "linear out: {:?} {:?} cannot hold [{m}, {}] at column {col0}",
-                out.elem(),
-                out.shape(),
-                w.rows()
-            )));
-        }
-        // The epilogue's bindings: a bias first, then the rotary epilogue's tensors.
-        let mut extra: [Option<Binding>; 6] = Default::default();
-        let (mut heads, mut kv_heads, mut hd) = (0, 0, 0);
-        let bias = match epi {
-            Epilogue::Bias(bias) | Epilogue::RopeCache(_, Some(bias)) => Some(bias),
-            _ => None,
-        };
-        if let Some(bias) = bias {
-            bias.expect("linear bias", Elem::F32, &[w.rows()])?;
-            extra[0] = Some(Binding::tensor(slots::linear_bias::BIAS, bias));
-        }
-        if let Epilogue::RopeCache(rope, _) = epi {
-            let (kc, vc) = check_fused_rope(rope, w, m, width, col0)?;
-            let s = rope.cache.shape();
-            (heads, kv_heads, hd) = (rope.heads, s.num_kv_heads, s.head_dim);
-            let [_, rotary @ ..] = &mut extra;
-            *rotary = [
-                Binding::tensor(slots::linear_rope_cache::POSITIONS, rope.positions),
-                Binding::tensor(slots::linear_rope_cache::INV_FREQ, rope.inv_freq),
-                Binding::tensor(slots::linear_rope_cache::SLOT_MAPPING, rope.slot_mapping),
-                Binding::buffer(slots::linear_rope_cache::K_CACHE, kc),
-                Binding::buffer(slots::linear_rope_cache::V_CACHE, vc),
-            ]
-            .map(Some);
-        }
+        let (m, k, width) = check_linear_shapes(x, w, out, col0, epilogue)?;
+        let epi = EpilogueBindings::of(epi, w, m, width, col0)?;
         let (norm, eps) = match input {
             LinearInput::Plain(_) => (None, 0.0),
             LinearInput::RmsNormed { weight, eps, .. } => {
@@ -487,25 +536,15 @@ impl Step<'_> {
         if m == 0 {
             return Ok(());
         }
-        let path = self.ctx.capabilities().linear_path();
-        let variant = linear_variant(self.ctx.capabilities(), input, w, m, epilogue);
+        let caps = self.ctx.capabilities();
+        let variant = linear_variant(caps, input, w, m, epilogue);
         let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
-        let max_dim = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
+        let max_dim = caps.limits.max_compute_workgroups_per_dimension as usize;
         if row_groups > max_dim {
             return Err(GpuError::TooLarge(format!("linear: {m} rows exceed the dispatch limit")));
         }
         for part in &w.parts {
-            let (grid, nx) = match path {
-                LinearPath::Sequential { .. } => {
-                    let per_group = (variant.workgroup_size() * variant.columns_tile()) as usize;
-                    ([u(part.rows.div_ceil(per_group)), u(row_groups), 1], 0)
-                }
-                LinearPath::KSplit => {
-                    let col_groups = part.rows.div_ceil(variant.columns_tile() as usize);
-                    let nx = col_groups.min(max_dim);
-                    ([u(nx), u(row_groups), u(col_groups.div_ceil(nx))], nx)
-                }
-            };
+            let (grid, nx) = linear_grid(caps.linear_path(), &variant, part.rows, row_groups, max_dim);
             let params = LinearParams {
                 m: u(m),
                 n_part: u(part.rows),
@@ -515,9 +554,9 @@ impl Step<'_> {
                 nx: u(nx),
                 y0: u(col0),
                 eps,
-                heads: u(heads),
-                kv_heads: u(kv_heads),
-                hd: u(hd),
+                heads: u(epi.heads),
+                kv_heads: u(epi.kv_heads),
+                hd: u(epi.head_dim),
             };
             let bindings = [
                 Binding::tensor(slots::linear::X, x),
@@ -525,7 +564,7 @@ impl Step<'_> {
                 Binding::tensor(slots::linear::Y, out),
             ]
             .into_iter()
-            .chain(extra.iter().flatten().cloned())
+            .chain(epi.bindings.iter().flatten().cloned())
             .chain(norm.map(|g| Binding::tensor(slots::linear_norm::NORM, g)));
             self.dispatch(variant, &params, bindings, grid)?;
         }
