@@ -65,6 +65,63 @@ pub(crate) struct Kernel {
     pub(crate) layout: wgpu::BindGroupLayout,
 }
 
+/// The adapter `options` name, else the high-performance one, on Vulkan, Metal and DX12
+/// unless asked otherwise (probing GL only adds noise and an adapter without f16 or
+/// subgroups).
+fn open_adapter(options: &GpuOptions) -> Result<wgpu::Adapter, GpuError> {
+    let backends = options.backend.map_or(wgpu::Backends::PRIMARY, |b| b.backends());
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    match &options.adapter {
+        Some(choice) => pick_adapter(pollster::block_on(instance.enumerate_adapters(backends)), choice),
+        None => pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::NoAdapter(e.to_string())),
+    }
+}
+
+/// The device's health, set from its lost and uncaptured-error callbacks (each logged).
+fn watch_health(device: &wgpu::Device) -> Arc<DeviceHealth> {
+    let health = Arc::new(DeviceHealth::default());
+    let on_lost = Arc::clone(&health);
+    device.set_device_lost_callback(move |reason, message| {
+        tracing::error!(?reason, %message, "the GPU device was lost");
+        DeviceHealth::set(&on_lost.lost, format!("{reason:?}: {message}"));
+    });
+    let on_error = Arc::clone(&health);
+    device.on_uncaptured_error(Arc::new(move |error| {
+        tracing::error!(%error, "GPU error outside any error scope");
+        DeviceHealth::set(&on_error.uncaptured, error.to_string());
+    }));
+    health
+}
+
+/// A [`GpuError::BadOption`] where `options` force what the device opened as `caps` cannot
+/// do: weight textures on the K-split path, a GEMM tile past its workgroup memory, kernel
+/// timing without timestamp queries.
+fn check_options(caps: &Capabilities, options: &GpuOptions) -> Result<(), GpuError> {
+    if options.weight_source == Some(WeightSource::Texture) && caps.linear_path() == LinearPath::KSplit {
+        return Err(GpuError::BadOption("weight textures need the sequential linear path".into()));
+    }
+    if let Some(rows) = options.gemm_rows.map(|r| r.rows())
+        && caps.linear_path() == LinearPath::KSplit
+        && !caps.gemm_fits(rows)
+    {
+        return Err(GpuError::BadOption(format!(
+            "a GEMM tile of {rows} rows needs more than the device's {} bytes of workgroup memory",
+            caps.limits.max_compute_workgroup_storage_size
+        )));
+    }
+    if options.profile_kernels && !caps.timestamp_query {
+        return Err(GpuError::BadOption("timing kernels needs the adapter's timestamp queries".into()));
+    }
+    Ok(())
+}
+
 fn pick_adapter(adapters: Vec<wgpu::Adapter>, choice: &str) -> Result<wgpu::Adapter, GpuError> {
     let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
     let found = match choice.trim().parse::<usize>() {
@@ -83,66 +140,32 @@ impl GpuContext {
     /// Opens a device as `options` say, with the adapter's own limits (or WebGPU's defaults
     /// when asked) and the optional features it has, less the masked ones.
     pub fn new(options: &GpuOptions) -> Result<Self, GpuError> {
-        // Vulkan, Metal and DX12 unless asked otherwise: probing GL only adds noise and an
-        // adapter without f16 or subgroups.
-        let backends = options.backend.map_or(wgpu::Backends::PRIMARY, |b| b.backends());
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends,
-            ..wgpu::InstanceDescriptor::new_without_display_handle()
-        });
-        let adapter = match &options.adapter {
-            Some(choice) => pick_adapter(pollster::block_on(instance.enumerate_adapters(backends)), choice)?,
-            None => pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-                power_preference: wgpu::PowerPreference::HighPerformance,
-                ..Default::default()
-            }))
-            .map_err(|e| GpuError::NoAdapter(e.to_string()))?,
-        };
-        let info = adapter.get_info();
+        let adapter = open_adapter(options)?;
         let available = adapter.features();
         let mask = options.disable_features;
-        let mut features = wgpu::Features::empty();
-        let shader_f16 = available.contains(wgpu::Features::SHADER_F16) && !mask.f16;
-        let subgroup = available.contains(wgpu::Features::SUBGROUP) && !mask.subgroup;
-        let timestamp_query = available.contains(wgpu::Features::TIMESTAMP_QUERY);
-        if shader_f16 {
-            features |= wgpu::Features::SHADER_F16;
-        }
-        if subgroup {
-            features |= wgpu::Features::SUBGROUP;
-        }
-        if timestamp_query {
-            features |= wgpu::Features::TIMESTAMP_QUERY;
-        }
+        let enabled = available
+            & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY)
+            & !mask.features();
         let limits = if options.webgpu_default_limits { wgpu::Limits::defaults() } else { adapter.limits() };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("pagoda"),
-            required_features: features,
+            required_features: enabled,
             required_limits: limits.clone(),
             ..Default::default()
         }))
         .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
-        let health = Arc::new(DeviceHealth::default());
-        let on_lost = Arc::clone(&health);
-        device.set_device_lost_callback(move |reason, message| {
-            tracing::error!(?reason, %message, "the GPU device was lost");
-            DeviceHealth::set(&on_lost.lost, format!("{reason:?}: {message}"));
-        });
-        let on_error = Arc::clone(&health);
-        device.on_uncaptured_error(Arc::new(move |error| {
-            tracing::error!(%error, "GPU error outside any error scope");
-            DeviceHealth::set(&on_error.uncaptured, error.to_string());
-        }));
+        let health = watch_health(&device);
+        let info = adapter.get_info();
         let caps = Capabilities {
             adapter_name: info.name.clone(),
             backend: format!("{:?}", info.backend),
             driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
             device_type: format!("{:?}", info.device_type),
             is_cpu: info.device_type == wgpu::DeviceType::Cpu,
-            shader_f16,
-            subgroup,
+            shader_f16: enabled.contains(wgpu::Features::SHADER_F16),
+            subgroup: enabled.contains(wgpu::Features::SUBGROUP),
             subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
-            timestamp_query,
+            timestamp_query: enabled.contains(wgpu::Features::TIMESTAMP_QUERY),
             masked: FeatureMask {
                 f16: mask.f16 && available.contains(wgpu::Features::SHADER_F16),
                 subgroup: mask.subgroup && available.contains(wgpu::Features::SUBGROUP),
@@ -158,21 +181,7 @@ impl GpuContext {
             forced_submit: options.submit_strategy,
             profile_kernels: options.profile_kernels,
         };
-        if options.weight_source == Some(WeightSource::Texture) && caps.linear_path() == LinearPath::KSplit {
-            return Err(GpuError::BadOption("weight textures need the sequential linear path".into()));
-        }
-        if let Some(rows) = options.gemm_rows.map(|r| r.rows())
-            && caps.linear_path() == LinearPath::KSplit
-            && !caps.gemm_fits(rows)
-        {
-            return Err(GpuError::BadOption(format!(
-                "a GEMM tile of {rows} rows needs more than the device's {} bytes of workgroup memory",
-                caps.limits.max_compute_workgroup_storage_size
-            )));
-        }
-        if options.profile_kernels && !caps.timestamp_query {
-            return Err(GpuError::BadOption("timing kernels needs the adapter's timestamp queries".into()));
-        }
+        check_options(&caps, options)?;
         let kernel_timer =
             options.profile_kernels.then(|| Mutex::new(KernelTimer::new(queue.get_timestamp_period())));
         Ok(Self {

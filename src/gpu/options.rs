@@ -67,6 +67,14 @@ impl FeatureMask {
     pub fn union(self, other: Self) -> Self {
         Self { f16: self.f16 || other.f16, subgroup: self.subgroup || other.subgroup }
     }
+
+    /// The wgpu features it masks.
+    pub fn features(self) -> wgpu::Features {
+        let mut features = wgpu::Features::empty();
+        features.set(wgpu::Features::SHADER_F16, self.f16);
+        features.set(wgpu::Features::SUBGROUP, self.subgroup);
+        features
+    }
 }
 
 /// Forces the linear kernels' reduction strategy instead of choosing it from the adapter.
