@@ -90,6 +90,31 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
     }
 }
 
+impl LinearEpilogue {
+    /// The files of the epilogue's `emit` functions.
+    fn files(self) -> Vec<ShaderFile> {
+        match self {
+            Self::Store => vec![shader_file!("epi_store.wgsl")],
+            Self::Accumulate => vec![shader_file!("epi_accumulate.wgsl")],
+            Self::Bias => vec![shader_file!("epi_bias.wgsl")],
+            Self::Gated(act) => vec![act.file(), shader_file!("epi_gated.wgsl")],
+            Self::RopeCache { kv, bias } => {
+                let projected = if bias {
+                    shader_file!("epi_pair_bias.wgsl")
+                } else {
+                    shader_file!("epi_pair_plain.wgsl")
+                };
+                vec![
+                    kv.file(),
+                    projected,
+                    shader_file!("rope_angle.wgsl"),
+                    shader_file!("epi_rope_cache.wgsl"),
+                ]
+            }
+        }
+    }
+}
+
 impl Tree {
     /// The file defining `Lanes` and the tree's narrow levels (`subgroup_lane`, `tree_narrow`,
     /// `tree_lane`, `tree_add`, `tree_max`).
@@ -201,63 +226,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue, .. } => {
-                let body = match (path, path.kernel(rows_tile)) {
-                    (LinearPath::Sequential { subgroup: Some(_) }, _) => {
-                        vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
-                    }
-                    (_, LinearKernel::Sequential) => {
-                        vec![shader_file!("xload_direct.wgsl"), shader_file!("linear_seq.wgsl")]
-                    }
-                    (_, LinearKernel::Gemv) => vec![shader_file!("linear_ksplit.wgsl")],
-                    (_, LinearKernel::Gemm) => vec![shader_file!("linear_gemm.wgsl")],
-                };
-                let epilogue = match epilogue {
-                    LinearEpilogue::Store => vec![shader_file!("epi_store.wgsl")],
-                    LinearEpilogue::Accumulate => vec![shader_file!("epi_accumulate.wgsl")],
-                    LinearEpilogue::Bias => vec![shader_file!("epi_bias.wgsl")],
-                    LinearEpilogue::Gated(act) => vec![act.file(), shader_file!("epi_gated.wgsl")],
-                    LinearEpilogue::RopeCache { kv, bias } => {
-                        let projected = if bias {
-                            shader_file!("epi_pair_bias.wgsl")
-                        } else {
-                            shader_file!("epi_pair_plain.wgsl")
-                        };
-                        vec![
-                            kv.file(),
-                            projected,
-                            shader_file!("rope_angle.wgsl"),
-                            shader_file!("epi_rope_cache.wgsl"),
-                        ]
-                    }
-                };
-                let input = match prologue {
-                    LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
-                    LinearPrologue::RmsNorm => {
-                        let weight = match x_load {
-                            XLoad::Words => shader_file!("xnorm_f32.wgsl"),
-                            XLoad::Units => shader_file!("xnorm_vec4.wgsl"),
-                        };
-                        let scales = match self.norm_in_lanes() {
-                            true => shader_file!("rms_scale_lanes.wgsl"),
-                            false => shader_file!("rms_scale.wgsl"),
-                        };
-                        vec![scales, weight, shader_file!("xin_rms_norm.wgsl")]
-                    }
-                };
-                let activations = match x_load {
-                    XLoad::Words => shader_file!("xsrc_f32.wgsl"),
-                    XLoad::Units => shader_file!("xsrc_vec4.wgsl"),
-                };
-                [
-                    vec![tree.file(), shader_file!("linear_common.wgsl"), activations],
-                    weight_files(dtype, source),
-                    input,
-                    body,
-                    epilogue,
-                ]
-                .concat()
-            }
+            Self::Linear { .. } => self.linear_files(),
             Self::RopeCache { kv, qk_norm } => {
                 let norm = if qk_norm {
                     shader_file!("qk_norm_rms.wgsl")
@@ -311,63 +280,108 @@ impl KernelVariant {
         {
             out.push(Injected::new("W_TEXELS", WEIGHT_TEXELS, "shader::WEIGHT_TEXELS"));
         }
-        match *self {
-            Self::Linear { path, rows_tile, walk, epilogue, .. } => {
-                let tm = Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile");
-                let blocks = Injected::new(
-                    "WALK_BLOCKS",
-                    u32::from(walk == LaneWalk::Blocks),
-                    "KernelVariant::Linear::walk (1: LaneWalk::Blocks)",
-                );
-                let gates =
-                    Injected::new("GATES", epilogue.gates(), "LinearEpilogue::gates (gate and up rows)");
-                let tn = Injected::new(
-                    "TN",
-                    self.columns_tile(),
-                    match path {
-                        LinearPath::Sequential { .. } => {
-                            "KernelVariant::columns_tile (shader::LINEAR_SEQ_COLS rows)"
-                        }
-                        LinearPath::KSplit => {
-                            "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)"
-                        }
-                    },
-                );
-                match path.kernel(rows_tile) {
-                    LinearKernel::Sequential => out.extend([tm, tn]),
-                    LinearKernel::Gemv => out.extend([tn, gates, blocks]),
-                    LinearKernel::Gemm => {
-                        let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
-                        let tile =
-                            Injected::new("TILE", gemm_tile_vec4s(rows_tile), "shader::gemm_tile_vec4s");
-                        out.extend([tm, tn, gates, bands, tile, blocks]);
-                    }
-                }
+        out.extend(match *self {
+            Self::Linear { .. } => self.linear_constants(),
+            Self::Attention { .. } => self.attention_constants(),
+            _ => Vec::new(),
+        });
+        out
+    }
+
+    /// A linear variant's files: its tree's, the common parts and the activations' loads, the
+    /// weight format's, the input's (a fused norm's scales and weights), the kernel's body and
+    /// its epilogue's.
+    fn linear_files(&self) -> Vec<ShaderFile> {
+        let Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue, .. } = *self
+        else {
+            return Vec::new();
+        };
+        let body = match (path, path.kernel(rows_tile)) {
+            (LinearPath::Sequential { subgroup: Some(_) }, _) => {
+                vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
             }
-            Self::Attention { head_dim, path, group, .. } => {
-                out.push(Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"));
-                out.push(Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"));
-                out.push(Injected::new("DOT_LANES", ATTENTION_DOT_LANES, "shader::ATTENTION_DOT_LANES"));
-                match path {
-                    AttentionPath::SplitKv => {
-                        out.push(Injected::new(
-                            "CHUNK",
-                            ATTENTION_SPLIT_CHUNK,
-                            "shader::ATTENTION_SPLIT_CHUNK",
-                        ));
-                        out.push(Injected::new(
-                            "PART_KEYS",
-                            KV_PARTITION_TOKENS,
-                            "shader::KV_PARTITION_TOKENS",
-                        ));
-                    }
-                    AttentionPath::PerQuerySubgroup => {
-                        out.push(Injected::new("GH", group, "KernelVariant::Attention::group"));
-                    }
-                    AttentionPath::PerQuery => {}
-                }
+            (_, LinearKernel::Sequential) => {
+                vec![shader_file!("xload_direct.wgsl"), shader_file!("linear_seq.wgsl")]
             }
-            _ => {}
+            (_, LinearKernel::Gemv) => vec![shader_file!("linear_ksplit.wgsl")],
+            (_, LinearKernel::Gemm) => vec![shader_file!("linear_gemm.wgsl")],
+        };
+        let input = match prologue {
+            LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
+            LinearPrologue::RmsNorm => {
+                let weight = match x_load {
+                    XLoad::Words => shader_file!("xnorm_f32.wgsl"),
+                    XLoad::Units => shader_file!("xnorm_vec4.wgsl"),
+                };
+                let scales = match self.norm_in_lanes() {
+                    true => shader_file!("rms_scale_lanes.wgsl"),
+                    false => shader_file!("rms_scale.wgsl"),
+                };
+                vec![scales, weight, shader_file!("xin_rms_norm.wgsl")]
+            }
+        };
+        let activations = match x_load {
+            XLoad::Words => shader_file!("xsrc_f32.wgsl"),
+            XLoad::Units => shader_file!("xsrc_vec4.wgsl"),
+        };
+        [
+            vec![tree.file(), shader_file!("linear_common.wgsl"), activations],
+            weight_files(dtype, source),
+            input,
+            body,
+            epilogue.files(),
+        ]
+        .concat()
+    }
+
+    /// A linear variant's specialisation constants: its row and column tiles, and for the
+    /// K-split kernels the gates, the lanes' walk and the GEMM's bands and tile.
+    fn linear_constants(&self) -> Vec<Injected> {
+        let Self::Linear { path, rows_tile, walk, epilogue, .. } = *self else { return Vec::new() };
+        let tm = Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile");
+        let blocks = Injected::new(
+            "WALK_BLOCKS",
+            u32::from(walk == LaneWalk::Blocks),
+            "KernelVariant::Linear::walk (1: LaneWalk::Blocks)",
+        );
+        let gates = Injected::new("GATES", epilogue.gates(), "LinearEpilogue::gates (gate and up rows)");
+        let tn = Injected::new(
+            "TN",
+            self.columns_tile(),
+            match path {
+                LinearPath::Sequential { .. } => "KernelVariant::columns_tile (shader::LINEAR_SEQ_COLS rows)",
+                LinearPath::KSplit => "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)",
+            },
+        );
+        match path.kernel(rows_tile) {
+            LinearKernel::Sequential => vec![tm, tn],
+            LinearKernel::Gemv => vec![tn, gates, blocks],
+            LinearKernel::Gemm => {
+                let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
+                let tile = Injected::new("TILE", gemm_tile_vec4s(rows_tile), "shader::gemm_tile_vec4s");
+                vec![tm, tn, gates, bands, tile, blocks]
+            }
+        }
+    }
+
+    /// An attention variant's specialisation constants: the head dimension, the block size's
+    /// bound and the dot product's lanes, and its path's own.
+    fn attention_constants(&self) -> Vec<Injected> {
+        let Self::Attention { head_dim, path, group, .. } = *self else { return Vec::new() };
+        let mut out = vec![
+            Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"),
+            Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"),
+            Injected::new("DOT_LANES", ATTENTION_DOT_LANES, "shader::ATTENTION_DOT_LANES"),
+        ];
+        match path {
+            AttentionPath::SplitKv => out.extend([
+                Injected::new("CHUNK", ATTENTION_SPLIT_CHUNK, "shader::ATTENTION_SPLIT_CHUNK"),
+                Injected::new("PART_KEYS", KV_PARTITION_TOKENS, "shader::KV_PARTITION_TOKENS"),
+            ]),
+            AttentionPath::PerQuerySubgroup => {
+                out.push(Injected::new("GH", group, "KernelVariant::Attention::group"))
+            }
+            AttentionPath::PerQuery => {}
         }
         out
     }
