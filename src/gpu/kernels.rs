@@ -4,7 +4,7 @@
 use super::GpuError;
 use super::bind_cache::Binding;
 use super::caps::Capabilities;
-use super::kv_cache::KvCache;
+use super::kv_cache::{KvCache, KvCacheShape};
 use super::resource::DeviceBuffer;
 use super::shader::params::{
     AttentionParams, ElementwiseParams, EmbedParams, LinearParams, RmsNormParams, RopeCacheParams, TopKParams,
@@ -110,6 +110,52 @@ pub struct AttentionBatch {
     pub seq_lens: Tensor,
     /// `[B, max_blocks]`: physical KV block of each logical block of each sequence.
     pub block_table: Tensor,
+}
+
+impl AttentionBatch {
+    /// Checks the three tensors agree on a batch of B > 0 sequences; returns `(B,
+    /// max_blocks)`.
+    fn check(&self) -> Result<(usize, usize), GpuError> {
+        let b = self.seq_lens.len();
+        let (tb, max_blocks) = dims2(&self.block_table, "block_table")?;
+        self.seq_lens.expect("seq_lens", Elem::U32, &[b])?;
+        self.query_start_loc.expect("query_start_loc", Elem::U32, &[b + 1])?;
+        self.block_table.expect("block_table", Elem::U32, &[b, max_blocks])?;
+        if b == 0 || tb != b || max_blocks == 0 {
+            return Err(GpuError::Shape(format!(
+                "attention: batch of {b} sequences with a {tb} x {max_blocks} block table"
+            )));
+        }
+        Ok((b, max_blocks))
+    }
+}
+
+/// Checks attention's queries `q: f32 [T, >= heads * head_dim]` and `out: f32 [T, heads *
+/// head_dim]` against a cache of shape `s` (`heads` a multiple of its KV heads); returns `(T,
+/// q's row stride)`.
+fn check_attention_q(
+    q: &Tensor,
+    out: &Tensor,
+    heads: usize,
+    s: KvCacheShape,
+) -> Result<(usize, usize), GpuError> {
+    let (t, q_stride) = dims2(q, "attention q")?;
+    if q.elem() != Elem::F32 || q_stride < heads * s.head_dim {
+        return Err(GpuError::Shape(format!(
+            "attention q: {:?} {:?} holds no {heads} heads of {}",
+            q.elem(),
+            q.shape(),
+            s.head_dim
+        )));
+    }
+    out.expect("attention out", Elem::F32, &[t, heads * s.head_dim])?;
+    if heads == 0 || !heads.is_multiple_of(s.num_kv_heads) {
+        return Err(GpuError::Shape(format!(
+            "attention: {heads} heads is not a multiple of {} KV heads",
+            s.num_kv_heads
+        )));
+    }
+    Ok((t, q_stride))
 }
 
 /// How one layer attends: its query heads, the scale of its scores, its sliding window and
@@ -571,6 +617,20 @@ impl Step<'_> {
         Ok(())
     }
 
+    /// Records elementwise kernel `variant` over `n` values (rows of `d`), `value` its scalar
+    /// parameter: one invocation a value.
+    fn elementwise<const N: usize>(
+        &mut self,
+        variant: KernelVariant,
+        n: usize,
+        d: usize,
+        value: f32,
+        bindings: [Binding; N],
+    ) -> Result<(), GpuError> {
+        let grid = self.grid_1d(variant, n);
+        self.dispatch(variant, &ElementwiseParams { n: u(n), d: u(d), value }, bindings, grid)
+    }
+
     /// `out = act(gate) * up` elementwise (SwiGLU with SiLU, Gemma's GeGLU with PyTorch's
     /// tanh-approximated GELU); all three f32 of the same shape.
     pub fn gated_mul(
@@ -583,27 +643,17 @@ impl Step<'_> {
         let variant = KernelVariant::GatedMul { act };
         up.expect("gated mul up", Elem::F32, gate.shape())?;
         out.expect("gated mul out", Elem::F32, gate.shape())?;
-        let n = gate.len();
-        let grid = self.grid_1d(variant, n);
         let bindings = [
             Binding::tensor(slots::gated_mul::GATE, gate),
             Binding::tensor(slots::gated_mul::UP, up),
             Binding::tensor(slots::gated_mul::OUT, out),
         ];
-        self.dispatch(variant, &ElementwiseParams { n: u(n), d: 1, value: 0.0 }, bindings, grid)
+        self.elementwise(variant, gate.len(), 1, 0.0, bindings)
     }
 
     /// `x *= factor` elementwise, in place.
     pub fn scale(&mut self, x: &Tensor, factor: f32) -> Result<(), GpuError> {
-        let n = x.len();
-        let grid = self.grid_1d(KernelVariant::Scale, n);
-        let bindings = [Binding::tensor(slots::scale::X, x)];
-        self.dispatch(
-            KernelVariant::Scale,
-            &ElementwiseParams { n: u(n), d: 1, value: factor },
-            bindings,
-            grid,
-        )
+        self.elementwise(KernelVariant::Scale, x.len(), 1, factor, [Binding::tensor(slots::scale::X, x)])
     }
 
     /// `x = cap * tanh(x / cap)` elementwise, in place (Gemma 2's final-logit soft-capping).
@@ -611,30 +661,15 @@ impl Step<'_> {
         if cap <= 0.0 || cap.is_nan() {
             return Err(GpuError::Shape(format!("softcap: the cap must be positive, not {cap}")));
         }
-        let n = x.len();
-        let grid = self.grid_1d(KernelVariant::Softcap, n);
-        let bindings = [Binding::tensor(slots::softcap::X, x)];
-        self.dispatch(
-            KernelVariant::Softcap,
-            &ElementwiseParams { n: u(n), d: 1, value: cap },
-            bindings,
-            grid,
-        )
+        self.elementwise(KernelVariant::Softcap, x.len(), 1, cap, [Binding::tensor(slots::softcap::X, x)])
     }
 
     /// `x += y` elementwise (the residual add); both f32 of the same shape.
     pub fn add_in_place(&mut self, x: &Tensor, y: &Tensor) -> Result<(), GpuError> {
         x.expect("add x", Elem::F32, y.shape())?;
-        let n = x.len();
-        let grid = self.grid_1d(KernelVariant::AddInPlace, n);
         let bindings =
             [Binding::tensor(slots::add_in_place::X, x), Binding::tensor(slots::add_in_place::Y, y)];
-        self.dispatch(
-            KernelVariant::AddInPlace,
-            &ElementwiseParams { n: u(n), d: 1, value: 0.0 },
-            bindings,
-            grid,
-        )
+        self.elementwise(KernelVariant::AddInPlace, x.len(), 1, 0.0, bindings)
     }
 
     /// `out[r, :] = src[indices[r], :]` for `src: f32 [T, D]`, `indices: u32 [R]`, `out: [R, D]`
@@ -644,19 +679,12 @@ impl Step<'_> {
         let r = indices.len();
         indices.expect("gather_rows indices", Elem::U32, &[r])?;
         out.expect("gather_rows out", Elem::F32, &[r, d])?;
-        let n = r * d;
-        let grid = self.grid_1d(KernelVariant::GatherRows, n);
         let bindings = [
             Binding::tensor(slots::gather_rows::SRC, src),
             Binding::tensor(slots::gather_rows::INDICES, indices),
             Binding::tensor(slots::gather_rows::OUT, out),
         ];
-        self.dispatch(
-            KernelVariant::GatherRows,
-            &ElementwiseParams { n: u(n), d: u(d), value: 0.0 },
-            bindings,
-            grid,
-        )
+        self.elementwise(KernelVariant::GatherRows, r * d, d, 0.0, bindings)
     }
 
     /// RoPE and the paged K/V write on `qkv: f32 [T, (heads + 2 kv_heads) * head_dim]` (query
@@ -708,32 +736,8 @@ impl Step<'_> {
     ) -> Result<(), GpuError> {
         let heads = spec.heads;
         let s = cache.shape();
-        let (t, q_stride) = dims2(q, "attention q")?;
-        if q.elem() != Elem::F32 || q_stride < heads * s.head_dim {
-            return Err(GpuError::Shape(format!(
-                "attention q: {:?} {:?} holds no {heads} heads of {}",
-                q.elem(),
-                q.shape(),
-                s.head_dim
-            )));
-        }
-        out.expect("attention out", Elem::F32, &[t, heads * s.head_dim])?;
-        if heads == 0 || !heads.is_multiple_of(s.num_kv_heads) {
-            return Err(GpuError::Shape(format!(
-                "attention: {heads} heads is not a multiple of {} KV heads",
-                s.num_kv_heads
-            )));
-        }
-        let b = batch.seq_lens.len();
-        let (tb, max_blocks) = dims2(&batch.block_table, "block_table")?;
-        batch.seq_lens.expect("seq_lens", Elem::U32, &[b])?;
-        batch.query_start_loc.expect("query_start_loc", Elem::U32, &[b + 1])?;
-        batch.block_table.expect("block_table", Elem::U32, &[b, max_blocks])?;
-        if b == 0 || tb != b || max_blocks == 0 {
-            return Err(GpuError::Shape(format!(
-                "attention: batch of {b} sequences with a {tb} x {max_blocks} block table"
-            )));
-        }
+        let (t, q_stride) = check_attention_q(q, out, heads, s)?;
+        let (b, max_blocks) = batch.check()?;
         let (kc, vc) = cache.layer(layer)?;
         if spec.window == Some(0) || spec.softcap.is_some_and(|c| c <= 0.0) {
             return Err(GpuError::Shape(format!(
