@@ -8,22 +8,14 @@ use super::EmitShape;
 /// starting with `PAIRED` for an epilogue of column pairs, those starting with `PLAIN` for the
 /// others, and drops the rest of the three kinds; other lines stay as they are.
 pub(super) fn select_epilogue(src: &str, shape: EmitShape) -> String {
-    let mut out = String::with_capacity(src.len());
-    for line in src.lines() {
-        let trimmed = line.trim_start();
-        let indent = &line[..line.len() - trimmed.len()];
+    map_lines(src, |trimmed| {
         let marked =
             [("GATED ", EmitShape::Gated), ("PAIRED ", EmitShape::Pairs), ("PLAIN ", EmitShape::Single)]
                 .into_iter()
                 .find_map(|(marker, kind)| trimmed.strip_prefix(marker).map(|text| (kind == shape, text)));
         let (keep, text) = marked.unwrap_or((true, trimmed));
-        if keep {
-            out.push_str(indent);
-            out.push_str(text);
-            out.push('\n');
-        }
-    }
-    out
+        if keep { vec![text.to_string()] } else { Vec::new() }
+    })
 }
 
 /// Expands every line starting with the word `ROWS` into one copy of the rest of the line per
@@ -33,21 +25,13 @@ pub(super) fn select_epilogue(src: &str, shape: EmitShape) -> String {
 /// (`CC` and `_C` the pair's first column, `DD` and `_D` its second). Other lines are kept as
 /// they are.
 pub(super) fn unroll(src: &str, rows: u32, cols: u32) -> String {
-    let mut out = String::with_capacity(src.len() * 2);
-    for line in src.lines() {
-        let trimmed = line.trim_start();
-        let indent = &line[..line.len() - trimmed.len()];
-        for row_text in expand(trimmed, "ROWS ", "RR", "_R", rows) {
-            for col_text in expand(&row_text, "COLS ", "CC", "_C", cols) {
-                for text in expand_pairs(&col_text, cols) {
-                    out.push_str(indent);
-                    out.push_str(&text);
-                    out.push('\n');
-                }
-            }
-        }
-    }
-    out
+    map_lines(src, |trimmed| {
+        expand(trimmed, "ROWS ", "RR", "_R", rows)
+            .iter()
+            .flat_map(|row_text| expand(row_text, "COLS ", "CC", "_C", cols))
+            .flat_map(|col_text| expand_pairs(&col_text, cols))
+            .collect()
+    })
 }
 
 /// Expands the attention kernels' loops over a head's `pairs` dimension pairs and over the
@@ -67,11 +51,17 @@ pub(super) fn unroll_head(src: &str, pairs: u32, lanes: u32, group: u32) -> Stri
         ("LANE_PAIRS ", "PP", 1, pairs.div_ceil(lanes)),
         ("GROUP_HEADS ", "HH", 1, group),
     ];
+    map_lines(src, |trimmed| expand_markers(trimmed, &markers))
+}
+
+/// `src` with each line replaced by the lines `expand` makes of its text without the indent,
+/// each given the line's indent.
+fn map_lines(src: &str, expand: impl Fn(&str) -> Vec<String>) -> String {
     let mut out = String::with_capacity(src.len() * 2);
     for line in src.lines() {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
-        for text in expand_markers(trimmed, &markers) {
+        for text in expand(trimmed) {
             out.push_str(indent);
             out.push_str(&text);
             out.push('\n');
