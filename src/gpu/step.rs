@@ -19,6 +19,7 @@ use super::context::{GpuContext, Kernel};
 use super::error_scopes::ErrorScopes;
 use super::kernel_timer::KernelTimer;
 use super::options::SubmitStrategy;
+use super::resident::Resident;
 use super::resource::DeviceBuffer;
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
@@ -296,7 +297,7 @@ impl Step<'_> {
     fn encode_and_submit(
         &mut self,
         last: bool,
-        mut timer: Option<&mut KernelTimer>,
+        timer: Option<&mut KernelTimer>,
     ) -> Result<Vec<DeviceBuffer>, GpuError> {
         let ctx = self.ctx;
         ctx.check_health()?;
@@ -311,54 +312,16 @@ impl Step<'_> {
             let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
             encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
         }
-        if self.command_buffers == 0 && !self.copies.is_empty() {
-            let uploads = resident
-                .uploads(self.uploads.len() as u64, |size| ctx.create_buffer("uploads", size, UPLOADS))?;
-            ctx.queue.write_buffer(&uploads, 0, &self.uploads);
-            for c in &self.copies {
-                encoder.copy_buffer_to_buffer(&uploads, c.offset, &c.buffer, 0, Some(c.size));
-            }
+        if self.command_buffers == 0 {
+            self.encode_uploads(&mut encoder, &mut resident)?;
         }
         // The encoded dispatches (pipelines and bind groups) are dropped after the submit,
         // while the device runs.
-        let mut encoded: Vec<(Kernel, wgpu::BindGroup, [u32; 3])> = Vec::new();
-        if !self.pending.is_empty() {
-            let ring = resident.params_ring(self.params.len() as u64, |size| {
-                ctx.create_buffer("params ring", size, PARAMS_RING)
-            })?;
-            ctx.queue.write_buffer(&ring, self.params_written as u64, &self.params[self.params_written..]);
-            self.params_written = self.params.len();
-            let first = self.submitted;
-            encoded.extend(self.pending.drain(..).enumerate().map(|(i, d)| {
-                let bindings = &self.bindings[d.bindings];
-                let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
-                let group = resident.bind_group(first + i, key, || {
-                    ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
-                });
-                (d.kernel, group, d.groups)
-            }));
-            self.submitted += encoded.len();
-            if let Some(timer) = timer.as_deref_mut() {
-                timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
-                    ctx.create_buffer(label, size, usage)
-                })?;
-                self.timed = encoded.iter().map(|(kernel, ..)| kernel.variant).collect();
-            }
-            encode_passes(&mut encoder, &encoded, timer.as_deref());
-        }
-        let mut staging = Vec::new();
-        if last {
-            for r in &self.readbacks {
-                let buf = resident.take_or_create(STAGING, r.size.max(4), |size| {
-                    ctx.create_buffer("readback", size, STAGING)
-                })?;
-                if r.size > 0 {
-                    encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
-                }
-                staging.push(buf);
-            }
-            resident.end_step(self.submitted);
-        }
+        let _encoded = self.encode_dispatches(&mut encoder, &mut resident, timer)?;
+        let staging = match last {
+            true => self.encode_readbacks(&mut encoder, &mut resident)?,
+            false => Vec::new(),
+        };
         ctx.queue.submit([encoder.finish()]);
         drop(resident);
         self.command_buffers += 1;
@@ -369,6 +332,94 @@ impl Step<'_> {
             ctx.check_health()?;
             return Err(err);
         }
+        Ok(staging)
+    }
+
+    /// Copies the step's uploads, written to the pooled upload buffer, to their tensors (the
+    /// first command buffer of a step).
+    fn encode_uploads(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        resident: &mut Resident,
+    ) -> Result<(), GpuError> {
+        if self.copies.is_empty() {
+            return Ok(());
+        }
+        let ctx = self.ctx;
+        let uploads = resident
+            .uploads(self.uploads.len() as u64, |size| ctx.create_buffer("uploads", size, UPLOADS))?;
+        ctx.queue.write_buffer(&uploads, 0, &self.uploads);
+        for c in &self.copies {
+            encoder.copy_buffer_to_buffer(&uploads, c.offset, &c.buffer, 0, Some(c.size));
+        }
+        Ok(())
+    }
+
+    /// Writes the pending dispatches' parameters to the ring, finds or makes their bind groups
+    /// and records them (timed with `timer`); returns what they hold, to keep until the submit.
+    fn encode_dispatches(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        resident: &mut Resident,
+        timer: Option<&mut KernelTimer>,
+    ) -> Result<Vec<(Kernel, wgpu::BindGroup, [u32; 3])>, GpuError> {
+        if self.pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ctx = self.ctx;
+        let ring = resident.params_ring(self.params.len() as u64, |size| {
+            ctx.create_buffer("params ring", size, PARAMS_RING)
+        })?;
+        ctx.queue.write_buffer(&ring, self.params_written as u64, &self.params[self.params_written..]);
+        self.params_written = self.params.len();
+        let first = self.submitted;
+        let encoded: Vec<_> = self
+            .pending
+            .drain(..)
+            .enumerate()
+            .map(|(i, d)| {
+                let bindings = &self.bindings[d.bindings];
+                let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
+                let group = resident.bind_group(first + i, key, || {
+                    ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
+                });
+                (d.kernel, group, d.groups)
+            })
+            .collect();
+        self.submitted += encoded.len();
+        let timer = match timer {
+            Some(timer) => {
+                timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
+                    ctx.create_buffer(label, size, usage)
+                })?;
+                self.timed = encoded.iter().map(|(kernel, ..)| kernel.variant).collect();
+                Some(&*timer)
+            }
+            None => None,
+        };
+        encode_passes(encoder, &encoded, timer);
+        Ok(encoded)
+    }
+
+    /// Copies the step's readbacks into pooled staging buffers (the last command buffer of a
+    /// step) and ends the step for the bind-group cache.
+    fn encode_readbacks(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        resident: &mut Resident,
+    ) -> Result<Vec<DeviceBuffer>, GpuError> {
+        let ctx = self.ctx;
+        let mut staging = Vec::with_capacity(self.readbacks.len());
+        for r in &self.readbacks {
+            let buf = resident.take_or_create(STAGING, r.size.max(4), |size| {
+                ctx.create_buffer("readback", size, STAGING)
+            })?;
+            if r.size > 0 {
+                encoder.copy_buffer_to_buffer(&r.buffer, 0, &buf, 0, Some(r.size));
+            }
+            staging.push(buf);
+        }
+        resident.end_step(self.submitted);
         Ok(staging)
     }
 }
