@@ -237,7 +237,7 @@ impl GpuContext {
         bytes: u64,
     ) -> Result<DeviceBuffer, GpuError> {
         let class = size_class(bytes);
-        self.check_binding(&format!("a {label} of {bytes} bytes, in a pooled buffer,"), class)?;
+        self.check_binding(|| format!("a {label} of {bytes} bytes, in a pooled buffer,"), class)?;
         self.resident().take_or_create(usage, bytes, |size| self.create_buffer(label, size, usage))
     }
 
@@ -246,12 +246,14 @@ impl GpuContext {
         self.caps.limits.max_storage_buffer_binding_size.min(self.caps.limits.max_buffer_size)
     }
 
-    /// A [`GpuError::TooLarge`] naming `what` where `bytes` exceed [`Self::max_binding_bytes`].
-    pub(crate) fn check_binding(&self, what: &str, bytes: u64) -> Result<(), GpuError> {
+    /// A [`GpuError::TooLarge`] naming `what()` where `bytes` exceed [`Self::max_binding_bytes`]
+    /// (`what` is called only then: steps take pooled buffers through this).
+    pub(crate) fn check_binding(&self, what: impl FnOnce() -> String, bytes: u64) -> Result<(), GpuError> {
         let limit = self.max_binding_bytes();
         if bytes > limit {
             return Err(GpuError::TooLarge(format!(
-                "{what} needs {bytes} bytes, above the {limit}-byte binding limit"
+                "{} needs {bytes} bytes, above the {limit}-byte binding limit",
+                what()
             )));
         }
         Ok(())

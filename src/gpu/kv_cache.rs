@@ -75,7 +75,7 @@ impl GpuContext {
         }
         let format = self.capabilities().kv_format(precision);
         let bytes = pool_bytes(s, format);
-        self.check_binding("one layer's K pool", bytes)?;
+        self.check_binding(|| "one layer's K pool".into(), bytes)?;
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let mut layers = Vec::with_capacity(s.num_layers);
         for layer in 0..s.num_layers {

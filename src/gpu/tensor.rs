@@ -110,7 +110,7 @@ impl GpuContext {
     pub fn tensor(&self, elem: Elem, shape: &[usize]) -> Result<Tensor, GpuError> {
         let len: usize = shape.iter().product();
         let bytes = (4 * len.max(1) as u64).next_multiple_of(16);
-        self.check_binding(&format!("tensor {shape:?}"), bytes)?;
+        self.check_binding(|| format!("tensor {shape:?}"), bytes)?;
         let buffer = self.create_buffer(
             "tensor",
             bytes,
