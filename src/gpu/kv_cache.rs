@@ -6,6 +6,7 @@ use super::caps::KvPrecision;
 use super::context::GpuContext;
 use super::resource::DeviceBuffer;
 use super::shader::{KvFormat, MAX_BLOCK_SIZE};
+use crate::dtype::{DType, dequantize};
 
 /// Shape of the paged KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,14 +94,11 @@ impl GpuContext {
         let mut step = self.step();
         let (ki, vi) = (step.read_buffer(k, cache.pool_bytes()), step.read_buffer(v, cache.pool_bytes()));
         let mut out = step.submit()?;
-        let values = |bytes: Vec<u8>| -> Vec<f32> {
-            match cache.format {
-                KvFormat::F32 => bytes.chunks_exact(4).map(bytemuck::pod_read_unaligned).collect(),
-                KvFormat::F16Packed | KvFormat::F16Native => {
-                    bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
-                }
-            }
+        let dtype = match cache.format {
+            KvFormat::F32 => DType::F32,
+            KvFormat::F16Packed | KvFormat::F16Native => DType::F16,
         };
+        let values = |bytes: Vec<u8>| dequantize(dtype, &bytes);
         Ok((values(out.take(ki)), values(out.take(vi))))
     }
 }

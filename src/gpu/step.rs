@@ -361,7 +361,7 @@ impl Step<'_> {
         &mut self,
         encoder: &mut wgpu::CommandEncoder,
         resident: &mut Resident,
-        timer: Option<&mut KernelTimer>,
+        mut timer: Option<&mut KernelTimer>,
     ) -> Result<Vec<(Kernel, wgpu::BindGroup, [u32; 3])>, GpuError> {
         if self.pending.is_empty() {
             return Ok(Vec::new());
@@ -387,17 +387,13 @@ impl Step<'_> {
             })
             .collect();
         self.submitted += encoded.len();
-        let timer = match timer {
-            Some(timer) => {
-                timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
-                    ctx.create_buffer(label, size, usage)
-                })?;
-                self.timed = encoded.iter().map(|(kernel, ..)| kernel.variant).collect();
-                Some(&*timer)
-            }
-            None => None,
-        };
-        encode_passes(encoder, &encoded, timer);
+        if let Some(timer) = timer.as_deref_mut() {
+            timer.reserve(&ctx.device, encoded.len(), |label, size, usage| {
+                ctx.create_buffer(label, size, usage)
+            })?;
+            self.timed = encoded.iter().map(|(kernel, ..)| kernel.variant).collect();
+        }
+        encode_passes(encoder, &encoded, timer.as_deref());
         Ok(encoded)
     }
 
