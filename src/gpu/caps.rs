@@ -187,17 +187,18 @@ impl Capabilities {
 
     /// True when the RMSNorm before a linear layer of row tile `rows_tile` is fused into it: as
     /// forced, else in tiles of one row (decode batches of under 4 rows: the K-split GEMV, and
-    /// the sequential path's one-row tile) in the K-split GEMV, whose workgroup computes its row's scale
-    /// once for all its invocations, and on the sequential path where its subgroups sum the
-    /// scale without barriers ([`LinearPath::norms_in_subgroups`]: on lavapipe the default
-    /// model's decode steps then take 154 dispatches instead of 215, about 70 µs less host time
-    /// and the same device time within the machine's noise; with the workgroup's tree and its
-    /// barriers they took 10–15% longer on the device). Not in larger tiles, where every
-    /// workgroup norms all its rows again: on an H200 a 32-request decode step of a Llama-3.2-1B in Q4_K took 55 ms
-    /// fused and 39 ms with its own norm dispatches, 4,096 tokens of prefill 1.46 s and 1.02 s,
-    /// while batch 1 took 4.59 ms fused and 5.14 ms apart; on lavapipe a 128-token prefill with
-    /// the subgroups' norms fused took 10–30% longer. Fused or not, the linears get the same
-    /// bits.
+    /// the sequential path's one-row tile) in the K-split GEMV, whose workgroup computes its
+    /// row's scale once for all its invocations, and on the sequential path where its subgroups
+    /// sum the scale without barriers ([`LinearPath::norms_in_subgroups`]: on lavapipe the
+    /// default model's decode steps then take 154 dispatches instead of 215, about 70 µs less
+    /// host time and the same device time within the machine's noise; with the workgroup's tree
+    /// and its barriers they took 10–15% longer on the device). Not in larger tiles, where every
+    /// workgroup norms all its rows again: on an H200 a 32-request decode step of a
+    /// Llama-3.2-1B in Q4_K took 55 ms fused and 39 ms with its own norm dispatches, 4,096
+    /// tokens of prefill 1.46 s and 1.02 s, while batch 1 took 4.59 ms fused and 5.14 ms apart;
+    /// on lavapipe a 128-token prefill with the subgroups' norms fused took 10–30% longer, and
+    /// its normed linears 35–47% longer in decode tiles of 4 and 8 rows. Fused or not, the
+    /// linears get the same bits.
     pub fn fuses_norms(&self, rows_tile: u32) -> bool {
         let path = self.linear_path();
         match self.forced_norm {

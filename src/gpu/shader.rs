@@ -765,8 +765,8 @@ impl KernelVariant {
 
     /// Bytes of workgroup memory the variant's shader declares: its RMSNorm scales when its
     /// workgroup computes them together (`rms_scale.wgsl`; none where each subgroup sums them
-    /// alone in private memory, `rms_scale_lanes.wgsl`), the K-split reductions' exchange and the GEMM's weight tile, split-KV
-    /// attention's partial states, top-k's candidates.
+    /// alone in private memory, `rms_scale_lanes.wgsl`), the K-split reductions' exchange and
+    /// the GEMM's weight tile, split-KV attention's partial states, top-k's candidates.
     pub fn workgroup_bytes(&self) -> u32 {
         let norm = match self.norm_in_lanes() {
             true => 0,
