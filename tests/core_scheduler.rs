@@ -419,7 +419,12 @@ fn add_request_rejects_bad_requests_alone() {
     );
     assert_eq!(
         s.add_request(request(3, tokens(0, 65), 4)),
-        Err(AddRequestError::PromptExceedsKvCache { request_id: 3, blocks_needed: 5, usable_blocks: 4 })
+        Err(AddRequestError::PromptExceedsKvCache {
+            request_id: 3,
+            blocks_needed: 5,
+            usable_blocks: 4,
+            why: ""
+        })
     );
     assert_eq!(s.add_request(request(4, tokens(0, 4), 0)), Err(AddRequestError::ZeroMaxTokens(4)));
     s.add_request(request(5, tokens(0, 64), 1)).unwrap();

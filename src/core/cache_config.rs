@@ -34,6 +34,11 @@ pub struct CacheConfig {
     /// window's blocks. `None` keeps every block (full attention on some layer at least).
     #[serde(default)]
     pub sliding_window: Option<usize>,
+    /// True when some layers slide a window and others attend to every token (Gemma 2/3):
+    /// the full layers need every block, so the pool bounds a sequence as under full
+    /// attention, and a refusal for a pool too small says why.
+    #[serde(default)]
+    pub full_layers_beside_sliding: bool,
 }
 
 impl CacheConfig {
@@ -41,6 +46,19 @@ impl CacheConfig {
     pub const DEFAULT_BLOCK_SIZE: usize = 16;
     /// KV blocks in the pool unless set.
     pub const DEFAULT_NUM_GPU_BLOCKS: usize = 1024;
+
+    /// The most blocks one request's block table holds, the null blocks standing in for
+    /// freed ones included: `max_model_len`'s. Where every block stays (no uniform sliding
+    /// window) a request never holds more than the pool, so the pool caps it; under a sliding
+    /// window a sequence may outgrow the pool (the blocks behind its window are freed), so
+    /// only `max_model_len` does. The scheduler and every executor size tables by this.
+    pub fn max_blocks_per_seq(&self, max_model_len: usize) -> usize {
+        let blocks = max_model_len.div_ceil(self.block_size.max(1));
+        match self.sliding_window.filter(|&w| w > 0) {
+            Some(_) => blocks,
+            None => blocks.min(self.num_gpu_blocks),
+        }
+    }
 }
 
 impl Default for CacheConfig {
@@ -52,6 +70,23 @@ impl Default for CacheConfig {
             kv_cache_dtype: KvCacheDtype::Auto,
             kv_cache_memory: None,
             sliding_window: None,
+            full_layers_beside_sliding: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_tables_reach_max_model_len_under_a_window_and_the_pool_otherwise() {
+        let full = CacheConfig { block_size: 4, num_gpu_blocks: 12, ..CacheConfig::default() };
+        assert_eq!(full.max_blocks_per_seq(8192), 12);
+        assert_eq!(full.max_blocks_per_seq(30), 8);
+        let sliding = CacheConfig { sliding_window: Some(16), ..full.clone() };
+        assert_eq!(sliding.max_blocks_per_seq(8192), 2048);
+        let mixed = CacheConfig { full_layers_beside_sliding: true, ..full };
+        assert_eq!(mixed.max_blocks_per_seq(8192), 12);
     }
 }

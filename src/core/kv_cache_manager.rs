@@ -42,6 +42,7 @@ pub struct KvCacheManager {
     block_size: usize,
     enable_caching: bool,
     sliding_window: Option<usize>,
+    full_layers_beside_sliding: bool,
     pool: BlockPool,
     tables: IdMap<RequestBlocks>,
     events: EventLog,
@@ -63,6 +64,7 @@ impl KvCacheManager {
             block_size: config.block_size,
             enable_caching: config.enable_prefix_caching,
             sliding_window: config.sliding_window.filter(|&w| w > 0),
+            full_layers_beside_sliding: config.full_layers_beside_sliding,
             pool: BlockPool::new(config.num_gpu_blocks, config.enable_prefix_caching, events.clone()),
             tables: IdMap::default(),
             events,
@@ -118,6 +120,17 @@ impl KvCacheManager {
     /// The window every layer slides, if any.
     pub fn sliding_window(&self) -> Option<usize> {
         self.sliding_window
+    }
+
+    /// Why a sequence needs all its blocks at once, for the refusals of a pool too small:
+    /// said where the model's other layers slide a window (a user may expect its blocks to be
+    /// freed), empty otherwise.
+    pub fn why_every_block_stays(&self) -> &'static str {
+        if self.full_layers_beside_sliding {
+            " (the model's full-attention layers need every block, though its other layers slide a window)"
+        } else {
+            ""
+        }
     }
 
     /// The most blocks a request of `num_tokens` tokens holds at once when computed

@@ -66,7 +66,7 @@ pub enum AddRequestError {
     },
     /// The prompt needs more KV blocks than the whole pool has.
     #[error(
-        "request {request_id}: the prompt needs {blocks_needed} KV blocks but the cache has only {usable_blocks}; raise --num-gpu-blocks or --kv-cache-memory"
+        "request {request_id}: the prompt needs {blocks_needed} KV blocks but the cache has only {usable_blocks}{why}; raise --num-gpu-blocks or --kv-cache-memory"
     )]
     PromptExceedsKvCache {
         /// The request.
@@ -75,6 +75,8 @@ pub enum AddRequestError {
         blocks_needed: usize,
         /// Blocks the pool can ever give.
         usable_blocks: usize,
+        /// Why every block must fit, where the model's layers say so (empty otherwise).
+        why: &'static str,
     },
     /// `max_tokens` is 0.
     #[error("request {0}: max_tokens must be at least 1")]
@@ -178,7 +180,13 @@ impl Scheduler {
         let blocks_needed = self.kv.max_blocks_held(prompt_len, chunk);
         let usable_blocks = self.kv.pool().num_usable_blocks();
         if blocks_needed > usable_blocks {
-            return Err(AddRequestError::PromptExceedsKvCache { request_id, blocks_needed, usable_blocks });
+            let why = self.kv.why_every_block_stays();
+            return Err(AddRequestError::PromptExceedsKvCache {
+                request_id,
+                blocks_needed,
+                usable_blocks,
+                why,
+            });
         }
         if request.sampling_params.max_tokens == 0 {
             return Err(AddRequestError::ZeroMaxTokens(request_id));
@@ -704,7 +712,8 @@ impl Scheduler {
         tracing::warn!(
             request_id,
             num_tokens = request.num_tokens(),
-            "request stopped: its sequence no longer fits the whole KV cache; raise --num-gpu-blocks or --kv-cache-memory"
+            "request stopped: its sequence no longer fits the whole KV cache{}; raise --num-gpu-blocks or --kv-cache-memory",
+            self.kv.why_every_block_stays(),
         );
         self.pending_outputs.push(EngineCoreOutput {
             request_id,

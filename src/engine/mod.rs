@@ -669,10 +669,14 @@ fn constraint_masks(
     masks
 }
 
-/// Caps `max_model_len` at the model's context length.
-fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
+/// Caps `max_model_len` at the model's context length and tells the cache how the model's
+/// layers attend: a window every layer slides, or sliding layers beside full ones.
+pub(crate) fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
     config.scheduler.max_model_len = model.config.cap_model_len(config.scheduler.max_model_len);
+    let windows = &model.config.layer_windows;
     config.cache.sliding_window = model.config.uniform_sliding_window();
+    config.cache.full_layers_beside_sliding =
+        windows.iter().any(Option::is_some) && windows.iter().any(Option::is_none);
 }
 
 /// The token ids of `messages` (and `tools`, when given) rendered by `template`, control

@@ -168,10 +168,13 @@ impl WgpuExecutor {
         let kv = ctx.kv_cache(shape, precision).map_err(|e| {
             device(e, "allocating the KV cache (lower --num-gpu-blocks or --kv-cache-memory)")
         })?;
+        // The tables as the scheduler sizes them: the pool's blocks, the model's window.
+        let block_table =
+            CacheConfig { num_gpu_blocks, sliding_window: c.uniform_sliding_window(), ..cache.clone() };
         let limits = WorkspaceLimits {
             max_tokens: scheduler.max_num_batched_tokens,
             max_seqs: scheduler.max_num_seqs,
-            max_blocks_per_seq: scheduler.max_model_len.div_ceil(cache.block_size).min(num_gpu_blocks),
+            max_blocks_per_seq: block_table.max_blocks_per_seq(scheduler.max_model_len),
         };
         let workspace = Workspace::new(&ctx, &model, limits).map_err(|e| {
             device(e, "allocating the step workspace (lower --max-num-batched-tokens or --max-num-seqs)")
@@ -332,7 +335,7 @@ impl WgpuExecutor {
             let state = &self.requests[&s.req_id];
             if state.block_ids.len() > mb {
                 return Err(ExecutorError::Config(format!(
-                    "request {} holds {} blocks, more than max_model_len allows ({mb})",
+                    "request {} holds {} blocks, more than its block table's {mb} (the scheduler keeps every request within max_model_len's blocks)",
                     s.req_id,
                     state.block_ids.len()
                 )));

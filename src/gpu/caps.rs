@@ -149,9 +149,9 @@ impl Capabilities {
     /// table's width in tokens, or the sliding window): [`Self::attention_path`], except that a
     /// CPU adapter not forced to per-query takes split-KV past [`CPU_PER_QUERY_MAX_KEYS`], where
     /// one invocation's walk would outrun lavapipe's loop limit. The engine's block tables are
-    /// as wide as the most blocks a request may hold (`max_model_len`'s, or the whole pool's
-    /// when that is smaller), so the choice depends on the model and the engine's
-    /// configuration only, never on a batch.
+    /// as wide as the most blocks a request may hold
+    /// ([`crate::core::cache_config::CacheConfig::max_blocks_per_seq`]), so the choice depends
+    /// on the model and the engine's configuration only, never on a batch.
     pub fn attention_path_for(&self, keys: usize) -> AttentionPath {
         match (self.forced_attention, self.is_cpu && keys <= CPU_PER_QUERY_MAX_KEYS) {
             (Some(AttentionStrategy::PerQuery), _) | (None, true) if self.has_attention_lanes() => {

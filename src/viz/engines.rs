@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::core::scheduler::Scheduler;
 use crate::engine::engine_config::{EngineConfig, ExecutorKind, gpu_options_from_env};
+use crate::engine::fit_to_model;
 use crate::executor::fault::FaultPlan;
 use crate::executor::gpu_runner::WgpuExecutor;
 use crate::executor::sim::{SimConfig, SimExecutor};
@@ -65,9 +66,9 @@ pub fn wgpu_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver<WgpuE
         None => default_model_path().map_err(engine_error)?,
     };
     let files = ModelFiles::open(&path).map_err(engine_error)?;
-    let mut cache = config.cache.clone();
-    let mut scheduler = config.scheduler.clone();
-    scheduler.max_model_len = files.config.cap_model_len(scheduler.max_model_len);
+    let mut fitted = config.clone();
+    fit_to_model(&mut fitted, &files);
+    let EngineConfig { mut cache, scheduler, .. } = fitted;
     let arrivals = match &args.prompts_file {
         Some(prompts) => file_arrivals(prompts, &files.tokenizer, args.max_tokens)?,
         None => {
