@@ -272,7 +272,9 @@ fn check(
     }
     let code = header(response, "x-error-code").unwrap_or_default();
     let message = header(response, "x-error-message").unwrap_or_default();
-    let page = || format!("{}/{id}", origin(url));
+    // The repository's page: the id without its quant, file or revision.
+    let repo: Vec<&str> = id.split(['@', ':']).next().unwrap_or_default().split('/').take(2).collect();
+    let page = || format!("{}/{}", origin(url), repo.join("/"));
     Err(match code.as_str() {
         "GatedRepo" if status == 401 => HubError::NeedsToken { id: id.into(), url: page() },
         "GatedRepo" => HubError::NotAuthorized { id: id.into(), url: page(), message },
