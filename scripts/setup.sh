@@ -39,7 +39,8 @@ if [ "${1:-}" = "--test" ]; then
         apt_install npm
     fi
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-        openai pyzmq msgpack prometheus-client jsonschema gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0
+        openai pyzmq msgpack prometheus-client jsonschema gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0 \
+        huggingface_hub==2.4.0
 fi
 
 scripts/fetch-model.sh >/dev/null

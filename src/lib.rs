@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod engine;
 pub mod executor;
 pub mod gpu;
+pub mod hub;
 pub mod ids;
 pub mod model;
 pub mod sampling;

@@ -15,7 +15,7 @@ use pagoda::executor::sim::SimConfig;
 use pagoda::gpu::{GpuContext, resident_bytes};
 use pagoda::model::random::{RandomShape, write_random_model};
 use pagoda::model::weights::WeightFile;
-use pagoda::model::{ModelFiles, default_model_path};
+use pagoda::model::{ModelFiles, default_model_path, resolve_model_path};
 #[cfg(feature = "server")]
 use pagoda::server::limits::ServerLimits;
 #[cfg(feature = "server")]
@@ -50,6 +50,12 @@ enum Command {
     Info(InfoArgs),
     /// Write a random-weight Llama model of a real shape as GGUF (for benchmarks).
     RandomModel(RandomModelArgs),
+    /// Download a model from the Hugging Face Hub into its cache (no engine started).
+    Pull(PullArgs),
+    /// List the models in the Hugging Face cache: id, quant, size, family, whether pagoda runs it.
+    Models,
+    /// Remove a model from the Hugging Face cache.
+    Rm(RmArgs),
     /// Watch the KV block pool live.
     #[cfg(feature = "viz")]
     Viz(pagoda::viz::VizArgs),
@@ -228,13 +234,17 @@ struct ChatArgs {
 #[cfg(feature = "server")]
 #[derive(Debug, Args)]
 struct ServeArgs {
+    /// The model, as `--model` takes it (`pagoda serve Qwen/Qwen3-8B`, as `vllm serve` does).
+    #[arg(value_name = "MODEL", conflicts_with = "model")]
+    model_arg: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// Port to listen on.
     #[arg(long, default_value_t = 8000)]
     port: u16,
-    /// The model name clients pass [default: the model file or directory name].
+    /// The model name clients pass [default: the Hub id as given, else the model file or
+    /// directory name].
     #[arg(long)]
     served_model_name: Option<String>,
     /// Answer 503 while this many requests are waiting.
@@ -382,8 +392,63 @@ fn random_model(args: RandomModelArgs) -> anyhow::Result<()> {
 }
 
 #[derive(Debug, Args)]
+struct PullArgs {
+    /// ORG/NAME, ORG/NAME:QUANT or ORG/NAME/FILE.gguf, with an optional @REVISION.
+    id: String,
+}
+
+#[derive(Debug, Args)]
+struct RmArgs {
+    /// ORG/NAME (the whole repository), ORG/NAME:QUANT or ORG/NAME/FILE.gguf (that file), with
+    /// an optional @REVISION (that snapshot only).
+    id: String,
+}
+
+fn hub_settings() -> pagoda::hub::HubSettings {
+    let style = match std::io::stderr().is_terminal() {
+        true => pagoda::hub::ProgressStyle::Bar,
+        false => pagoda::hub::ProgressStyle::Lines,
+    };
+    pagoda::hub::HubSettings::from_env(style)
+}
+
+fn pull(args: PullArgs) -> anyhow::Result<()> {
+    let id = pagoda::hub::HubId::parse(&args.id)?;
+    let fetched = pagoda::hub::fetch(&id, &hub_settings(), pagoda::hub::Freshness::Latest)?;
+    println!("{}", fetched.path.display());
+    Ok(())
+}
+
+fn models() -> anyhow::Result<()> {
+    let settings = hub_settings();
+    let models = pagoda::model::source::cached_models(&settings.cache_dir);
+    println!("{:<48} {:<10} {:>10}  {:<12} RUNS", "ID", "QUANT", "SIZE", "FAMILY");
+    for m in &models {
+        let runs = match &m.unsupported {
+            None => "yes".to_owned(),
+            Some(why) => format!("no: {why}"),
+        };
+        let size = format!("{:.1} MiB", m.bytes as f64 / (1024.0 * 1024.0));
+        let family = m.family.as_deref().unwrap_or("-");
+        println!("{:<48} {:<10} {size:>10}  {family:<12} {runs}", m.id, m.quant);
+    }
+    if models.is_empty() {
+        println!("(no models in {})", settings.cache_dir.display());
+    }
+    Ok(())
+}
+
+fn rm(args: RmArgs) -> anyhow::Result<()> {
+    let id = pagoda::hub::HubId::parse(&args.id)?;
+    let settings = hub_settings();
+    let freed = pagoda::hub::inventory::remove(&settings.cache_dir, &id)?;
+    println!("removed {id} ({:.1} MiB freed)", freed as f64 / (1024.0 * 1024.0));
+    Ok(())
+}
+
+#[derive(Debug, Args)]
 struct InfoArgs {
-    /// A GGUF file or an HF model directory [default: the default model, if present].
+    /// A GGUF file, an HF model directory or a Hub id [default: the default model, if present].
     #[arg(long)]
     model: Option<PathBuf>,
     #[command(flatten)]
@@ -398,7 +463,10 @@ fn main() -> ExitCode {
     #[cfg(not(feature = "server"))]
     let default_level = "warn";
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)))
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            // Downloads from the Hub log their progress where no bar is drawn.
+            EnvFilter::new(format!("{default_level},pagoda::hub=info"))
+        }))
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
@@ -409,6 +477,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Info(args) => info(args),
         Command::RandomModel(args) => random_model(args),
+        Command::Pull(args) => pull(args),
+        Command::Models => models(),
+        Command::Rm(args) => rm(args),
         #[cfg(feature = "viz")]
         Command::Viz(args) => pagoda::viz::run(&args).map_err(Into::into),
     };
@@ -519,12 +590,16 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = engine_config(&args.engine, args.seed)?;
     config.max_waiting_requests = Some(args.max_waiting_requests);
-    let model_path = match &config.model {
-        Some(path) => path.clone(),
-        None => default_model_path()?,
-    };
-    let model_name = args.served_model_name.clone().unwrap_or_else(|| {
-        model_path.file_stem().map_or_else(|| "pagoda".into(), |stem| stem.to_string_lossy().into_owned())
+    if let Some(model) = &args.model_arg {
+        config.model = Some(model.clone());
+    }
+    let model_path = resolve_model_path(config.model.as_deref(), config.show_progress)?;
+    // vLLM's default: the Hub id as given; for a path, its file or directory name.
+    let model_name = args.served_model_name.clone().unwrap_or_else(|| match &config.model {
+        Some(given) if !given.exists() => given.to_string_lossy().into_owned(),
+        _ => {
+            model_path.file_stem().map_or_else(|| "pagoda".into(), |stem| stem.to_string_lossy().into_owned())
+        }
     });
     config.model = Some(model_path);
     let engine = Engine::new(config)?;
@@ -707,7 +782,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         Err(error) => println!("gpu: unavailable ({error})"),
     }
     let path = match args.model {
-        Some(path) => path,
+        Some(path) => resolve_model_path(Some(&path), std::io::stderr().is_terminal())?,
         None => match default_model_path() {
             Ok(path) => path,
             Err(error) => {

@@ -7,6 +7,10 @@
 //!  "kv_cache_dtype": "f32", "executor": "wgpu", "disable_features": "subgroup"}
 //! ```
 //!
+//! `model` takes what `--model` takes: a GGUF file, an HF model directory, or a Hugging Face
+//! Hub id (`"Qwen/Qwen3-8B"`, `"org/name-GGUF:Q4_K_M"`), found in or downloaded into the
+//! Hugging Face cache.
+//!
 //! An unknown field is an error, never ignored: a misspelt knob must not silently fall
 //! back to its default.
 

@@ -21,7 +21,9 @@ fn with_default(text: &str, default: impl std::fmt::Display) -> String {
 /// Model, cache, scheduler, executor and device flags.
 #[derive(Debug, Clone, Default, Args)]
 pub struct EngineArgs {
-    /// A GGUF file or an HF model directory [default: SmolLM2-135M-Instruct Q4_1, fetched once].
+    /// A GGUF file, an HF model directory, or a Hugging Face Hub id: ORG/NAME (safetensors),
+    /// ORG/NAME:QUANT or ORG/NAME/FILE.gguf (GGUF), each with an optional @REVISION; a path
+    /// that exists wins [default: SmolLM2-135M-Instruct Q4_1, fetched once].
     #[arg(long)]
     model: Option<PathBuf>,
     #[arg(long, value_name = "N", help = with_default("Tokens per KV block", CacheConfig::DEFAULT_BLOCK_SIZE))]

@@ -40,7 +40,7 @@ use crate::gpu::{GpuContext, GpuError};
 use crate::ids::{RequestId, TokenId};
 use crate::model::chat::ChatError;
 use crate::model::tokenizer::TokenizerError;
-use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer, default_model_path};
+use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer, resolve_model_path};
 use crate::sampling::{SamplingParams, SamplingParamsError};
 use crate::structured::{ConstraintError, ConstraintState, Grammars, TokenMask};
 use crate::workload::report::{Latencies, Latency};
@@ -225,14 +225,12 @@ impl Engine {
         EngineBuilder::new()
     }
 
-    /// Opens the model (`config.model`, else the default model) and builds the executor
+    /// Opens the model (`config.model`: a path, or a Hub id taken from the Hugging Face cache
+    /// or downloaded into it; else the default model) and builds the executor
     /// `config.executor` names. With the wgpu executor the KV pool size is the one the GPU
     /// allocated (from `--kv-cache-memory` when set).
     pub fn new(mut config: EngineConfig) -> Result<Self, EngineError> {
-        let path = match &config.model {
-            Some(path) => path.clone(),
-            None => default_model_path()?,
-        };
+        let path = resolve_model_path(config.model.as_deref(), config.show_progress)?;
         let model = ModelFiles::open(&path)?;
         fit_to_model(&mut config, &model);
         let executor: Box<dyn ModelExecutor + Send> = match config.executor {

@@ -39,6 +39,17 @@ pub enum ModelError {
     /// The weights do not fit the config.
     #[error(transparent)]
     Weights(#[from] WeightError),
+    /// The Hub id could not be had from the cache or the Hub.
+    #[error(transparent)]
+    Hub(#[from] crate::hub::HubError),
+    /// The path does not exist and is not a Hub id either.
+    #[error("{path} does not exist, and it is not a Hub model id either: {reason}")]
+    NotFound {
+        /// The text given.
+        path: PathBuf,
+        /// Why it is no Hub id.
+        reason: String,
+    },
     /// The default model is not on disk and could not be fetched.
     #[error("default model unavailable: {0}; set {MODEL_ENV} to a GGUF file or run scripts/fetch-model.sh")]
     DefaultModel(String),

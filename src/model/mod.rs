@@ -9,6 +9,7 @@ pub mod llama;
 pub mod random;
 pub mod safetensors;
 pub mod sentencepiece;
+pub mod source;
 pub mod tensor;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -18,5 +19,6 @@ pub mod weights;
 pub use architecture::{ModelConfig, RopeScaling, RopeVariant};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use files::{ModelError, ModelFiles, default_model_path};
+pub use source::resolve_model_path;
 pub use tensor::TensorView;
 pub use tokenizer::Tokenizer;

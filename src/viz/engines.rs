@@ -13,7 +13,7 @@ use crate::executor::gpu_runner::WgpuExecutor;
 use crate::executor::sim::{SimConfig, SimExecutor};
 use crate::gpu::GpuContext;
 use crate::ids::RequestId;
-use crate::model::{ModelFiles, Tokenizer, default_model_path};
+use crate::model::{ModelFiles, Tokenizer, resolve_model_path};
 use crate::viz::driver::Driver;
 use crate::viz::presets;
 use crate::viz::{VizArgs, VizError};
@@ -61,10 +61,7 @@ pub fn sim_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver<SimExe
 /// requests drawn over the model's vocabulary. The KV pool is `config`'s (the preset's unless
 /// a flag set it), the model length capped at the model's context.
 pub fn wgpu_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver<WgpuExecutor>, VizError> {
-    let path = match &config.model {
-        Some(path) => path.clone(),
-        None => default_model_path().map_err(engine_error)?,
-    };
+    let path = resolve_model_path(config.model.as_deref(), config.show_progress).map_err(engine_error)?;
     let files = ModelFiles::open(&path).map_err(engine_error)?;
     let mut fitted = config.clone();
     fit_to_model(&mut fitted, &files);
