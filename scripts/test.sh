@@ -85,3 +85,20 @@ python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # The C ABI: header current, C and C++ examples and misuse tests under AddressSanitizer,
 # the library without default features.
 scripts/test-capi.sh
+
+# The kernel cost report (no GPU) on the default model: a row for each of its decode mat-vec
+# variants (its Q4_1 layers and its Q8_0 LM head) and for llama.cpp's shaders of those types
+# and of Q4_K, Q6_K, Q8_0 and Q4_0, every count positive; a few seconds once built.
+scripts/kernel-cost.sh --json "$PAGODA_MODEL_GGUF" | python3 -c '
+import json, sys
+rows = [json.loads(line) for line in sys.stdin]
+ours = [r for r in rows if r["source"] == "pagoda"]
+theirs = {r["weight_type"] for r in rows if r["source"] == "llama.cpp"}
+assert {r["weight_type"] for r in ours} == {"q4_1", "q8_0"}, ours
+assert len(ours) >= 4, [r["kernel"] for r in ours]
+assert theirs == {"q4_1", "q8_0", "q4_k", "q6_k", "q4_0"}, theirs
+for r in rows:
+    assert r["weights_per_iteration"] > 0 and r["instructions_per_weight"] > 0, r
+    assert r["bytes_per_weight"] > r["weight_bytes_per_weight"] > 0, r
+print(f"kernel-cost: {len(ours)} pagoda variants, {len(theirs)} llama.cpp shaders counted")
+'

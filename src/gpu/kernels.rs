@@ -12,11 +12,12 @@ use super::shader::params::{
 use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk, LinearEpilogue, LinearPath,
-    LinearPrologue, XLoad, attention_group,
+    LinearPrologue, WeightSource, XLoad, attention_group,
 };
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
 use super::weights::Weight;
+use crate::dtype::DType;
 
 /// Which pairs of a head RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,14 +252,29 @@ fn linear_variant(
         LinearInput::Plain(_) => LinearPrologue::Plain,
         LinearInput::RmsNormed { .. } => LinearPrologue::RmsNorm,
     };
+    linear_variant_of(caps, w.dtype(), w.source(), w.cols(), m, prologue, epilogue)
+}
+
+/// The linear variant a device runs for `m` rows through a weight of `dtype` with rows of `k`
+/// weights read from `source`: what [`Step`]'s linear calls dispatch, for callers that have
+/// only a model's shapes (`examples/kernel_spirv.rs`, the kernel cost report).
+pub fn linear_variant_of(
+    caps: &Capabilities,
+    dtype: DType,
+    source: WeightSource,
+    k: usize,
+    m: usize,
+    prologue: LinearPrologue,
+    epilogue: LinearEpilogue,
+) -> KernelVariant {
     let rows_tile = linear_rows_tile(caps, m);
     KernelVariant::Linear {
-        dtype: w.dtype(),
-        source: w.source(),
+        dtype,
+        source,
         path: caps.linear_path(),
         rows_tile,
-        walk: LaneWalk::of(caps.linear_path(), w.cols()),
-        x_load: XLoad::of(caps.linear_path(), w.cols()),
+        walk: LaneWalk::of(caps.linear_path(), k),
+        x_load: XLoad::of(caps.linear_path(), k),
         tree: caps.linear_tree(rows_tile),
         prologue,
         epilogue,

@@ -79,7 +79,10 @@ pub use caps::{CPU_PER_QUERY_MAX_KEYS, Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
 pub use kernel_timer::{KernelTime, KernelTimes};
-pub use kernels::{AttentionBatch, AttentionSpec, LinearInput, RopeCacheArgs, RopeMode, linear_warm_up_rows};
+pub use kernels::{
+    AttentionBatch, AttentionSpec, LinearInput, RopeCacheArgs, RopeMode, linear_variant_of,
+    linear_warm_up_rows,
+};
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuOptions, LinearStrategy,
