@@ -104,8 +104,8 @@ struct FamilyTraits {
     qk_norm: bool,
     gemma: bool,
     /// Layer `i` slides when `(i + 1) % pattern != 0`; `None`: every layer, if a window is set.
-    /// The default: a config's `layer_types` or `sliding_window_pattern`, or a GGUF file's
-    /// `{arch}.attention.sliding_window_pattern`, says otherwise.
+    /// A default: a config's `layer_types` or `sliding_window_pattern`, or a GGUF file's
+    /// `{arch}.attention.sliding_window_pattern`, takes its place.
     sliding_pattern: Option<usize>,
 }
 

@@ -87,8 +87,7 @@ mod tests {
         for name in ["phi3", "Phi-3 Mini 4k Instruct", "my-PHI3-finetune"] {
             assert_eq!(rstrip_tokens(Some(name), &PIECES, &TYPES), phi3, "{name}");
         }
-        // llama.cpp matches the name only: "Phi 3.5" (the converter's name for Phi-3.5) and
-        // other models keep the whitespace
+        // llama.cpp matches these two spellings only: other names keep the whitespace
         for name in [Some("Phi 3.5 Mini Instruct"), Some("Llama 3.2 1B"), None] {
             assert!(!rstrip_tokens(name, &PIECES, &TYPES).contains(&true), "{name:?}");
         }
