@@ -4,7 +4,8 @@
 # (torch, transformers 5, gguf, sentencepiece, pinned below; torch pulls about 3 GB of CUDA
 # libraries), writes the tiny models with scripts/tiny-families.py into the cache, and runs
 # scripts/make-family-reference.py on them with llama.cpp's converter from the
-# llama-cpp-python source distribution (scripts/llama-cpp-source.sh).
+# llama-cpp-python source distribution (scripts/llama-cpp-source.sh) and its `llama-tokenize`
+# (built once with scripts/llama-cpp-build.sh).
 #   scripts/family-reference.sh [--only NAME,...] [--quantize]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,5 +31,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: $0 [--only NAME,...] [--quantize]" >&2; exit 2 ;;
     esac
 done
+tokenize="$(scripts/llama-cpp-build.sh llama-tokenize llama-tokenize)"
 families="$("$venv/bin/python" scripts/tiny-families.py "$cache/families" "${only[@]}")"
-"$venv/bin/python" scripts/make-family-reference.py "$families" "$src/vendor/llama.cpp" "${only[@]}" "${quantize[@]}"
+"$venv/bin/python" scripts/make-family-reference.py "$families" "$src/vendor/llama.cpp" "$tokenize" \
+    "${only[@]}" "${quantize[@]}"

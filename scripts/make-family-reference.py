@@ -4,12 +4,15 @@ attention) and llama.cpp's convert_hf_to_gguf.py make of the tiny models that
 scripts/tiny-families.py writes. Not run in CI: run scripts/family-reference.sh (which builds
 the reference virtual environment with torch, transformers 5 and gguf) when the fixtures change.
 
-  make-family-reference.py FAMILIES_DIR LLAMA_CPP_DIR [--only NAME,...] [--quantize LLAMA_QUANTIZE]
+  make-family-reference.py FAMILIES_DIR LLAMA_CPP_DIR LLAMA_TOKENIZE [--only NAME,...]
+                           [--quantize LLAMA_QUANTIZE]
 
 FAMILIES_DIR holds the directories tiny-families.py wrote (with their GGUF files);
 LLAMA_CPP_DIR is the llama.cpp of the llama-cpp-python source distribution (its
 convert_hf_to_gguf.py is run on each directory, and its output must be byte-identical to the
-GGUF tiny-families.py wrote).
+GGUF tiny-families.py wrote; where a family adds metadata the converter does not write, its
+gguf-py's gguf_new_metadata adds it to the converter's output first). LLAMA_TOKENIZE is that
+llama.cpp's `llama-tokenize`, which records llama.cpp's ids of every text from the GGUF.
 """
 import hashlib
 import importlib.util
@@ -38,6 +41,14 @@ SYSTEM = {"role": "system", "content": "You are a concise assistant."}
 GREEDY_TOKENS = 32
 TOP_K = 8
 
+# Texts that show how a tokenizer treats the whitespace around its special tokens, per
+# tokenizer: Phi-3's strip what follows them, except <unk>, <s> and <|endoftext|> (llama.cpp by
+# the model's name, transformers by tokenizer.json's rstrip flags).
+WHITESPACE_PROBES = {
+    "phi3": ["<|system|>\n  Be brief.<|end|>\n<|user|>\r\n\tHi</s>\n<s>\nx<|endoftext|>\ny<unk> z"
+             "<|placeholder1|>  w<|assistant|>\n"],
+}
+
 # the end-of-turn token each family's template closes an assistant turn with
 END_OF_TURN = {"llama3": "<|eot_id|>", "qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "mistral": "</s>",
                "phi3": "<|end|>", "gemma2": "<end_of_turn>", "gemma3": "<end_of_turn>"}
@@ -60,7 +71,11 @@ ABOUT = (
     "without adding special tokens, as apply_chat_template(tokenize=True) does). `gguf` is what llama.cpp's "
     "convert_hf_to_gguf.py wrote: sha256 per outtype, every metadata key and value except the token arrays "
     "(only their length and sha256 of their JSON), and every tensor's name, type and shape (ggml order: "
-    "ne0 first)."
+    "ne0 first); where the GGUF carries metadata the converter does not write, `edited_sha256` is that of the "
+    "converter's output with it added as `edit` says (the GGUF the tests read). `ids_llama_cpp` (chat texts, "
+    "prompts) are llama.cpp's ids of the same text from the F32 GGUF (`llama-tokenize`, special tokens parsed, "
+    "BOS where the prompt adds special tokens and the model wants one); `tokenize` holds probes of the "
+    "whitespace around special tokens with transformers' ids (`ids`, no special tokens added) and llama.cpp's."
 )
 
 
@@ -151,6 +166,45 @@ def convert(llama_cpp, hf_dir, outtype, out_path):
                     "--outfile", str(out_path)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def add_metadata(llama_cpp, src, dst, arch, family):
+    """dst = src plus the metadata tiny-families.py adds after the converter's keys, written by
+    the converter's own gguf-py (gguf_new_metadata's copy_with_new_metadata)."""
+    key = f"{arch}.attention.sliding_window_pattern"
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import gguf\n"
+        "from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata\n"
+        "reader = gguf.GGUFReader(sys.argv[2], 'r')\n"
+        "arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()\n"
+        "writer = gguf.GGUFWriter(sys.argv[3], arch=arch, endianess=reader.endianess)\n"
+        "alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)\n"
+        "if alignment is not None:\n"
+        "    writer.data_alignment = alignment.contents()\n"
+        "new = {sys.argv[4]: MetadataDetails(gguf.GGUFValueType.ARRAY, json.loads(sys.argv[5]))}\n"
+        "copy_with_new_metadata(reader, writer, new, [])\n"
+    )
+    pattern = json.dumps(family["gguf_sliding_window_pattern"])
+    subprocess.run([sys.executable, "-c", code, str(llama_cpp / "gguf-py"), str(src), str(dst), key, pattern],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return f"gguf-py gguf_new_metadata.copy_with_new_metadata: {key} = {pattern} added after the converter's keys"
+
+
+def llama_cpp_ids(llama_tokenize, gguf_path, text, add_bos):
+    """llama.cpp's ids of text from the GGUF (special tokens parsed; BOS as the model wants it
+    when add_bos)."""
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
+        f.write(text)
+    try:
+        args = [llama_tokenize, "-m", str(gguf_path), "-f", f.name, "--ids", "--no-escape", "--log-disable"]
+        if not add_bos:
+            args.append("--no-bos")
+        out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    finally:
+        pathlib.Path(f.name).unlink()
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def check_templates(llama_cpp):
     """The templates tiny-families.py carries are the real texts."""
     templates = llama_cpp / "models" / "templates"
@@ -176,6 +230,7 @@ def main(argv):
     parser = argparse.ArgumentParser()
     parser.add_argument("families")
     parser.add_argument("llama_cpp")
+    parser.add_argument("llama_tokenize")
     parser.add_argument("--only", default="")
     parser.add_argument("--quantize", default="")
     args = parser.parse_args(argv)
@@ -231,21 +286,36 @@ def main(argv):
             "generation_config_eos_token_id": model.generation_config.eos_token_id,
         }
         gguf_info = {}
+        tokenize = []
         with tempfile.TemporaryDirectory() as tmp:
             for outtype in ("f32", "f16"):
                 converted = pathlib.Path(tmp) / f"{name}.{outtype}.gguf"
                 convert(llama_cpp, hf_dir, outtype, converted)
+                entry = {"converter_sha256": sha256_file(converted)}
+                if "gguf_sliding_window_pattern" in family:
+                    edited = pathlib.Path(tmp) / f"{name}.{outtype}.edited.gguf"
+                    entry["edit"] = add_metadata(llama_cpp, converted, edited, tf.GGUF_ARCH[config["model_type"]], family)
+                    entry["edited_sha256"] = sha256_file(edited)
+                    converted = edited
+                entry["size"] = converted.stat().st_size
                 ours = hf_dir / f"{name}.{outtype}.gguf"
-                entry = {"converter_sha256": sha256_file(converted), "size": converted.stat().st_size}
                 if ours.is_file():
                     entry["tiny_families_sha256"] = sha256_file(ours)
-                    entry["byte_identical"] = entry["tiny_families_sha256"] == entry["converter_sha256"]
+                    entry["byte_identical"] = entry["tiny_families_sha256"] == sha256_file(converted)
                     if not entry["byte_identical"]:
                         failures.append(f"{name}.{outtype}.gguf")
                 if outtype == "f32":
                     meta, tensors = gguf_dump(converted)
                     gguf_info["metadata"] = meta
                     gguf_info["tensors"] = tensors
+                    # llama.cpp's ids of every text, from this GGUF
+                    for entry_with_text in chat:
+                        entry_with_text["ids_llama_cpp"] = llama_cpp_ids(args.llama_tokenize, converted, entry_with_text["text"], False)
+                    for prompt in prompts:
+                        prompt["ids_llama_cpp"] = llama_cpp_ids(args.llama_tokenize, converted, prompt["text"], prompt["add_special_tokens"])
+                    for text in WHITESPACE_PROBES.get(kind, []):
+                        tokenize.append({"text": text, "ids": tokenizer(text, add_special_tokens=False)["input_ids"],
+                                         "ids_llama_cpp": llama_cpp_ids(args.llama_tokenize, converted, text, False)})
                 else:
                     gguf_info["f16_tensor_types"] = {t["name"]: t["type"] for t in gguf_dump(converted)[1]}
                 gguf_info[outtype] = entry
@@ -269,6 +339,8 @@ def main(argv):
             "chat": chat,
             "gguf": gguf_info,
         }
+        if tokenize:
+            fixture["tokenize"] = tokenize
         path = OUT / f"{name}.json"
         path.write_text(json.dumps(fixture, ensure_ascii=False, indent=None, separators=(",", ":")) + "\n", encoding="utf-8")
         print(f"wrote {path} ({path.stat().st_size // 1024} KB)", flush=True)

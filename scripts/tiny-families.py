@@ -244,6 +244,24 @@ FAMILIES = {
     },
 }
 
+def gemma3_pattern_config():
+    """Gemma 3's config with 3 layers in the transformers 5 form of a layer pattern
+    (`layer_types`): sliding, sliding, full."""
+    config = copy.deepcopy(FAMILIES["gemma3"]["config"])
+    del config["sliding_window_pattern"]
+    config["num_hidden_layers"] = 3
+    config["layer_types"] = ["sliding_attention", "sliding_attention", "full_attention"]
+    return config
+
+
+FAMILIES["gemma3-pattern"] = {
+    "seed": 1009, "tokenizer": "gemma3", "config": gemma3_pattern_config(),
+    # the GGUF's gemma3.attention.sliding_window_pattern: one flag per layer, true = sliding
+    "gguf_sliding_window_pattern": [True, True, False],
+    "about": "Gemma 3 with its own layer pattern (3 layers: sliding, sliding, full; `layer_types` in config.json) instead of the 5:1 default, otherwise as `gemma3`. llama.cpp's converter does not write Gemma 3's pattern (llama.cpp then assumes 5:1, which here would make every layer slide with the local RoPE base); its GGUF carries it as `gemma3.attention.sliding_window_pattern` [true, true, false], added after the converter's keys by gguf-py's gguf_new_metadata (`copy_with_new_metadata`), the form llama.cpp reads (`load_swa_pattern`).",
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # Tokenizers
 # ---------------------------------------------------------------------------------------------
@@ -706,6 +724,9 @@ def write_gguf(name, family, hf_dir, spec, cfg, weights, outtype, path):
         _special_vocab(hf_dir, n_vocab=len(tokens)).add_to_gguf(w)
         if arch in ("gemma2", "gemma3"):
             w.add_add_space_prefix(False)
+    # metadata the converter does not write, after its own keys (gguf_new_metadata's place)
+    if "gguf_sliding_window_pattern" in family:
+        w.add_sliding_window_pattern(family["gguf_sliding_window_pattern"])
 
     w.write_header_to_file(path=path)
     w.write_kv_data_to_file()

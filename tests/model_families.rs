@@ -186,19 +186,86 @@ fn every_family_pagoda_runs_renders_its_chat_template_as_transformers_does() {
     }
 }
 
+/// Each GGUF is the converter's output, or where the reference added metadata the converter
+/// does not write (`edit`), that file.
 #[test]
 fn the_gguf_files_are_the_ones_llama_cpp_converter_writes() {
-    for name in RUNS.iter().chain(&["mistral", "gemma2", "phi3-longrope"]) {
+    for name in RUNS.iter().chain(&["mistral", "gemma2", "phi3-longrope", "gemma3-pattern"]) {
         let reference = fixture(name);
         let [_, f32_gguf, f16_gguf] = model_paths(name);
         for (path, kind) in [(f32_gguf, "f32"), (f16_gguf, "f16")] {
             let digest: String =
                 Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+            let entry = &reference["gguf"][kind];
+            let expected = entry.get("edited_sha256").unwrap_or(&entry["converter_sha256"]);
+            assert_eq!(digest, expected.as_str().unwrap(), "{name} {kind}");
+        }
+    }
+}
+
+/// Gemma 3 with its own layer pattern (sliding, sliding, full): its GGUF carries it as
+/// `gemma3.attention.sliding_window_pattern`, which llama.cpp reads in place of the 5:1 default;
+/// read so, the GGUF matches transformers at every position (read as 5:1, every layer would
+/// slide with the local RoPE base, wrong from the first token). The F16 file carries the same
+/// pattern; its logits are left to the F32 file's (the reader is one, and lavapipe is slow).
+#[test]
+fn gemma3_gguf_with_its_own_layer_pattern_matches_transformers() {
+    let window = fixture("gemma3-pattern")["config"]["sliding_window"].as_u64().unwrap() as usize;
+    let [_, f32_gguf, f16_gguf] = model_paths("gemma3-pattern");
+    check_logits(&ctx(), "gemma3-pattern", &f32_gguf, 1e-3);
+    for path in [f32_gguf, f16_gguf] {
+        let files = ModelFiles::open(&path).unwrap();
+        assert_eq!(files.config.layer_windows, [Some(window), Some(window), None], "{}", path.display());
+    }
+}
+
+/// From its F32 GGUF, each tokenizer of the families gives the ids llama.cpp's `llama-tokenize`
+/// gives from that file for the chat texts and the prompts, which are transformers' ids too.
+/// (The families left out share these vocabularies: `llama-rope-parameters` Llama 3's,
+/// `gemma2` and `gemma3-pattern` Gemma 3's, `phi3-longrope` Phi-3's.)
+#[test]
+fn each_family_vocabulary_from_gguf_tokenizes_as_llama_cpp_and_transformers_do() {
+    for name in ["llama", "qwen2", "qwen3", "mistral", "gemma3", "phi3"] {
+        let reference = fixture(name);
+        let [_, f32_gguf, _] = model_paths(name);
+        let tokenizer = ModelFiles::open(&f32_gguf).unwrap().tokenizer;
+        let prompts = reference["prompts"].as_array().unwrap();
+        for case in reference["chat"].as_array().unwrap().iter().chain(prompts) {
+            let text = case["text"].as_str().unwrap();
+            let expected = ids(&case["ids_llama_cpp"]);
+            assert_eq!(expected, ids(&case["ids"]), "{name}: llama.cpp and transformers on {text:?}");
+            let encoded = match case.get("add_special_tokens").and_then(Value::as_bool) {
+                Some(true) => tokenizer.encode_prompt(text),
+                _ => tokenizer.encode(text, true),
+            };
+            assert_eq!(encoded.unwrap(), expected, "{name} GGUF: {text:?}");
+        }
+    }
+}
+
+/// Phi-3's special tokens strip the whitespace after them, but `<unk>`, `<s>` and
+/// `<|endoftext|>` do not: transformers by tokenizer.json's flags, llama.cpp because the GGUF's
+/// `general.name` says Phi-3. Its chat prompts put a newline after every role marker, so
+/// from the GGUF they are right only so (the test above); the probes check each rule against
+/// llama.cpp from the GGUF and against transformers from the HF directory (the two differ
+/// after `</s>`, which this tiny tokenizer takes from Llama 2, without Phi-3's rstrip).
+#[test]
+fn phi3_gguf_strips_whitespace_after_special_tokens_as_llama_cpp_does() {
+    for name in ["phi3", "phi3-longrope"] {
+        let reference = fixture(name);
+        let [hf, f32_gguf, _] = model_paths(name);
+        let chat = reference["chat"].as_array().unwrap();
+        assert!(chat.iter().all(|case| case["text"].as_str().unwrap().contains("<|user|>\n")));
+        let gguf = ModelFiles::open(&f32_gguf).unwrap().tokenizer;
+        let hf = ModelFiles::open(&hf).unwrap().tokenizer;
+        for probe in reference["tokenize"].as_array().unwrap() {
+            let text = probe["text"].as_str().unwrap();
             assert_eq!(
-                digest,
-                reference["gguf"][kind]["converter_sha256"].as_str().unwrap(),
-                "{name} {kind}"
+                gguf.encode(text, true).unwrap(),
+                ids(&probe["ids_llama_cpp"]),
+                "{name} GGUF: {text:?}"
             );
+            assert_eq!(hf.encode(text, true).unwrap(), ids(&probe["ids"]), "{name} HF: {text:?}");
         }
     }
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::gguf::{GgufError, GgufFile};
+use super::layer_pattern::{gguf_sliding_layers, period_flags, windows};
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +95,7 @@ pub enum MlpActivation {
 /// | qwen2   | Q/K/V biases; a `sliding_window` it does not use (`use_sliding_window: false`) |
 /// | qwen3   | per-head RMSNorm of q and k before RoPE |
 /// | gemma2  | `(1 + w)` norms, embeddings × √hidden, GELU-tanh MLP, norms after attention and MLP, soft-capped attention scores and final logits, `query_pre_attn_scalar`, sliding window on even layers, tied head |
-/// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full |
+/// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full (or the file's own pattern) |
 /// | phi3    | fused `qkv_proj` and `gate_up_proj`; LongRoPE short/long factors on the long-context models |
 #[derive(Debug, Clone, Copy)]
 struct FamilyTraits {
@@ -103,6 +104,8 @@ struct FamilyTraits {
     qk_norm: bool,
     gemma: bool,
     /// Layer `i` slides when `(i + 1) % pattern != 0`; `None`: every layer, if a window is set.
+    /// A default: a config's `layer_types` or `sliding_window_pattern`, or a GGUF file's
+    /// `{arch}.attention.sliding_window_pattern`, takes its place.
     sliding_pattern: Option<usize>,
 }
 
@@ -425,10 +428,9 @@ impl ModelConfig {
             fused_projections: family.fused,
             attention_bias: gguf.has_tensor("blk.0.attn_q.bias"),
             qk_norm: gguf.has_tensor("blk.0.attn_q_norm.weight"),
-            layer_windows: pattern_windows(
+            layer_windows: windows(
                 int(&key("attention.sliding_window"))?.filter(|&w| w > 0),
-                num_hidden_layers,
-                family.sliding_pattern,
+                &gguf_sliding_layers(gguf, architecture, num_hidden_layers, family.sliding_pattern)?,
             ),
             mlp_activation: if family.gemma { MlpActivation::GeluTanh } else { MlpActivation::Silu },
             norm_weight_plus_one: false,
@@ -584,7 +586,7 @@ fn hf_layer_windows(
     let used = f.opt_bool("use_sliding_window")? != Some(false);
     let window = f.opt_usize("sliding_window")?.filter(|_| used);
     let Some(types) = config.get("layer_types").filter(|v| !v.is_null()) else {
-        return Ok(pattern_windows(window, num_layers, sliding_pattern));
+        return Ok(windows(window, &period_flags(num_layers, sliding_pattern)));
     };
     let types =
         types.as_array().filter(|t| t.len() == num_layers).ok_or_else(|| ConfigError::InvalidField {
@@ -602,14 +604,6 @@ fn hf_layer_windows(
                 reason: format!("layer type {t}"),
             }),
         })
-        .collect()
-}
-
-/// `window` on layer `i` when `(i + 1) % pattern != 0` (every layer without a pattern): the
-/// rule of transformers and llama.cpp for Gemma 2 (pattern 2) and Gemma 3 (pattern 6).
-fn pattern_windows(window: Option<usize>, num_layers: usize, pattern: Option<usize>) -> Vec<Option<usize>> {
-    (0..num_layers)
-        .map(|i| window.filter(|_| pattern.is_none_or(|p| p == 0 || !(i + 1).is_multiple_of(p))))
         .collect()
 }
 

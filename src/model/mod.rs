@@ -5,6 +5,7 @@ pub mod chat;
 pub mod files;
 pub mod gguf;
 pub mod gguf_vocab;
+pub mod layer_pattern;
 pub mod llama;
 pub mod random;
 pub mod safetensors;

@@ -22,13 +22,16 @@ pub struct SentencePieceVocab<'a> {
     pub unk_id: Option<u32>,
     /// Prepend `▁` to the text, as SentencePiece's `add_dummy_prefix`.
     pub add_space_prefix: bool,
+    /// Per token, whether it strips the whitespace after it (empty: none does).
+    pub rstrip: &'a [bool],
 }
 
 impl SentencePieceVocab<'_> {
     /// The `tokenizer.json` definition of this vocabulary.
     pub fn definition(&self) -> Value {
         let vocab = vocab_map(self.pieces);
-        let added = added_tokens(self.pieces, self.types, &[token_type::UNKNOWN, token_type::CONTROL]);
+        let added =
+            added_tokens(self.pieces, self.types, &[token_type::UNKNOWN, token_type::CONTROL], self.rstrip);
         let mut normalizers =
             vec![json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"})];
         let mut decoders = vec![

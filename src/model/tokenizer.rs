@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::gguf::{GgufError, GgufFile};
-use super::gguf_vocab::{added_tokens, token_type, vocab_map};
+use super::gguf_vocab::{added_tokens, rstrip_tokens, token_type, vocab_map};
 use super::sentencepiece::SentencePieceVocab;
 
 /// Why a tokenizer could not be built or used.
@@ -106,7 +106,8 @@ impl Tokenizer {
     }
 
     /// Build from a GGUF file's `tokenizer.ggml.*` metadata: byte-level BPE (`gpt2`) or a
-    /// SentencePiece vocabulary (`llama`).
+    /// SentencePiece vocabulary (`llama`), with the whitespace stripping llama.cpp gives
+    /// some models' special tokens by their `general.name` (see [`rstrip_tokens`]).
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
         let missing = |k: &str| TokenizerError::MissingGgufTokenizer(k.to_owned());
         let model = gguf.get_str("tokenizer.ggml.model")?.ok_or_else(|| missing("tokenizer.ggml.model"))?;
@@ -125,13 +126,14 @@ impl Tokenizer {
         };
         let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
         let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
+        let rstrip = rstrip_tokens(gguf.get_str("general.name")?, &tokens, &types);
         let def = match model {
             "gpt2" => {
                 let merges = gguf
                     .get_str_array("tokenizer.ggml.merges")?
                     .ok_or_else(|| missing("tokenizer.ggml.merges"))?;
                 let pre = gguf.get_str("tokenizer.ggml.pre")?.unwrap_or("default");
-                byte_level_definition(&tokens, &types, &merges, pre)?
+                byte_level_definition(&tokens, &types, &rstrip, &merges, pre)?
             }
             "llama" => {
                 let scores = gguf
@@ -153,6 +155,7 @@ impl Tokenizer {
                     types: &types,
                     unk_id,
                     add_space_prefix,
+                    rstrip: &rstrip,
                 }
                 .definition()
             }
@@ -293,11 +296,12 @@ impl Tokenizer {
 fn byte_level_definition(
     tokens: &[&str],
     types: &[i64],
+    rstrip: &[bool],
     merges: &[&str],
     pre: &str,
 ) -> Result<Value, TokenizerError> {
     let vocab = vocab_map(tokens);
-    let added = added_tokens(tokens, types, &[token_type::CONTROL]);
+    let added = added_tokens(tokens, types, &[token_type::CONTROL], rstrip);
     Ok(json!({
         "version": "1.0",
         "truncation": null,
