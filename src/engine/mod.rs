@@ -55,7 +55,7 @@ pub enum Prompt {
     /// A conversation, rendered with the model's chat template and an assistant turn opened.
     Chat(Vec<ChatMessage>),
     /// A conversation with tool definitions (OpenAI's `tools`), which the chat template
-    /// receives as its `tools` variable.
+    /// receives as its `tools` variable, or as pagoda's tool prompt where it renders none.
     ChatWithTools {
         /// The conversation.
         messages: Vec<ChatMessage>,
@@ -675,8 +675,9 @@ fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
     config.cache.sliding_window = model.config.uniform_sliding_window();
 }
 
-/// The token ids of `messages` (and `tools`, when given) rendered by `template`, control
-/// tokens parsed; `add_generation_prompt` ends them with the assistant's header.
+/// The token ids of `messages` (and `tools`, when given) rendered by `template`, what it
+/// does not support polyfilled ([`ChatTemplate::render_with_tools`]), control tokens parsed;
+/// `add_generation_prompt` ends them with the assistant's header.
 pub fn encode_chat(
     tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,
