@@ -22,6 +22,9 @@ use super::{ChatError, ChatMessage};
 /// Between texts that one turn now holds.
 const JOIN: &str = "\n\n";
 
+/// The messages and tools a template is given.
+pub(super) type Given<'a> = (Cow<'a, [ChatMessage]>, Option<&'a [Value]>);
+
 /// The messages and tools to give a template with `caps` (whose model writes calls in
 /// `format`) for `messages` and `tools`; an error when it cannot express them at all.
 pub(super) fn polyfill<'a>(
@@ -29,7 +32,7 @@ pub(super) fn polyfill<'a>(
     format: ToolFormat,
     messages: &'a [ChatMessage],
     tools: Option<&'a [Value]>,
-) -> Result<(Cow<'a, [ChatMessage]>, Option<&'a [Value]>), ChatError> {
+) -> Result<Given<'a>, ChatError> {
     let prompt = tools.filter(|tools| !tools.is_empty() && !caps.tools).map(tool_prompt);
     let needed = prompt.is_some()
         || messages.iter().enumerate().any(|(at, m)| lacks(caps, at, m))
