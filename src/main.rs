@@ -737,7 +737,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
     );
     if let Some(template) = &model.chat_template {
         println!(
-            "  chat template: {}; tool calls in the {:?} format",
+            "  chat template {}; tool calls in the {:?} format",
             template.capabilities(),
             template.tool_format()
         );

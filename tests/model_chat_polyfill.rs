@@ -3,13 +3,16 @@
 //! models' in `PAGODA_FAMILIES_DIR`, SmolLM2's) renders a system prompt, a tool round trip
 //! and a multi-turn chat with every text it was given; where the template supports what a
 //! conversation uses, the render is exactly plain minijinja's render of the template. The
-//! family templates probe as what they are known to support.
+//! family templates probe as what they are known to support, and the library's chat
+//! prompts (which the C ABI's `pagoda_engine_add_chat` makes) render through the same path.
 
 use std::path::{Path, PathBuf};
 
 use minijinja::{Environment, ErrorKind};
 use pagoda::model::chat::{ChatCapabilities, ChatTemplate, ToolFormat};
-use pagoda::model::{ChatMessage, ModelFiles, default_model_path};
+use pagoda::model::gguf::GgufFile;
+use pagoda::model::{ChatMessage, default_model_path};
+use pagoda::{Engine, EngineConfig, ExecutorKind, Prompt, SamplingParams};
 use serde_json::{Value, json};
 
 /// A conversation to render, the texts its render must show, and whether a template with
@@ -181,10 +184,11 @@ fn llama_cpp_templates_render_every_case() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The template `model` ships, with the BOS and EOS texts [`plain_render`] gives it.
-fn model_template(model: &Path) -> (ChatTemplate, String) {
-    let source = ModelFiles::open(model).unwrap().chat_template.unwrap().source().to_owned();
-    (ChatTemplate::new(&source, "<s>", "</s>").unwrap(), source)
+/// The template of HF directory `dir`, with the BOS and EOS texts [`plain_render`] gives it.
+fn hf_template(dir: &Path) -> (ChatTemplate, String) {
+    let template = ChatTemplate::from_hf_dir(dir, "<s>", "</s>").unwrap();
+    let source = template.source().to_owned();
+    (template, source)
 }
 
 #[test]
@@ -224,13 +228,32 @@ fn family_and_smollm2_templates_render_every_case_and_probe_as_known() {
     ];
     let mut failures = Vec::new();
     for (name, caps) in expected {
-        let (template, source) = model_template(&families.join(name));
+        let (template, source) = hf_template(&families.join(name));
         assert_eq!(template.capabilities(), caps, "{name}: {}", template.capabilities());
         failures.extend(check(name, &template, &source));
     }
-    let (smollm2, source) = model_template(&default_model_path().unwrap());
+    let smollm2 =
+        ChatTemplate::from_gguf(&GgufFile::open(default_model_path().unwrap()).unwrap(), "<s>", "</s>");
+    let smollm2 = smollm2.unwrap();
+    let source = smollm2.source().to_owned();
     assert_eq!(smollm2.capabilities(), no_tools);
     assert_eq!(smollm2.tool_format(), ToolFormat::Hermes);
     failures.extend(check("smollm2", &smollm2, &source));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn library_chat_prompts_take_a_system_message_and_tools_on_gemma2() {
+    let model = env_dir("PAGODA_FAMILIES_DIR").join("gemma2");
+    let config = EngineConfig { model: Some(model), executor: ExecutorKind::Sim, ..EngineConfig::default() };
+    let mut engine = Engine::new(config).unwrap();
+    let messages = vec![message("system", "Be brief."), message("user", "Hi")];
+    let tools = vec![json!({"type": "function", "function": {"name": "get_weather"}})];
+    let template = engine.chat_template().unwrap();
+    let text = template.render_with_tools(&messages, Some(&tools), true).unwrap();
+    assert!(text.contains("<start_of_turn>user\nBe brief.\n\nYou can call functions"), "{text}");
+    let expected = engine.tokenizer().encode(&text, true).unwrap();
+    let prompt = Prompt::ChatWithTools { messages: messages.clone(), tools };
+    assert_eq!(engine.encode_prompt(&prompt).unwrap(), expected);
+    engine.add_request(Prompt::Chat(messages), SamplingParams::greedy(1)).unwrap();
 }

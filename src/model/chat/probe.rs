@@ -114,21 +114,32 @@ impl ChatCapabilities {
 }
 
 impl fmt::Display for ChatCapabilities {
-    /// One line: each feature `native` or how it is polyfilled.
+    /// One line: what the template renders itself, what is polyfilled, what is refused.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let native = |supported: bool, otherwise: &'static str| if supported { "native" } else { otherwise };
-        write!(
-            f,
-            "system role {}, later system turns {}, tools {}, tool calls {}, parallel tool calls {}, \
-             tool results {}, non-alternating turns {}, assistant-first conversations {}",
-            native(self.system_role, "in the first user turn"),
-            native(self.later_system, "in the next user turn"),
-            native(self.tools, "as pagoda's tool prompt"),
-            native(self.tool_calls, "as text"),
-            native(self.parallel_tool_calls, "as text"),
-            native(self.tool_responses, "as user turns"),
-            native(self.non_alternating, "merged"),
-            native(self.assistant_first, "refused"),
-        )
+        const ASSISTANT_FIRST: &str = "assistant-first conversations";
+        let features = [
+            (self.system_role, "system role"),
+            (self.later_system, "later system turns"),
+            (self.tools, "tools"),
+            (self.tool_calls, "tool calls"),
+            (self.parallel_tool_calls, "parallel tool calls"),
+            (self.tool_responses, "tool results"),
+            (self.non_alternating, "non-alternating turns"),
+        ];
+        let (mut native, mut polyfilled) = (Vec::new(), Vec::new());
+        for (supported, name) in features {
+            if supported { native.push(name) } else { polyfilled.push(name) }
+        }
+        if self.assistant_first {
+            native.push(ASSISTANT_FIRST);
+        }
+        write!(f, "native: {}", if native.is_empty() { "nothing".into() } else { native.join(", ") })?;
+        if !polyfilled.is_empty() {
+            write!(f, "; polyfilled: {}", polyfilled.join(", "))?;
+        }
+        if !self.assistant_first {
+            write!(f, "; refused: {ASSISTANT_FIRST}")?;
+        }
+        Ok(())
     }
 }
