@@ -5,7 +5,8 @@
 //!   format, in the system text;
 //! - a system text the template refuses opens the next user turn (or becomes one);
 //! - tool calls the template drops (or refuses more than one of) are written into the
-//!   assistant's text in the model's tool format, and tool results it refuses become user turns in `<tool_response>` tags;
+//!   assistant's text in the model's tool format, and tool results it refuses become user
+//!   turns in `<tool_response>` tags;
 //! - where the template wants user and assistant turns to alternate, turns of the same
 //!   role in a row are merged.
 //!
