@@ -130,6 +130,10 @@ impl ServerState {
         let tokenizer = Arc::clone(engine.tokenizer());
         let chat_template = engine.chat_template().cloned();
         let tool_format = chat_template.as_deref().map_or(ToolFormat::Hermes, ChatTemplate::tool_format);
+        if let Some(template) = &chat_template {
+            let capabilities = template.capabilities();
+            tracing::info!(%capabilities, ?tool_format, "chat template");
+        }
         let max_model_len = engine.scheduler().config().max_model_len;
         let kv = engine.scheduler().kv_cache_manager();
         let cache_info = CacheInfo {
