@@ -810,6 +810,13 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         c.tie_word_embeddings,
         if model.chat_template.is_some() { "yes" } else { "no" },
     );
+    if let Some(template) = &model.chat_template {
+        println!(
+            "  chat template {}; tool calls in the {:?} format",
+            template.capabilities(),
+            template.tool_format()
+        );
+    }
     print_weight_types(&model.weights);
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Real chat templates (the ones llama.cpp tests with; `scripts/chat-templates.sh` puts
 //! them in the directory `PAGODA_CHAT_TEMPLATES` names) render exactly as plain minijinja
 //! renders them, configured as transformers renders them, on short conversations and on a
-//! 4 MiB one (the server's default body limit): the memory budget changes no output.
+//! 4 MiB one (the server's default body limit): the memory budget changes no output. (A
+//! conversation that needs a polyfill is left to tests/model_chat_polyfill.rs.)
 
 use std::path::PathBuf;
 
@@ -85,6 +86,10 @@ fn real_chat_templates_render_as_plain_minijinja_renders_them() {
             }
         };
         for messages in &conversations {
+            // A system turn the template refuses or drops is polyfilled: tests/model_chat_polyfill.rs.
+            if messages[0].role == "system" && !template.capabilities().system_role {
+                continue;
+            }
             for add_generation_prompt in [false, true] {
                 let expected = plain_render(&env, messages, add_generation_prompt);
                 let got = template.render(messages, add_generation_prompt);

@@ -55,7 +55,7 @@ pub enum Prompt {
     /// A conversation, rendered with the model's chat template and an assistant turn opened.
     Chat(Vec<ChatMessage>),
     /// A conversation with tool definitions (OpenAI's `tools`), which the chat template
-    /// receives as its `tools` variable.
+    /// receives as its `tools` variable, or as pagoda's tool prompt where it renders none.
     ChatWithTools {
         /// The conversation.
         messages: Vec<ChatMessage>,
@@ -677,8 +677,9 @@ pub(crate) fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
         windows.iter().any(Option::is_some) && windows.iter().any(Option::is_none);
 }
 
-/// The token ids of `messages` (and `tools`, when given) rendered by `template`, control
-/// tokens parsed; `add_generation_prompt` ends them with the assistant's header.
+/// The token ids of `messages` (and `tools`, when given) rendered by `template`, what it
+/// does not support polyfilled ([`ChatTemplate::render_with_tools`]), control tokens parsed;
+/// `add_generation_prompt` ends them with the assistant's header.
 pub fn encode_chat(
     tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,

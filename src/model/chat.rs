@@ -13,15 +13,25 @@
 //! reserved names `__pagoda*`, `in` within a chain of comparisons, a chain of more than
 //! about 140 `+`, `*` or `~` in one expression, or a tag of more than 4096 tokens are
 //! refused.
+//!
+//! When a template loads, `probe` finds what it renders itself ([`ChatCapabilities`]: a
+//! system role, tools, tool calls and results, non-alternating turns); every rendering
+//! then goes through `polyfill`, which writes what the template lacks into turns it
+//! accepts and leaves a conversation that needs nothing untouched.
 
 mod budget;
+mod polyfill;
+mod probe;
 mod rewrite;
+mod tool_format;
 
 use std::path::Path;
 
 use minijinja::{Environment, ErrorKind};
 use serde::{Deserialize, Serialize};
 
+pub use self::probe::ChatCapabilities;
+pub use self::tool_format::{ParsedCall, ToolFormat};
 use super::gguf::{GgufError, GgufFile};
 
 const TEMPLATE_NAME: &str = "chat";
@@ -77,6 +87,10 @@ pub enum ChatError {
     /// Rendering failed (including the template's own `raise_exception`).
     #[error("chat template failed: {0}")]
     Render(String),
+    /// The conversation needs something the template does not render and no polyfill
+    /// can write into the turns it accepts.
+    #[error("the chat template does not support {0}")]
+    Unsupported(&'static str),
     /// Rendering ran more than [`TEMPLATE_FUEL`] instructions.
     #[error("chat template stopped: it ran more than {TEMPLATE_FUEL} instructions")]
     OutOfFuel,
@@ -104,17 +118,20 @@ pub enum ChatError {
     Gguf(#[from] GgufError),
 }
 
-/// A compiled chat template with the model's BOS and EOS texts.
+/// A compiled chat template with the model's BOS and EOS texts, and what it supports.
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
     source: String,
+    capabilities: ChatCapabilities,
+    tool_format: ToolFormat,
 }
 
 impl ChatTemplate {
-    /// Compile `source`; `bos_token` and `eos_token` are the texts the template may insert.
+    /// Compile `source` and probe what it supports; `bos_token` and `eos_token` are the
+    /// texts the template may insert.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, ChatError> {
         let syntax = |e: minijinja::Error| ChatError::Syntax(e.to_string());
         let rewritten = rewrite::rewrite(TEMPLATE_NAME, source).map_err(syntax)?;
@@ -127,12 +144,18 @@ impl ChatTemplate {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, clip(&msg).to_owned()))
         });
         env.add_template_owned(TEMPLATE_NAME, rewritten).map_err(syntax)?;
-        Ok(Self {
+        let mut template = Self {
             env,
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
             source: source.to_owned(),
-        })
+            capabilities: ChatCapabilities::default(),
+            tool_format: ToolFormat::Hermes,
+        };
+        template.capabilities =
+            ChatCapabilities::probe(&|messages, tools| template.render_as_written(messages, tools, false));
+        template.tool_format = ToolFormat::of(source, template.capabilities.tools);
+        Ok(template)
     }
 
     /// The template's Jinja source.
@@ -140,10 +163,14 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// True when the template reads a `tools` variable (so tool definitions reach the model
-    /// through it).
-    pub fn reads_tools(&self) -> bool {
-        self.source.contains("tools")
+    /// What the template renders itself, as probed when it loaded.
+    pub fn capabilities(&self) -> ChatCapabilities {
+        self.capabilities
+    }
+
+    /// How the model writes tool calls when offered tools through this template.
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
     }
 
     /// The template from a GGUF file's `tokenizer.chat_template`.
@@ -189,9 +216,22 @@ impl ChatTemplate {
         self.render_with_tools(messages, None, add_generation_prompt)
     }
 
-    /// Like [`Self::render`], with `tools` (OpenAI tool definitions) in the template's
-    /// `tools` variable.
+    /// Like [`Self::render`], with `tools` (OpenAI tool definitions): in the template's
+    /// `tools` variable where it renders them, else as pagoda's tool prompt. What the
+    /// template does not support is polyfilled (see the module's documentation); a
+    /// conversation that needs no polyfill renders exactly as the template alone renders it.
     pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let (messages, tools) = polyfill::polyfill(&self.capabilities, self.tool_format, messages, tools)?;
+        self.render_as_written(&messages, tools, add_generation_prompt)
+    }
+
+    /// `messages` and `tools` rendered by the template alone.
+    fn render_as_written(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
@@ -373,6 +413,31 @@ mod tests {
         for source in ["{{ __pagoda_op('~', 'a', 'b') }}", "{% autoescape true %}x{% endautoescape %}"] {
             assert!(matches!(ChatTemplate::new(source, "", ""), Err(ChatError::Syntax(_))), "{source}");
         }
+    }
+
+    /// Refuses system turns and turns out of user/assistant order, drops tool calls.
+    const STRICT: &str = "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}{% endif %}\
+        {% if (m.role == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('alternate') }}{% endif %}\
+        <{{ m.role }}>{{ m.content }}{% endfor %}";
+
+    #[test]
+    fn probing_finds_what_a_template_refuses_or_drops() {
+        let strict = ChatTemplate::new(STRICT, "", "").unwrap();
+        assert_eq!(strict.capabilities(), ChatCapabilities::default());
+        let lenient = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+        let caps = ChatTemplate::new(lenient, "", "").unwrap().capabilities();
+        assert!(caps.system_role && caps.later_system && caps.tool_responses && caps.non_alternating);
+        assert!(!caps.tools && !caps.tool_calls && !caps.parallel_tool_calls);
+        assert_eq!(ChatTemplate::new(lenient, "", "").unwrap().tool_format(), ToolFormat::Hermes);
+    }
+
+    #[test]
+    fn a_refused_system_turn_opens_the_first_user_turn() {
+        let strict = ChatTemplate::new(STRICT, "", "").unwrap();
+        let messages = [ChatMessage::new("system", "S"), ChatMessage::new("user", "U")];
+        assert_eq!(strict.render(&messages, false).unwrap(), "<user>S\n\nU");
+        let refused = strict.render(&[ChatMessage::new("assistant", "A")], false);
+        assert!(matches!(refused, Err(ChatError::Unsupported(_))), "{refused:?}");
     }
 
     #[test]

@@ -89,8 +89,6 @@ pub struct ServerState {
     admitting: AtomicUsize,
     /// How the model writes tool calls.
     tool_format: ToolFormat,
-    /// True when the chat template renders `tools` itself.
-    template_reads_tools: bool,
 }
 
 impl ServerState {
@@ -131,8 +129,11 @@ impl ServerState {
     ) -> std::io::Result<Self> {
         let tokenizer = Arc::clone(engine.tokenizer());
         let chat_template = engine.chat_template().cloned();
-        let tool_format = ToolFormat::of(chat_template.as_deref());
-        let template_reads_tools = chat_template.as_deref().is_some_and(ChatTemplate::reads_tools);
+        let tool_format = chat_template.as_deref().map_or(ToolFormat::Hermes, ChatTemplate::tool_format);
+        if let Some(template) = &chat_template {
+            let capabilities = template.capabilities();
+            tracing::info!(%capabilities, ?tool_format, "chat template");
+        }
         let max_model_len = engine.scheduler().config().max_model_len;
         let kv = engine.scheduler().kv_cache_manager();
         let cache_info = CacheInfo {
@@ -160,7 +161,6 @@ impl ServerState {
             draining: AtomicBool::new(false),
             admitting: AtomicUsize::new(0),
             tool_format,
-            template_reads_tools,
         })
     }
 

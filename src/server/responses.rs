@@ -4,7 +4,7 @@
 use super::openai::{
     ChatFinishReason, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, ResponseMessage, TopLogprob, Usage,
 };
-use super::tools::{ParsedCall, ToolCallOut, ToolFormat};
+use super::tools::{ParsedCall, ToolCallOut, ToolFormat, call_out};
 use crate::core::request::FinishReason;
 use crate::engine::CompletionOutput;
 use crate::ids::TokenId;
@@ -14,7 +14,7 @@ use crate::sampling::TokenLogprobs;
 /// The calls of choice `index` in OpenAI's shape, with ids unique within the response.
 pub(super) fn tool_calls_out(response_id: &str, index: usize, calls: &[ParsedCall]) -> Vec<ToolCallOut> {
     let stem = response_id.trim_start_matches("chatcmpl-");
-    calls.iter().enumerate().map(|(i, call)| call.to_openai(format!("call_{stem}_{index}_{i}"))).collect()
+    calls.iter().enumerate().map(|(i, call)| call_out(call, format!("call_{stem}_{index}_{i}"))).collect()
 }
 
 /// The assistant message of a finished choice: its tool calls when tools were offered and

@@ -18,7 +18,7 @@ use super::openai::{
 };
 use super::responses::{chat_logprobs, choice_usage, completion_logprobs, reply};
 use super::streaming::{ChatStreamer, CompletionStreamer, failed_request, sse_response};
-use super::tools::{Tool, ToolChoice, ToolFormat, conversation_for};
+use super::tools::{Tool, ToolChoice, call_grammar, tool_values};
 use super::{ServerState, prometheus, unix_seconds};
 use crate::core::request::FinishReason;
 use crate::engine::handle::RequestStream;
@@ -111,10 +111,7 @@ pub async fn chat_completions(
     }
     let n = request.sampling.num_choices()?;
     state.limits.check(1, n, &params)?;
-    let prompt = match offer_tools(&state, messages, &request.tools, calls) {
-        (messages, None) => Prompt::Chat(messages),
-        (messages, Some(tools)) => Prompt::ChatWithTools { messages, tools },
-    };
+    let prompt = chat_prompt(messages, &request.tools, calls.is_some());
     let streams = start(&state, vec![prompt], &params, n, &request.sampling).await?;
     let id = state.next_response_id("chatcmpl");
     if request.stream {
@@ -161,20 +158,12 @@ pub(super) fn check_tool_types(tools: &[Tool]) -> Result<(), ApiError> {
     }
 }
 
-/// A conversation's messages and the tools its chat template receives: with `calls`, the
-/// tools offered as the template or the tool format writes them; without, the messages alone.
-pub(super) fn offer_tools(
-    state: &ServerState,
-    messages: Vec<ChatMessage>,
-    tools: &[Tool],
-    calls: Option<ToolFormat>,
-) -> (Vec<ChatMessage>, Option<Vec<serde_json::Value>>) {
-    match calls {
-        None => (messages, None),
-        Some(format) => (
-            conversation_for(state.template_reads_tools, format, messages, tools),
-            Some(tools.iter().map(|tool| serde_json::json!(tool)).collect()),
-        ),
+/// The prompt of a conversation: with `offered`, the tools go to its chat template (which
+/// polyfills what it does not render); without, the messages alone.
+fn chat_prompt(messages: Vec<ChatMessage>, tools: &[Tool], offered: bool) -> Prompt {
+    match offered {
+        false => Prompt::Chat(messages),
+        true => Prompt::ChatWithTools { messages, tools: tool_values(tools) },
     }
 }
 
@@ -190,7 +179,7 @@ fn forced_calls(
         ToolChoice::Required => request.tools.iter().collect(),
         ToolChoice::Function(name) => request.tools.iter().filter(|t| &t.function.name == name).collect(),
     };
-    Some(state.tool_format.constraint(&tools, parallel && matches!(choice, ToolChoice::Required)))
+    Some(call_grammar(state.tool_format, &tools, parallel && matches!(choice, ToolChoice::Required)))
 }
 
 /// `GET /v1/models`.

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use super::ServerState;
 use super::error::ApiError;
 use super::openai::RequestMessage;
-use super::routes::{check_model, check_tool_types, offer_tools, parse_body};
-use super::tools::Tool;
+use super::routes::{check_model, check_tool_types, parse_body};
+use super::tools::{Tool, tool_values};
 use crate::engine::{EngineError, encode_chat};
 use crate::ids::TokenId;
 
@@ -109,8 +109,7 @@ fn encoder(state: &ServerState, request: TokenizeRequest) -> Result<Encode, ApiE
             let messages =
                 messages.iter().map(RequestMessage::to_chat_message).collect::<Result<Vec<_>, _>>()?;
             check_tool_types(&request.tools)?;
-            let calls = (!request.tools.is_empty()).then_some(state.tool_format);
-            let (messages, tools) = offer_tools(state, messages, &request.tools, calls);
+            let tools = (!request.tools.is_empty()).then(|| tool_values(&request.tools));
             let add_generation_prompt = request.add_generation_prompt.unwrap_or(true);
             let template = state.chat_template.clone();
             Ok(Box::new(move || {

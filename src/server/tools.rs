@@ -1,19 +1,19 @@
 //! OpenAI tool calling on chat completions.
 //!
-//! The tools reach the model through its chat template's `tools` variable. A template that
-//! does not read `tools` (the default model's) gets them as a system message that asks for
-//! Hermes-style calls instead, and earlier assistant calls are written back into the
-//! conversation as that text. The model's reply is parsed in the format its template
-//! teaches ([`ToolFormat`]): Hermes/Qwen `<tool_call>{...}</tool_call>`, Llama 3.x bare JSON
-//! `{"name", "parameters"}`, Mistral `[TOOL_CALLS][{...}]`. `tool_choice: "required"` or a
-//! named function turns into a grammar of well-formed calls in that format, so the call
-//! always parses and names a given tool with arguments valid under its schema.
+//! The tools go to the chat template with the conversation; where the template does not
+//! render tools, calls or results, its rendering polyfills them (see [`crate::model::chat`]).
+//! The model's reply is parsed in the format its template teaches ([`ToolFormat`]):
+//! Hermes/Qwen `<tool_call>{...}</tool_call>` (also what pagoda's tool prompt teaches),
+//! Llama 3.x bare JSON `{"name", "parameters"}`, Mistral `[TOOL_CALLS][{...}]`.
+//! `tool_choice: "required"` or a named function turns into a grammar of well-formed calls
+//! in that format, so the call always parses and names a given tool with arguments valid
+//! under its schema.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use crate::model::{ChatMessage, ChatTemplate};
+pub use crate::model::chat::{ParsedCall, ToolFormat};
 use crate::structured::{Constraint, json_layout};
 
 /// One entry of `tools`.
@@ -102,148 +102,55 @@ impl ToolChoice {
     }
 }
 
-/// How a model writes its tool calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolFormat {
-    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` per call (Hermes, Qwen, and
-    /// pagoda's instructions for templates without tools).
-    Hermes,
-    /// One bare JSON object `{"name": ..., "parameters": {...}}` (Llama 3.x).
-    Llama3Json,
-    /// `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}` (Mistral).
-    Mistral,
-}
-
-impl ToolFormat {
-    /// The format `template` teaches its model; Hermes when it names none.
-    pub fn of(template: Option<&ChatTemplate>) -> Self {
-        let source = template.map_or("", ChatTemplate::source);
-        if source.contains("[TOOL_CALLS]") {
-            Self::Mistral
-        } else if source.contains("<|python_tag|>") || source.contains("\"parameters\": ") {
-            Self::Llama3Json
-        } else {
-            Self::Hermes
-        }
-    }
-
-    /// The text that starts a call in this format.
-    pub fn opener(self) -> &'static str {
-        match self {
-            Self::Hermes => "<tool_call>",
-            Self::Llama3Json => "{",
-            Self::Mistral => "[TOOL_CALLS]",
-        }
-    }
-
-    /// The grammar of a reply made only of calls of `tools`: one, or with `parallel` up to
-    /// one per tool offered (a small model would otherwise repeat a call until `max_tokens`).
-    pub fn constraint(self, tools: &[&Tool], parallel: bool) -> Constraint {
-        let max_calls = if parallel { tools.len().max(1) } else { 1 };
-        let arguments_key = if self == Self::Llama3Json { "parameters" } else { "arguments" };
-        let calls: Vec<Value> = tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "name": { "const": tool.function.name },
-                        arguments_key: tool.function.parameters(),
-                    },
-                    "required": ["name", arguments_key],
-                    "additionalProperties": false,
-                })
+/// The grammar of a reply made only of calls of `tools` in `format`: one, or with
+/// `parallel` up to one per tool offered (a small model would otherwise repeat a call until
+/// `max_tokens`).
+pub fn call_grammar(format: ToolFormat, tools: &[&Tool], parallel: bool) -> Constraint {
+    let max_calls = if parallel { tools.len().max(1) } else { 1 };
+    let arguments_key = format.arguments_key();
+    let calls: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": { "const": tool.function.name },
+                    arguments_key: tool.function.parameters(),
+                },
+                "required": ["name", arguments_key],
+                "additionalProperties": false,
             })
-            .collect();
-        let call = json!({ "anyOf": calls, "x-guidance": json_layout() });
-        let lark = match self {
-            Self::Hermes => {
-                let more = max_calls - 1;
-                format!(
-                    "start: call (\"\\n\" call) ~ 0..{more}\ncall: \"<tool_call>\\n\" %json {call} \"\\n</tool_call>\"\n"
-                )
-            }
-            Self::Llama3Json => format!("start: %json {call}\n"),
-            Self::Mistral => {
-                let array = json!({ "type": "array", "items": call, "minItems": 1, "maxItems": max_calls, "x-guidance": json_layout() });
-                format!("start: %json {array}\n")
-            }
-        };
-        Constraint::Grammar(lark)
-    }
-
-    /// The calls in a reply, or `None` when the reply is not made of calls in this format.
-    pub fn parse(self, text: &str) -> Option<Vec<ParsedCall>> {
-        let text = text.trim();
-        let calls: Vec<Value> = match self {
-            Self::Hermes => {
-                let mut calls = Vec::new();
-                let mut rest = text;
-                while let Some(body) = rest.strip_prefix("<tool_call>") {
-                    let (json, after) = body.split_once("</tool_call>")?;
-                    calls.push(serde_json::from_str(json.trim()).ok()?);
-                    rest = after.trim_start();
-                }
-                (rest.is_empty() && !calls.is_empty()).then_some(calls)?
-            }
-            Self::Llama3Json => {
-                let text = text.strip_prefix("<|python_tag|>").unwrap_or(text);
-                let calls = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-                calls.collect::<Result<Vec<_>, _>>().ok().filter(|calls| !calls.is_empty())?
-            }
-            Self::Mistral => {
-                let text = text.strip_prefix("[TOOL_CALLS]").unwrap_or(text);
-                serde_json::from_str::<Vec<Value>>(text.trim()).ok().filter(|calls| !calls.is_empty())?
-            }
-        };
-        calls.iter().map(ParsedCall::from_json).collect()
-    }
-
-    /// The text of an earlier assistant call, for templates that do not render tool calls.
-    fn write(self, call: &ParsedCall) -> String {
-        match self {
-            Self::Hermes => format!("<tool_call>\n{}\n</tool_call>", call.to_json("arguments")),
-            Self::Llama3Json => call.to_json("parameters").to_string(),
-            Self::Mistral => format!("[TOOL_CALLS][{}]", call.to_json("arguments")),
+        })
+        .collect();
+    let call = json!({ "anyOf": calls, "x-guidance": json_layout() });
+    let lark = match format {
+        ToolFormat::Hermes => {
+            let more = max_calls - 1;
+            format!(
+                "start: call (\"\\n\" call) ~ 0..{more}\ncall: \"<tool_call>\\n\" %json {call} \"\\n</tool_call>\"\n"
+            )
         }
-    }
+        ToolFormat::Llama3Json => format!("start: %json {call}\n"),
+        ToolFormat::Mistral => {
+            let array = json!({ "type": "array", "items": call, "minItems": 1, "maxItems": max_calls, "x-guidance": json_layout() });
+            format!("start: %json {array}\n")
+        }
+    };
+    Constraint::Grammar(lark)
 }
 
-/// One call the model made.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ParsedCall {
-    /// The function's name.
-    pub name: String,
-    /// Its arguments, as a JSON object.
-    pub arguments: Value,
+/// `tools` as the chat template receives them.
+pub fn tool_values(tools: &[Tool]) -> Vec<Value> {
+    tools.iter().map(|tool| json!(tool)).collect()
 }
 
-impl ParsedCall {
-    /// A call from `{"name", "arguments" | "parameters"}`.
-    pub(super) fn from_json(call: &Value) -> Option<Self> {
-        let name = call.get("name")?.as_str()?.to_owned();
-        let arguments =
-            call.get("arguments").or_else(|| call.get("parameters")).cloned().unwrap_or(json!({}));
-        let arguments = match arguments {
-            Value::String(text) => serde_json::from_str(&text).ok()?,
-            other => other,
-        };
-        Some(Self { name, arguments })
-    }
-
-    /// `{"name", key: arguments}`.
-    pub(super) fn to_json(&self, key: &str) -> Value {
-        json!({ "name": self.name, key: self.arguments })
-    }
-
-    /// The call in OpenAI's response shape, with id `id`.
-    pub fn to_openai(&self, id: String) -> ToolCallOut {
-        ToolCallOut {
-            index: None,
-            id,
-            kind: "function",
-            function: FunctionCallOut { name: self.name.clone(), arguments: self.arguments.to_string() },
-        }
+/// `call` in OpenAI's response shape, with id `id`.
+pub fn call_out(call: &ParsedCall, id: String) -> ToolCallOut {
+    ToolCallOut {
+        index: None,
+        id,
+        kind: "function",
+        function: FunctionCallOut { name: call.name.clone(), arguments: call.arguments.to_string() },
     }
 }
 
@@ -271,53 +178,6 @@ pub struct FunctionCallOut {
     pub arguments: String,
 }
 
-/// The system message that teaches a model whose template ignores `tools` to call them.
-fn tools_system_prompt(tools: &[Tool]) -> String {
-    let signatures: Vec<String> = tools.iter().map(|t| json!(t).to_string()).collect();
-    format!(
-        "You can call functions to answer. These are the functions, as JSON signatures:\n<tools>\n{}\n</tools>\n\
-         To call one, reply with nothing but\n<tool_call>\n{{\"name\": \"function name\", \"arguments\": {{...}}}}\n</tool_call>\n\
-         (one block per call). Otherwise, answer in plain text.",
-        signatures.join("\n")
-    )
-}
-
-/// The conversation as the template should see it when tools are in play: unchanged when
-/// the template reads `tools` (`template_reads_tools`); otherwise with the tools explained in
-/// the system message and earlier calls written into the assistant messages as text.
-pub fn conversation_for(
-    template_reads_tools: bool,
-    format: ToolFormat,
-    messages: Vec<ChatMessage>,
-    tools: &[Tool],
-) -> Vec<ChatMessage> {
-    if template_reads_tools {
-        return messages;
-    }
-    let mut out = Vec::with_capacity(messages.len() + 1);
-    let prompt = tools_system_prompt(tools);
-    let mut messages = messages.into_iter().peekable();
-    match messages.peek_mut() {
-        Some(first) if first.role == "system" => first.content = format!("{}\n\n{prompt}", first.content),
-        _ => out.push(ChatMessage::new("system", prompt)),
-    }
-    for mut message in messages {
-        let calls: Vec<String> = message
-            .tool_calls
-            .iter()
-            .filter_map(|call| ParsedCall::from_json(call.get("function")?))
-            .map(|call| format.write(&call))
-            .collect();
-        if !calls.is_empty() {
-            let text = [message.content.trim(), &calls.join("\n")].join("\n");
-            message.content = text.trim().to_owned();
-            message.tool_calls.clear();
-        }
-        out.push(message);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,23 +192,6 @@ mod tests {
                 strict: None,
             },
         }
-    }
-
-    #[test]
-    fn each_format_parses_its_calls_and_nothing_else() {
-        let hermes = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n<tool_call>{\"name\": \"g\", \"arguments\": \"{}\"}</tool_call>";
-        let calls = ToolFormat::Hermes.parse(hermes).unwrap();
-        assert_eq!(calls.len(), 2);
-        assert_eq!(calls[0], ParsedCall { name: "f".into(), arguments: json!({"city": "Oslo"}) });
-        assert_eq!(calls[1].arguments, json!({}));
-        assert_eq!(ToolFormat::Hermes.parse("The weather is fine."), None);
-        assert_eq!(ToolFormat::Hermes.parse("<tool_call>{\"name\": \"f\"</tool_call>"), None);
-        let llama =
-            ToolFormat::Llama3Json.parse("{\"name\": \"f\", \"parameters\": {\"city\": \"Rome\"}}").unwrap();
-        assert_eq!(llama[0].arguments, json!({"city": "Rome"}));
-        let mistral =
-            ToolFormat::Mistral.parse("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]").unwrap();
-        assert_eq!(mistral[0].name, "f");
     }
 
     #[test]
