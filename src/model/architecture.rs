@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::gguf::{GgufError, GgufFile};
-use super::layer_pattern::{gguf_sliding_layers, period_flags, windows};
+use super::layer_pattern::{InvalidPattern, gguf_sliding_layers, period_flags, windows};
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +239,12 @@ pub enum ConfigError {
     /// Reading GGUF metadata failed.
     #[error(transparent)]
     Gguf(#[from] GgufError),
+}
+
+impl From<InvalidPattern> for ConfigError {
+    fn from(InvalidPattern { key, reason }: InvalidPattern) -> Self {
+        Self::InvalidField { field: key, reason }
+    }
 }
 
 const SUPPORTED: [&str; 8] =

@@ -2,8 +2,16 @@
 //! `sliding_window_pattern`, llama.cpp's default per family) or, in a GGUF file,
 //! `{arch}.attention.sliding_window_pattern` as one flag per layer or as that period.
 
-use super::architecture::ConfigError;
 use super::gguf::{GgufFile, MetadataValue};
+
+/// A GGUF layer pattern that cannot be read: its key, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidPattern {
+    /// The metadata key (`{arch}.attention.sliding_window_pattern`).
+    pub key: String,
+    /// What is wrong with its value.
+    pub reason: String,
+}
 
 /// Per layer, whether it slides: layer `i` does when `(i + 1) % period != 0` (period 0: every
 /// layer), the rule of transformers and llama.cpp (`set_swa_pattern`) for Gemma 2 (period 2)
@@ -27,9 +35,9 @@ pub fn gguf_sliding_layers(
     architecture: &str,
     num_layers: usize,
     default_period: Option<usize>,
-) -> Result<Vec<bool>, ConfigError> {
+) -> Result<Vec<bool>, InvalidPattern> {
     let key = format!("{architecture}.attention.sliding_window_pattern");
-    let invalid = |reason: String| ConfigError::InvalidField { field: key.clone(), reason };
+    let invalid = |reason: String| InvalidPattern { key: key.clone(), reason };
     let Some(value) = gguf.get(&key) else { return Ok(period_flags(num_layers, default_period)) };
     let Some(items) = value.as_array() else {
         let period = value.as_i64().ok_or_else(|| {
@@ -59,6 +67,7 @@ pub fn gguf_sliding_layers(
 mod tests {
     use super::*;
     use crate::model::ModelConfig;
+    use crate::model::architecture::ConfigError;
     use crate::model::gguf::GgufWriter;
 
     /// A metadata-only Gemma 3 GGUF of `layers` layers with a window of 8 and, when given, a
