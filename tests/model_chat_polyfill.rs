@@ -194,16 +194,7 @@ fn hf_template(dir: &Path) -> (ChatTemplate, String) {
 #[test]
 fn family_and_smollm2_templates_render_every_case_and_probe_as_known() {
     let families = env_dir("PAGODA_FAMILIES_DIR");
-    let all = ChatCapabilities {
-        system_role: true,
-        later_system: true,
-        tools: true,
-        tool_calls: true,
-        parallel_tool_calls: true,
-        tool_responses: true,
-        non_alternating: true,
-        assistant_first: true,
-    };
+    let all = ChatCapabilities::ALL;
     let no_tools = ChatCapabilities { tools: false, tool_calls: false, parallel_tool_calls: false, ..all };
     let alternating =
         ChatCapabilities { non_alternating: false, assistant_first: false, ..Default::default() };

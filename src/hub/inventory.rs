@@ -48,24 +48,23 @@ pub fn scan(cache_dir: &Path) -> Vec<CachedSnapshot> {
 
 /// `(ref, commit)` for every file under `refs/`.
 fn refs_of(dir: &Path) -> Vec<(String, String)> {
-    let mut refs = Vec::new();
-    let mut dirs = vec![dir.to_owned()];
-    while let Some(d) = dirs.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if let (Ok(name), Ok(commit)) = (path.strip_prefix(dir), std::fs::read_to_string(&path)) {
-                refs.push((name.to_string_lossy().replace('\\', "/"), commit.trim().to_owned()));
-            }
-        }
-    }
+    let read =
+        |(name, path): (String, PathBuf)| Some((name, std::fs::read_to_string(path).ok()?.trim().to_owned()));
+    let mut refs: Vec<_> = files_under(dir).into_iter().filter_map(read).collect();
     refs.sort();
     refs
 }
 
 /// The files of a snapshot whose blobs are present, with their sizes.
 fn files_of(dir: &Path) -> Vec<(String, u64)> {
+    let size = |(name, path): (String, PathBuf)| Some((name, std::fs::metadata(path).ok()?.len()));
+    let mut files: Vec<_> = files_under(dir).into_iter().filter_map(size).collect();
+    files.sort();
+    files
+}
+
+/// Every file below `dir`: its `/`-separated path relative to `dir`, and its path.
+fn files_under(dir: &Path) -> Vec<(String, PathBuf)> {
     let mut files = Vec::new();
     let mut dirs = vec![dir.to_owned()];
     while let Some(d) = dirs.pop() {
@@ -73,12 +72,12 @@ fn files_of(dir: &Path) -> Vec<(String, u64)> {
             let path = entry.path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if let (Ok(meta), Ok(name)) = (std::fs::metadata(&path), path.strip_prefix(dir)) {
-                files.push((name.to_string_lossy().replace('\\', "/"), meta.len()));
+            } else if let Ok(name) = path.strip_prefix(dir) {
+                let name = name.to_string_lossy().replace('\\', "/");
+                files.push((name, path));
             }
         }
     }
-    files.sort();
     files
 }
 

@@ -206,16 +206,7 @@ mod tests {
         assistant_first: false,
     };
 
-    const ALL: ChatCapabilities = ChatCapabilities {
-        system_role: true,
-        later_system: true,
-        tools: true,
-        tool_calls: true,
-        parallel_tool_calls: true,
-        tool_responses: true,
-        non_alternating: true,
-        assistant_first: true,
-    };
+    const ALL: ChatCapabilities = ChatCapabilities::ALL;
 
     fn roles_and_texts(messages: &[ChatMessage]) -> Vec<(String, String)> {
         messages.iter().map(|m| (m.role.clone(), m.content.clone())).collect()

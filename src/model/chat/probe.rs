@@ -45,6 +45,18 @@ const RESULT: &str = "pagoda-probe-result";
 pub(super) type RawRender<'a> = dyn Fn(&[ChatMessage], Option<&[Value]>) -> Result<String, ChatError> + 'a;
 
 impl ChatCapabilities {
+    /// A template that renders every feature itself (no polyfill applies).
+    pub const ALL: Self = Self {
+        system_role: true,
+        later_system: true,
+        tools: true,
+        tool_calls: true,
+        parallel_tool_calls: true,
+        tool_responses: true,
+        non_alternating: true,
+        assistant_first: true,
+    };
+
     /// Probes the template behind `render`. One that cannot render a lone user message
     /// within its budget (out of fuel or memory) supports nothing, and is not run again.
     pub(super) fn probe(render: &RawRender<'_>) -> Self {
