@@ -1,8 +1,11 @@
 //! The default model split by llama.cpp's `llama-gguf-split --split-max-tensors`, with and
 //! without tensors in its first part (scripts/make-splits.sh, directory in
-//! `PAGODA_SPLIT_DIR`): opened from any part it loads every tensor of the single file, and its greedy tokens and logits are the single file's
-//! bit for bit; a missing part, a part of another split, a part of a split of another count
-//! and a part under another part's name are refused with typed errors naming the file.
+//! `PAGODA_SPLIT_DIR`): opened from any part it loads every tensor of the single file, and
+//! its greedy tokens and logits are the single file's bit for bit; a missing part, a part of
+//! another split, a part of a split of another count and a part under another part's name
+//! are refused with typed errors naming the file. (Unix only: symbolic links put parts of
+//! several splits together.)
+#![cfg(unix)]
 
 use std::path::{Path, PathBuf};
 
