@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::architecture::{ConfigError, ModelConfig};
 use super::chat::{ChatError, ChatTemplate};
-use super::gguf::{GgufError, GgufFile};
+use super::gguf::GgufError;
+use super::gguf_split::{GgufModel, GgufSplitError};
 use super::safetensors::{SafetensorsError, SafetensorsFiles};
 use super::tokenizer::{Tokenizer, TokenizerError};
 use super::weights::{LlamaWeights, WeightError, WeightFile};
@@ -27,6 +28,9 @@ pub enum ModelError {
     /// The GGUF file could not be read.
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    /// Another part of a split GGUF model is missing, unreadable or of another split.
+    #[error(transparent)]
+    GgufSplit(GgufSplitError),
     /// The safetensors could not be read.
     #[error(transparent)]
     Safetensors(#[from] SafetensorsError),
@@ -55,6 +59,16 @@ pub enum ModelError {
     DefaultModel(String),
 }
 
+impl From<GgufSplitError> for ModelError {
+    /// The file opened's own faults stay GGUF errors; the other parts' are split errors.
+    fn from(e: GgufSplitError) -> Self {
+        match e {
+            GgufSplitError::Gguf(e) => Self::Gguf(e),
+            other => Self::GgufSplit(other),
+        }
+    }
+}
+
 /// A model on disk: what it is, how it tokenizes, how it chats, and its weights.
 #[derive(Debug)]
 pub struct ModelFiles {
@@ -71,7 +85,8 @@ pub struct ModelFiles {
 }
 
 impl ModelFiles {
-    /// Open an HF directory or a `.gguf` file, checking every weight's shape against the config.
+    /// Open an HF directory or a `.gguf` file (any part of a split GGUF opens all its parts),
+    /// checking every weight's shape against the config.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
         let files = if path.is_dir() {
@@ -86,14 +101,15 @@ impl ModelFiles {
     }
 
     fn open_gguf(path: &Path) -> Result<Self, ModelError> {
-        let gguf = GgufFile::open(path)?;
-        let mut config = ModelConfig::from_gguf(&gguf)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let model = GgufModel::open(path)?;
+        let gguf = model.metadata();
+        let mut config = ModelConfig::from_gguf(gguf)?;
+        let tokenizer = Tokenizer::from_gguf(gguf)?;
         let (bos, eos) =
             (tokenizer.token_text(tokenizer.bos_token_id()), tokenizer.token_text(tokenizer.eos_token_id()));
-        let chat_template = optional_template(ChatTemplate::from_gguf(&gguf, &bos, &eos))?;
+        let chat_template = optional_template(ChatTemplate::from_gguf(gguf, &bos, &eos))?;
         add_turn_ends(&mut config, &tokenizer, chat_template.as_ref());
-        Ok(Self { path: path.to_owned(), config, tokenizer, chat_template, weights: WeightFile::Gguf(gguf) })
+        Ok(Self { path: path.to_owned(), config, tokenizer, chat_template, weights: WeightFile::Gguf(model) })
     }
 
     fn open_hf_dir(dir: &Path) -> Result<Self, ModelError> {

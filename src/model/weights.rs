@@ -2,7 +2,8 @@
 //! against the config's shapes.
 
 use super::architecture::ModelConfig;
-use super::gguf::{GgufError, GgufFile};
+use super::gguf::GgufError;
+use super::gguf_split::GgufModel;
 use super::safetensors::{SafetensorsError, SafetensorsFiles};
 use super::tensor::TensorView;
 
@@ -51,8 +52,8 @@ impl From<SafetensorsError> for WeightError {
 /// Where the weights are stored.
 #[derive(Debug)]
 pub enum WeightFile {
-    /// A GGUF file (llama.cpp names: `blk.N.attn_q.weight`, ...).
-    Gguf(GgufFile),
+    /// A GGUF file or the parts of a split one (llama.cpp names: `blk.N.attn_q.weight`, ...).
+    Gguf(GgufModel),
     /// HF safetensors (names: `model.layers.N.self_attn.q_proj.weight`, ...).
     Safetensors(SafetensorsFiles),
 }

@@ -146,7 +146,7 @@ impl Target for Gguf {
             Ok(config) => config,
             Err(error) => return outcome::<_>(Err(error)),
         };
-        let weights = WeightFile::Gguf(file);
+        let weights = WeightFile::Gguf(file.into());
         outcome(LlamaWeights::from_file(&weights, &config).map(|_| ()))
     }
 }
