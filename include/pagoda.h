@@ -120,6 +120,10 @@ typedef struct PagodaOutput {
   size_t num_output_tokens;
   // Prompt tokens served by the prefix cache.
   size_t num_cached_tokens;
+  // NULL, except on the first output of a request whose parameters set `prompt_logprobs`:
+  // NUL-terminated JSON, an array with one entry per prompt token, `null` for the first,
+  // then `{"token_id", "logprob", "rank", "top": [[id, logprob], ...]}`.
+  const char *prompt_logprobs_json;
 } PagodaOutput;
 
 // Receives each output of a step. `output` and everything it points to are valid only
@@ -171,7 +175,8 @@ enum PagodaStatus pagoda_engine_free(struct PagodaEngine *engine);
 // Queues a text prompt (special tokens parsed, BOS added when the model wants it) with
 // sampling parameters as JSON (vLLM's names: `temperature`, `top_p`, `top_k`, `min_p`,
 // `seed`, `max_tokens`, `min_tokens`, `stop`, `stop_token_ids`, `ignore_eos`, penalties,
-// `logit_bias`, ...; NULL or `""` for the defaults, a field set to `null` takes its
+// `logit_bias`, `prompt_logprobs` (its values come in the first output's
+// `prompt_logprobs_json`), ...; NULL or `""` for the defaults, a field set to `null` takes its
 // default). `*out_request_id` receives the request's id.
 //
 // # Safety

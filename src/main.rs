@@ -210,9 +210,14 @@ struct GenerateArgs {
     /// Apply the chat template to each prompt as a single user message.
     #[arg(long)]
     chat: bool,
-    /// Print one JSON object per prompt: prompt_token_ids, token_ids, text, finish_reason.
+    /// Print one JSON object per prompt: prompt_token_ids, token_ids, text, finish_reason
+    /// (and prompt_logprobs with --prompt-logprobs).
     #[arg(long)]
     json: bool,
+    /// With --json, each prompt token's logprob and rank and the N most likely tokens at its
+    /// position (null for the first token), as `prompt_logprobs`.
+    #[arg(long, value_name = "N", requires = "json")]
+    prompt_logprobs: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
     #[command(flatten)]
@@ -512,7 +517,7 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             false => Prompt::Text(text.clone()),
         })
         .collect();
-    let params = args.sampling.params()?;
+    let params = SamplingParams { prompt_logprobs: args.prompt_logprobs, ..args.sampling.params()? };
     let mut engine = Engine::new(engine_config(&args.engine, args.sampling.seed.unwrap_or(0))?)?;
     let started = std::time::Instant::now();
     let completions = engine.generate(prompts, &params)?;
@@ -541,12 +546,16 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
 
 /// The `--json` line of one completion.
 fn completion_json(completion: &CompletionOutput) -> serde_json::Value {
-    serde_json::json!({
+    let mut line = serde_json::json!({
         "prompt_token_ids": completion.prompt_token_ids,
         "token_ids": completion.token_ids,
         "text": completion.text,
         "finish_reason": completion.finish_reason,
-    })
+    });
+    if let Some(prompt_logprobs) = &completion.prompt_logprobs {
+        line["prompt_logprobs"] = serde_json::json!(prompt_logprobs);
+    }
+    line
 }
 
 fn chat(args: ChatArgs) -> anyhow::Result<()> {

@@ -66,6 +66,11 @@ pub struct SamplingParams {
     pub ignore_eos: bool,
     /// Return this many top log-probabilities per generated token.
     pub logprobs: Option<usize>,
+    /// Return, for each prompt token after the first, its log-probability and rank and the
+    /// this many top log-probabilities at its position (vLLM's `prompt_logprobs`), computed
+    /// from the request's own prefill. A request that sets it takes no prefix-cache hits, so
+    /// every position is computed.
+    pub prompt_logprobs: Option<usize>,
     /// Keep the matched stop string at the end of the text.
     pub include_stop_str_in_output: bool,
     /// Leave special tokens out of the detokenized text.
@@ -92,6 +97,7 @@ impl Default for SamplingParams {
             stop_token_ids: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            prompt_logprobs: None,
             include_stop_str_in_output: false,
             skip_special_tokens: true,
             structured_outputs: None,
@@ -148,6 +154,9 @@ pub enum SamplingParamsError {
     /// `logprobs` asks for more than [`MAX_LOGPROBS`].
     #[error("logprobs must be at most {MAX_LOGPROBS}, got {0}")]
     Logprobs(usize),
+    /// `prompt_logprobs` asks for more than [`MAX_LOGPROBS`].
+    #[error("prompt_logprobs must be at most {MAX_LOGPROBS}, got {0}")]
+    PromptLogprobs(usize),
 }
 
 impl SamplingParams {
@@ -211,8 +220,9 @@ impl SamplingParams {
         if self.stop.iter().any(String::is_empty) {
             return Err(SamplingParamsError::EmptyStop);
         }
-        match self.logprobs {
-            Some(n) if n > MAX_LOGPROBS => Err(SamplingParamsError::Logprobs(n)),
+        match (self.logprobs, self.prompt_logprobs) {
+            (Some(n), _) if n > MAX_LOGPROBS => Err(SamplingParamsError::Logprobs(n)),
+            (_, Some(n)) if n > MAX_LOGPROBS => Err(SamplingParamsError::PromptLogprobs(n)),
             _ => Ok(()),
         }
     }
@@ -242,6 +252,36 @@ pub struct TokenLogprobs {
     pub logprob: f32,
     /// The most likely tokens and their log-probabilities, best first.
     pub top: Vec<(TokenId, f32)>,
+}
+
+/// Log-probabilities at one prompt position: those of the prompt's own token there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptTokenLogprobs {
+    /// The prompt's token at this position.
+    pub token_id: TokenId,
+    /// Its log-probability given the prompt before it.
+    pub logprob: f32,
+    /// Its rank: 1 plus the number of tokens with a larger logit (vLLM's rank).
+    pub rank: usize,
+    /// The most likely tokens and their log-probabilities, best first (ties by lower id);
+    /// serialized as `[id, logprob]` pairs.
+    pub top: Vec<(TokenId, f32)>,
+}
+
+/// A request's prompt log-probabilities, one entry per prompt token; the first token has
+/// nothing before it, so its entry is `None`.
+pub type PromptLogprobs = Vec<Option<PromptTokenLogprobs>>;
+
+/// The log-probabilities of `token_id` and of the `top_n` best tokens in a full raw logits
+/// row: the same arithmetic as a sampled token's logprobs, so a prompt position's logprob is
+/// bit for bit what decoding that token from the same row gives.
+pub fn prompt_token_logprobs(logits: &[f32], token_id: TokenId, top_n: usize) -> PromptTokenLogprobs {
+    let raw: Vec<(TokenId, f32)> =
+        logits.iter().enumerate().map(|(id, &logit)| (id as TokenId, logit)).collect();
+    let TokenLogprobs { logprob, top } = raw_logprobs(&raw, token_id, top_n, None);
+    let own = logits.get(token_id as usize).copied().unwrap_or(f32::NEG_INFINITY);
+    let rank = 1 + logits.iter().filter(|&&logit| logit > own).count();
+    PromptTokenLogprobs { token_id, logprob, rank, top }
 }
 
 /// One sampled token and, when asked for, its log-probabilities.
@@ -549,6 +589,9 @@ mod tests {
         );
         assert_eq!(bad(|p| p.stop = vec!["ok".into(), String::new()]), SamplingParamsError::EmptyStop);
         assert_eq!(bad(|p| p.logprobs = Some(21)), SamplingParamsError::Logprobs(21));
+        assert_eq!(bad(|p| p.prompt_logprobs = Some(21)), SamplingParamsError::PromptLogprobs(21));
+        let at_the_max = SamplingParams { prompt_logprobs: Some(MAX_LOGPROBS), ..SamplingParams::default() };
+        assert_eq!(at_the_max.validate(), Ok(()));
         assert_eq!(
             bad(|p| p.logit_bias = BTreeMap::from([(3, 1.0), (7, -100.5)])),
             SamplingParamsError::LogitBias { token_id: 7, bias: -100.5 }
@@ -723,6 +766,24 @@ mod tests {
         assert_eq!(logprobs.top.iter().map(|&(id, _)| id).collect::<Vec<_>>(), vec![0, 1]);
         assert!((logprobs.top[0].1 - 0.5f32.ln()).abs() < 1e-6);
         assert!((logprobs.top[1].1 - 0.25f32.ln()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_prompt_tokens_logprobs_are_the_decoded_tokens_bits_with_its_rank() {
+        let logits = [0.5, 2.0, -1.0, 2.0, 1.25];
+        let params = SamplingParams { logprobs: Some(2), ..SamplingParams::greedy(8) };
+        let decoded = sample_logits(&logits, &ctx(&params, &[], &[]));
+        assert_eq!(decoded.token_id, 1);
+        let prompt = prompt_token_logprobs(&logits, 1, 2);
+        let decoded = decoded.logprobs.unwrap();
+        assert_eq!(prompt.logprob.to_bits(), decoded.logprob.to_bits());
+        assert_eq!(prompt.top, decoded.top);
+        assert_eq!((prompt.token_id, prompt.rank), (1, 1));
+        // Two tokens (ids 1 and 3) have larger logits than id 4.
+        let third = prompt_token_logprobs(&logits, 4, 0);
+        assert_eq!((third.rank, third.top.len()), (3, 0));
+        let normalizer = logits.iter().map(|&l| f64::from(l).exp()).sum::<f64>().ln();
+        assert!((f64::from(third.logprob) - (1.25 - normalizer)).abs() < 1e-6);
     }
 
     #[test]

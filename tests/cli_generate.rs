@@ -186,3 +186,25 @@ fn generate_on_a_headless_gpu_prints_only_its_summary() {
     assert_eq!(lines.len(), 1, "stderr: {stderr}");
     assert!(lines[0].starts_with("1 prompt(s): 6 prompt and 2 generated tokens"), "stderr: {stderr}");
 }
+
+/// `--prompt-logprobs N` adds each prompt token's logprob, rank and top N to the `--json`
+/// line (the tiny model on the GPU: the simulated executor has no logits).
+#[test]
+fn generate_json_prints_prompt_logprobs() {
+    let dir = tiny_dir();
+    let model = dir.path().to_str().unwrap();
+    let args = ["generate", "--model", model, "--temperature", "0", "--max-tokens", "1", "--json"];
+    let lines = json_lines(&pagoda(&[&args[..], &["--prompt-logprobs", "2", "the tower"]].concat()));
+    let prompt = ids(&lines[0]["prompt_token_ids"]);
+    let entries = lines[0]["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(entries.len(), prompt.len());
+    assert!(entries[0].is_null());
+    for (entry, &token) in entries.iter().zip(&prompt).skip(1) {
+        assert_eq!(entry["token_id"], token);
+        assert!(entry["logprob"].as_f64().unwrap() <= 0.0 && entry["rank"].as_u64().unwrap() >= 1);
+        assert_eq!(entry["top"].as_array().unwrap().len(), 2);
+    }
+    let output = pagoda(&[&args[..], &["--prompt-logprobs", "21", "the tower"]].concat());
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("prompt_logprobs must be at most 20"));
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The official `openai` package against `pagoda serve`: a chat completion, streamed and not.
+"""The official `openai` package against `pagoda serve`: a chat completion, streamed and not,
+and a prompt scored with `echo` (what lm-evaluation-harness's `local-completions` sends).
 
 Usage: tests/openai_client.py PAGODA_BINARY [MODEL]. Starts the server on a free loopback
 port (default model unless MODEL is given), waits for /health, then checks that a greedy
@@ -97,7 +98,25 @@ def main() -> None:
             raise AssertionError("temperature -1 was accepted")
         except openai.BadRequestError as error:
             assert "temperature" in str(error)
-        print(f"openai client test passed: {text!r}")
+        # Scoring a prompt: echo, logprobs and max_tokens 0 give the prompt back with each
+        # token's logprob after the first (null), and generate nothing; vLLM's prompt_logprobs
+        # (an extra field) agree with them.
+        prompt = "The capital of France is Paris"
+        scored = client.completions.create(
+            model="smollm2", prompt=prompt, echo=True, logprobs=1, max_tokens=0, temperature=0,
+            extra_body={"prompt_logprobs": 1},
+        )
+        choice = scored.choices[0]
+        assert choice.text == prompt, choice.text
+        assert scored.usage.completion_tokens == 0
+        token_logprobs = choice.logprobs.token_logprobs
+        assert len(token_logprobs) == scored.usage.prompt_tokens
+        assert token_logprobs[0] is None and all(lp is not None and lp <= 0 for lp in token_logprobs[1:])
+        vllm = choice.model_extra["prompt_logprobs"]
+        assert vllm[0] is None and len(vllm) == len(token_logprobs)
+        for position, logprob in zip(vllm[1:], token_logprobs[1:]):
+            assert logprob in [entry["logprob"] for entry in position.values()], (position, logprob)
+        print(f"openai client test passed: {text!r}; {prompt!r} scores {sum(token_logprobs[1:]):.3f}")
 
 
 if __name__ == "__main__":

@@ -342,7 +342,19 @@ fn malformed_requests_get_openai_style_errors() {
         ("/v1/completions", json!({"prompt": "hi", "temperature": -1}), 400, "temperature"),
         ("/v1/completions", json!({"prompt": "hi", "top_p": 0}), 400, "top_p"),
         ("/v1/completions", json!({"prompt": "hi", "n": 0}), 400, "n = 0"),
-        ("/v1/completions", json!({"prompt": "hi", "echo": true}), 400, "echo"),
+        ("/v1/completions", json!({"prompt": "hi", "echo": true, "stream": true}), 400, "echo"),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "prompt_logprobs": 21}),
+            400,
+            "prompt_logprobs must be at most 20",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 1, "stream": true}),
+            400,
+            "prompt_logprobs",
+        ),
         ("/v1/completions", json!({"prompt": "hi", "best_of": 3}), 400, "best_of = 3"),
         ("/v1/completions", json!({"prompt": "hi", "suffix": "!"}), 400, "suffix"),
         (
@@ -358,6 +370,7 @@ fn malformed_requests_get_openai_style_errors() {
             "n = 65",
         ),
         ("/v1/completions", json!({"prompt": "hi", "max_tokens": 0}), 400, "max_tokens"),
+        ("/v1/completions", json!({"prompt": "hi", "max_tokens": 0, "echo": false}), 400, "max_tokens"),
         ("/v1/completions", json!({"prompt": [999]}), 400, "outside the vocabulary"),
         ("/v1/completions", json!({"prompt": "hi ".repeat(600)}), 400, "max_model_len"),
         ("/v1/completions", json!({"prompt": "hi", "model": "gpt-4"}), 404, "gpt-4"),

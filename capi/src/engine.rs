@@ -60,7 +60,8 @@ pub extern "C" fn pagoda_engine_free(engine: *mut PagodaEngine) -> PagodaStatus 
 /// Queues a text prompt (special tokens parsed, BOS added when the model wants it) with
 /// sampling parameters as JSON (vLLM's names: `temperature`, `top_p`, `top_k`, `min_p`,
 /// `seed`, `max_tokens`, `min_tokens`, `stop`, `stop_token_ids`, `ignore_eos`, penalties,
-/// `logit_bias`, ...; NULL or `""` for the defaults, a field set to `null` takes its
+/// `logit_bias`, `prompt_logprobs` (its values come in the first output's
+/// `prompt_logprobs_json`), ...; NULL or `""` for the defaults, a field set to `null` takes its
 /// default). `*out_request_id` receives the request's id.
 ///
 /// # Safety

@@ -1,6 +1,6 @@
 //! What a step hands the output callback: one request's new text and tokens.
 
-use std::ffi::c_char;
+use std::ffi::{CString, c_char};
 
 use pagoda::{FinishReason, RequestOutput};
 
@@ -56,12 +56,17 @@ pub struct PagodaOutput {
     pub num_output_tokens: usize,
     /// Prompt tokens served by the prefix cache.
     pub num_cached_tokens: usize,
+    /// NULL, except on the first output of a request whose parameters set `prompt_logprobs`:
+    /// NUL-terminated JSON, an array with one entry per prompt token, `null` for the first,
+    /// then `{"token_id", "logprob", "rank", "top": [[id, logprob], ...]}`.
+    pub prompt_logprobs_json: *const c_char,
 }
 
 /// A [`RequestOutput`] with its text NUL-terminated, ready to be lent to C.
 pub struct OwnedOutput {
     output: RequestOutput,
     text: Vec<u8>,
+    prompt_logprobs_json: Option<CString>,
 }
 
 impl From<RequestOutput> for OwnedOutput {
@@ -69,7 +74,13 @@ impl From<RequestOutput> for OwnedOutput {
         let mut text = Vec::with_capacity(output.new_text.len() + 1);
         text.extend_from_slice(output.new_text.as_bytes());
         text.push(0);
-        Self { output, text }
+        // serde_json escapes every control character, so the JSON holds no NUL.
+        let prompt_logprobs_json = output
+            .prompt_logprobs
+            .as_ref()
+            .and_then(|logprobs| serde_json::to_string(logprobs).ok())
+            .and_then(|json| CString::new(json).ok());
+        Self { output, text, prompt_logprobs_json }
     }
 }
 
@@ -87,6 +98,45 @@ impl OwnedOutput {
             num_prompt_tokens: output.num_prompt_tokens,
             num_output_tokens: output.num_output_tokens,
             num_cached_tokens: output.num_cached_tokens,
+            prompt_logprobs_json: self
+                .prompt_logprobs_json
+                .as_ref()
+                .map_or(std::ptr::null(), |json| json.as_ptr()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use pagoda::sampling::PromptTokenLogprobs;
+
+    use super::*;
+
+    fn output(prompt_logprobs: Option<pagoda::sampling::PromptLogprobs>) -> RequestOutput {
+        RequestOutput {
+            request_id: 3,
+            new_token_ids: vec![7],
+            new_text: "x".into(),
+            new_logprobs: Vec::new(),
+            prompt_logprobs,
+            finish_reason: None,
+            num_prompt_tokens: 2,
+            num_output_tokens: 1,
+            num_cached_tokens: 0,
+        }
+    }
+
+    #[test]
+    fn prompt_logprobs_reach_c_as_json_on_the_output_that_carries_them() {
+        let entry = PromptTokenLogprobs { token_id: 5, logprob: -0.5, rank: 2, top: vec![(9, -0.25)] };
+        let owned = OwnedOutput::from(output(Some(vec![None, Some(entry)])));
+        let view = owned.view();
+        assert!(!view.prompt_logprobs_json.is_null());
+        // SAFETY: non-NULL, NUL-terminated and owned by `owned`, which outlives this use.
+        let json = unsafe { CStr::from_ptr(view.prompt_logprobs_json) }.to_str().unwrap();
+        assert_eq!(json, r#"[null,{"token_id":5,"logprob":-0.5,"rank":2,"top":[[9,-0.25]]}]"#);
+        assert!(OwnedOutput::from(output(None)).view().prompt_logprobs_json.is_null());
     }
 }

@@ -147,9 +147,12 @@ impl KvCacheManager {
     /// The longest run of leading full blocks of `request` in the prefix cache, capped so
     /// at most `num_tokens - 1` tokens count as computed (the last token is always computed
     /// to produce logits). Under a sliding window only the blocks the next token's window
-    /// reaches must be cached; those before it are the null block. Changes nothing.
+    /// reaches must be cached; those before it are the null block. A request that asks for
+    /// prompt logprobs takes no hits (as in vLLM): its prefill computes every position, so its
+    /// prompt logprobs never depend on the cache. Changes nothing.
     pub fn get_computed_blocks(&self, request: &Request) -> ComputedBlocks {
-        if !self.enable_caching || request.num_tokens() == 0 {
+        let skips_cache = request.sampling_params.prompt_logprobs.is_some();
+        if !self.enable_caching || skips_cache || request.num_tokens() == 0 {
             return ComputedBlocks::default();
         }
         let max_hit_blocks = (request.num_tokens() - 1) / self.block_size;

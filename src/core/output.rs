@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::core::request::FinishReason;
 use crate::ids::{BlockId, RequestId, TokenId};
-use crate::sampling::{SamplingParams, TokenLogprobs};
+use crate::sampling::{PromptLogprobs, SamplingParams, TokenLogprobs};
 
 /// A request scheduled for the first time (or, after preemption, see `CachedRequestData`).
 #[derive(Debug, Clone)]
@@ -68,6 +68,9 @@ pub struct ModelRunnerOutput {
     pub sampled_token_ids: HashMap<RequestId, Vec<TokenId>>,
     /// Log-probabilities for requests that asked for them, one per sampled token.
     pub logprobs: HashMap<RequestId, Vec<TokenLogprobs>>,
+    /// Prompt log-probabilities of requests that asked for them, whole, at the step that
+    /// finished their prompt (the one that samples their first token), once.
+    pub prompt_logprobs: HashMap<RequestId, PromptLogprobs>,
 }
 
 /// What one step produced for one request.
@@ -79,6 +82,8 @@ pub struct EngineCoreOutput {
     pub new_token_ids: Vec<TokenId>,
     /// Log-probabilities of those tokens, when asked for.
     pub new_logprobs: Vec<TokenLogprobs>,
+    /// The prompt's log-probabilities, when asked for, on the request's first output.
+    pub prompt_logprobs: Option<PromptLogprobs>,
     /// Set when the request finished this step.
     pub finish_reason: Option<FinishReason>,
     /// The stop token that ended it, if any.

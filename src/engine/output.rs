@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::core::request::FinishReason;
 use crate::ids::{RequestId, TokenId};
-use crate::sampling::TokenLogprobs;
+use crate::sampling::{PromptLogprobs, TokenLogprobs};
 
 /// What one step produced for one request: the new tokens and the new text.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +18,9 @@ pub struct RequestOutput {
     pub new_text: String,
     /// Log-probabilities of `new_token_ids`, when asked for.
     pub new_logprobs: Vec<TokenLogprobs>,
+    /// The prompt's log-probabilities (`SamplingParams::prompt_logprobs`), on the request's
+    /// first output with tokens.
+    pub prompt_logprobs: Option<PromptLogprobs>,
     /// Set on the request's last output.
     pub finish_reason: Option<FinishReason>,
     /// Prompt length in tokens.
@@ -51,6 +54,9 @@ pub struct CompletionOutput {
     /// Log-probabilities per generated token, when asked for.
     #[serde(skip)]
     pub logprobs: Vec<TokenLogprobs>,
+    /// The prompt's log-probabilities, when asked for: one per prompt token, the first `None`.
+    #[serde(skip)]
+    pub prompt_logprobs: Option<PromptLogprobs>,
     /// Prompt tokens served by the prefix cache.
     pub num_cached_tokens: usize,
 }
@@ -66,6 +72,9 @@ impl CompletionOutput {
         self.token_ids.extend_from_slice(&output.new_token_ids);
         self.text.push_str(&output.new_text);
         self.logprobs.extend_from_slice(&output.new_logprobs);
+        if output.prompt_logprobs.is_some() {
+            self.prompt_logprobs.clone_from(&output.prompt_logprobs);
+        }
         self.finish_reason = output.finish_reason.or(self.finish_reason);
         self.num_cached_tokens = output.num_cached_tokens;
     }

@@ -2,9 +2,12 @@
 //! scheduler's outputs, builds the varlen batch, runs the Llama forward pass on the GPU and
 //! samples with [`crate::sampling`]: greedy requests from the GPU's top-k candidates (the
 //! argmax, plus one candidate per token `min_tokens` may mask), every other request from its
-//! full logits row.
+//! full logits row. A request that asks for prompt logprobs also has the rows of its prompt
+//! positions in the LM head while it prefills; they are gathered chunk by chunk and handed
+//! back whole with its first token.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use super::fault::{FaultKind, FaultPlan};
 use super::{ExecutorError, ModelExecutor, StepMasks};
@@ -17,7 +20,10 @@ use crate::gpu::{
 use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;
 use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
-use crate::sampling::{SampledToken, SamplingContext, SamplingParams, sample_candidates, sample_logits};
+use crate::sampling::{
+    PromptLogprobs, SampledToken, SamplingContext, SamplingParams, prompt_token_logprobs, sample_candidates,
+    sample_logits,
+};
 use crate::structured::TokenMask;
 
 /// The most top-k candidates a greedy request takes from the GPU. One that needs more (a
@@ -36,6 +42,20 @@ struct RequestState {
     params: SamplingParams,
     /// The key of its draws: `params.seed`, else its request id.
     seed: u64,
+    /// Its prompt logprobs, when it asked for them.
+    prompt_logprobs: Option<PromptLogprobsState>,
+}
+
+/// A request's prompt logprobs while its prompt is computed.
+#[derive(Debug)]
+struct PromptLogprobsState {
+    /// Top log-probabilities per position.
+    top_n: usize,
+    /// One entry per prompt position gathered so far, in order (the first is `None`).
+    entries: PromptLogprobs,
+    /// True once handed back: a request preempted later recomputes its prompt without
+    /// emitting them twice.
+    sent: bool,
 }
 
 impl RequestState {
@@ -66,6 +86,29 @@ impl RequestState {
             || self.greedy_candidates() > MAX_GPU_CANDIDATES
     }
 
+    /// The positions among `start..start + len` whose logits give prompt logprobs not gathered
+    /// yet (position `p` gives prompt token `p + 1`'s). An error where positions before
+    /// them are missing (its prefix came from elsewhere: the scheduler gives such requests no
+    /// prefix-cache hits).
+    fn prompt_rows(
+        &self,
+        req_id: RequestId,
+        start: usize,
+        len: usize,
+    ) -> Result<Range<usize>, ExecutorError> {
+        let Some(state) = self.prompt_logprobs.as_ref().filter(|state| !state.sent) else {
+            return Ok(0..0);
+        };
+        let next = state.entries.len() - 1;
+        let rows = start.max(next)..(start + len).min(self.prompt_len.saturating_sub(1));
+        if start > next && !rows.is_empty() {
+            return Err(ExecutorError::InvalidBatch(format!(
+                "request {req_id} asks for prompt logprobs but computes from position {start}, past the {next} it has"
+            )));
+        }
+        Ok(rows.start..rows.end.max(rows.start))
+    }
+
     /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks now.
     fn greedy_candidates(&self) -> usize {
         let masking = self.tokens.len() - self.prompt_len < self.params.min_tokens;
@@ -79,6 +122,8 @@ struct Scheduled {
     start: usize,
     len: usize,
     samples: bool,
+    /// Positions whose logits rows give prompt logprobs (before its sampled row, if any).
+    prompt_rows: Range<usize>,
 }
 
 /// Runs a Llama-family model on wgpu for the engine core.
@@ -266,6 +311,11 @@ impl WgpuExecutor {
                     block_ids: r.block_ids.clone(),
                     params: r.sampling_params.clone(),
                     seed: r.sampling_params.seed.unwrap_or(r.req_id),
+                    prompt_logprobs: r.sampling_params.prompt_logprobs.map(|top_n| PromptLogprobsState {
+                        top_n,
+                        entries: vec![None],
+                        sent: false,
+                    }),
                 },
             );
             order.push((r.req_id, r.num_computed_tokens, n_sched(r.req_id)?));
@@ -322,7 +372,8 @@ impl WgpuExecutor {
                         state.block_ids.len()
                     )));
                 }
-                Ok(Scheduled { req_id, start, len, samples: start + len == state.tokens.len() })
+                let prompt_rows = state.prompt_rows(req_id, start, len)?;
+                Ok(Scheduled { req_id, start, len, samples: start + len == state.tokens.len(), prompt_rows })
             })
             .collect()
     }
@@ -340,11 +391,13 @@ impl WgpuExecutor {
                     state.block_ids.len()
                 )));
             }
+            let first = batch.input_ids.len();
             for pos in s.start..s.start + s.len {
                 batch.input_ids.push(state.tokens[pos]);
                 batch.positions.push(pos as u32);
                 batch.slot_mapping.push(state.block_ids[pos / bs] * bs as u32 + (pos % bs) as u32);
             }
+            batch.logits_indices.extend(s.prompt_rows.clone().map(|pos| (first + pos - s.start) as u32));
             if s.samples {
                 batch.logits_indices.push(batch.input_ids.len() as u32 - 1);
             }
@@ -375,7 +428,8 @@ impl ModelExecutor for WgpuExecutor {
         let batch = self.build_batch(&scheduled)?;
         let samplers: Vec<&RequestState> =
             scheduled.iter().filter(|s| s.samples).map(|s| &self.requests[&s.req_id]).collect();
-        let needs_logits = samplers.iter().any(|r| r.needs_logits());
+        let scores_prompt = scheduled.iter().any(|s| !s.prompt_rows.is_empty());
+        let needs_logits = scores_prompt || samplers.iter().any(|r| r.needs_logits());
         let vocab = self.model.config().vocab_size;
         let top_k = samplers
             .iter()
@@ -389,11 +443,26 @@ impl ModelExecutor for WgpuExecutor {
             .forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits)
             .map_err(from_llama)?;
         let mut result = ModelRunnerOutput::default();
-        for (row, s) in scheduled.iter().filter(|s| s.samples).enumerate() {
+        let mut row = 0;
+        for s in &scheduled {
             let state = self
                 .requests
                 .get_mut(&s.req_id)
                 .ok_or_else(|| ExecutorError::InvalidBatch(format!("request {} lost its state", s.req_id)))?;
+            if let (Some(logits), Some(prompt)) = (&out.logits, &mut state.prompt_logprobs) {
+                for pos in s.prompt_rows.clone() {
+                    let logits = &logits[row * vocab..(row + 1) * vocab];
+                    prompt.entries.push(Some(prompt_token_logprobs(
+                        logits,
+                        state.tokens[pos + 1],
+                        prompt.top_n,
+                    )));
+                    row += 1;
+                }
+            }
+            if !s.samples {
+                continue;
+            }
             let mask = match state.params.structured_outputs {
                 Some(_) => Some(masks.get(s.req_id).ok_or(ExecutorError::MissingMask(s.req_id))?),
                 None => None,
@@ -409,8 +478,21 @@ impl ModelExecutor for WgpuExecutor {
                     sample_candidates(ids.iter().copied().zip(values.iter().copied()).collect(), None, &ctx)
                 }
             };
+            row += 1;
             if let Some(logprobs) = logprobs {
                 result.logprobs.insert(s.req_id, vec![logprobs]);
+            }
+            if let Some(prompt) = state.prompt_logprobs.as_mut().filter(|prompt| !prompt.sent) {
+                if prompt.entries.len() != state.prompt_len {
+                    return Err(ExecutorError::InvalidBatch(format!(
+                        "request {} finished its prompt with {} of its {} prompt logprobs",
+                        s.req_id,
+                        prompt.entries.len(),
+                        state.prompt_len
+                    )));
+                }
+                prompt.sent = true;
+                result.prompt_logprobs.insert(s.req_id, std::mem::take(&mut prompt.entries));
             }
             state.tokens.push(token_id);
             result.sampled_token_ids.insert(s.req_id, vec![token_id]);
@@ -438,7 +520,14 @@ mod tests {
             stop_token_ids: (10..10 + stops).collect(),
             ..SamplingParams::greedy(8)
         };
-        RequestState { tokens: vec![1, 2, 3], prompt_len: 3, block_ids: vec![0], params, seed: 0 }
+        RequestState {
+            tokens: vec![1, 2, 3],
+            prompt_len: 3,
+            block_ids: vec![0],
+            params,
+            seed: 0,
+            prompt_logprobs: None,
+        }
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl LlamaModel {
         for (index, layer) in self.layers.iter().enumerate() {
             layer.record(&mut step, self, &inputs, &acts, cache, index)?;
         }
-        self.record_head(step, ws, &inputs, &acts, Readback { top_k, full_logits })
+        self.record_head(step, &inputs, &acts, Readback { top_k, full_logits })
     }
 
     /// Records the head — per tile of sampled rows: the rows gathered, the final norm, the
@@ -190,7 +190,6 @@ impl LlamaModel {
     fn record_head(
         &self,
         mut step: Step<'_>,
-        ws: &Workspace,
         inputs: &Inputs,
         acts: &Activations,
         readback: Readback,
@@ -198,27 +197,19 @@ impl LlamaModel {
         let Readback { top_k, full_logits } = readback;
         let k = top_k.clamp(1, self.config.vocab_size);
         let mut reads = Vec::new();
-        for (tile, &rows) in ws.head_tiles.iter().zip(&inputs.tile_rows) {
-            let (indices, xr, hr, logits) = (
-                tile.indices.rows(rows)?,
-                tile.x_rows.rows(rows)?,
-                tile.h_rows.rows(rows)?,
-                tile.logits.rows(rows)?,
-            );
-            step.gather_rows(&acts.x, &indices, &xr)?;
-            let h = step.rms_norm_input(&xr, &self.norm, self.config.rms_norm_eps, &hr)?;
-            step.linear(h, &self.lm_head, &logits)?;
+        for tile in &inputs.head {
+            let (indices, xr, hr, logits) = (&tile.indices, &tile.x_rows, &tile.h_rows, &tile.logits);
+            let rows = indices.len();
+            step.gather_rows(&acts.x, indices, xr)?;
+            let h = step.rms_norm_input(xr, &self.norm, self.config.rms_norm_eps, hr)?;
+            step.linear(h, &self.lm_head, logits)?;
             if let Some(cap) = self.config.final_logit_softcap {
-                step.softcap(&logits, cap)?;
+                step.softcap(logits, cap)?;
             }
             let top_values = step.scratch(Elem::F32, &[rows, k])?;
             let top_ids = step.scratch(Elem::U32, &[rows, k])?;
-            step.top_k(&logits, k, &top_values, &top_ids)?;
-            reads.push((
-                step.read(&top_values),
-                step.read(&top_ids),
-                full_logits.then(|| step.read(&logits)),
-            ));
+            step.top_k(logits, k, &top_values, &top_ids)?;
+            reads.push((step.read(&top_values), step.read(&top_ids), full_logits.then(|| step.read(logits))));
         }
         let mut out = step.submit()?;
         let mut output = ForwardOutput { k, top_values: Vec::new(), top_ids: Vec::new(), logits: None };
@@ -248,16 +239,39 @@ struct Inputs {
     positions: Tensor,
     slots: Tensor,
     attn: AttentionBatch,
-    /// Rows the step samples in each of the workspace's head tiles, in order.
-    tile_rows: Vec<usize>,
+    /// The head's buffers for the step's logits rows, tile by tile in row order.
+    head: Vec<HeadTile>,
 }
 
 impl Inputs {
     /// Writes `batch` into `ws`'s input buffers (through `step`'s one upload).
     fn write(step: &mut Step<'_>, ws: &Workspace, batch: &ForwardBatch) -> Result<Self, LlamaError> {
         let (t, b) = (batch.input_ids.len(), batch.seq_lens.len());
-        let tile_len = ws.head_tiles.first().map_or(1, |tile| tile.indices.len());
-        let tiles = ws.head_tiles.iter().zip(batch.logits_indices.chunks(tile_len));
+        let mut head = Vec::new();
+        let mut rest = &batch.logits_indices[..];
+        for tile in &ws.head_tiles {
+            if rest.is_empty() {
+                break;
+            }
+            let (rows, tail) = rest.split_at(rest.len().min(tile.indices.len()));
+            head.push((tile.rows(rows.len())?, rows));
+            rest = tail;
+        }
+        // Rows past the workspace's tiles (a prefill's prompt-logprob rows) get the step's
+        // scratch tiles.
+        for rows in rest.chunks(ws.extra_tile_rows) {
+            let (hidden, vocab) = (ws.acts.x.shape()[1], ws.head_tiles[0].logits.shape()[1]);
+            let tile = HeadTile {
+                indices: step.scratch(Elem::U32, &[rows.len()])?,
+                x_rows: step.scratch(Elem::F32, &[rows.len(), hidden])?,
+                h_rows: step.scratch(Elem::F32, &[rows.len(), hidden])?,
+                logits: step.scratch(Elem::F32, &[rows.len(), vocab])?,
+            };
+            head.push((tile, rows));
+        }
+        for (tile, indices) in &head {
+            step.write_u32(&tile.indices, indices)?;
+        }
         let inputs = Self {
             ids: ws.input_ids.rows(t)?,
             positions: ws.positions.rows(t)?,
@@ -267,7 +281,7 @@ impl Inputs {
                 seq_lens: ws.seq_lens.rows(b)?,
                 block_table: ws.block_table.rows(b)?,
             },
-            tile_rows: tiles.clone().map(|(_, indices)| indices.len()).collect(),
+            head: head.into_iter().map(|(tile, _)| tile).collect(),
         };
         step.write_u32(&inputs.ids, &batch.input_ids)?;
         step.write_u32(&inputs.positions, &batch.positions)?;
@@ -275,9 +289,6 @@ impl Inputs {
         step.write_u32(&inputs.attn.query_start_loc, &batch.query_start_loc)?;
         step.write_u32(&inputs.attn.seq_lens, &batch.seq_lens)?;
         step.write_u32(&inputs.attn.block_table, &batch.block_table)?;
-        for (tile, indices) in tiles {
-            step.write_u32(&tile.indices.rows(indices.len())?, indices)?;
-        }
         Ok(inputs)
     }
 }
@@ -714,6 +725,16 @@ pub struct Workspace {
     /// The sampled rows, cut into tiles of as many rows as keep a tile's logits under the
     /// binding limit (the last tile may be shorter).
     head_tiles: Vec<HeadTile>,
+    /// Rows of each scratch tile a step takes for logits rows past `head_tiles` (prompt
+    /// logprobs): as many as keep its pooled (power-of-two) logits buffer under the limit.
+    extra_tile_rows: usize,
+}
+
+/// Rows of `row_bytes` that a pooled buffer (its size rounded up to a power of two) holds
+/// within `limit` bytes.
+fn pooled_rows(limit: u64, row_bytes: u64) -> usize {
+    let largest = 1u64 << (63 - limit.max(1).leading_zeros());
+    (largest / row_bytes.max(1)) as usize
 }
 
 /// The head's buffers for one tile of sampled rows: which token rows, their hidden states
@@ -725,6 +746,18 @@ struct HeadTile {
     x_rows: Tensor,
     h_rows: Tensor,
     logits: Tensor,
+}
+
+impl HeadTile {
+    /// Views of its first `rows` rows.
+    fn rows(&self, rows: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            indices: self.indices.rows(rows)?,
+            x_rows: self.x_rows.rows(rows)?,
+            h_rows: self.h_rows.rows(rows)?,
+            logits: self.logits.rows(rows)?,
+        })
+    }
 }
 
 impl Workspace {
@@ -767,6 +800,7 @@ impl Workspace {
                     })
                 })
                 .collect::<Result<_, GpuError>>()?,
+            extra_tile_rows: pooled_rows(ctx.max_binding_bytes(), row_bytes).min(rows_per_tile).max(1),
         })
     }
 
@@ -782,7 +816,7 @@ impl Workspace {
         if t == 0 || b == 0 {
             return bad("empty batch".into());
         }
-        if t > l.max_tokens || b > l.max_seqs || r > l.max_seqs {
+        if t > l.max_tokens || b > l.max_seqs || r > t {
             return bad(format!("{t} tokens / {b} sequences / {r} logits rows exceed the workspace {l:?}"));
         }
         if batch.positions.len() != t || batch.slot_mapping.len() != t {

@@ -14,6 +14,7 @@
 //! drain ([`ServerState::drain`]): new requests get 503 and `/health` turns unhealthy while
 //! the requests in flight finish.
 
+mod echo;
 pub mod error;
 mod gate;
 pub mod kv_events;

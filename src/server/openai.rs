@@ -98,6 +98,9 @@ pub struct SamplingFields {
     pub guided_choice: Option<Vec<String>>,
     /// vLLM's older name for a grammar constraint.
     pub guided_grammar: Option<String>,
+    /// vLLM's prompt logprobs: each prompt token's logprob and rank, and this many top
+    /// logprobs at its position (at most [`crate::sampling::MAX_LOGPROBS`]).
+    pub prompt_logprobs: Option<usize>,
 }
 
 /// Most choices one request may ask for per prompt.
@@ -173,6 +176,7 @@ impl SamplingFields {
             stop_token_ids: self.stop_token_ids.clone().unwrap_or_default(),
             ignore_eos: self.ignore_eos.unwrap_or(defaults.ignore_eos),
             logprobs,
+            prompt_logprobs: self.prompt_logprobs,
             include_stop_str_in_output: self
                 .include_stop_str_in_output
                 .unwrap_or(defaults.include_stop_str_in_output),
@@ -235,7 +239,9 @@ pub struct CompletionRequest {
     pub stream: bool,
     /// Streaming options.
     pub stream_options: Option<StreamOptions>,
-    /// Return the prompt before the completion; only `false` is served.
+    /// Return the prompt before the completion (and with `logprobs`, the prompt tokens'
+    /// log-probabilities first, the first one `null`); with `max_tokens: 0` it scores the
+    /// prompt without generating.
     pub echo: Option<bool>,
     /// Text after the completion; not served.
     pub suffix: Option<String>,
@@ -249,8 +255,14 @@ pub struct CompletionRequest {
 impl CompletionRequest {
     /// A 400 for the legacy fields pagoda does not serve, rather than a silent ignore.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if self.echo == Some(true) {
-            return Err(ApiError::bad_request("echo is not supported", "echo"));
+        if self.stream && self.echo == Some(true) {
+            return Err(ApiError::bad_request("echo is not supported with stream", "echo"));
+        }
+        if self.stream && self.sampling.prompt_logprobs.is_some() {
+            return Err(ApiError::bad_request(
+                "prompt_logprobs is not supported with stream",
+                "prompt_logprobs",
+            ));
         }
         if self.suffix.as_deref().is_some_and(|suffix| !suffix.is_empty()) {
             return Err(ApiError::bad_request("suffix is not supported", "suffix"));
@@ -448,10 +460,11 @@ impl std::ops::Add for Usage {
 pub struct CompletionLogprobs {
     /// Each token's text.
     pub tokens: Vec<String>,
-    /// Each token's log-probability.
-    pub token_logprobs: Vec<f32>,
-    /// Each position's top tokens and their log-probabilities.
-    pub top_logprobs: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Each token's log-probability (`null` for an echoed prompt's first token).
+    pub token_logprobs: Vec<Option<f32>>,
+    /// Each position's top tokens and their log-probabilities (`null` for an echoed prompt's
+    /// first token).
+    pub top_logprobs: Vec<Option<serde_json::Map<String, serde_json::Value>>>,
     /// Each token's byte offset in the text.
     pub text_offset: Vec<usize>,
 }
@@ -467,7 +480,25 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// Why it ended; `null` until then.
     pub finish_reason: Option<FinishReason>,
+    /// The prompt's log-probabilities in vLLM's shape, when `prompt_logprobs` asked for them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<VllmPromptLogprobs>,
 }
+
+/// One prompt token's or alternative's entry in vLLM's `prompt_logprobs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmLogprob {
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its rank at its position (1 is the most likely).
+    pub rank: usize,
+    /// Its text.
+    pub decoded_token: String,
+}
+
+/// vLLM's `prompt_logprobs`: per prompt position, `null` for the first, then the prompt's token
+/// and the top tokens by id.
+pub type VllmPromptLogprobs = Vec<Option<BTreeMap<TokenId, VllmLogprob>>>;
 
 /// A completion response, or one streamed chunk of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -573,6 +604,10 @@ pub struct ChatCompletionResponse {
     pub choices: Vec<ChatChoice>,
     /// Token usage.
     pub usage: Usage,
+    /// The (templated) prompt's log-probabilities in vLLM's shape, when `prompt_logprobs` asked
+    /// for them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<VllmPromptLogprobs>,
 }
 
 /// One streamed chat chunk.

@@ -54,7 +54,7 @@ pub(super) fn choice_usage(index: usize, n: usize, prompt_tokens: usize, complet
 }
 
 /// One token's text (lossy for a partial UTF-8 character) and raw bytes.
-fn token_text(tokenizer: &Tokenizer, token: TokenId) -> (String, Vec<u8>) {
+pub(super) fn token_text(tokenizer: &Tokenizer, token: TokenId) -> (String, Vec<u8>) {
     let bytes = tokenizer.token_bytes(token).map(<[u8]>::to_vec).unwrap_or_default();
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
 }
@@ -72,16 +72,18 @@ pub(super) fn completion_logprobs(
         out.text_offset.push(offset);
         offset += text.len();
         out.tokens.push(text);
-        out.token_logprobs.push(entry.logprob);
-        out.top_logprobs.push(
-            entry
-                .top
-                .iter()
-                .map(|&(id, logprob)| (token_text(tokenizer, id).0, serde_json::Value::from(logprob)))
-                .collect(),
-        );
+        out.token_logprobs.push(Some(entry.logprob));
+        out.top_logprobs.push(Some(top_map(tokenizer, &entry.top)));
     }
     out
+}
+
+/// A position's top tokens as the legacy `{text: logprob}` object.
+pub(super) fn top_map(
+    tokenizer: &Tokenizer,
+    top: &[(TokenId, f32)],
+) -> serde_json::Map<String, serde_json::Value> {
+    top.iter().map(|&(id, logprob)| (token_text(tokenizer, id).0, serde_json::Value::from(logprob))).collect()
 }
 
 /// Chat log-probabilities of `token_ids`.

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::join_all;
 use serde::de::DeserializeOwned;
 
+use super::echo::{drop_generated, echo_logprobs, vllm_prompt_logprobs};
 use super::error::ApiError;
 use super::openai::{
     ChatChoice, ChatCompletionRequest, ChatCompletionResponse, CompletionChoice, CompletionRequest,
@@ -43,9 +44,20 @@ pub async fn completions(
     if prompts.is_empty() {
         return Err(ApiError::bad_request("prompt must not be empty", "prompt"));
     }
-    let params = request.sampling.to_params(request.max_tokens.unwrap_or(16), request.logprobs)?;
+    let echo = request.echo == Some(true);
+    // Scoring only: the engine generates one token to run the prefill, and it is dropped.
+    let score_only = echo && request.max_tokens == Some(0);
+    let max_tokens = if score_only { 1 } else { request.max_tokens.unwrap_or(16) };
+    let mut params = request.sampling.to_params(max_tokens, request.logprobs)?;
+    if let (true, Some(top_n)) = (echo, request.logprobs) {
+        params.prompt_logprobs = Some(params.prompt_logprobs.map_or(top_n, |asked| asked.max(top_n)));
+    }
     let n = request.sampling.num_choices()?;
     state.limits.check(prompts.len(), n, &params)?;
+    let echoed: Vec<String> = match echo {
+        true => prompts.iter().map(|prompt| echo_text(&state, prompt)).collect::<Result<_, _>>()?,
+        false => Vec::new(),
+    };
     let streams = start(&state, prompts, &params, n, &request.sampling).await?;
     let id = state.next_response_id("cmpl");
     if request.stream {
@@ -53,19 +65,34 @@ pub async fn completions(
         let streamer = CompletionStreamer::new(Arc::clone(&state), id, params.logprobs.is_some());
         return Ok(sse_response(streams, n, include_usage, streamer));
     }
-    let completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
+    let mut completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
     check_completed(&completions)?;
+    if score_only {
+        completions.iter_mut().for_each(drop_generated);
+    }
     let usage = total_usage(&completions, n);
+    let tokenizer = &state.tokenizer;
     let choices = completions
         .iter()
         .enumerate()
         .map(|(index, completion)| CompletionChoice {
             index,
-            text: completion.text.clone(),
-            logprobs: params.logprobs.map(|_| {
-                completion_logprobs(&state.tokenizer, &completion.token_ids, &completion.logprobs, 0)
+            text: match echoed.get(index / n) {
+                Some(prompt) => format!("{prompt}{}", completion.text),
+                None => completion.text.clone(),
+            },
+            logprobs: request.logprobs.map(|top_n| match echo {
+                true => echo_logprobs(tokenizer, completion, top_n),
+                false => completion_logprobs(tokenizer, &completion.token_ids, &completion.logprobs, 0),
             }),
             finish_reason: completion.finish_reason,
+            prompt_logprobs: request.sampling.prompt_logprobs.map(|top_n| {
+                vllm_prompt_logprobs(
+                    tokenizer,
+                    completion.prompt_logprobs.as_deref().unwrap_or_default(),
+                    top_n,
+                )
+            }),
         })
         .collect();
     let response = CompletionResponse {
@@ -109,6 +136,9 @@ pub async fn chat_completions(
         }
         params.structured_outputs = Some(constraint);
     }
+    if request.stream && params.prompt_logprobs.is_some() {
+        return Err(ApiError::bad_request("prompt_logprobs is not supported with stream", "prompt_logprobs"));
+    }
     let n = request.sampling.num_choices()?;
     state.limits.check(1, n, &params)?;
     let prompt = chat_prompt(messages, &request.tools, calls.is_some());
@@ -141,8 +171,12 @@ pub async fn chat_completions(
         object: "chat.completion",
         created: unix_seconds(),
         model: state.model_name.clone(),
-        choices,
         usage: total_usage(&completions, n),
+        prompt_logprobs: params.prompt_logprobs.map(|top_n| {
+            let prompt = completions.first().and_then(|c| c.prompt_logprobs.as_deref()).unwrap_or_default();
+            vllm_prompt_logprobs(&state.tokenizer, prompt, top_n)
+        }),
+        choices,
     };
     Ok(Json(response).into_response())
 }
@@ -273,6 +307,18 @@ async fn start(
         }
     }
     Ok(streams)
+}
+
+/// The text `echo` puts before a completion: a text prompt as given, a tokenized one decoded.
+fn echo_text(state: &ServerState, prompt: &Prompt) -> Result<String, ApiError> {
+    match prompt {
+        Prompt::Text(text) => Ok(text.clone()),
+        Prompt::TokenIds(ids) => state
+            .tokenizer
+            .decode(ids, false)
+            .map_err(|error| ApiError::bad_request(error.to_string(), "prompt")),
+        _ => Err(ApiError::bad_request("echo needs a text or token prompt", "echo")),
+    }
 }
 
 /// A request the engine failed is a 500 (so is one that ended any other unexpected way).

@@ -189,6 +189,7 @@ impl Streamer for CompletionStreamer {
             text: output.new_text.clone(),
             logprobs,
             finish_reason: output.finish_reason,
+            prompt_logprobs: None,
         };
         Some(self.response(vec![choice], None))
     }
