@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use minijinja::{Environment, ErrorKind};
+mod chat_support;
+
+use chat_support::plain;
 use pagoda::model::chat::{ChatCapabilities, ChatTemplate, ToolFormat};
 use pagoda::model::gguf::GgufFile;
 use pagoda::model::{ChatMessage, default_model_path};
@@ -108,14 +110,7 @@ fn cases() -> Vec<Case> {
 
 /// The template alone: minijinja configured as transformers renders chat templates.
 fn plain_render(source: &str, messages: &[ChatMessage], tools: Option<&[Value]>) -> Result<String, String> {
-    let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", |message: String| -> Result<String, minijinja::Error> {
-        Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
-    });
-    env.add_template_owned("chat", source.to_owned()).map_err(|e| e.to_string())?;
+    let env = plain(source).map_err(|e| e.to_string())?;
     let base = minijinja::context! {
         messages => messages, add_generation_prompt => true, bos_token => "<s>", eos_token => "</s>",
     };

@@ -6,22 +6,12 @@
 
 use std::path::PathBuf;
 
-use minijinja::{Environment, ErrorKind};
+mod chat_support;
+
+use chat_support::plain;
+use minijinja::Environment;
 use pagoda::ChatMessage;
 use pagoda::model::chat::ChatTemplate;
-
-/// The environment `ChatTemplate` used before it had a memory budget.
-fn plain(source: &str) -> Result<Environment<'static>, minijinja::Error> {
-    let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", |message: String| -> Result<String, minijinja::Error> {
-        Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
-    });
-    env.add_template_owned("chat", source.to_owned())?;
-    Ok(env)
-}
 
 fn plain_render(
     env: &Environment<'_>,
