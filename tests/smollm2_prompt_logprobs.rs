@@ -6,45 +6,15 @@ mod smollm2_support;
 
 use std::collections::HashMap;
 
-use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
 use pagoda::core::metrics::SchedulerStats;
 use pagoda::core::request::Request;
 use pagoda::core::scheduler::Scheduler;
-use pagoda::core::scheduler_config::SchedulerConfig;
-use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::sampling::{PromptLogprobs, SamplingParams, TokenLogprobs};
-use smollm2_support::{greedy_cases, smollm2};
+use smollm2_support::{EXECUTOR_BLOCKS, MAX_SEQS, executor, greedy_cases, scheduler};
 
-const BLOCK: usize = 4;
-const EXECUTOR_BLOCKS: usize = 256;
-/// Sequences per step, so a prompt longer than this has logits rows past the workspace's
-/// head tile (the step's scratch tiles take them).
-const MAX_SEQS: usize = 8;
 const EOS: u32 = 2;
-
-fn executor() -> WgpuExecutor {
-    let cache = CacheConfig {
-        block_size: BLOCK,
-        num_gpu_blocks: EXECUTOR_BLOCKS,
-        kv_cache_dtype: KvCacheDtype::F32,
-        ..Default::default()
-    };
-    let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
-        .expect("a wgpu adapter (lavapipe in CI)");
-    WgpuExecutor::new(ctx, &smollm2(), &cache, &scheduler_config(1024), false).expect("executor")
-}
-
-fn scheduler_config(budget: usize) -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens: budget,
-        max_num_seqs: MAX_SEQS,
-        max_model_len: 256,
-        ..Default::default()
-    }
-}
 
 /// What one request produced.
 #[derive(Debug, Default)]
@@ -55,19 +25,6 @@ struct Run {
     /// Outputs that carried prompt logprobs (exactly one is right).
     prompt_logprob_outputs: usize,
     num_cached_tokens: usize,
-}
-
-/// A scheduler over `num_blocks` blocks with a token budget of `budget`.
-fn scheduler(num_blocks: usize, budget: usize, prefix_caching: bool) -> Scheduler {
-    assert!(num_blocks <= EXECUTOR_BLOCKS);
-    let cache = CacheConfig {
-        block_size: BLOCK,
-        num_gpu_blocks: num_blocks,
-        enable_prefix_caching: prefix_caching,
-        kv_cache_dtype: KvCacheDtype::F32,
-        ..Default::default()
-    };
-    Scheduler::new(scheduler_config(budget), cache).unwrap()
 }
 
 /// Runs `requests` (prompt and parameters; ids from `first_id`) to completion through

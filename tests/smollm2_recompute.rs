@@ -6,41 +6,15 @@ mod smollm2_support;
 
 use std::collections::HashMap;
 
-use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
 use pagoda::core::metrics::SchedulerStats;
 use pagoda::core::request::Request;
-use pagoda::core::scheduler::Scheduler;
-use pagoda::core::scheduler_config::SchedulerConfig;
-use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
-use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::sampling::SamplingParams;
-use smollm2_support::{greedy_cases, smollm2};
+use smollm2_support::{BLOCK, EXECUTOR_BLOCKS, executor, greedy_cases, scheduler, smollm2};
 
-const BLOCK: usize = 4;
-const EXECUTOR_BLOCKS: usize = 256;
 const MAX_TOKENS: usize = 8;
 const EOS: u32 = 2;
-
-fn executor() -> WgpuExecutor {
-    let files = smollm2();
-    let cache = CacheConfig {
-        block_size: BLOCK,
-        num_gpu_blocks: EXECUTOR_BLOCKS,
-        kv_cache_dtype: KvCacheDtype::F32,
-        ..Default::default()
-    };
-    let sched = SchedulerConfig {
-        max_num_batched_tokens: 1024,
-        max_num_seqs: 8,
-        max_model_len: 256,
-        ..Default::default()
-    };
-    let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
-        .expect("a wgpu adapter (lavapipe in CI)");
-    WgpuExecutor::new(ctx, &files, &cache, &sched, false).expect("executor")
-}
 
 /// The fixture's `greedy_fp32` prompts and their reference continuations.
 fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
@@ -57,21 +31,7 @@ fn run(
     budget: usize,
     prefix_caching: bool,
 ) -> (Vec<Vec<u32>>, SchedulerStats, usize) {
-    assert!(num_blocks <= EXECUTOR_BLOCKS);
-    let sched = SchedulerConfig {
-        max_num_batched_tokens: budget,
-        max_num_seqs: 8,
-        max_model_len: 256,
-        ..Default::default()
-    };
-    let cache = CacheConfig {
-        block_size: BLOCK,
-        num_gpu_blocks: num_blocks,
-        enable_prefix_caching: prefix_caching,
-        kv_cache_dtype: KvCacheDtype::F32,
-        ..Default::default()
-    };
-    let mut scheduler = Scheduler::new(sched, cache).unwrap();
+    let mut scheduler = scheduler(num_blocks, budget, prefix_caching);
     for (i, p) in prompts.iter().enumerate() {
         let request = Request::new(
             first_id + i as u64,

@@ -3,6 +3,12 @@
 
 #![allow(dead_code)]
 
+use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
+use pagoda::core::scheduler::Scheduler;
+use pagoda::core::scheduler_config::SchedulerConfig;
+use pagoda::engine::engine_config::gpu_options_from_env;
+use pagoda::executor::gpu_runner::WgpuExecutor;
+use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::{ModelFiles, default_model_path};
 use serde_json::Value;
 
@@ -48,4 +54,47 @@ pub fn greedy_cases() -> Vec<GreedyCase> {
 /// The default model (SmolLM2-135M-Instruct Q4_1), fetched by `scripts/fetch-model.sh`.
 pub fn smollm2() -> ModelFiles {
     ModelFiles::open(default_model_path().expect("default model")).expect("open SmolLM2")
+}
+
+/// Tokens per KV block in the scheduled SmolLM2 tests.
+pub const BLOCK: usize = 4;
+/// Blocks in the executor's pools; a test's schedulers use at most as many.
+pub const EXECUTOR_BLOCKS: usize = 256;
+/// Sequences per step, so a prompt longer than this has logits rows past the workspace's
+/// head tile (the step's scratch tiles take them).
+pub const MAX_SEQS: usize = 8;
+
+/// The scheduled tests' limits: `budget` tokens a step, [`MAX_SEQS`] sequences, 256 tokens.
+pub fn scheduler_config(budget: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        max_num_batched_tokens: budget,
+        max_num_seqs: MAX_SEQS,
+        max_model_len: 256,
+        ..Default::default()
+    }
+}
+
+/// A cache of `num_blocks` blocks of [`BLOCK`] tokens with f32 keys and values.
+fn cache_config(num_blocks: usize, prefix_caching: bool) -> CacheConfig {
+    CacheConfig {
+        block_size: BLOCK,
+        num_gpu_blocks: num_blocks,
+        enable_prefix_caching: prefix_caching,
+        kv_cache_dtype: KvCacheDtype::F32,
+        ..Default::default()
+    }
+}
+
+/// The default model on the test device, its pools [`EXECUTOR_BLOCKS`] blocks.
+pub fn executor() -> WgpuExecutor {
+    let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)");
+    WgpuExecutor::new(ctx, &smollm2(), &cache_config(EXECUTOR_BLOCKS, true), &scheduler_config(1024), false)
+        .expect("executor")
+}
+
+/// A scheduler over `num_blocks` of the executor's blocks with a token budget of `budget`.
+pub fn scheduler(num_blocks: usize, budget: usize, prefix_caching: bool) -> Scheduler {
+    assert!(num_blocks <= EXECUTOR_BLOCKS);
+    Scheduler::new(scheduler_config(budget), cache_config(num_blocks, prefix_caching)).unwrap()
 }
