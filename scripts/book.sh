@@ -11,7 +11,7 @@ mdbook="$(scripts/mdbook.sh)"
 # The frame the visualizer chapter shows: the simulated model under memory pressure, when
 # preempted requests wait beside running ones (no display needed: wgpu renders it offscreen).
 mkdir -p docs/src/images
-"$pagoda" viz --executor sim --workload memory-pressure --step 60 --snapshot docs/src/images/viz.png
+RUST_LOG=error "$pagoda" viz --executor sim --workload memory-pressure --step 60 --snapshot docs/src/images/viz.png
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
