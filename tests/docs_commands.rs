@@ -2,6 +2,9 @@
 //! flags that subcommand takes today (as its `--help` lists them), so a renamed or removed
 //! flag fails here rather than in a reader's shell.
 
+#[path = "docs_support/markdown.rs"]
+mod markdown;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,32 +15,27 @@ fn repo() -> &'static Path {
 
 /// The chapters (the generated reference aside: it is the help itself) and the README.
 fn documents() -> Vec<PathBuf> {
-    let mut files = vec![repo().join("README.md")];
-    for entry in std::fs::read_dir(repo().join("docs/src")).expect("list docs/src") {
-        let path = entry.expect("dir entry").path();
-        if path.extension().is_some_and(|e| e == "md") {
-            files.push(path);
-        }
-    }
+    let reference = repo().join("docs/src/reference");
+    let mut files = markdown::markdown_files(&repo().join("docs/src"));
+    files.retain(|file| !file.starts_with(&reference));
+    files.push(repo().join("README.md"));
     files
 }
 
 /// The `pagoda ...` lines of a document's code blocks, comments cut.
 fn commands(text: &str) -> Vec<String> {
-    let mut fenced = false;
-    let mut lines = Vec::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        } else if fenced {
-            let line = line.split(" # ").next().unwrap_or_default().trim();
-            let line = line.split(" && ").next().unwrap_or_default();
-            if line.starts_with("pagoda ") {
-                lines.push(line.to_owned());
-            }
-        }
-    }
-    lines
+    markdown::lines_by_fence(text)
+        .into_iter()
+        .filter(|(fenced, _)| *fenced)
+        .map(|(_, line)| line.split(" # ").next().unwrap_or_default().trim())
+        .map(|line| line.split(" && ").next().unwrap_or_default())
+        .filter(|line| {
+            // `pagoda SUBCOMMAND ...`, not e.g. a Cargo.toml's `pagoda = { .. }`.
+            let word = line.strip_prefix("pagoda ").and_then(|rest| rest.split_whitespace().next());
+            word.is_some_and(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `pagoda`'s help for `args`.
@@ -65,7 +63,9 @@ fn documented_commands_use_real_subcommands_and_flags() {
                 problems.push(format!("{name}: `{command}`: no subcommand {subcommand}"));
                 continue;
             }
-            let flags = command.split(|c: char| c.is_whitespace() || "[]|=".contains(c)).filter(|w| w.starts_with("--"));
+            let flags = command
+                .split(|c: char| c.is_whitespace() || "[]|=".contains(c))
+                .filter(|w| w.starts_with("--"));
             for flag in flags {
                 let known = text.lines().any(|l| l.trim_start().split([',', ' ']).any(|w| w == flag));
                 if !known {

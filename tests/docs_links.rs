@@ -3,41 +3,25 @@
 //! chapter is in `SUMMARY.md`. An image the book's build renders (`scripts/book.sh`) may be
 //! missing until it runs.
 
+#[path = "docs_support/markdown.rs"]
+mod markdown;
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use markdown::markdown_files;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Markdown files under `dir`, recursively.
-fn markdown_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("list docs") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            files.extend(markdown_files(&path));
-        } else if path.extension().is_some_and(|e| e == "md") {
-            files.push(path);
-        }
-    }
-    files
-}
-
 /// The text outside fenced code blocks and inline code spans, line by line.
 fn prose_lines(text: &str) -> Vec<String> {
-    let mut fenced = false;
-    let mut lines = Vec::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if !fenced {
-            lines.push(line.split('`').step_by(2).collect::<Vec<_>>().join(""));
-        }
-    }
-    lines
+    markdown::lines_by_fence(text)
+        .into_iter()
+        .filter(|(fenced, _)| !fenced)
+        .map(|(_, line)| line.split('`').step_by(2).collect::<Vec<_>>().join(""))
+        .collect()
 }
 
 /// The targets of `[text](target)` and `![alt](target)` links, lines joined so that a link
@@ -75,11 +59,8 @@ fn slug(heading: &str) -> String {
 /// The anchors of a Markdown file's headings (duplicates numbered as mdBook numbers them).
 fn anchors(text: &str) -> HashSet<String> {
     let mut anchors = HashSet::new();
-    let mut fenced = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        } else if !fenced && line.starts_with('#') {
+    for (fenced, line) in markdown::lines_by_fence(text) {
+        if !fenced && line.starts_with('#') {
             let base = slug(line.trim_start_matches('#'));
             let mut anchor = base.clone();
             let mut n = 0;

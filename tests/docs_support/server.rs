@@ -3,7 +3,9 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use pagoda::sampling::MAX_LOGPROBS;
 use pagoda::server::error::{ApiError, ERROR_STATUSES};
+use pagoda::server::openai::CompletionRequest;
 
 use super::rust_source::{Struct, parse_struct};
 
@@ -26,7 +28,12 @@ fn json_type(ty: &str) -> String {
         return json_type(inner);
     }
     if let Some(inner) = ty.strip_prefix("Vec<").and_then(|t| t.strip_suffix('>')) {
-        return format!("array of {}", json_type(inner));
+        let items = json_type(inner);
+        return match items.split_once("](") {
+            Some((name, link)) => format!("array of {name}s]({link}"),
+            None if items == "JSON" => "array of JSON values".to_owned(),
+            None => format!("array of {items}s"),
+        };
     }
     match ty {
         "bool" => "boolean",
@@ -48,15 +55,30 @@ fn json_type(ty: &str) -> String {
     .to_owned()
 }
 
-/// One request type's section: its doc comment and a table of its fields.
+/// Doc text with the constants it names by intra-doc link given with their values.
+fn with_values(doc: &str) -> String {
+    doc.replace("`MAX_LOGPROBS`", &MAX_LOGPROBS.to_string())
+}
+
+/// One request type's section: its doc comment (unless it only repeats the heading) and a
+/// table of its fields.
 fn section(heading: &str, request: &Struct) -> String {
-    let mut out =
-        format!("\n## {heading}\n\n{}\n\n| field | type | meaning |\n| --- | --- | --- |\n", request.doc);
+    let mut out = format!("\n## {heading}\n\n");
+    if request.doc.trim_end_matches('.') != heading {
+        let _ = write!(out, "{}\n\n", with_values(&request.doc));
+    }
+    out.push_str("| field | type | meaning |\n| --- | --- | --- |\n");
     for field in &request.fields {
         if field.flatten {
             let _ = writeln!(out, "| … | | every one of the [sampling fields](#sampling-fields) |");
         } else {
-            let _ = writeln!(out, "| `{}` | {} | {} |", field.name, json_type(&field.ty), field.doc);
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {} |",
+                field.name,
+                json_type(&field.ty),
+                with_values(&field.doc)
+            );
         }
     }
     out
@@ -95,7 +117,10 @@ pub fn page(src: &Path) -> String {
     for (heading, file, name) in REQUEST_TYPES {
         page.push_str(&section(heading, &parse_struct(&read(file), name)));
     }
-    let example = ApiError::bad_request("`temperature` must be non-negative", "temperature").to_json();
+    // What the server answers for `"temperature": -1`.
+    let request: CompletionRequest =
+        serde_json::from_value(serde_json::json!({"prompt": "Hi", "temperature": -1})).expect("a request");
+    let example = request.sampling.to_params(16, None).expect_err("a negative temperature").to_json();
     let _ = write!(
         page,
         "\n## Errors\n\nEvery error answers with an OpenAI-style body, e.g.\n\n```json\n{example}\n```\n\n\
