@@ -15,19 +15,20 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The text outside fenced code blocks and inline code spans, line by line.
-fn prose_lines(text: &str) -> Vec<String> {
-    markdown::lines_by_fence(text)
+/// The text outside fenced code blocks and inline code spans (which may wrap), its lines
+/// joined so that a link may wrap too.
+fn prose(text: &str) -> String {
+    let lines: Vec<&str> = markdown::lines_by_fence(text)
         .into_iter()
         .filter(|(fenced, _)| !fenced)
-        .map(|(_, line)| line.split('`').step_by(2).collect::<Vec<_>>().join(""))
-        .collect()
+        .map(|(_, line)| line)
+        .collect();
+    lines.join(" ").split('`').step_by(2).collect()
 }
 
-/// The targets of `[text](target)` and `![alt](target)` links, lines joined so that a link
-/// may wrap.
+/// The targets of `[text](target)` and `![alt](target)` links.
 fn link_targets(text: &str) -> Vec<String> {
-    let prose = prose_lines(text).join(" ");
+    let prose = prose(text);
     prose
         .match_indices("](")
         .filter_map(|(i, _)| prose[i + 2..].split_once(')').map(|(target, _)| target.trim().to_owned()))
