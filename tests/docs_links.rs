@@ -1,7 +1,7 @@
 //! Every link in the book (`docs/src/`) and in `README.md` reaches a file, and every
 //! `#anchor` a heading of it; every `{{#include}}` reaches a file and its `ANCHOR`; every
-//! chapter is in `SUMMARY.md`. An image the book's build renders (`scripts/book.sh`) may be
-//! missing until it runs.
+//! chapter is in `SUMMARY.md`; the README stays short. An image the book's build renders
+//! (`scripts/book.sh`) may be missing until it runs.
 
 #[path = "docs_support/markdown.rs"]
 mod markdown;
@@ -147,4 +147,14 @@ fn slugs_follow_mdbook() {
     assert_eq!(slug(" KV-cache events"), "kv-cache-events");
     assert_eq!(slug(" Embedding: Rust and C"), "embedding-rust-and-c");
     assert_eq!(slug(" `stream_options`"), "stream_options");
+}
+
+/// The README is the five-minute read; the rest belongs in the book.
+#[test]
+fn readme_stays_short() {
+    let lines = std::fs::read_to_string(repo().join("README.md")).expect("read README.md").lines().count();
+    assert!(
+        lines <= 150,
+        "README.md has {lines} lines (at most 150): move the detail into a chapter of docs/src/"
+    );
 }
