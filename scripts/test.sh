@@ -81,6 +81,8 @@ python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # Structured outputs and tool calls through it: 200 schema-constrained replies validated by
 # the jsonschema package, regex/choice/grammar replies, tool call round trips.
 python3 tests/openai_structured.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# Reasoning output (`--reasoning-parser qwen3`) read by the client as `reasoning_content`.
+python3 tests/openai_reasoning.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # vLLM's metric names through prometheus_client's parser.
 python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 
