@@ -312,8 +312,8 @@ pub struct RequestMessage {
     /// The call a `tool` message answers.
     #[serde(default)]
     pub tool_call_id: Option<String>,
-    /// An assistant message's reasoning, as a reasoning parser returned it (vLLM reads it
-    /// under either name).
+    /// An assistant message's reasoning, also taken under vLLM's current name `reasoning`;
+    /// the template gets it as the message's `reasoning_content`.
     #[serde(default, alias = "reasoning")]
     pub reasoning_content: Option<String>,
 }
@@ -403,7 +403,7 @@ pub struct ChatCompletionRequest {
     /// Allow more than one call in a reply (default true).
     pub parallel_tool_calls: Option<bool>,
     /// Extra variables for the chat template (vLLM's), e.g. `{"enable_thinking": false}`.
-    pub chat_template_kwargs: Option<TemplateKwargs>,
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// `low`, `medium` or `high`: the chat template's `reasoning_effort`.
     pub reasoning_effort: Option<String>,
     /// Sampling fields.

@@ -17,7 +17,6 @@ use super::routes::{check_model, check_tool_types, parse_body};
 use super::tools::{Tool, tool_values};
 use crate::engine::{EngineError, encode_chat};
 use crate::ids::TokenId;
-use crate::model::chat::TemplateKwargs;
 
 /// `POST /tokenize`'s body: a text `prompt`, or chat `messages` (and `tools`) rendered as
 /// `/v1/chat/completions` renders them.
@@ -35,7 +34,7 @@ pub struct TokenizeRequest {
     /// End the conversation with the assistant's header (default true).
     pub add_generation_prompt: Option<bool>,
     /// Extra variables for the chat template, as `/v1/chat/completions` takes them.
-    pub chat_template_kwargs: Option<TemplateKwargs>,
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// BOS first where the model wants one: by default for a prompt (as `/v1/completions`
     /// adds it), not for messages (their template writes it).
     pub add_special_tokens: Option<bool>,
