@@ -29,14 +29,14 @@ def wait_healthy(base: str, server: subprocess.Popen, timeout_s: float = 300.0) 
 
 
 @contextlib.contextmanager
-def serving(argv: list[str]):
-    """`pagoda serve` as `smollm2` on a free loopback port (argv: PAGODA_BINARY [MODEL]), healthy;
-    yields its base URL and stops the server after."""
+def serving(argv: list[str], flags: tuple[str, ...] = ()):
+    """`pagoda serve` as `smollm2` on a free loopback port (argv: PAGODA_BINARY [MODEL]) with the
+    extra `flags`, healthy; yields its base URL and stops the server after."""
     port = free_port()
     command = [argv[1], "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024"]
     if len(argv) > 2:
         command += ["--model", argv[2]]
-    server = subprocess.Popen(command)
+    server = subprocess.Popen(command + list(flags))
     try:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(base, server)
