@@ -860,3 +860,18 @@ impl Workspace {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scored_group_holds_at_most_16_mib_of_logits() {
+        // SmolLM2's 49,152 entries a row: 85 rows (16,711,680 bytes) in a 16 MiB pooled buffer.
+        assert_eq!(pooled_rows(SCORED_GROUP_BYTES, 4 * 49_152), 85);
+        // Qwen2's 151,936: 27 rows.
+        assert_eq!(pooled_rows(SCORED_GROUP_BYTES, 4 * 151_936), 27);
+        // A limit that is not a power of two holds what its largest power of two holds.
+        assert_eq!(pooled_rows(24 << 20, 4 * 49_152), 85);
+    }
+}
