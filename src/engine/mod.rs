@@ -14,6 +14,7 @@ pub mod engine_config;
 pub mod handle;
 pub mod metrics;
 pub mod output;
+pub mod perplexity;
 pub mod stop;
 
 use std::collections::HashMap;
@@ -118,6 +119,12 @@ pub enum EngineError {
         /// The vocabulary size.
         vocab_size: usize,
     },
+    /// The request asks for prompt logprobs and the executor computes no logits (the
+    /// simulated executor).
+    #[error(
+        "prompt_logprobs is not served by this engine's executor (the simulated executor computes no logits)"
+    )]
+    PromptLogprobsUnsupported,
     /// A `logit_bias` token id is outside the vocabulary.
     #[error("logit_bias token id {id} is outside the vocabulary of {vocab_size}")]
     BiasOutOfVocab {
@@ -423,6 +430,9 @@ impl Engine {
             return Err(EngineError::DeviceLost(reason.clone()));
         }
         params.validate()?;
+        if params.prompt_logprobs.is_some() && !self.executor.computes_prompt_logprobs() {
+            return Err(EngineError::PromptLogprobsUnsupported);
+        }
         self.check_token_ids(&prompt_token_ids)?;
         if let Some((id, vocab_size)) = self.outside_vocab(params.logit_bias.keys().copied()) {
             return Err(EngineError::BiasOutOfVocab { id, vocab_size });

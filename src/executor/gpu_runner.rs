@@ -3,8 +3,9 @@
 //! samples with [`crate::sampling`]: greedy requests from the GPU's top-k candidates (the
 //! argmax, plus one candidate per token `min_tokens` may mask), every other request from its
 //! full logits row. A request that asks for prompt logprobs also has the rows of its prompt
-//! positions in the LM head while it prefills; they are gathered chunk by chunk and handed
-//! back whole with its first token.
+//! positions scored while it prefills (the LM head on them after the step, a bounded group of
+//! rows at a time); they are gathered chunk by chunk and handed back whole with its first
+//! token.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -124,6 +125,14 @@ struct Scheduled {
     samples: bool,
     /// Positions whose logits rows give prompt logprobs (before its sampled row, if any).
     prompt_rows: Range<usize>,
+}
+
+/// The prompt positions a step scores for prompt logprobs: their rows in the batch, and for
+/// each, its request, the prompt token it predicts and how many top logprobs it takes.
+#[derive(Debug, Default)]
+struct ScoredRows {
+    rows: Vec<u32>,
+    targets: Vec<(RequestId, TokenId, usize)>,
 }
 
 /// Runs a Llama-family model on wgpu for the engine core.
@@ -378,10 +387,12 @@ impl WgpuExecutor {
             .collect()
     }
 
-    fn build_batch(&self, scheduled: &[Scheduled]) -> Result<ForwardBatch, ExecutorError> {
+    /// The step's varlen batch, and the prompt positions it scores (see [`ScoredRows`]).
+    fn build_batch(&self, scheduled: &[Scheduled]) -> Result<(ForwardBatch, ScoredRows), ExecutorError> {
         let mb = self.workspace.limits().max_blocks_per_seq;
         let bs = self.block_size;
         let mut batch = ForwardBatch { query_start_loc: vec![0], ..Default::default() };
+        let mut scored = ScoredRows::default();
         for s in scheduled {
             let state = &self.requests[&s.req_id];
             if state.block_ids.len() > mb {
@@ -397,7 +408,12 @@ impl WgpuExecutor {
                 batch.positions.push(pos as u32);
                 batch.slot_mapping.push(state.block_ids[pos / bs] * bs as u32 + (pos % bs) as u32);
             }
-            batch.logits_indices.extend(s.prompt_rows.clone().map(|pos| (first + pos - s.start) as u32));
+            if let Some(prompt) = &state.prompt_logprobs {
+                for pos in s.prompt_rows.clone() {
+                    scored.rows.push((first + pos - s.start) as u32);
+                    scored.targets.push((s.req_id, state.tokens[pos + 1], prompt.top_n));
+                }
+            }
             if s.samples {
                 batch.logits_indices.push(batch.input_ids.len() as u32 - 1);
             }
@@ -406,7 +422,29 @@ impl WgpuExecutor {
             batch.block_table.extend_from_slice(&state.block_ids);
             batch.block_table.resize(batch.block_table.len() + mb - state.block_ids.len(), 0);
         }
-        Ok(batch)
+        Ok((batch, scored))
+    }
+
+    /// The prompt logprobs of `scored`'s positions, from the step just run, appended to their
+    /// requests in order.
+    fn gather_prompt_logprobs(&mut self, scored: &ScoredRows) -> Result<(), ExecutorError> {
+        let mut entries = Vec::with_capacity(scored.rows.len());
+        let mut targets = scored.targets.iter();
+        self.model
+            .score_rows(&self.ctx, &self.workspace, &scored.rows, |logits| {
+                if let Some(&(req_id, token_id, top_n)) = targets.next() {
+                    entries.push((req_id, prompt_token_logprobs(logits, token_id, top_n)));
+                }
+            })
+            .map_err(from_llama)?;
+        for (req_id, entry) in entries {
+            if let Some(prompt) =
+                self.requests.get_mut(&req_id).and_then(|state| state.prompt_logprobs.as_mut())
+            {
+                prompt.entries.push(Some(entry));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -425,11 +463,10 @@ impl ModelExecutor for WgpuExecutor {
             Some(FaultKind::DeviceLost) => self.ctx.lose_device(),
             None => {}
         }
-        let batch = self.build_batch(&scheduled)?;
+        let (batch, scored) = self.build_batch(&scheduled)?;
         let samplers: Vec<&RequestState> =
             scheduled.iter().filter(|s| s.samples).map(|s| &self.requests[&s.req_id]).collect();
-        let scores_prompt = scheduled.iter().any(|s| !s.prompt_rows.is_empty());
-        let needs_logits = scores_prompt || samplers.iter().any(|r| r.needs_logits());
+        let needs_logits = samplers.iter().any(|r| r.needs_logits());
         let vocab = self.model.config().vocab_size;
         let top_k = samplers
             .iter()
@@ -442,27 +479,15 @@ impl ModelExecutor for WgpuExecutor {
             .model
             .forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits)
             .map_err(from_llama)?;
+        if !scored.rows.is_empty() {
+            self.gather_prompt_logprobs(&scored)?;
+        }
         let mut result = ModelRunnerOutput::default();
-        let mut row = 0;
-        for s in &scheduled {
+        for (row, s) in scheduled.iter().filter(|s| s.samples).enumerate() {
             let state = self
                 .requests
                 .get_mut(&s.req_id)
                 .ok_or_else(|| ExecutorError::InvalidBatch(format!("request {} lost its state", s.req_id)))?;
-            if let (Some(logits), Some(prompt)) = (&out.logits, &mut state.prompt_logprobs) {
-                for pos in s.prompt_rows.clone() {
-                    let logits = &logits[row * vocab..(row + 1) * vocab];
-                    prompt.entries.push(Some(prompt_token_logprobs(
-                        logits,
-                        state.tokens[pos + 1],
-                        prompt.top_n,
-                    )));
-                    row += 1;
-                }
-            }
-            if !s.samples {
-                continue;
-            }
             let mask = match state.params.structured_outputs {
                 Some(_) => Some(masks.get(s.req_id).ok_or(ExecutorError::MissingMask(s.req_id))?),
                 None => None,
@@ -478,7 +503,6 @@ impl ModelExecutor for WgpuExecutor {
                     sample_candidates(ids.iter().copied().zip(values.iter().copied()).collect(), None, &ctx)
                 }
             };
-            row += 1;
             if let Some(logprobs) = logprobs {
                 result.logprobs.insert(s.req_id, vec![logprobs]);
             }
@@ -498,6 +522,10 @@ impl ModelExecutor for WgpuExecutor {
             result.sampled_token_ids.insert(s.req_id, vec![token_id]);
         }
         Ok(result)
+    }
+
+    fn computes_prompt_logprobs(&self) -> bool {
+        true
     }
 
     fn device_counters(&self) -> Option<GpuCounters> {
