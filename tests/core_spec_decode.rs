@@ -64,6 +64,8 @@ fn proposals_are_scheduled_verified_and_rejected_slots_freed() {
     assert_eq!(out.num_scheduled_tokens[&1], 1);
     assert_eq!(out.scheduled_cached_reqs[0].new_token_ids, vec![9]);
     assert!(out.scheduled_cached_reqs[0].new_block_ids.is_empty());
+    // The executor hears that block 4 left the end of the table.
+    assert_eq!(out.scheduled_cached_reqs[0].num_freed_blocks, 1);
 }
 
 /// Steps `s` until request 1 samples its first token, `first`.

@@ -33,6 +33,10 @@ pub struct CachedRequestData {
     pub new_token_ids: Vec<TokenId>,
     /// Blocks appended to its table this step (the whole table when resumed).
     pub new_block_ids: Vec<BlockId>,
+    /// Blocks the scheduler took off the end of its table since the executor last saw it
+    /// (they held only rejected speculative tokens): the executor drops as many from the end
+    /// of its table before appending `new_block_ids`. 0 when resumed.
+    pub num_freed_blocks: usize,
     /// Tokens already in the cache; this step computes from here.
     pub num_computed_tokens: usize,
 }

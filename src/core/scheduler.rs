@@ -124,6 +124,9 @@ pub struct Scheduler {
     events: EventLog,
     preemption_warning: PreemptionWarning,
     proposer: Option<NgramProposer>,
+    /// Per request, blocks freed off the end of its table (rejected proposals') that the
+    /// executor has not heard of yet.
+    freed_tail_blocks: IdMap<usize>,
 }
 
 impl Scheduler {
@@ -152,6 +155,7 @@ impl Scheduler {
         let kv = KvCacheManager::new(&cache_config, events.clone())?;
         Ok(Self {
             proposer,
+            freed_tail_blocks: IdMap::default(),
             waiting: WaitingQueue::new(config.policy),
             config,
             kv,
@@ -244,6 +248,7 @@ impl Scheduler {
                 resumed_from_preemption: false,
                 new_token_ids: request.tokens_with_spec(start..end),
                 new_block_ids: scheduled.new_block_ids,
+                num_freed_blocks: self.freed_tail_blocks.remove(&scheduled.request_id).unwrap_or(0),
                 num_computed_tokens: start,
             });
             output.num_scheduled_tokens.insert(scheduled.request_id, scheduled.num_tokens);
@@ -327,7 +332,10 @@ impl Scheduler {
                 stopped.push(request_id);
             } else if let Some(proposer) = &self.proposer {
                 // Blocks that hold only rejected proposals go back to the pool.
-                self.kv.free_blocks_past(request_id, request.num_computed_tokens);
+                let freed = self.kv.free_blocks_past(request_id, request.num_computed_tokens);
+                if freed > 0 {
+                    *self.freed_tail_blocks.entry(request_id).or_default() += freed;
+                }
                 request.spec_token_ids = propose(proposer, request, self.config.max_model_len);
             }
             outputs.push(EngineCoreOutput {
@@ -655,6 +663,7 @@ impl Scheduler {
                     resumed_from_preemption: true,
                     new_token_ids: request.tokens(num_hit_tokens..num_hit_tokens + num_tokens),
                     new_block_ids: self.kv.get_block_ids(request_id).to_vec(),
+                    num_freed_blocks: 0,
                     num_computed_tokens: num_hit_tokens,
                 });
             } else {
@@ -716,6 +725,7 @@ impl Scheduler {
         let request = self.requests.get_mut(&victim).expect("running requests are live");
         self.computed_before_preemption.insert(victim, request.num_computed_tokens);
         request.spec_token_ids.clear();
+        self.freed_tail_blocks.remove(&victim);
         request.status = RequestStatus::Preempted;
         request.num_computed_tokens = 0;
         request.num_preemptions += 1;
@@ -777,6 +787,7 @@ impl Scheduler {
     fn release_finished(&mut self, request_id: RequestId) {
         self.kv.free(request_id);
         self.computed_before_preemption.remove(&request_id);
+        self.freed_tail_blocks.remove(&request_id);
         let Some(request) = self.requests.remove(&request_id) else {
             return;
         };

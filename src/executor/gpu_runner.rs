@@ -336,6 +336,7 @@ impl WgpuExecutor {
             if r.resumed_from_preemption {
                 state.block_ids = blocks.collect();
             } else {
+                state.block_ids.truncate(state.block_ids.len().saturating_sub(r.num_freed_blocks));
                 state.block_ids.extend(blocks);
             }
             if r.new_token_ids.len() != n && !r.new_token_ids.is_empty() {
