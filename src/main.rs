@@ -750,6 +750,25 @@ fn print_report(report: &WorkloadReport) {
     for (name, value) in rows {
         println!("{name:<32} {value}");
     }
+    if let Some(spec) = &report.spec_decoding {
+        let per_pos: Vec<String> =
+            spec.acceptance_rate_per_pos.iter().map(|rate| format!("{rate:.2}")).collect();
+        println!(
+            "{:<32} {:.1} % ({} of {} proposed tokens, {} drafts)",
+            "spec decode acceptance rate",
+            spec.acceptance_rate * 100.0,
+            spec.num_accepted_tokens,
+            spec.num_draft_tokens,
+            spec.num_drafts
+        );
+        println!("{:<32} {:.2}", "spec decode mean accepted length", spec.mean_acceptance_length);
+        println!("{:<32} {}", "spec decode acceptance per pos", per_pos.join(" "));
+        println!(
+            "{:<32} {:.2}",
+            "tokens per step",
+            report.output_tokens as f64 / report.num_steps.max(1) as f64
+        );
+    }
     if let Some(d) = &report.device {
         println!(
             "{:<32} {:.0} us / {:.0} us",
