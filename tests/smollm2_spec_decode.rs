@@ -106,3 +106,35 @@ fn seeded_sampling_with_speculation_draws_plain_decodes_tokens() {
     assert_eq!(spec, plain);
     assert!(stats.spec_decoding.num_accepted_tokens > 0, "{:?}", stats.spec_decoding);
 }
+
+/// The engine end to end: a stop string met inside a step's accepted tokens ends the request
+/// at the token plain decode ends it at, with the same text.
+#[test]
+fn a_stop_string_inside_accepted_tokens_ends_where_plain_decode_ends() {
+    let text = "The cat sat on the mat. The dog sat on the log. The bird sat on the branch. The cat sat on the mat. The dog sat on the log. The bird sat on the branch. The cat sat on the mat. The dog";
+    let params = SamplingParams { stop: vec![" on".into()], ..SamplingParams::greedy(24) };
+    let complete = |spec: Option<SpeculativeConfig>| {
+        let mut builder = pagoda::Engine::builder()
+            .kv_cache_dtype(pagoda::KvCacheDtype::F32)
+            .block_size(4)
+            .num_gpu_blocks(64)
+            .max_model_len(256);
+        if let Some(spec) = spec {
+            builder = builder.speculative_config(spec);
+        }
+        let mut engine = builder.build().unwrap();
+        let completion = engine.generate([text], &params).unwrap().remove(0);
+        (completion, engine.metrics().scheduler.spec_decoding)
+    };
+    let (plain, _) = complete(None);
+    let (spec, stats) = complete(Some(SpeculativeConfig::ngram(4, 1, 4)));
+    eprintln!("{:?} {:?}: {stats:?}", plain.token_ids, plain.text);
+    assert_eq!(plain.finish_reason, Some(pagoda::FinishReason::Stop));
+    assert_eq!(
+        (&spec.token_ids, &spec.text, spec.finish_reason),
+        (&plain.token_ids, &plain.text, plain.finish_reason)
+    );
+    // The one verify pass accepted all four proposals, " on" among the first.
+    assert_eq!(plain.token_ids.len(), 2);
+    assert_eq!((stats.num_drafts, stats.num_accepted_tokens), (1, 4), "{stats:?}");
+}
