@@ -329,7 +329,7 @@ fn parse_kv_events_config(json: &str) -> Result<pagoda::server::kv_events::KvEve
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// random, shared-prefix, memory-pressure or long-prompt.
+    /// random, shared-prefix, memory-pressure, long-prompt or input-grounded.
     #[arg(long, default_value = "random")]
     workload: BuiltinWorkload,
     /// Requests in the workload; a comma list runs the workload once per count on the same
