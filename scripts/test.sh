@@ -81,8 +81,18 @@ python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # Structured outputs and tool calls through it: 200 schema-constrained replies validated by
 # the jsonschema package, regex/choice/grammar replies, tool call round trips.
 python3 tests/openai_structured.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# Reasoning output (`--reasoning-parser qwen3`) read by the client as `reasoning_content`.
+python3 tests/openai_reasoning.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # vLLM's metric names through prometheus_client's parser.
 python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+
+# The book: the visualizer's screenshot rendered by that binary, `mdbook build docs` with no
+# warning (its links and anchors are checked by tests/docs_links.rs, its reference pages by
+# tests/docs_reference.rs).
+scripts/book.sh "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# Every shell block of the README and the book, against the default model (a few minutes on
+# lavapipe); blocks that need a GPU, the network, a display or a release build say so.
+python3 scripts/doc-snippets.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 
 # The C ABI: header current, C and C++ examples and misuse tests under AddressSanitizer,
 # the library without default features.

@@ -30,6 +30,10 @@
 //!   (one per 16 weights), `d: f16`; weight `128 h + r` takes nibble `r / 64` of
 //!   `ql[64 h + r % 64]` and bits `2 (r / 32)..` of `qh[32 h + r % 32]`;
 //!   `w = (d * scale) * (q - 32)`.
+//! - MXFP4 (OCP microscaling): 32 weights in 17 bytes: `e: u8` (an E8M0 power of two),
+//!   `qs: [u8; 16]` (nibbles as Q4_0: a sign bit and an E2M1 magnitude, read through the
+//!   doubled table [`MXFP4_VALUES`]); `w = 2^(e - 128) * table[q]` (ggml's
+//!   `GGML_E8M0_TO_FP32_HALF`: half the block's scale, since the table is doubled).
 
 use half::{bf16, f16};
 
@@ -66,6 +70,9 @@ pub enum DType {
     Q3K,
     /// GGUF 4-bit super-blocks of 256 indexing IQ4_NL's table, 6-bit scales per 32 weights.
     IQ4XS,
+    /// OCP MXFP4 (ggml type 39, gpt-oss's experts): 32 E2M1 values and one E8M0 scale a
+    /// block. Read and dequantized on the CPU; the GPU kernels do not read it yet.
+    MXFP4,
 }
 
 /// Weights per quantization block (the sub-block of the K-quants).
@@ -74,13 +81,33 @@ pub const QK: usize = 32;
 pub const QK_K: usize = 256;
 /// IQ4_NL's and IQ4_XS's non-linear 4-bit values.
 pub const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+/// The E2M1 values of MXFP4's nibbles, doubled (ggml's `kvalues_mxfp4`): a sign bit and
+/// magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 impl DType {
+    /// Every GGUF block quantization pagoda reads (and dequantizes on the CPU).
+    pub const QUANTIZED: [DType; 13] = [
+        Self::Q8_0,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::IQ4NL,
+        Self::Q4K,
+        Self::Q5K,
+        Self::Q6K,
+        Self::Q2K,
+        Self::Q3K,
+        Self::IQ4XS,
+        Self::MXFP4,
+    ];
+
     /// Elements per storage block (1 for plain floats).
     pub fn block_len(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::IQ4NL => QK,
+            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::IQ4NL | Self::MXFP4 => QK,
             Self::Q4K | Self::Q5K | Self::Q6K | Self::Q2K | Self::Q3K | Self::IQ4XS => QK_K,
         }
     }
@@ -101,6 +128,7 @@ impl DType {
             Self::Q2K => 84,
             Self::Q3K => 110,
             Self::IQ4XS => 136,
+            Self::MXFP4 => 17,
         }
     }
 
@@ -136,6 +164,7 @@ impl DType {
             Self::Q2K => "q2_k",
             Self::Q3K => "q3_k",
             Self::IQ4XS => "iq4_xs",
+            Self::MXFP4 => "mxfp4",
         }
     }
 }
@@ -183,6 +212,11 @@ pub fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f32> {
             DType::Q2K => dequantize_q2k(blk, &mut out),
             DType::Q3K => dequantize_q3k(blk, &mut out),
             DType::IQ4XS => dequantize_iq4xs(blk, &mut out),
+            DType::MXFP4 => {
+                let (d, qs) = (e8m0_half(blk[0]), &blk[1..]);
+                out.extend(qs.iter().map(|&q| d * f32::from(MXFP4_VALUES[usize::from(q & 0x0f)])));
+                out.extend(qs.iter().map(|&q| d * f32::from(MXFP4_VALUES[usize::from(q >> 4)])));
+            }
         }
     }
     out
@@ -191,6 +225,13 @@ pub fn dequantize(dtype: DType, bytes: &[u8]) -> Vec<f32> {
 /// The f16 at byte `at`, widened.
 fn half_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// Half the E8M0 scale `e` (2^(e - 127) / 2), as ggml's `GGML_E8M0_TO_FP32_HALF` makes it:
+/// subnormal for `e` 0 and 1, and 2^127 (not NaN) for `e` 255.
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 { 0x0020_0000u32 << e } else { u32::from(e - 1) << 23 };
+    f32::from_bits(bits)
 }
 
 /// The little-endian u32 at byte `at`.
@@ -357,6 +398,7 @@ pub fn quantize(dtype: DType, values: &[f32]) -> Vec<u8> {
             DType::Q2K => quantize_q2k(blk, &mut out),
             DType::Q3K => quantize_q3k(blk, &mut out),
             DType::IQ4XS => quantize_iq4xs(blk, &mut out),
+            DType::MXFP4 => quantize_mxfp4(blk, &mut out),
         }
     }
     out
@@ -511,6 +553,21 @@ fn quantize_iq4xs(blk: &[f32], out: &mut Vec<u8>) {
     }
 }
 
+/// ggml's `quantize_row_mxfp4_ref`: the scale from the block's largest magnitude
+/// (`floor(log2 amax) - 2` as the exponent), each weight the nearest table value (the first
+/// of equals).
+fn quantize_mxfp4(blk: &[f32], out: &mut Vec<u8>) {
+    let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let e = if amax > 0.0 { (amax.log2().floor() - 2.0 + 127.0) as u8 } else { 0 };
+    let d = e8m0_half(e);
+    let nearest = |x: f32| {
+        let error = |i: usize| (f32::from(MXFP4_VALUES[i]) * d - x).abs();
+        (1..16).fold(0, |best, i| if error(i) < error(best) { i } else { best }) as u8
+    };
+    out.push(e);
+    out.extend((0..QK / 2).map(|j| nearest(blk[j]) | (nearest(blk[j + QK / 2]) << 4)));
+}
+
 fn quantize_q6k(blk: &[f32], out: &mut Vec<u8>) {
     let group_max: Vec<f32> = blk.chunks_exact(16).map(signed_max).collect();
     let amax = group_max.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -576,5 +633,20 @@ mod tests {
         block[2] = 0x9a; // weight 0 = 0xa - 8 = 2, weight 16 = 0x9 - 8 = 1
         let w = dequantize(DType::Q4_0, &block);
         assert_eq!((w[0], w[16], w[1]), (2.0, 1.0, -8.0));
+    }
+
+    #[test]
+    fn mxfp4_scale_is_half_the_e8m0_power_and_nibbles_index_the_doubled_table() {
+        assert_eq!(e8m0_half(0), 2f32.powi(-128));
+        assert_eq!(e8m0_half(1), 2f32.powi(-127));
+        assert_eq!(e8m0_half(2), 2f32.powi(-126));
+        assert_eq!(e8m0_half(128), 1.0);
+        assert_eq!(e8m0_half(255), 2f32.powi(127));
+        let mut block = vec![0u8; 17];
+        block[0] = 129; // scale 2^2, halved: 2
+        block[1] = 0x97; // weight 0 = 2 * 12, weight 16 = 2 * -1
+        block[16] = 0xf8; // weight 15 = 2 * -0 (zero), weight 31 = 2 * -12
+        let w = dequantize(DType::MXFP4, &block);
+        assert_eq!((w[0], w[16], w[15], w[31], w[1]), (24.0, -2.0, 0.0, -24.0, 0.0));
     }
 }

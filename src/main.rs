@@ -13,7 +13,9 @@ use pagoda::engine::args::{EngineArgs, GpuArgs};
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::sim::SimConfig;
 use pagoda::gpu::{GpuContext, resident_bytes};
+use pagoda::model::chat::TemplateKwargs;
 use pagoda::model::random::{RandomShape, write_random_model};
+use pagoda::model::reasoning::{ReasoningParser, Split, Thinking};
 use pagoda::model::weights::WeightFile;
 use pagoda::model::{ModelFiles, default_model_path, resolve_model_path};
 #[cfg(feature = "server")]
@@ -230,6 +232,16 @@ struct ChatArgs {
     /// A system message to start the conversation with.
     #[arg(long)]
     system: Option<String>,
+    /// Split each reply into reasoning (shown dimmed) and answer: qwen3, deepseek_r1 or
+    /// gpt_oss (vLLM's names; openai_gptoss too).
+    #[arg(long, value_name = "PARSER")]
+    reasoning_parser: Option<ReasoningParser>,
+    /// With --reasoning-parser, show only the answers.
+    #[arg(long, requires = "reasoning_parser")]
+    hide_reasoning: bool,
+    /// Extra variables for the chat template as a JSON object, e.g. '{"enable_thinking": false}'.
+    #[arg(long, value_name = "JSON", value_parser = parse_template_kwargs)]
+    chat_template_kwargs: Option<TemplateKwargs>,
     #[command(flatten)]
     sampling: SamplingArgs,
     #[command(flatten)]
@@ -268,6 +280,10 @@ struct ServeArgs {
     /// Seconds a SIGTERM waits for requests in flight before aborting them.
     #[arg(long, default_value_t = 25)]
     shutdown_timeout: u64,
+    /// Split chat replies into `reasoning_content` and `content`: qwen3, deepseek_r1 or
+    /// gpt_oss (vLLM's names; openai_gptoss too).
+    #[arg(long, value_name = "PARSER")]
+    reasoning_parser: Option<ReasoningParser>,
     /// Requests to /v1/*, /tokenize and /detokenize must send `Authorization: Bearer KEY`
     /// (env PAGODA_API_KEY).
     #[arg(long)]
@@ -559,13 +575,20 @@ fn completion_json(completion: &CompletionOutput) -> serde_json::Value {
 }
 
 fn chat(args: ChatArgs) -> anyhow::Result<()> {
-    let params = args.sampling.params()?;
+    let mut params = args.sampling.params()?;
+    let kwargs = args.chat_template_kwargs.clone().unwrap_or_default();
+    let thinking = Thinking::from_template_kwargs(&kwargs);
+    if args.reasoning_parser.is_some_and(ReasoningParser::needs_special_tokens) {
+        params.skip_special_tokens = false;
+    }
     let mut engine = Engine::new(engine_config(&args.engine, args.sampling.seed.unwrap_or(0))?)?;
     let mut history: Vec<ChatMessage> =
         args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     eprintln!("Chatting with the model; an empty line or end of input quits, /reset starts over.");
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
+    // Reasoning is dimmed on a terminal (SGR 2), and written as it is elsewhere.
+    let (dim, normal) = if stdout.is_terminal() { ("\x1b[2m", "\x1b[0m") } else { ("", "") };
     loop {
         eprint!("> ");
         let mut line = String::new();
@@ -577,21 +600,49 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
             continue;
         }
         history.push(ChatMessage::new("user", line.trim_end()));
-        let id = engine.add_request(Prompt::Chat(history.clone()), params.clone())?;
-        let mut reply = String::new();
+        let prompt =
+            Prompt::ChatWithKwargs { messages: history.clone(), tools: None, kwargs: kwargs.clone() };
+        let id = engine.add_request(prompt, params.clone())?;
+        let mut split = args.reasoning_parser.map(|parser| parser.stream(thinking));
+        let mut reply = Split::default();
         let mut finished = false;
         while !finished {
             for output in engine.step()? {
-                if output.request_id == id {
-                    print!("{}", output.new_text);
-                    stdout.flush()?;
-                    reply.push_str(&output.new_text);
-                    finished = output.finished();
+                if output.request_id != id {
+                    continue;
                 }
+                finished = output.finished();
+                let piece = match &mut split {
+                    Some(stream) => {
+                        let mut piece = stream.push(&output.new_text);
+                        if finished {
+                            piece.append(stream.finish());
+                        }
+                        piece
+                    }
+                    None => Split { reasoning: String::new(), content: output.new_text.clone() },
+                };
+                if !args.hide_reasoning && !piece.reasoning.is_empty() {
+                    print!("{dim}{}{normal}", piece.reasoning);
+                }
+                print!("{}", piece.content);
+                stdout.flush()?;
+                reply.append(piece);
             }
         }
         println!();
-        history.push(ChatMessage::new("assistant", reply));
+        let mut message = ChatMessage::new("assistant", reply.content);
+        message.reasoning_content = (!reply.reasoning.is_empty()).then_some(reply.reasoning);
+        history.push(message);
+    }
+}
+
+/// `--chat-template-kwargs`: a JSON object.
+fn parse_template_kwargs(text: &str) -> Result<TemplateKwargs, String> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(kwargs)) => Ok(kwargs),
+        Ok(_) => Err("expected a JSON object".into()),
+        Err(error) => Err(error.to_string()),
     }
 }
 
@@ -620,6 +671,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .filter(|key| !key.is_empty()),
         metrics_prefix: args.metrics_prefix,
         kv_events: args.kv_events_config.clone().unwrap_or_default(),
+        reasoning_parser: args.reasoning_parser,
     };
     let shutdown_timeout = std::time::Duration::from_secs(args.shutdown_timeout);
     let runtime = tokio::runtime::Runtime::new()?;

@@ -2,6 +2,7 @@
 //! `--prompts-file`, `--chat`, `bench --json`, `info`, and clear errors; and a quiet
 //! `generate` on the GPU of a headless machine.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -207,4 +208,45 @@ fn generate_json_prints_prompt_logprobs() {
     let output = pagoda(&[&args[..], &["--prompt-logprobs", "21", "the tower"]].concat());
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("prompt_logprobs must be at most 20"));
+}
+
+/// `pagoda chat` on the simulated model, one user line on its stdin: what it prints.
+fn chat(dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["chat", "--model", dir.to_str().unwrap(), "--executor", "sim", "--seed", "3"];
+    args.extend_from_slice(&["--max-tokens", "12"]);
+    args.extend_from_slice(extra);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(&args)
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"Hi\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The simulated model never closes a thinking block, so under deepseek_r1 its whole reply is
+/// reasoning: printed as it is off a terminal (no dimming codes), left out with
+/// --hide-reasoning.
+#[test]
+fn chat_prints_reasoning_or_hides_it() {
+    let dir = tiny_dir();
+    let plain = chat(dir.path(), &[]);
+    assert!(plain.len() > 1 && plain.ends_with('\n'), "{plain:?}");
+    assert_eq!(chat(dir.path(), &["--reasoning-parser", "deepseek_r1"]), plain);
+    assert_eq!(chat(dir.path(), &["--reasoning-parser", "deepseek_r1", "--hide-reasoning"]), "\n");
+    let off = chat(
+        dir.path(),
+        &[
+            "--reasoning-parser",
+            "qwen3",
+            "--hide-reasoning",
+            "--chat-template-kwargs",
+            r#"{"enable_thinking": false}"#,
+        ],
+    );
+    assert_eq!(off, plain, "thinking off: all answer");
 }

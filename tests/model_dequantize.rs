@@ -6,9 +6,16 @@ use pagoda::dtype::{DType, dequantize, quantize};
 use pagoda::gpu::shader::WEIGHT_DTYPES;
 use serde_json::Value;
 
-/// Every quantized type the GPU kernels read.
+/// Every quantized type pagoda reads: those the GPU kernels read, and MXFP4 (CPU only so far).
 fn quantized_types() -> impl Iterator<Item = DType> {
-    WEIGHT_DTYPES.into_iter().filter(|dtype| dtype.is_quantized())
+    DType::QUANTIZED.into_iter()
+}
+
+#[test]
+fn every_quantized_type_the_kernels_read_is_checked() {
+    for dtype in WEIGHT_DTYPES.into_iter().filter(|dtype| dtype.is_quantized()) {
+        assert!(DType::QUANTIZED.contains(&dtype), "{}", dtype.name());
+    }
 }
 
 fn reference() -> Value {

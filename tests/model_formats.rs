@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pagoda::dtype::DType;
+use pagoda::dtype::{DType, dequantize, quantize};
 use pagoda::model::architecture::ConfigError;
 use pagoda::model::architecture::interleave_rope_rows;
 use pagoda::model::gguf::{GgufError, GgufFile, GgufWriter};
@@ -12,6 +12,7 @@ use pagoda::model::testing::TinyLlama;
 use pagoda::model::tokenizer::TokenizerError;
 use pagoda::model::weights::WeightError;
 use pagoda::model::{ChatMessage, ModelError, ModelFiles, RopeVariant};
+use pagoda::{CacheConfig, Engine, EngineConfig, ExecutorKind};
 
 fn tiny_gguf(dir: &Path, tiny: &TinyLlama, dtype: DType) -> PathBuf {
     let path = dir.join("tiny.gguf");
@@ -108,6 +109,34 @@ fn quantized_gguf_keeps_its_block_types() {
             w.layers[0].gate_proj.to_f32().iter().zip(hf).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
         assert!(max_err < 0.03, "{dtype:?}: {max_err}");
     }
+}
+
+/// MXFP4 matrices read from GGUF as written (dequantized on the CPU); the GPU executor refuses
+/// them with a typed error naming the type and the tensor until its kernels read MXFP4.
+#[test]
+fn mxfp4_gguf_reads_on_the_cpu_and_the_gpu_refuses_it_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = TinyLlama::new(4);
+    let path = tiny_gguf(dir.path(), &tiny, DType::MXFP4);
+    let gguf = GgufFile::open(&path).unwrap();
+    let info = gguf.tensor("blk.0.ffn_gate.weight").unwrap();
+    assert_eq!(info.dtype, DType::MXFP4);
+    let model = ModelFiles::open(&path).unwrap();
+    let gate = &model.llama_weights().unwrap().layers[0].gate_proj;
+    let hf = &tiny.tensors.iter().find(|t| t.name == "model.layers.0.mlp.gate_proj.weight").unwrap().values;
+    assert_eq!(gate.dtype, DType::MXFP4);
+    assert_eq!(gate.to_f32(), dequantize(DType::MXFP4, &quantize(DType::MXFP4, hf)));
+    let config = EngineConfig {
+        model: Some(path),
+        executor: ExecutorKind::Wgpu,
+        cache: CacheConfig { num_gpu_blocks: 16, ..CacheConfig::default() },
+        ..EngineConfig::default()
+    };
+    let error = Engine::new(config).unwrap_err().to_string();
+    assert!(
+        error.ends_with("embed_tokens: MXFP4 weights are read and dequantized on the CPU, but no GPU kernel reads them yet"),
+        "{error}"
+    );
 }
 
 #[test]

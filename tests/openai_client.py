@@ -38,11 +38,12 @@ def wait_healthy(base: str, server: subprocess.Popen, timeout_s: float = 300.0) 
 
 
 @contextlib.contextmanager
-def pagoda_server(argv: list[str], timeout_s: float = 600.0):
-    """`pagoda serve` as `smollm2` on a free loopback port (argv: PAGODA_BINARY [MODEL]), healthy;
-    yields an `openai` client for it and stops the server after."""
+def pagoda_server(argv: list[str], timeout_s: float = 600.0, flags: tuple[str, ...] = ()):
+    """`pagoda serve` as `smollm2` on a free loopback port (argv: PAGODA_BINARY [MODEL]) with
+    `flags`, healthy; yields an `openai` client for it and stops the server after."""
     port = free_port()
-    command = [argv[1], "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024"]
+    command = [argv[1], "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024",
+               *flags]
     if len(argv) > 2:
         command += ["--model", argv[2]]
     server = subprocess.Popen(command)

@@ -22,12 +22,14 @@ static void check(PagodaStatus status, const char *call) {
     }
 }
 
+/* ANCHOR: callback */
 /* Writes each piece of the answer as it arrives. */
 static void print_output(void *user_data, const PagodaOutput *output) {
     (void)user_data;
     fwrite(output->text, 1, output->text_len, stdout);
     fflush(stdout);
 }
+/* ANCHOR_END: callback */
 
 /* The text as a JSON string literal, quotes included; the caller frees it. */
 static char *json_string(const char *text) {
@@ -56,8 +58,10 @@ int main(int argc, char **argv) {
     const char *question = argc > 1 ? argv[1] : "What is the capital of France?";
     int max_tokens = argc > 2 ? atoi(argv[2]) : 64;
 
+    /* ANCHOR: new */
     PagodaEngine *engine = NULL;
     check(pagoda_engine_new(NULL, &engine), "pagoda_engine_new");
+    /* ANCHOR_END: new */
 
     char *content = json_string(question);
     if (!content) {
@@ -74,6 +78,7 @@ int main(int argc, char **argv) {
     char params[96];
     snprintf(params, sizeof params, "{\"temperature\": 0, \"max_tokens\": %d}", max_tokens);
 
+    /* ANCHOR: run */
     uint64_t request_id = 0;
     check(pagoda_engine_add_chat(engine, messages, params, &request_id), "pagoda_engine_add_chat");
     free(messages);
@@ -86,5 +91,6 @@ int main(int argc, char **argv) {
     }
     putchar('\n');
     check(pagoda_engine_free(engine), "pagoda_engine_free");
+    /* ANCHOR_END: run */
     return 0;
 }

@@ -38,7 +38,7 @@ use crate::executor::sim::{CostModel, SimConfig, SimConfigError, SimExecutor};
 use crate::executor::{ExecutorError, FailedStep, MaskJob, ModelExecutor, run_step};
 use crate::gpu::{GpuContext, GpuError};
 use crate::ids::{RequestId, TokenId};
-use crate::model::chat::ChatError;
+use crate::model::chat::{ChatError, TemplateKwargs};
 use crate::model::tokenizer::TokenizerError;
 use crate::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer, resolve_model_path};
 use crate::sampling::{SamplingParams, SamplingParamsError};
@@ -61,6 +61,16 @@ pub enum Prompt {
         messages: Vec<ChatMessage>,
         /// The tool definitions.
         tools: Vec<serde_json::Value>,
+    },
+    /// A conversation with tool definitions when there are some, and extra variables for its
+    /// chat template (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`).
+    ChatWithKwargs {
+        /// The conversation.
+        messages: Vec<ChatMessage>,
+        /// The tool definitions, if any.
+        tools: Option<Vec<serde_json::Value>>,
+        /// The template's extra variables.
+        kwargs: TemplateKwargs,
     },
 }
 
@@ -354,6 +364,10 @@ impl Engine {
             Prompt::ChatWithTools { messages, tools } => {
                 self.encode_chat(messages, Some(tools.as_slice()), true)
             }
+            Prompt::ChatWithKwargs { messages, tools, kwargs } => {
+                let template = self.text.chat_template.as_deref();
+                encode_chat(&self.text.tokenizer, template, messages, tools.as_deref(), kwargs, true)
+            }
         }
     }
 
@@ -365,7 +379,14 @@ impl Engine {
         add_generation_prompt: bool,
     ) -> Result<Vec<TokenId>, EngineError> {
         let template = self.text.chat_template.as_deref();
-        encode_chat(&self.text.tokenizer, template, messages, tools, add_generation_prompt)
+        encode_chat(
+            &self.text.tokenizer,
+            template,
+            messages,
+            tools,
+            &TemplateKwargs::new(),
+            add_generation_prompt,
+        )
     }
 
     /// Every id must be in the vocabulary.
@@ -690,17 +711,19 @@ pub(crate) fn fit_to_model(config: &mut EngineConfig, model: &ModelFiles) {
         windows.iter().any(Option::is_some) && windows.iter().any(Option::is_none);
 }
 
-/// The token ids of `messages` (and `tools`, when given) rendered by `template`, what it
-/// does not support polyfilled ([`ChatTemplate::render_with_tools`]), control tokens parsed;
+/// The token ids of `messages` (and `tools`, when given) rendered by `template` with the extra
+/// variables `kwargs`, what it does not support polyfilled ([`ChatTemplate::render_with_tools`]),
+/// control tokens parsed;
 /// `add_generation_prompt` ends them with the assistant's header.
 pub fn encode_chat(
     tokenizer: &Tokenizer,
     template: Option<&ChatTemplate>,
     messages: &[ChatMessage],
     tools: Option<&[serde_json::Value]>,
+    kwargs: &TemplateKwargs,
     add_generation_prompt: bool,
 ) -> Result<Vec<TokenId>, EngineError> {
     let template = template.ok_or(ChatError::NoTemplate)?;
-    let text = template.render_with_tools(messages, tools, add_generation_prompt)?;
+    let text = template.render_with_kwargs(messages, tools, kwargs, add_generation_prompt)?;
     Ok(tokenizer.encode(&text, true)?)
 }

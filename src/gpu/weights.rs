@@ -9,7 +9,7 @@ use super::bind_cache::Bound;
 use super::context::GpuContext;
 use super::error_scopes::ErrorScopes;
 use super::resource::ResourceId;
-use super::shader::{WEIGHT_TEXELS, WeightSource};
+use super::shader::{WEIGHT_DTYPES, WEIGHT_TEXELS, WeightSource};
 use crate::dtype::DType;
 
 /// A contiguous range of rows of a weight in one buffer or texture (of a gated weight: the
@@ -122,7 +122,7 @@ impl SplitBlock {
             DType::Q2K => (0..80, &[(80, 84)]),
             DType::Q3K => (0..96, &[(96, 108), (108, 110)]),
             DType::IQ4XS => (8..136, &[(0, 4), (4, 8)]),
-            DType::F32 | DType::F16 | DType::BF16 | DType::Q4K | DType::Q5K => return None,
+            DType::F32 | DType::F16 | DType::BF16 | DType::Q4K | DType::Q5K | DType::MXFP4 => return None,
         };
         Some(Self { quants, header })
     }
@@ -200,6 +200,12 @@ impl GpuContext {
         cols: usize,
         groups: &[&[u8]],
     ) -> Result<Weight, GpuError> {
+        if !WEIGHT_DTYPES.contains(&dtype) {
+            return Err(GpuError::Unsupported(format!(
+                "{name}: {} weights are read and dequantized on the CPU, but no GPU kernel reads them yet",
+                dtype.name().to_uppercase()
+            )));
+        }
         let row_bytes = dtype.bytes_for(cols).ok_or_else(|| {
             GpuError::Shape(format!(
                 "{name}: {cols} columns is not a whole number of {} blocks",

@@ -52,6 +52,12 @@ pub const MAX_ERROR_BYTES: usize = 1024;
 /// GGUF metadata key holding the chat template.
 pub const GGUF_CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
 
+/// Extra variables a rendering passes to the template (vLLM's `chat_template_kwargs`:
+/// `enable_thinking`, `reasoning_effort`, ...). They never replace the variables the
+/// rendering sets itself (`messages`, `tools`, `add_generation_prompt`, `bos_token`,
+/// `eos_token`).
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -66,12 +72,22 @@ pub struct ChatMessage {
     /// The call a `tool` message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant's reasoning, apart from its content (templates such as Qwen3's render it
+    /// as `message.reasoning_content`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
     /// A message with `role` and `content`.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            reasoning_content: None,
+        }
     }
 }
 
@@ -152,8 +168,10 @@ impl ChatTemplate {
             capabilities: ChatCapabilities::default(),
             tool_format: ToolFormat::Hermes,
         };
-        template.capabilities =
-            ChatCapabilities::probe(&|messages, tools| template.render_as_written(messages, tools, false));
+        let none = TemplateKwargs::new();
+        template.capabilities = ChatCapabilities::probe(&|messages, tools| {
+            template.render_as_written(messages, tools, &none, false)
+        });
         template.tool_format = ToolFormat::of(source, template.capabilities.tools);
         Ok(template)
     }
@@ -226,15 +244,27 @@ impl ChatTemplate {
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
-        let (messages, tools) = polyfill::polyfill(&self.capabilities, self.tool_format, messages, tools)?;
-        self.render_as_written(&messages, tools, add_generation_prompt)
+        self.render_with_kwargs(messages, tools, &TemplateKwargs::new(), add_generation_prompt)
     }
 
-    /// `messages` and `tools` rendered by the template alone.
+    /// Like [`Self::render_with_tools`], with `kwargs` as extra template variables.
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        kwargs: &TemplateKwargs,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let (messages, tools) = polyfill::polyfill(&self.capabilities, self.tool_format, messages, tools)?;
+        self.render_as_written(&messages, tools, kwargs, add_generation_prompt)
+    }
+
+    /// `messages`, `tools` and `kwargs` rendered by the template alone.
     fn render_as_written(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
+        kwargs: &TemplateKwargs,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| ChatError::Render(e.to_string()))?;
@@ -243,6 +273,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..minijinja::Value::from_serialize(kwargs)
         };
         // Without tools the variable stays undefined, as transformers leaves it (templates
         // test `tools is defined`; a `none` would break `tools | length`).
@@ -443,5 +474,19 @@ mod tests {
     #[test]
     fn syntax_errors_are_reported() {
         assert!(matches!(ChatTemplate::new("{% for %}", "", ""), Err(ChatError::Syntax(_))));
+    }
+
+    #[test]
+    fn template_kwargs_reach_the_template_but_never_replace_its_own_variables() {
+        let source = "{% if enable_thinking is defined and enable_thinking is false %}off{% else %}on{% endif %}\
+            /{{ reasoning_effort | default('medium') }}/{{ messages | length }}/{{ add_generation_prompt }}";
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        let user = [ChatMessage::new("user", "hi")];
+        let kwargs = |value: serde_json::Value| value.as_object().unwrap().clone();
+        assert_eq!(t.render(&user, true).unwrap(), "on/medium/1/True");
+        let off = kwargs(serde_json::json!({"enable_thinking": false, "reasoning_effort": "high"}));
+        assert_eq!(t.render_with_kwargs(&user, None, &off, true).unwrap(), "off/high/1/True");
+        let clash = kwargs(serde_json::json!({"messages": [], "add_generation_prompt": false}));
+        assert_eq!(t.render_with_kwargs(&user, None, &clash, true).unwrap(), "on/medium/1/True");
     }
 }

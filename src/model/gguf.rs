@@ -100,7 +100,7 @@ pub enum GgufError {
     },
     /// A ggml tensor type that exists but pagoda does not load.
     #[error(
-        "tensor {name:?} has type {type_name}, which pagoda does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)"
+        "tensor {name:?} has type {type_name}, which pagoda does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4)"
     )]
     UnsupportedTensorType {
         /// The tensor.
@@ -304,6 +304,7 @@ pub fn ggml_type_id(dtype: DType) -> u32 {
         DType::Q6K => 14,
         DType::IQ4NL => 20,
         DType::IQ4XS => 23,
+        DType::MXFP4 => 39,
         DType::BF16 => 30,
     }
 }
@@ -324,6 +325,7 @@ fn dtype_of(type_id: u32) -> Option<DType> {
         14 => Some(DType::Q6K),
         20 => Some(DType::IQ4NL),
         23 => Some(DType::IQ4XS),
+        39 => Some(DType::MXFP4),
         30 => Some(DType::BF16),
         _ => None,
     }

@@ -9,6 +9,7 @@ pub mod gguf_vocab;
 pub mod layer_pattern;
 pub mod llama;
 pub mod random;
+pub mod reasoning;
 pub mod safetensors;
 pub mod sentencepiece;
 pub mod source;

@@ -18,6 +18,33 @@ pub struct ApiError {
     pub param: Option<String>,
 }
 
+/// Every status the API answers an error with, and when: the table of the server reference
+/// (`docs/src/reference/server.md`, checked current by `tests/docs_reference.rs`).
+pub const ERROR_STATUSES: [(StatusCode, &str); 6] = [
+    (
+        StatusCode::BAD_REQUEST,
+        "A body that is not JSON or does not fit the request type, a bad parameter, a \
+         constraint that does not compile, a prompt longer than `max_model_len`, a request over \
+         a per-request limit; `param` names the field to blame.",
+    ),
+    (
+        StatusCode::UNAUTHORIZED,
+        "`--api-key` is set and the request has no `Authorization: Bearer KEY` with it.",
+    ),
+    (StatusCode::NOT_FOUND, "`model` names another model than the one served (`param` is `model`)."),
+    (StatusCode::PAYLOAD_TOO_LARGE, "The body is larger than `--max-request-body-bytes`."),
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "The device failed the step that ran the request, or the request was still running when \
+         a drain's `--shutdown-timeout` ran out.",
+    ),
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The waiting queue is full (`--max-waiting-requests`), the server is draining after \
+         SIGTERM, or the device was lost (also `/health`).",
+    ),
+];
+
 #[derive(Serialize)]
 struct ErrorBody<'a> {
     error: ErrorDetail<'a>,

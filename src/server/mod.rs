@@ -1,6 +1,8 @@
 //! The OpenAI-compatible HTTP server (feature `server`): `/v1/completions`,
 //! `/v1/chat/completions` (JSON or server-sent events), `/v1/models`, vLLM's `/tokenize` and
-//! `/detokenize`, `/health`, and `/metrics` in the Prometheus text format.
+//! `/detokenize`, `/health`, and `/metrics` in the Prometheus text format. With a reasoning
+//! parser ([`ServerOptions::reasoning_parser`]), chat replies carry the model's reasoning in
+//! `reasoning_content` (and `reasoning`) apart from `content`.
 //!
 //! Handlers talk to an [`AsyncEngine`]; each request gets its own output stream, so a
 //! client that disconnects drops its stream and the engine aborts the request and frees
@@ -41,6 +43,7 @@ use self::prometheus::{CacheInfo, MetricsPrefix};
 use self::tools::ToolFormat;
 use crate::engine::Engine;
 use crate::engine::handle::AsyncEngine;
+use crate::model::reasoning::ReasoningParser;
 use crate::model::{ChatTemplate, Tokenizer};
 use limits::ServerLimits;
 
@@ -55,6 +58,9 @@ pub struct ServerOptions {
     pub metrics_prefix: MetricsPrefix,
     /// KV-cache event publishing (off by default).
     pub kv_events: KvEventsConfig,
+    /// Splits chat replies into `reasoning_content` and `content` (vLLM's
+    /// `--reasoning-parser`); `None` leaves replies whole.
+    pub reasoning_parser: Option<ReasoningParser>,
 }
 
 /// Why the server could not start.
@@ -90,6 +96,8 @@ pub struct ServerState {
     admitting: AtomicUsize,
     /// How the model writes tool calls.
     tool_format: ToolFormat,
+    /// How chat replies are split into reasoning and answer, if they are.
+    reasoning_parser: Option<ReasoningParser>,
 }
 
 impl ServerState {
@@ -162,6 +170,7 @@ impl ServerState {
             draining: AtomicBool::new(false),
             admitting: AtomicUsize::new(0),
             tool_format,
+            reasoning_parser: options.reasoning_parser,
         })
     }
 

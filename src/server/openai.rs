@@ -9,6 +9,7 @@ use super::tools::{ParsedCall, Tool, ToolCallOut};
 use crate::core::request::FinishReason;
 use crate::ids::TokenId;
 use crate::model::ChatMessage;
+use crate::model::chat::TemplateKwargs;
 use crate::sampling::{MAX_LOGIT_BIAS, SamplingParams};
 use crate::structured::{Constraint, StructuredOutputsParams};
 
@@ -311,6 +312,10 @@ pub struct RequestMessage {
     /// The call a `tool` message answers.
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning, also taken under vLLM's current name `reasoning`;
+    /// the template gets it as the message's `reasoning_content`.
+    #[serde(default, alias = "reasoning")]
+    pub reasoning_content: Option<String>,
 }
 
 impl RequestMessage {
@@ -345,6 +350,7 @@ impl RequestMessage {
         };
         let mut message = ChatMessage::new(self.role.clone(), content);
         message.tool_call_id = self.tool_call_id.clone();
+        message.reasoning_content = self.reasoning_content.clone();
         for call in self.tool_calls.iter().flatten() {
             message.tool_calls.push(template_tool_call(call)?);
         }
@@ -396,9 +402,35 @@ pub struct ChatCompletionRequest {
     pub tool_choice: Option<serde_json::Value>,
     /// Allow more than one call in a reply (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// Extra variables for the chat template (vLLM's), e.g. `{"enable_thinking": false}`.
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `low`, `medium` or `high`: the chat template's `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
     /// Sampling fields.
     #[serde(flatten)]
     pub sampling: SamplingFields,
+}
+
+/// The values `reasoning_effort` may take.
+pub const REASONING_EFFORTS: [&str; 3] = ["low", "medium", "high"];
+
+impl ChatCompletionRequest {
+    /// The chat template's extra variables: `chat_template_kwargs`, with `reasoning_effort` set
+    /// from the request's field when it has one; a 400 for an effort that is not one of
+    /// [`REASONING_EFFORTS`].
+    pub fn template_kwargs(&self) -> Result<TemplateKwargs, ApiError> {
+        let mut kwargs = self.chat_template_kwargs.clone().unwrap_or_default();
+        if let Some(effort) = &self.reasoning_effort {
+            if !REASONING_EFFORTS.contains(&effort.as_str()) {
+                return Err(ApiError::bad_request(
+                    format!("reasoning_effort {effort:?} is not low, medium or high"),
+                    "reasoning_effort",
+                ));
+            }
+            kwargs.insert("reasoning_effort".into(), effort.clone().into());
+        }
+        Ok(kwargs)
+    }
 }
 
 /// Why a chat choice ended: the engine's reasons, and `tool_calls` when the reply was
@@ -550,17 +582,31 @@ pub struct ChatLogprobs {
 }
 
 /// An assistant message or a streamed delta of one.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ResponseMessage {
     /// `assistant` (only on the first delta when streaming).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
-    /// The text.
+    /// The text (the answer, when a reasoning parser split the reply).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// The reasoning, when a reasoning parser split the reply (the name vLLM used first and
+    /// DeepSeek's API uses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The same reasoning under the name vLLM's current releases use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     /// The tool calls of the reply.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallOut>>,
+}
+
+impl ResponseMessage {
+    /// The message with `reasoning` under both of its names (none when `None`).
+    pub fn with_reasoning(self, reasoning: Option<String>) -> Self {
+        Self { reasoning_content: reasoning.clone(), reasoning, ..self }
+    }
 }
 
 /// One choice of a chat response.

@@ -1,5 +1,5 @@
 //! Pieces of response bodies that plain and streamed answers share: choices' usage,
-//! log-probabilities, and the assistant message with its tool calls.
+//! log-probabilities, and the assistant message with its reasoning and tool calls.
 
 use super::openai::{
     ChatFinishReason, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, ResponseMessage, TopLogprob, Usage,
@@ -9,6 +9,7 @@ use crate::core::request::FinishReason;
 use crate::engine::CompletionOutput;
 use crate::ids::TokenId;
 use crate::model::Tokenizer;
+use crate::model::reasoning::{ReasoningParser, Reply, Thinking};
 use crate::sampling::TokenLogprobs;
 
 /// The calls of choice `index` in OpenAI's shape, with ids unique within the response.
@@ -17,34 +18,42 @@ pub(super) fn tool_calls_out(response_id: &str, index: usize, calls: &[ParsedCal
     calls.iter().enumerate().map(|(i, call)| call_out(call, format!("call_{stem}_{index}_{i}"))).collect()
 }
 
-/// The assistant message of a finished choice: its tool calls when tools were offered and
-/// the reply parses as calls (finish reason `tool_calls`), else its text.
+/// The assistant message of a finished choice: with a reasoning parser (`reasoning`), its
+/// reasoning apart; then its tool calls when tools were offered and the reply wrote calls
+/// (finish reason `tool_calls`), else its answer's text. Calls are what the reasoning format
+/// wrote apart (harmony's, beside the answer), or else the answer parsed in `calls`' format
+/// (in place of the answer).
 pub(super) fn reply(
     response_id: &str,
     index: usize,
     calls: Option<ToolFormat>,
+    reasoning: Option<(ReasoningParser, Thinking)>,
     completion: &CompletionOutput,
 ) -> (ResponseMessage, Option<ChatFinishReason>) {
     let finish_reason = completion.finish_reason.map(ChatFinishReason::from);
-    let parsed = calls
-        .filter(|_| completion.finish_reason == Some(FinishReason::Stop))
-        .and_then(|format| format.parse(&completion.text));
-    match parsed {
-        Some(parsed) => {
-            let tool_calls = tool_calls_out(response_id, index, &parsed);
-            let message =
-                ResponseMessage { role: Some("assistant"), content: None, tool_calls: Some(tool_calls) };
-            (message, Some(ChatFinishReason::ToolCalls))
+    let Reply { reasoning, mut content, tool_calls } = match reasoning {
+        Some((parser, thinking)) => parser.split(&completion.text, thinking),
+        None => Reply { content: Some(completion.text.clone()), ..Reply::default() },
+    };
+    let parsed = match calls.filter(|_| completion.finish_reason == Some(FinishReason::Stop)) {
+        None => None,
+        Some(_) if tool_calls.is_some() => tool_calls,
+        Some(format) => {
+            let parsed = format.parse(content.as_deref().unwrap_or_default());
+            if parsed.is_some() {
+                content = None;
+            }
+            parsed
         }
-        None => {
-            let message = ResponseMessage {
-                role: Some("assistant"),
-                content: Some(completion.text.clone()),
-                tool_calls: None,
-            };
-            (message, finish_reason)
-        }
-    }
+    };
+    let message = ResponseMessage {
+        role: Some("assistant"),
+        content,
+        tool_calls: parsed.as_ref().map(|parsed| tool_calls_out(response_id, index, parsed)),
+        ..ResponseMessage::default()
+    };
+    let finish_reason = if parsed.is_some() { Some(ChatFinishReason::ToolCalls) } else { finish_reason };
+    (message.with_reasoning(reasoning), finish_reason)
 }
 
 /// The usage choice `index` adds when there are `n` choices per prompt: its prompt's tokens

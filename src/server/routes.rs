@@ -24,7 +24,8 @@ use super::{ServerState, prometheus, unix_seconds};
 use crate::core::request::FinishReason;
 use crate::engine::handle::RequestStream;
 use crate::engine::{CompletionOutput, EngineError, Prompt};
-use crate::model::ChatMessage;
+use crate::model::chat::TemplateKwargs;
+use crate::model::reasoning::{ReasoningParser, Thinking};
 use crate::sampling::SamplingParams;
 
 /// `POST /v1/completions`.
@@ -141,12 +142,19 @@ pub async fn chat_completions(
     }
     let n = request.sampling.num_choices()?;
     state.limits.check(1, n, &params)?;
-    let prompt = chat_prompt(messages, &request.tools, calls.is_some());
+    let kwargs = request.template_kwargs()?;
+    let reasoning = reasoning_split(&state, &mut params, &kwargs);
+    let prompt = Prompt::ChatWithKwargs {
+        messages,
+        tools: calls.is_some().then(|| tool_values(&request.tools)),
+        kwargs,
+    };
     let streams = start(&state, vec![prompt], &params, n, &request.sampling).await?;
     let id = state.next_response_id("chatcmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
-        let streamer = ChatStreamer::new(Arc::clone(&state), id, n, params.logprobs.is_some(), calls);
+        let logprobs = params.logprobs.is_some();
+        let streamer = ChatStreamer::new(Arc::clone(&state), id, n, logprobs, calls, reasoning);
         return Ok(sse_response(streams, n, include_usage, streamer));
     }
     let completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
@@ -155,7 +163,7 @@ pub async fn chat_completions(
         .iter()
         .enumerate()
         .map(|(index, completion)| {
-            let (message, finish_reason) = reply(&id, index, calls, completion);
+            let (message, finish_reason) = reply(&id, index, calls, reasoning, completion);
             ChatChoice {
                 index,
                 message,
@@ -192,13 +200,20 @@ pub(super) fn check_tool_types(tools: &[Tool]) -> Result<(), ApiError> {
     }
 }
 
-/// The prompt of a conversation: with `offered`, the tools go to its chat template (which
-/// polyfills what it does not render); without, the messages alone.
-fn chat_prompt(messages: Vec<ChatMessage>, tools: &[Tool], offered: bool) -> Prompt {
-    match offered {
-        false => Prompt::Chat(messages),
-        true => Prompt::ChatWithTools { messages, tools: tool_values(tools) },
+/// How a chat reply is split into reasoning and answer: by the server's reasoning parser,
+/// unless the reply is constrained (structured outputs or a forced tool call), whose
+/// constraint holds from its first token, so that all of it is answer. A parser whose markers
+/// are special tokens keeps them in the text.
+fn reasoning_split(
+    state: &ServerState,
+    params: &mut SamplingParams,
+    kwargs: &TemplateKwargs,
+) -> Option<(ReasoningParser, Thinking)> {
+    let parser = state.reasoning_parser.filter(|_| params.structured_outputs.is_none())?;
+    if parser.needs_special_tokens() {
+        params.skip_special_tokens = false;
     }
+    Some((parser, Thinking::from_template_kwargs(kwargs)))
 }
 
 /// The grammar that `tool_choice: "required"` or a named function imposes on the reply.

@@ -24,6 +24,7 @@ use crate::core::request::FinishReason;
 use crate::engine::RequestOutput;
 use crate::engine::handle::RequestStream;
 use crate::ids::RequestId;
+use crate::model::reasoning::{ReasoningParser, ReasoningStream, Split, Thinking};
 
 /// Turns outputs into the JSON of one endpoint's chunks.
 pub(super) trait Streamer: Send + 'static {
@@ -220,20 +221,41 @@ pub(super) struct ChatStreamer {
     logprobs: bool,
     calls: Option<ToolFormat>,
     scans: Vec<CallScan>,
+    /// Each choice's reasoning splitter, with a reasoning parser.
+    reasoning: Vec<ReasoningStream>,
 }
 
 impl ChatStreamer {
     /// A streamer for response `id` with `num_choices` choices, with log-probabilities when
-    /// asked for, parsing tool calls in `calls`' format when tools were offered.
+    /// asked for, splitting off the reasoning with `reasoning`'s parser when there is one, and
+    /// parsing tool calls in `calls`' format from the answer when tools were offered.
     pub(super) fn new(
         state: Arc<ServerState>,
         id: String,
         num_choices: usize,
         logprobs: bool,
         calls: Option<ToolFormat>,
+        reasoning: Option<(ReasoningParser, Thinking)>,
     ) -> Self {
         let scans = (0..num_choices).map(|_| CallScan::Undecided(String::new())).collect();
-        Self { state, id, created: unix_seconds(), num_choices, logprobs, calls, scans }
+        let reasoning = match reasoning {
+            Some((parser, thinking)) => (0..num_choices).map(|_| parser.stream(thinking)).collect(),
+            None => Vec::new(),
+        };
+        Self { state, id, created: unix_seconds(), num_choices, logprobs, calls, scans, reasoning }
+    }
+
+    /// The reasoning and answer text of choice `index`'s `output` (all answer without a
+    /// reasoning parser).
+    fn split(&mut self, index: usize, output: &RequestOutput) -> Split {
+        let Some(stream) = self.reasoning.get_mut(index) else {
+            return Split { reasoning: String::new(), content: output.new_text.clone() };
+        };
+        let mut split = stream.push(&output.new_text);
+        if output.finished() {
+            split.append(stream.finish());
+        }
+        split
     }
 
     fn chunk_json(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> String {
@@ -248,16 +270,37 @@ impl ChatStreamer {
         serde_json::to_string(&chunk).unwrap_or_default()
     }
 
-    /// The content, tool calls and finish reason that choice `index` sends for `output`,
-    /// holding text back while it may still open a call in `format`.
-    fn scan(&mut self, index: usize, format: ToolFormat, output: &RequestOutput) -> Delta {
-        let finish = output.finish_reason.map(ChatFinishReason::from);
-        let Some(scan) = self.scans.get_mut(index) else { return Delta::text(&output.new_text, finish) };
+    /// The tool calls choice `index` ends with when tools were offered and its reasoning format
+    /// wrote them apart from the answer (harmony's), numbered for `delta.tool_calls`.
+    fn apart_calls(&self, index: usize, output: &RequestOutput) -> Option<Vec<ToolCallOut>> {
+        if self.calls.is_none() || output.finish_reason != Some(FinishReason::Stop) {
+            return None;
+        }
+        let calls = self.reasoning.get(index)?.tool_calls()?;
+        let mut out = tool_calls_out(&self.id, index, &calls);
+        for (i, call) in out.iter_mut().enumerate() {
+            call.index = Some(i);
+        }
+        Some(out)
+    }
+
+    /// The content, tool calls and finish reason that choice `index` sends for the answer
+    /// `text` of an output ending with `finish_reason`, holding text back while it may still
+    /// open a call in `format`.
+    fn scan(
+        &mut self,
+        index: usize,
+        format: ToolFormat,
+        text: &str,
+        finish_reason: Option<FinishReason>,
+    ) -> Delta {
+        let finish = finish_reason.map(ChatFinishReason::from);
+        let Some(scan) = self.scans.get_mut(index) else { return Delta::text(text, finish) };
         let undecided = matches!(scan, CallScan::Undecided(_));
         let held = match scan {
-            CallScan::Text => return Delta::text(&output.new_text, finish),
+            CallScan::Text => return Delta::text(text, finish),
             CallScan::Undecided(held) | CallScan::Calls(held) => {
-                held.push_str(&output.new_text);
+                held.push_str(text);
                 held
             }
         };
@@ -270,15 +313,14 @@ impl ChatStreamer {
             *scan = CallScan::Text;
             return Delta::text(&text, finish);
         }
-        if output.finish_reason.is_none() {
+        if finish_reason.is_none() {
             return Delta::default();
         }
         let (CallScan::Undecided(held) | CallScan::Calls(held)) = std::mem::replace(scan, CallScan::Text)
         else {
             return Delta::default();
         };
-        let parsed =
-            (output.finish_reason == Some(FinishReason::Stop)).then(|| format.parse(&held)).flatten();
+        let parsed = (finish_reason == Some(FinishReason::Stop)).then(|| format.parse(&held)).flatten();
         match parsed {
             Some(calls) => {
                 let mut tool_calls = tool_calls_out(&self.id, index, &calls);
@@ -318,7 +360,7 @@ impl Streamer for ChatStreamer {
                 let delta = ResponseMessage {
                     role: Some("assistant"),
                     content: Some(String::new()),
-                    tool_calls: None,
+                    ..ResponseMessage::default()
                 };
                 let choice = ChatChunkChoice { index, delta, logprobs: None, finish_reason: None };
                 self.chunk_json(vec![choice], None)
@@ -330,23 +372,35 @@ impl Streamer for ChatStreamer {
         if !carries_something(output, self.logprobs) {
             return None;
         }
-        let delta = match self.calls {
-            Some(format) => self.scan(index, format, output),
-            None => Delta::text(&output.new_text, output.finish_reason.map(ChatFinishReason::from)),
+        let Split { reasoning, content } = self.split(index, output);
+        let mut delta = match self.calls {
+            Some(format) => self.scan(index, format, &content, output.finish_reason),
+            None => Delta::text(&content, output.finish_reason.map(ChatFinishReason::from)),
         };
+        if let Some(calls) = self.apart_calls(index, output) {
+            delta.tool_calls = Some(calls);
+            delta.finish = Some(ChatFinishReason::ToolCalls);
+        }
         let logprobs = self
             .logprobs
             .then(|| chat_logprobs(&self.state.tokenizer, &output.new_token_ids, &output.new_logprobs));
-        if delta.content.is_none()
+        let reasoning = (!reasoning.is_empty()).then_some(reasoning);
+        if reasoning.is_none()
+            && delta.content.is_none()
             && delta.tool_calls.is_none()
             && delta.finish.is_none()
             && logprobs.is_none()
         {
             return None;
         }
+        let message = ResponseMessage {
+            content: delta.content,
+            tool_calls: delta.tool_calls,
+            ..ResponseMessage::default()
+        };
         let choice = ChatChunkChoice {
             index,
-            delta: ResponseMessage { role: None, content: delta.content, tool_calls: delta.tool_calls },
+            delta: message.with_reasoning(reasoning),
             logprobs,
             finish_reason: delta.finish,
         };

@@ -33,6 +33,8 @@ pub struct TokenizeRequest {
     pub tools: Vec<Tool>,
     /// End the conversation with the assistant's header (default true).
     pub add_generation_prompt: Option<bool>,
+    /// Extra variables for the chat template, as `/v1/chat/completions` takes them.
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// BOS first where the model wants one: by default for a prompt (as `/v1/completions`
     /// adds it), not for messages (their template writes it).
     pub add_special_tokens: Option<bool>,
@@ -111,6 +113,7 @@ fn encoder(state: &ServerState, request: TokenizeRequest) -> Result<Encode, ApiE
             check_tool_types(&request.tools)?;
             let tools = (!request.tools.is_empty()).then(|| tool_values(&request.tools));
             let add_generation_prompt = request.add_generation_prompt.unwrap_or(true);
+            let kwargs = request.chat_template_kwargs.unwrap_or_default();
             let template = state.chat_template.clone();
             Ok(Box::new(move || {
                 encode_chat(
@@ -118,6 +121,7 @@ fn encoder(state: &ServerState, request: TokenizeRequest) -> Result<Encode, ApiE
                     template.as_deref(),
                     &messages,
                     tools.as_deref(),
+                    &kwargs,
                     add_generation_prompt,
                 )
             }))
