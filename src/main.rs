@@ -347,7 +347,7 @@ fn parse_kv_events_config(json: &str) -> Result<pagoda::server::kv_events::KvEve
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// random, shared-prefix, memory-pressure or long-prompt.
+    /// random, shared-prefix, memory-pressure, long-prompt or input-grounded.
     #[arg(long, default_value = "random")]
     workload: BuiltinWorkload,
     /// Requests in the workload; a comma list runs the workload once per count on the same
@@ -870,6 +870,25 @@ fn print_report(report: &WorkloadReport) {
     ];
     for (name, value) in rows {
         println!("{name:<32} {value}");
+    }
+    if let Some(spec) = &report.spec_decoding {
+        let per_pos: Vec<String> =
+            spec.acceptance_rate_per_pos.iter().map(|rate| format!("{rate:.2}")).collect();
+        println!(
+            "{:<32} {:.1} % ({} of {} proposed tokens, {} drafts)",
+            "spec decode acceptance rate",
+            spec.acceptance_rate * 100.0,
+            spec.num_accepted_tokens,
+            spec.num_draft_tokens,
+            spec.num_drafts
+        );
+        println!("{:<32} {:.2}", "spec decode mean accepted length", spec.mean_acceptance_length);
+        println!("{:<32} {}", "spec decode acceptance per pos", per_pos.join(" "));
+        println!(
+            "{:<32} {:.2}",
+            "tokens per step",
+            report.output_tokens as f64 / report.num_steps.max(1) as f64
+        );
     }
     if let Some(d) = &report.device {
         println!(

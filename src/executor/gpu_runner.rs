@@ -45,6 +45,8 @@ struct RequestState {
     seed: u64,
     /// Its prompt logprobs, when it asked for them.
     prompt_logprobs: Option<PromptLogprobsState>,
+    /// Proposed tokens at the end of `tokens` this step verifies (speculative decoding).
+    num_spec: usize,
 }
 
 /// A request's prompt logprobs while its prompt is computed.
@@ -60,16 +62,17 @@ struct PromptLogprobsState {
 }
 
 impl RequestState {
-    /// The sampler's view of this request before its next token.
+    /// The sampler's view of this request before the token after its first `num_tokens`.
     fn sampling_context<'a>(
         &'a self,
         eos_token_id: Option<TokenId>,
         mask: Option<&'a TokenMask>,
+        num_tokens: usize,
     ) -> SamplingContext<'a> {
         SamplingContext {
             params: &self.params,
             prompt_token_ids: &self.tokens[..self.prompt_len],
-            output_token_ids: &self.tokens[self.prompt_len..],
+            output_token_ids: &self.tokens[self.prompt_len..num_tokens],
             eos_token_id,
             seed: self.seed,
             mask,
@@ -110,9 +113,10 @@ impl RequestState {
         Ok(rows.start..rows.end.max(rows.start))
     }
 
-    /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks now.
+    /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks
+    /// now (at the first position it samples this step: the most masked one).
     fn greedy_candidates(&self) -> usize {
-        let masking = self.tokens.len() - self.prompt_len < self.params.min_tokens;
+        let masking = self.tokens.len() - self.num_spec - self.prompt_len < self.params.min_tokens;
         1 + if masking { 1 + self.params.stop_token_ids.len() } else { 0 }
     }
 }
@@ -123,6 +127,8 @@ struct Scheduled {
     start: usize,
     len: usize,
     samples: bool,
+    /// Proposed tokens it verifies: its last `num_spec` positions are sampled too.
+    num_spec: usize,
     /// Positions whose logits rows give prompt logprobs (before its sampled row, if any).
     prompt_rows: Range<usize>,
 }
@@ -325,6 +331,7 @@ impl WgpuExecutor {
                         entries: vec![None],
                         sent: false,
                     }),
+                    num_spec: 0,
                 },
             );
             order.push((r.req_id, r.num_computed_tokens, n_sched(r.req_id)?));
@@ -338,6 +345,7 @@ impl WgpuExecutor {
             if r.resumed_from_preemption {
                 state.block_ids = blocks.collect();
             } else {
+                state.block_ids.truncate(state.block_ids.len().saturating_sub(r.num_freed_blocks));
                 state.block_ids.extend(blocks);
             }
             if r.new_token_ids.len() != n && !r.new_token_ids.is_empty() {
@@ -361,6 +369,7 @@ impl WgpuExecutor {
                     }
                 }
             }
+            state.num_spec = out.scheduled_spec_decode_tokens.get(&r.req_id).map_or(0, Vec::len);
             order.push((r.req_id, r.num_computed_tokens, n));
         }
         order
@@ -382,7 +391,14 @@ impl WgpuExecutor {
                     )));
                 }
                 let prompt_rows = state.prompt_rows(req_id, start, len)?;
-                Ok(Scheduled { req_id, start, len, samples: start + len == state.tokens.len(), prompt_rows })
+                let samples = start + len == state.tokens.len();
+                if state.num_spec >= len {
+                    return Err(ExecutorError::InvalidBatch(format!(
+                        "request {req_id}: {} proposed tokens among {len} scheduled ones leave no known token",
+                        state.num_spec
+                    )));
+                }
+                Ok(Scheduled { req_id, start, len, samples, num_spec: state.num_spec, prompt_rows })
             })
             .collect()
     }
@@ -415,7 +431,8 @@ impl WgpuExecutor {
                 }
             }
             if s.samples {
-                batch.logits_indices.push(batch.input_ids.len() as u32 - 1);
+                let end = batch.input_ids.len() as u32;
+                batch.logits_indices.extend(end - 1 - s.num_spec as u32..end);
             }
             batch.query_start_loc.push(batch.input_ids.len() as u32);
             batch.seq_lens.push((s.start + s.len) as u32);
@@ -483,7 +500,9 @@ impl ModelExecutor for WgpuExecutor {
             self.gather_prompt_logprobs(&scored)?;
         }
         let mut result = ModelRunnerOutput::default();
-        for (row, s) in scheduled.iter().filter(|s| s.samples).enumerate() {
+        // Each sampling request's rows: its proposals' (speculative decoding), then its last.
+        let mut row = 0;
+        for s in scheduled.iter().filter(|s| s.samples) {
             let state = self
                 .requests
                 .get_mut(&s.req_id)
@@ -492,19 +511,37 @@ impl ModelExecutor for WgpuExecutor {
                 Some(_) => Some(masks.get(s.req_id).ok_or(ExecutorError::MissingMask(s.req_id))?),
                 None => None,
             };
-            let ctx = state.sampling_context(self.eos_token_id, mask);
-            let SampledToken { token_id, logprobs } = match &out.logits {
-                Some(logits) if state.needs_logits() => {
-                    sample_logits(&logits[row * vocab..(row + 1) * vocab], &ctx)
+            // Position `base + i` samples after the proposals before it; a proposal is accepted
+            // while it is the token sampled there (the sample plain decode would draw).
+            let base = state.tokens.len() - s.num_spec;
+            let mut sampled = Vec::with_capacity(s.num_spec + 1);
+            let mut token_logprobs = Vec::new();
+            for i in 0..=s.num_spec {
+                let ctx = state.sampling_context(self.eos_token_id, mask, base + i);
+                let row = row + i;
+                let SampledToken { token_id, logprobs } = match &out.logits {
+                    Some(logits) if state.needs_logits() => {
+                        sample_logits(&logits[row * vocab..(row + 1) * vocab], &ctx)
+                    }
+                    _ => {
+                        let ids = &out.top_ids[row * out.k..(row + 1) * out.k];
+                        let values = &out.top_values[row * out.k..(row + 1) * out.k];
+                        sample_candidates(
+                            ids.iter().copied().zip(values.iter().copied()).collect(),
+                            None,
+                            &ctx,
+                        )
+                    }
+                };
+                sampled.push(token_id);
+                token_logprobs.extend(logprobs);
+                if i == s.num_spec || state.tokens[base + i] != token_id {
+                    break;
                 }
-                _ => {
-                    let ids = &out.top_ids[row * out.k..(row + 1) * out.k];
-                    let values = &out.top_values[row * out.k..(row + 1) * out.k];
-                    sample_candidates(ids.iter().copied().zip(values.iter().copied()).collect(), None, &ctx)
-                }
-            };
-            if let Some(logprobs) = logprobs {
-                result.logprobs.insert(s.req_id, vec![logprobs]);
+            }
+            row += s.num_spec + 1;
+            if !token_logprobs.is_empty() {
+                result.logprobs.insert(s.req_id, token_logprobs);
             }
             if let Some(prompt) = state.prompt_logprobs.as_mut().filter(|prompt| !prompt.sent) {
                 if prompt.entries.len() != state.prompt_len {
@@ -518,8 +555,10 @@ impl ModelExecutor for WgpuExecutor {
                 prompt.sent = true;
                 result.prompt_logprobs.insert(s.req_id, std::mem::take(&mut prompt.entries));
             }
-            state.tokens.push(token_id);
-            result.sampled_token_ids.insert(s.req_id, vec![token_id]);
+            state.tokens.truncate(base);
+            state.tokens.extend_from_slice(&sampled);
+            state.num_spec = 0;
+            result.sampled_token_ids.insert(s.req_id, sampled);
         }
         Ok(result)
     }
@@ -555,6 +594,7 @@ mod tests {
             params,
             seed: 0,
             prompt_logprobs: None,
+            num_spec: 0,
         }
     }
 

@@ -26,7 +26,6 @@ use crate::core::request::FinishReason;
 use crate::engine::handle::RequestStream;
 use crate::engine::{CompletionOutput, EngineError, Prompt};
 use crate::ids::TokenId;
-use crate::model::ChatMessage;
 use crate::model::chat::TemplateKwargs;
 use crate::model::reasoning::{ReasoningParser, Thinking};
 use crate::sampling::SamplingParams;
