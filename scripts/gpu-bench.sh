@@ -8,6 +8,7 @@
 #
 #   scripts/gpu-bench.sh build                # here: release binaries into target/gpu-bench/
 #   scripts/gpu-bench.sh pack                 # here: build, packed into target/gpu-bench.tar.xz
+#   scripts/gpu-bench.sh check                # here: runs the pack on lavapipe as a GPU machine would
 #   scripts/gpu-bench.sh run BANDWIDTH_GB_S   # on the GPU machine (needs no cargo, no network)
 #
 # `run` builds first (without the baseline) when target/gpu-bench/ is missing. The GPU machine
@@ -452,15 +453,37 @@ run() {
     echo "run: $((SECONDS - run_start)) s (TOTAL_S $total)"
 }
 
+# Runs $OUT.tar.xz as a GPU machine would, here on lavapipe (or the adapter PAGODA_ADAPTER
+# names): unpacked beside this script alone in a fresh directory, without cargo on PATH, with a
+# tiny configuration (SmolLM2-135M's shape in Q4_K, decode at batch 1, a 64-token prefill, one
+# A/B setting, llama.cpp's rows on the CPU adapter, the dispatch rows of the kernel bench).
+check() {
+    [[ -f $OUT.tar.xz ]] || { echo "gpu-bench: no $OUT.tar.xz (run pack)" >&2; exit 1; }
+    local dir
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    mkdir -p "$dir/scripts" "$dir/target"
+    cp scripts/gpu-bench.sh "$dir/scripts/"
+    cp "$OUT.tar.xz" "$dir/target/"
+    ls -la "$OUT.tar.xz"
+    (cd "$dir" && env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin ${PAGODA_ADAPTER:+PAGODA_ADAPTER=$PAGODA_ADAPTER} \
+        ${MESA_SHADER_CACHE_DIR:+MESA_SHADER_CACHE_DIR=$MESA_SHADER_CACHE_DIR} GGML_VK_VISIBLE_DEVICES=0 \
+        PAGODA_BENCH_DIR="$dir/models" MODELS=smollm2-135m:q4_k DECODE_BATCHES=1 PREFILL_LENS=64 \
+        AB_MODEL=smollm2-135m:q4_k AB_SETTINGS=PAGODA_GEMM_ROWS=8+PAGODA_SUBMIT=whole AB_BATCHES=1 AB_PREFILL=64 \
+        TILE_SWEEP= PROFILE= KERNEL_TESTS_S=20 KERNEL_BENCH_FILTER=dispatch/ KERNEL_BENCH_S=30 TOTAL_S=400 \
+        scripts/gpu-bench.sh run 50)
+}
+
 case ${1:-} in
 build) build ;;
 pack) pack ;;
+check) check ;;
 run)
     [[ $# -eq 2 ]] || { echo "usage: $0 run BANDWIDTH_GB_S" >&2; exit 2; }
     run "$2"
     ;;
 *)
-    echo "usage: $0 build | pack | run BANDWIDTH_GB_S" >&2
+    echo "usage: $0 build | pack | check | run BANDWIDTH_GB_S" >&2
     exit 2
     ;;
 esac
