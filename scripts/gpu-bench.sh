@@ -387,7 +387,11 @@ run() {
         shape=${spec%%:*} dtype=${spec##*:}
         file=$dir/$shape-$dtype.gguf
         job 1
-        "$bin" random-model --shape "$shape" --dtype "$dtype" --out "$file" >/dev/null
+        if ! "$bin" random-model --shape "$shape" --dtype "$dtype" --out "$file" >/dev/null; then
+            echo "$spec: skipped, random-model failed"
+            weight_left=$((weight_left - $(model_weight "$spec") + 1))
+            continue
+        fi
         gb=$(awk -v b="$(stat -c %s "$file")" 'BEGIN { printf "%.2f", b / 1e9 }')
         took "$shape $dtype written"
         job 2
@@ -455,21 +459,22 @@ run() {
 
 # Runs $OUT.tar.xz as a GPU machine would, here on lavapipe (or the adapter PAGODA_ADAPTER
 # names): unpacked beside this script alone in a fresh directory, without cargo on PATH, with a
-# tiny configuration (SmolLM2-135M's shape in Q4_K, decode at batch 1, a 64-token prefill, one
+# tiny configuration (SmolLM2-135M's shape in Q4_0, decode at batch 1, a 64-token prefill, one
 # A/B setting, llama.cpp's rows on the CPU adapter, the dispatch rows of the kernel bench).
 check() {
     [[ -f $OUT.tar.xz ]] || { echo "gpu-bench: no $OUT.tar.xz (run pack)" >&2; exit 1; }
     local dir
     dir=$(mktemp -d)
-    trap 'rm -rf "$dir"' EXIT
+    # shellcheck disable=SC2064
+    trap "rm -rf '$dir'" EXIT
     mkdir -p "$dir/scripts" "$dir/target"
     cp scripts/gpu-bench.sh "$dir/scripts/"
     cp "$OUT.tar.xz" "$dir/target/"
     ls -la "$OUT.tar.xz"
     (cd "$dir" && env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin ${PAGODA_ADAPTER:+PAGODA_ADAPTER=$PAGODA_ADAPTER} \
         ${MESA_SHADER_CACHE_DIR:+MESA_SHADER_CACHE_DIR=$MESA_SHADER_CACHE_DIR} GGML_VK_VISIBLE_DEVICES=0 \
-        PAGODA_BENCH_DIR="$dir/models" MODELS=smollm2-135m:q4_k DECODE_BATCHES=1 PREFILL_LENS=64 \
-        AB_MODEL=smollm2-135m:q4_k AB_SETTINGS=PAGODA_GEMM_ROWS=8+PAGODA_SUBMIT=whole AB_BATCHES=1 AB_PREFILL=64 \
+        PAGODA_BENCH_DIR="$dir/models" MODELS=smollm2-135m:q4_0 DECODE_BATCHES=1 PREFILL_LENS=64 \
+        AB_MODEL=smollm2-135m:q4_0 AB_SETTINGS=PAGODA_GEMM_ROWS=8+PAGODA_SUBMIT=whole AB_BATCHES=1 AB_PREFILL=64 \
         TILE_SWEEP= PROFILE= KERNEL_TESTS_S=20 KERNEL_BENCH_FILTER=dispatch/ KERNEL_BENCH_S=30 TOTAL_S=400 \
         scripts/gpu-bench.sh run 50)
 }
