@@ -6,7 +6,8 @@
 # `shaderc-sys` (pinned below) vendors in its crate archive: shaderc 2025.3 with the glslang
 # (15.3), SPIRV-Tools and SPIRV-Headers revisions it pins. cargo fetches the crate (`cargo vendor`
 # of a throwaway project that depends on it); cmake and make build the `glslc_exe` target alone
-# (no tests, no other executables). About 20 minutes on two cores; set JOBS for the parallelism
+# (no tests, no other executables). About an hour on two cores shared with other builds (65
+# minutes here at nice 19); set JOBS for the parallelism
 # (default: every core). `--cached` prints the path only when it is built already (and fails
 # otherwise). Needs a C++ compiler and python3; installs the `cmake` Python package when no cmake
 # is on PATH. scripts/llama-cpp-vulkan.sh builds llama.cpp's Vulkan shaders with it.
