@@ -51,9 +51,9 @@
 #
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan, its shaders
 # compiled with a glslc that has cooperative matrices (KHR and NVIDIA's coopmat2) and integer dot
-# products (scripts/llama-cpp-vulkan.sh, which builds that glslc with scripts/glslc-build.sh; about
-# an hour and a half on two busy cores the first time, then cached; BASELINE=0 skips it), so it is llama.cpp at
-# its best on NVIDIA; `run` prints which shader features its glslc had, and ends each model's rows
+# products (scripts/llama-cpp-vulkan.sh, which builds that glslc with scripts/glslc-build.sh;
+# an hour and a half on two busy cores the first time, then cached; BASELINE=0 skips it), so it
+# is llama.cpp at its best on NVIDIA; `run` prints which shader features its glslc had, and ends each model's rows
 # with llama.cpp's on the same file, on one GPU (LLAMA_DEVICE, default Vulkan0): decode at the
 # same batches ("llama.cpp B=N": tok/s summed over the batch, ITL a step's time, TTFT the time to
 # prefill every prompt) and prefills ("llama.cpp ppLEN"), each list run twice so that the second,
