@@ -91,7 +91,12 @@ fn greedy(ctx: &GpuContext, files: &ModelFiles, prompt: &[u32], steps: usize) ->
     let model = LlamaModel::load(ctx, files, false).unwrap();
     let c = model.config();
     let max_blocks = (prompt.len() + steps).div_ceil(BLOCK);
-    let limits = WorkspaceLimits { max_tokens: prompt.len(), max_seqs: 1, max_blocks_per_seq: max_blocks };
+    let limits = WorkspaceLimits {
+        max_tokens: prompt.len(),
+        max_seqs: 1,
+        max_logits_rows: 1,
+        max_blocks_per_seq: max_blocks,
+    };
     let ws = Workspace::new(ctx, &model, limits).unwrap();
     let shape = KvCacheShape {
         num_layers: c.num_hidden_layers,

@@ -57,7 +57,12 @@ impl Runner {
             .expect("a wgpu adapter (lavapipe in CI)");
         let files = smollm2();
         let model = LlamaModel::load(&ctx, &files, false).unwrap();
-        let limits = WorkspaceLimits { max_tokens: 64, max_seqs: 2, max_blocks_per_seq: BLOCKS_PER_SEQ };
+        let limits = WorkspaceLimits {
+            max_tokens: 64,
+            max_seqs: 2,
+            max_logits_rows: 2,
+            max_blocks_per_seq: BLOCKS_PER_SEQ,
+        };
         let ws = Workspace::new(&ctx, &model, limits).unwrap();
         Self { ctx, model, ws }
     }

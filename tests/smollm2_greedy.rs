@@ -56,6 +56,7 @@ fn first_position_logits_match_the_f32_reference() {
     let limits = WorkspaceLimits {
         max_tokens: batch.input_ids.len(),
         max_seqs: cases.len(),
+        max_logits_rows: cases.len(),
         max_blocks_per_seq: max_blocks,
     };
     let ws = Workspace::new(&ctx, &model, limits).unwrap();

@@ -13,7 +13,7 @@ use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::sampling::SamplingParams;
 use pagoda::{SpeculativeConfig, TokenId};
-use smollm2_support::{executor, greedy_cases, scheduler_config, scheduler_with, smollm2};
+use smollm2_support::{executor_for, greedy_cases, scheduler_config, scheduler_with, smollm2};
 
 const MAX_TOKENS: usize = 16;
 const EOS: u32 = 2;
@@ -61,9 +61,10 @@ fn prompts() -> Vec<Vec<TokenId>> {
 
 #[test]
 fn ngram_speculation_returns_plain_decodes_tokens_batched_chunked_and_preempted() {
-    let mut exec = executor();
-    let prompts = prompts();
     let spec = Some(SpeculativeConfig::ngram(4, 1, 3));
+    let mut exec =
+        executor_for(&pagoda::SchedulerConfig { speculative_config: spec.clone(), ..scheduler_config(1024) });
+    let prompts = prompts();
     let greedy = SamplingParams::greedy(MAX_TOKENS);
     // Roomy, then a budget of 7 that chunks prompts and cuts proposals, on a pool of 12
     // blocks of 4 tokens that makes the three requests preempt each other (and caps the
@@ -96,13 +97,14 @@ fn ngram_speculation_returns_plain_decodes_tokens_batched_chunked_and_preempted(
 
 #[test]
 fn seeded_sampling_with_speculation_draws_plain_decodes_tokens() {
-    let mut exec = executor();
+    let spec = Some(SpeculativeConfig::ngram(4, 1, 3));
+    let mut exec =
+        executor_for(&pagoda::SchedulerConfig { speculative_config: spec.clone(), ..scheduler_config(1024) });
     let prompts = prompts();
     let params =
         SamplingParams { temperature: 0.7, top_p: 0.95, seed: Some(7), ..SamplingParams::greedy(MAX_TOKENS) };
     let (plain, _) = run(&mut exec, &prompts[..1], &params, 400, (64, 64), None);
-    let (spec, stats) =
-        run(&mut exec, &prompts[..1], &params, 500, (64, 64), Some(SpeculativeConfig::ngram(4, 1, 3)));
+    let (spec, stats) = run(&mut exec, &prompts[..1], &params, 500, (64, 64), spec);
     assert_eq!(spec, plain);
     assert!(stats.spec_decoding.num_accepted_tokens > 0, "{:?}", stats.spec_decoding);
 }

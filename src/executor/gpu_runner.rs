@@ -231,9 +231,13 @@ impl WgpuExecutor {
         // The tables as the scheduler sizes them: the pool's blocks, the model's window.
         let block_table =
             CacheConfig { num_gpu_blocks, sliding_window: c.uniform_sliding_window(), ..cache.clone() };
+        // A logits row a sequence, and one for each proposal speculative decoding verifies.
+        let rows_per_seq =
+            1 + scheduler.speculative_config.as_ref().map_or(0, |spec| spec.num_speculative_tokens);
         let limits = WorkspaceLimits {
             max_tokens: scheduler.max_num_batched_tokens,
             max_seqs: scheduler.max_num_seqs,
+            max_logits_rows: (scheduler.max_num_seqs * rows_per_seq).min(scheduler.max_num_batched_tokens),
             max_blocks_per_seq: block_table.max_blocks_per_seq(scheduler.max_model_len),
         };
         let workspace = Workspace::new(&ctx, &model, limits).map_err(|e| {

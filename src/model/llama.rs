@@ -729,8 +729,11 @@ pub struct ForwardOutput {
 pub struct WorkspaceLimits {
     /// Most tokens in one step.
     pub max_tokens: usize,
-    /// Most sequences in one step (and most logits rows).
+    /// Most sequences in one step.
     pub max_seqs: usize,
+    /// Most logits rows in one step: one a sequence, more where speculative decoding verifies
+    /// proposals (a row each); at most `max_tokens`.
+    pub max_logits_rows: usize,
     /// Width of the block table.
     pub max_blocks_per_seq: usize,
 }
@@ -793,15 +796,18 @@ impl Workspace {
     /// Allocate buffers for `model` and `limits`.
     pub fn new(ctx: &GpuContext, model: &LlamaModel, limits: WorkspaceLimits) -> Result<Self, GpuError> {
         let config = &model.config;
-        let WorkspaceLimits { max_tokens: t, max_seqs: b, max_blocks_per_seq: mb } = limits;
-        if t == 0 || b == 0 || mb == 0 {
-            return Err(GpuError::Shape(format!("workspace limits must be positive: {limits:?}")));
+        let WorkspaceLimits { max_tokens: t, max_seqs: b, max_logits_rows: r, max_blocks_per_seq: mb } =
+            limits;
+        if t == 0 || b == 0 || r == 0 || mb == 0 || r > t {
+            return Err(GpuError::Shape(format!(
+                "workspace limits must be positive, logits rows at most tokens: {limits:?}"
+            )));
         }
         let f = |shape: &[usize]| ctx.tensor(Elem::F32, shape);
         let u = |shape: &[usize]| ctx.tensor(Elem::U32, shape);
         let hd = config.hidden_size;
         let row_bytes = 4 * config.vocab_size as u64;
-        let rows_per_tile = (ctx.max_binding_bytes() / row_bytes).min(b as u64) as usize;
+        let rows_per_tile = (ctx.max_binding_bytes() / row_bytes).min(r as u64) as usize;
         if rows_per_tile == 0 {
             return Err(GpuError::TooLarge(format!(
                 "one logits row of {} entries exceeds the {}-byte binding limit",
@@ -818,9 +824,9 @@ impl Workspace {
             seq_lens: u(&[b])?,
             block_table: u(&[b, mb])?,
             acts: Activations::new(ctx, model, t)?,
-            head_tiles: (0..b.div_ceil(rows_per_tile))
+            head_tiles: (0..r.div_ceil(rows_per_tile))
                 .map(|tile| {
-                    let rows = rows_per_tile.min(b - tile * rows_per_tile);
+                    let rows = rows_per_tile.min(r - tile * rows_per_tile);
                     Ok(HeadTile {
                         indices: u(&[rows])?,
                         x_rows: f(&[rows, hd])?,
@@ -845,7 +851,7 @@ impl Workspace {
         if t == 0 || b == 0 {
             return bad("empty batch".into());
         }
-        if t > l.max_tokens || b > l.max_seqs || r > l.max_seqs {
+        if t > l.max_tokens || b > l.max_seqs || r > l.max_logits_rows {
             return bad(format!("{t} tokens / {b} sequences / {r} logits rows exceed the workspace {l:?}"));
         }
         if batch.positions.len() != t || batch.slot_mapping.len() != t {

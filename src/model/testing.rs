@@ -351,7 +351,8 @@ pub fn prefill_logits(
     use crate::gpu::{KvCacheShape, KvPrecision};
     let c = model.config();
     let (t, blocks) = (tokens.len(), tokens.len().div_ceil(block_size));
-    let limits = WorkspaceLimits { max_tokens: t, max_seqs: t, max_blocks_per_seq: blocks };
+    let limits =
+        WorkspaceLimits { max_tokens: t, max_seqs: t, max_logits_rows: t, max_blocks_per_seq: blocks };
     let ws = Workspace::new(ctx, model, limits)?;
     let shape = KvCacheShape {
         num_layers: c.num_hidden_layers,

@@ -87,9 +87,15 @@ fn cache_config(num_blocks: usize, prefix_caching: bool) -> CacheConfig {
 
 /// The default model on the test device, its pools [`EXECUTOR_BLOCKS`] blocks.
 pub fn executor() -> WgpuExecutor {
+    executor_for(&scheduler_config(1024))
+}
+
+/// [`executor`] sized for the steps `scheduler` makes (speculative decoding's extra logits
+/// rows).
+pub fn executor_for(scheduler: &SchedulerConfig) -> WgpuExecutor {
     let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
         .expect("a wgpu adapter (lavapipe in CI)");
-    WgpuExecutor::new(ctx, &smollm2(), &cache_config(EXECUTOR_BLOCKS, true), &scheduler_config(1024), false)
+    WgpuExecutor::new(ctx, &smollm2(), &cache_config(EXECUTOR_BLOCKS, true), scheduler, false)
         .expect("executor")
 }
 
