@@ -14,10 +14,49 @@ struct W32 {
     g3: W8,
 }
 
+// Sixteen activations of one row as four quads: the run of 16 weights a K-split lane sums at a
+// time (the format's `run_quads` says which k each quad starts at).
+struct X16 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    c: vec4<f32>,
+    d: vec4<f32>,
+}
+
 // Eight consecutive words, two units (`wl8a`).
 struct WRun8 {
     lo: vec4<u32>,
     hi: vec4<u32>,
+}
+
+// The byte lanes of a word: `vec4<u32>(w) >> BYTE_SHIFTS` puts byte i at the bottom of lane i.
+const BYTE_SHIFTS = vec4<u32>(0u, 8u, 16u, 24u);
+
+// The four bytes of a word, unsigned.
+fn bytes4(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> BYTE_SHIFTS) & vec4<u32>(255u));
+}
+
+// The four bytes of a word, signed.
+fn sbytes4(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) << (vec4<u32>(24u) - BYTE_SHIFTS)) >> vec4<u32>(24u));
+}
+
+// The 4-bit values at `shift` (0 or 4) of the four bytes of a word.
+fn nibbles4(w: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> (BYTE_SHIFTS + shift)) & vec4<u32>(15u));
+}
+
+// x · w for eight weights, one fma chain in k order.
+fn dot8(x: W8, w: W8, acc: f32) -> f32 {
+    var s = fma(x.a.x, w.a.x, acc);
+    s = fma(x.a.y, w.a.y, s);
+    s = fma(x.a.z, w.a.z, s);
+    s = fma(x.a.w, w.a.w, s);
+    s = fma(x.b.x, w.b.x, s);
+    s = fma(x.b.y, w.b.y, s);
+    s = fma(x.b.z, w.b.z, s);
+    return fma(x.b.w, w.b.w, s);
 }
 
 // Words rounded up to whole 16-byte units: every stored row starts on one (src/gpu/weights.rs),

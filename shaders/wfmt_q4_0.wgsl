@@ -37,3 +37,31 @@ fn w_block(rb: u32, b: u32) -> W32 {
         W8(d * (q4_nibbles(q.z, 4u) - 8.0), d * (q4_nibbles(q.w, 4u) - 8.0)),
     );
 }
+
+// A K-split lane's run: weights 16 r .. 16 r + 15, nibbles r % 2 of the unit of block r / 2;
+// the offset folded in through the activations' sum: w·x = d (q·x - 8 Σx).
+struct LaneRun {
+    q: vec4<u32>,
+    shift: u32,
+    d: f32,
+}
+
+fn run_quads(r: u32) -> vec4<u32> {
+    let k = 16u * r;
+    return vec4<u32>(k, k + 4u, k + 8u, k + 12u);
+}
+
+fn lane_run(rb: u32, r: u32) -> LaneRun {
+    return LaneRun(wl4a(rb + 4u * (r / 2u)), 4u * (r % 2u), q4_0_scale(rb, r / 2u));
+}
+
+fn lane_partial(w: LaneRun, x: X16) -> f32 {
+    let qx = vec4<f32>(
+        dot(x.a, nibbles4(w.q.x, w.shift)),
+        dot(x.b, nibbles4(w.q.y, w.shift)),
+        dot(x.c, nibbles4(w.q.z, w.shift)),
+        dot(x.d, nibbles4(w.q.w, w.shift)),
+    );
+    let sx = (x.a + x.b) + (x.c + x.d);
+    return w.d * (dot(qx, vec4<f32>(1.0)) - 8.0 * dot(sx, vec4<f32>(1.0)));
+}

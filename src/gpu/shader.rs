@@ -134,14 +134,6 @@ impl LinearPath {
         }
     }
 
-    /// The lane walks the path's variants are built with ([`LaneWalk::of`] picks one by K).
-    pub fn lane_walks(self) -> &'static [LaneWalk] {
-        match self {
-            Self::Sequential { .. } => &[LaneWalk::Groups],
-            Self::KSplit => &[LaneWalk::Groups, LaneWalk::Blocks],
-        }
-    }
-
     /// The activation loads the path's variants are built with ([`XLoad::of`] picks one by K).
     pub fn x_loads(self) -> &'static [XLoad] {
         match self {
@@ -207,33 +199,6 @@ impl XLoad {
         match path {
             LinearPath::KSplit if k.is_multiple_of(4) => Self::Units,
             _ => Self::Words,
-        }
-    }
-}
-
-/// What each lane of a K-split linear kernel sums at a time: whole blocks of 32 weights (a
-/// quantized block's scale decoded once, its words read in one run) on rows long enough for
-/// every lane to have one, groups of 8 on shorter rows (so no lane idles). A row length's
-/// choice, the same for the GEMV and the GEMM, so a row's bits never depend on the batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LaneWalk {
-    /// Groups of 8 (the sequential path's variants, and K-split rows under
-    /// [`LANE_BLOCKS_MIN_K`]).
-    Groups,
-    /// Blocks of 32, then the groups of 8 past them.
-    Blocks,
-}
-
-/// The shortest row whose K-split lanes walk whole blocks: one block of 32 for each of the
-/// [`LINEAR_WG`] lanes.
-pub const LANE_BLOCKS_MIN_K: usize = 32 * LINEAR_WG as usize;
-
-impl LaneWalk {
-    /// The walk of rows of `k` weights on `path`.
-    pub fn of(path: LinearPath, k: usize) -> Self {
-        match path {
-            LinearPath::KSplit if k >= LANE_BLOCKS_MIN_K => Self::Blocks,
-            _ => Self::Groups,
         }
     }
 }
@@ -608,8 +573,6 @@ pub enum KernelVariant {
         /// Rows of x each invocation (sequential) or row band (K-split) computes: 1 for decode
         /// (the GEMV on the K-split path), more for prefill (the GEMM).
         rows_tile: u32,
-        /// What a K-split lane sums at a time ([`LaneWalk::Groups`] on the sequential path).
-        walk: LaneWalk,
         /// How it loads its activations ([`XLoad::Words`] on the sequential path).
         x_load: XLoad,
         /// How the K-split GEMV adds its lanes' sums, and a fused RMSNorm its squares; on the
@@ -678,7 +641,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, source, path, rows_tile, walk, x_load, tree, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
@@ -688,17 +651,13 @@ impl KernelVariant {
                     LinearPrologue::Plain => "",
                     LinearPrologue::RmsNorm => "rms-",
                 };
-                let walk = match walk {
-                    LaneWalk::Groups => "",
-                    LaneWalk::Blocks => "-blocks",
-                };
                 let x_load = match x_load {
                     XLoad::Words => "",
                     XLoad::Units => "-x16",
                 };
                 let (dtype, epilogue, source, tree) =
                     (dtype.name(), epilogue.name(), source.suffix(), tree.suffix());
-                format!("linear/{dtype}{source}/{path}{walk}{x_load}{tree}/tm{rows_tile}/{norm}{epilogue}")
+                format!("linear/{dtype}{source}/{path}{x_load}{tree}/tm{rows_tile}/{norm}{epilogue}")
             }
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
@@ -776,7 +735,7 @@ impl KernelVariant {
             Self::Linear { path, rows_tile, .. } => match path.kernel(rows_tile) {
                 LinearKernel::Sequential => 0,
                 LinearKernel::Gemv => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS,
-                LinearKernel::Gemm => 16 * gemm_tile_vec4s(rows_tile),
+                LinearKernel::Gemm => 4 * gemm_exchange_floats(rows_tile),
             },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
@@ -860,13 +819,10 @@ pub const TESTED_HEAD_DIMS: [u32; 6] = [64, 72, 80, 96, 128, 256];
 /// Subgroup sizes the subgroup variants are built for (lavapipe 8, Intel 16, NVIDIA/Apple 32, AMD 64).
 pub const SUBGROUP_SIZES: [u32; 4] = [8, 16, 32, 64];
 
-/// vec4s of workgroup memory a K-split GEMM of `rows_tile` rows a band declares (`TILE`): the
-/// larger of its staged weights (two vec4s per lane and weight row) and its tree's exchange
-/// (half the lanes of every band pass all their outputs at once).
-pub(crate) fn gemm_tile_vec4s(rows_tile: u32) -> u32 {
-    let staged = 2 * LINEAR_KSPLIT_COLS * LINEAR_WG;
-    let exchange = LINEAR_WG / 2 * LINEAR_GEMM_BANDS * rows_tile * LINEAR_KSPLIT_COLS / 4;
-    staged.max(exchange)
+/// Partial sums a K-split GEMM of `rows_tile` rows a band passes down its tree at once (`TILE`,
+/// its workgroup memory): half the lanes of every band, all their outputs.
+pub(crate) fn gemm_exchange_floats(rows_tile: u32) -> u32 {
+    LINEAR_WG / 2 * LINEAR_GEMM_BANDS * rows_tile * LINEAR_KSPLIT_COLS
 }
 
 /// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
@@ -918,21 +874,18 @@ fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
         for prologue in LinearPrologue::ALL {
             for epilogue in LinearEpilogue::ALL {
                 for &source in path.weight_sources() {
-                    for &walk in path.lane_walks() {
-                        for &x_load in path.x_loads() {
-                            for tree in path.trees(rows_tile) {
-                                out.push(KernelVariant::Linear {
-                                    dtype,
-                                    source,
-                                    path,
-                                    rows_tile,
-                                    walk,
-                                    x_load,
-                                    tree,
-                                    prologue,
-                                    epilogue,
-                                });
-                            }
+                    for &x_load in path.x_loads() {
+                        for tree in path.trees(rows_tile) {
+                            out.push(KernelVariant::Linear {
+                                dtype,
+                                source,
+                                path,
+                                rows_tile,
+                                x_load,
+                                tree,
+                                prologue,
+                                epilogue,
+                            });
                         }
                     }
                 }
