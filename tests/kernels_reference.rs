@@ -72,9 +72,9 @@ fn linear_matches_dequantized_f64_reference() {
     }
 }
 
-/// K of the invariance tests: whole blocks for a block format; for the others 13 groups of 8 and
-/// three single weights, so the K-split lanes' walk over groups and lane 0's last weights are
-/// in it (kernels_gemm_tiles takes rows long enough for the lanes to walk whole blocks).
+/// K of the invariance tests: whole blocks for a block format; for the others 6 runs of 16 and
+/// eleven single weights, so the K-split lanes' runs and lane 0's last weights are in it
+/// (kernels_gemm_tiles takes rows long enough for every lane to sum several runs).
 fn invariance_k(dtype: DType) -> usize {
     match dtype.block_len() {
         256 => 512,
@@ -1221,7 +1221,8 @@ fn gemv_outputs(c: &GpuContext, dtype: DType, k: usize) -> Vec<f32> {
 /// tree, its levels under 8 or 32 lanes (the widest the adapter's smallest subgroup holds) in
 /// shuffles, and every level in workgroup memory where subgroups are masked or may be narrower
 /// than 8: the same bits either way. Every weight type at rows
-/// whose lanes walk groups and rows whose lanes walk whole blocks, plain, normed and gated; the
+/// that leave most lanes idle and rows where every lane sums several runs, plain, normed and
+/// gated; the
 /// attention cases and heads of 72 and 256 (several rounds of the value tree).
 #[test]
 fn the_subgroup_tree_gives_the_shared_trees_bits() {

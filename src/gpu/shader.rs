@@ -19,7 +19,7 @@
 //!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader
 //!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
 //! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `PART_KEYS`
-//!   (split-KV's largest partition), `TM`, `TN`, `GATES`, `BANDS`, `TILE` and `WALK_BLOCKS`
+//!   (split-KV's largest partition), `TM`, `TN`, `GATES`, `BANDS` and `TILE`
 //!   (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
 //!   partial sums, in rms_norm and the norming linears), `TREE_LANES` (the lanes a subgroup
 //!   tree's shuffles span: [`Tree`]), `W_TEXELS` (a weight texture's row, for the kernels that
@@ -40,6 +40,22 @@
 //! const SLOT_X: u32 = 1u; // shader::slots::rms_norm::X
 //! ...
 //! ```
+//!
+//! # A weight format's lane partial sum
+//!
+//! The K-split linear kernels (the decode GEMV, `linear_ksplit.wgsl`, and the prefill GEMM,
+//! `linear_gemm.wgsl`) cut a row's K into runs of 16 weights; lane `l` of the GEMV and lane `l` of
+//! every GEMM band add the partial sums of runs `l, l + LINEAR_WG, ...` in order, and one fixed
+//! tree adds the lanes'. What a run is belongs to the weight format alone, in its
+//! `shaders/wfmt_<type>.wgsl` (or `wrun_groups.wgsl`, two groups of 8 in k order, for the formats
+//! without one of their own): `run_quads(r)` (the k of the run's four quads of activations),
+//! `lane_run(rb, r)` (its weights decoded once: quants, scales, minimums) and
+//! `lane_partial(run, x)` (its sum against one row's sixteen activations). Both kernels call the
+//! same three functions, so a format's arithmetic, and so its bits, is written once, and a
+//! prefill row has the decode row's bits. Changing one format's mat-vec touches its
+//! `wfmt_<type>.wgsl`, and `src/gpu/shader/compose.rs`'s `format_files` only when it starts or stops sharing a
+//! file (`wrun_groups.wgsl`, `wbits.wgsl`, ...); `tests/kernels_reference.rs` checks it against
+//! the CPU reference and the GEMM's bits against the GEMV's.
 //!
 //! # Row and column markers of the linear kernels
 //!
@@ -180,11 +196,11 @@ impl LinearPath {
     }
 }
 
-/// How a linear kernel loads its activations (and a normed input's RMSNorm weight): a K-split
-/// lane's eight at a time as two aligned 16-byte units where every row starts on one (K a
-/// multiple of 4, as every model's rows are: two loads a lane instead of eight), else a word at
-/// a time (the sequential path always: CPU adapters share each word across a subgroup
-/// instead). Loads only, so the bits are the same.
+/// How a linear kernel loads its activations (and a normed input's RMSNorm weight): each of a
+/// K-split lane's quads as one aligned 16-byte unit where every row starts on one (K a multiple
+/// of 4, as every model's rows are: one load a quad instead of four), else a word at a time (the
+/// sequential path always: CPU adapters share each word across a subgroup instead). Loads only,
+/// so the bits are the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum XLoad {
     /// Words (`shaders/xsrc_f32.wgsl`, `xnorm_f32.wgsl`).

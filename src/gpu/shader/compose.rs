@@ -58,7 +58,7 @@ impl KvFormat {
 /// `w_k`), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl` (the IQ4 table),
 /// `wblock_groups.wgsl` (a block as four groups) for the dense formats, which have no `w_block`
 /// of their own, and `wrun_groups.wgsl` (a lane's run as two groups in k order) for the formats
-/// without a lane run of their own (all but Q8_0, Q4_0, Q4_K and Q6_K).
+/// without a lane run of their own (all but Q8_0, Q4_0, Q4_1, Q4_K and Q6_K).
 fn weight_files(dtype: DType, source: WeightSource) -> Vec<ShaderFile> {
     let words = match source {
         WeightSource::Buffer => shader_file!("wsrc_buffer.wgsl"),
@@ -81,7 +81,7 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
         DType::BF16 => vec![shader_file!("wfmt_bf16.wgsl"), groups, runs],
         DType::Q8_0 => vec![split, shader_file!("wfmt_q8_0.wgsl")],
         DType::Q4_0 => vec![bits, split, shader_file!("wfmt_q4_0.wgsl")],
-        DType::Q4_1 => vec![bits, split, shader_file!("wfmt_q4_1.wgsl"), runs],
+        DType::Q4_1 => vec![bits, split, shader_file!("wfmt_q4_1.wgsl")],
         DType::Q5_0 => vec![bits, split, shader_file!("wfmt_q5_0.wgsl"), runs],
         DType::Q5_1 => vec![bits, split, shader_file!("wfmt_q5_1.wgsl"), runs],
         DType::IQ4NL => vec![bits, split, iq4, shader_file!("wfmt_iq4_nl.wgsl"), runs],
