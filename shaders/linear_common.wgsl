@@ -43,9 +43,9 @@ fn x_block(xr: u32, b: u32, s: f32) -> W32 {
 
 // Run r of the x row at xr (its four quads of activations: the format's `run_quads`), through
 // the input functions: what a lane's `lane_partial` multiplies.
-fn x_run(xr: u32, r: u32, s: f32) -> X16 {
+fn x_run(xr: u32, r: u32, s: f32) -> V16 {
     let q = run_quads(r);
-    return X16(
+    return V16(
         input4(load_x4_direct(xr + q.x), s, q.x),
         input4(load_x4_direct(xr + q.y), s, q.y),
         input4(load_x4_direct(xr + q.z), s, q.z),

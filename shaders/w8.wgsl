@@ -14,13 +14,25 @@ struct W32 {
     g3: W8,
 }
 
-// Sixteen activations of one row as four quads: the run of 16 weights a K-split lane sums at a
-// time (the format's `run_quads` says which k each quad starts at).
-struct X16 {
+// Sixteen values of one row as four quads: the activations of the run of 16 weights a K-split
+// lane sums at a time (the format's `run_quads` says which k each quad starts at), or the run's
+// quants.
+struct V16 {
     a: vec4<f32>,
     b: vec4<f32>,
     c: vec4<f32>,
     d: vec4<f32>,
+}
+
+// The four quads' dot products x·q.
+fn quad_dots(x: V16, q: V16) -> vec4<f32> {
+    return vec4<f32>(dot(x.a, q.a), dot(x.b, q.b), dot(x.c, q.c), dot(x.d, q.d));
+}
+
+// The four quads' sums.
+fn quad_sums(x: V16) -> vec4<f32> {
+    let one = vec4<f32>(1.0);
+    return vec4<f32>(dot(x.a, one), dot(x.b, one), dot(x.c, one), dot(x.d, one));
 }
 
 // Eight consecutive words, two units (`wl8a`).

@@ -38,32 +38,22 @@ fn w_block(rb: u32, b: u32) -> W32 {
     );
 }
 
-// A K-split lane's run (as llama.cpp's mul_mat_vec reads Q4_0): run r is half h = r % 2 of block
-// r / 2, the low and high nibbles of its words 2 h and 2 h + 1 (k = 8 h .. 8 h + 7 and
-// 16 + 8 h .. 16 + 8 h + 7 of the block); the offset folded in through the activations' sum:
+// A K-split lane's run (wbits.wgsl's q4_run); the offset folded in through the activations' sum:
 // w·x = d (q·x - 8 Σx).
 struct LaneRun {
-    q0: vec4<f32>,
-    q1: vec4<f32>,
-    q2: vec4<f32>,
-    q3: vec4<f32>,
+    q: V16,
     d: f32,
 }
 
 fn run_quads(r: u32) -> vec4<u32> {
-    let k = 32u * (r / 2u) + 8u * (r % 2u);
-    return vec4<u32>(k, k + 4u, k + 16u, k + 20u);
+    return q4_run_quads(r);
 }
 
 fn lane_run(rb: u32, r: u32) -> LaneRun {
-    let o = rb + 2u * r;
-    let w0 = wl(o);
-    let w1 = wl(o + 1u);
-    return LaneRun(nibbles4(w0, 0u), nibbles4(w1, 0u), nibbles4(w0, 4u), nibbles4(w1, 4u), q4_0_scale(rb, r / 2u));
+    return LaneRun(q4_run(rb, r), q4_0_scale(rb, r / 2u));
 }
 
-fn lane_partial(w: LaneRun, x: X16) -> f32 {
-    let qx = vec4<f32>(dot(x.a, w.q0), dot(x.b, w.q1), dot(x.c, w.q2), dot(x.d, w.q3));
-    let sx = (x.a + x.b) + (x.c + x.d);
-    return w.d * (dot(qx, vec4<f32>(1.0)) - 8.0 * dot(sx, vec4<f32>(1.0)));
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
+    let s = q4_run_sums(w.q, x);
+    return w.d * (s.x - 8.0 * s.y);
 }

@@ -47,10 +47,7 @@ fn w_block(rb: u32, b: u32) -> W32 {
 // bytes 2 v, 2 v + 1 of the three scale words' halves v, decoded together with packed masks;
 // the minimums are folded in through the activations' sums: w·x = Σ d sc (q·x) - dmin m Σx.
 struct LaneRun {
-    q0: vec4<f32>,
-    q1: vec4<f32>,
-    q2: vec4<f32>,
-    q3: vec4<f32>,
+    q: V16,
     // d times the scales and dmin times the minimums of the run's four sub-blocks.
     sc: vec4<f32>,
     mn: vec4<f32>,
@@ -77,19 +74,10 @@ fn lane_run(rb: u32, r: u32) -> LaneRun {
     let dm = unpack2x16float(h.x);
     let w0 = wl(base + 4u + 8u * (i / 8u) + i % 8u);
     let w1 = wl(base + 20u + 8u * (i / 8u) + i % 8u);
-    return LaneRun(
-        nibbles4(w0, 0u),
-        nibbles4(w0, 4u),
-        nibbles4(w1, 0u),
-        nibbles4(w1, 4u),
-        dm.x * vec4<f32>(a.x, a.y, b.x, b.y),
-        dm.y * vec4<f32>(a.z, a.w, b.z, b.w),
-    );
+    let q = V16(nibbles4(w0, 0u), nibbles4(w0, 4u), nibbles4(w1, 0u), nibbles4(w1, 4u));
+    return LaneRun(q, dm.x * vec4<f32>(a.x, a.y, b.x, b.y), dm.y * vec4<f32>(a.z, a.w, b.z, b.w));
 }
 
-fn lane_partial(w: LaneRun, x: X16) -> f32 {
-    let qx = vec4<f32>(dot(x.a, w.q0), dot(x.b, w.q1), dot(x.c, w.q2), dot(x.d, w.q3));
-    let one = vec4<f32>(1.0);
-    let sx = vec4<f32>(dot(x.a, one), dot(x.b, one), dot(x.c, one), dot(x.d, one));
-    return dot(qx, w.sc) - dot(sx, w.mn);
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
+    return dot(quad_dots(x, w.q), w.sc) - dot(quad_sums(x), w.mn);
 }

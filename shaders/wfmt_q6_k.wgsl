@@ -78,10 +78,7 @@ fn w_block(rb: u32, b: u32) -> W32 {
 // 16 v + 8 + j, with the bit pairs 0, 2, 4, 6 of qh word 8 v + j; their scales are bytes
 // j / 4 and j / 4 + 2 of scale words 2 v and 2 v + 1, sign-extended together.
 struct LaneRun {
-    q0: vec4<f32>,
-    q1: vec4<f32>,
-    q2: vec4<f32>,
-    q3: vec4<f32>,
+    q: V16,
     // d times the scales of the four quads.
     sc: vec4<f32>,
 }
@@ -110,15 +107,10 @@ fn lane_run(rb: u32, r: u32) -> LaneRun {
     let at = vec4<u32>(24u, 8u, 24u, 8u) - vec4<u32>(8u * (j / 4u));
     let scales = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(s.x, s.x, s.y, s.y) << at) >> vec4<u32>(24u));
     let off = vec4<f32>(32.0);
-    return LaneRun(
-        vec4<f32>(q0) - off,
-        vec4<f32>(q1) - off,
-        vec4<f32>(q2) - off,
-        vec4<f32>(q3) - off,
-        q6_d(rb, sb) * scales,
-    );
+    let q = V16(vec4<f32>(q0) - off, vec4<f32>(q1) - off, vec4<f32>(q2) - off, vec4<f32>(q3) - off);
+    return LaneRun(q, q6_d(rb, sb) * scales);
 }
 
-fn lane_partial(w: LaneRun, x: X16) -> f32 {
-    return dot(vec4<f32>(dot(x.a, w.q0), dot(x.b, w.q1), dot(x.c, w.q2), dot(x.d, w.q3)), w.sc);
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
+    return dot(quad_dots(x, w.q), w.sc);
 }

@@ -57,7 +57,7 @@ fn lane_run(rb: u32, r: u32) -> LaneRun {
     return LaneRun(wl4a(rb + 4u * r), q8_scale(rb, r / 2u));
 }
 
-fn lane_partial(w: LaneRun, x: X16) -> f32 {
-    let qx = vec4<f32>(dot(x.a, sbytes4(w.q.x)), dot(x.b, sbytes4(w.q.y)), dot(x.c, sbytes4(w.q.z)), dot(x.d, sbytes4(w.q.w)));
-    return w.d * dot(qx, vec4<f32>(1.0));
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
+    let q = V16(sbytes4(w.q.x), sbytes4(w.q.y), sbytes4(w.q.z), sbytes4(w.q.w));
+    return w.d * dot(quad_dots(x, q), vec4<f32>(1.0));
 }

@@ -15,6 +15,6 @@ fn lane_run(rb: u32, r: u32) -> LaneRun {
     return LaneRun(w_group(rb, 2u * r), w_group(rb, 2u * r + 1u));
 }
 
-fn lane_partial(w: LaneRun, x: X16) -> f32 {
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
     return dot8(W8(x.c, x.d), w.hi, dot8(W8(x.a, x.b), w.lo, 0.0));
 }

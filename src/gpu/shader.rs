@@ -53,9 +53,9 @@
 //! `lane_partial(run, x)` (its sum against one row's sixteen activations). Both kernels call the
 //! same three functions, so a format's arithmetic, and so its bits, is written once, and a
 //! prefill row has the decode row's bits. Changing one format's mat-vec touches its
-//! `wfmt_<type>.wgsl`, and `src/gpu/shader/compose.rs`'s `format_files` only when it starts or stops sharing a
-//! file (`wrun_groups.wgsl`, `wbits.wgsl`, ...); `tests/kernels_reference.rs` checks it against
-//! the CPU reference and the GEMM's bits against the GEMV's.
+//! `wfmt_<type>.wgsl`, and `src/gpu/shader/compose.rs`'s `format_files` only when it starts or
+//! stops sharing a file (`wrun_groups.wgsl`, `wbits.wgsl`, ...); `tests/kernels_reference.rs`
+//! checks it against the CPU reference and the GEMM's bits against the GEMV's.
 //!
 //! # Row and column markers of the linear kernels
 //!

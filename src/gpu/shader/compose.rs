@@ -4,9 +4,8 @@
 use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KV_PARTITION_TOKENS,
-    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearKernel, LinearPath,
-    LinearPrologue, MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad,
-    gemm_exchange_floats, slots,
+    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearKernel, LinearPath, LinearPrologue,
+    MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_exchange_floats, slots,
 };
 use crate::dtype::DType;
 
@@ -50,7 +49,7 @@ impl KvFormat {
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`, and
 /// the K-split lanes' `run_quads`, `lane_run` and `lane_partial`: a lane's partial sum, the one
-/// the decode GEMV and the prefill GEMM both call), after `w8.wgsl` (the W8/W32/X16 types, the
+/// the decode GEMV and the prefill GEMM both call), after `w8.wgsl` (the W8/W32/V16 types, the
 /// byte lanes of a word, the word runs and the rows' rounding to whole units), the word loads of
 /// `source` (`wl`, `wl4a`, `wl8a`: a word, a unit, two units) and the shared pieces the format
 /// uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (split rows, which
@@ -357,7 +356,8 @@ impl KernelVariant {
             LinearKernel::Gemv => vec![tn, gates],
             LinearKernel::Gemm => {
                 let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
-                let tile = Injected::new("TILE", gemm_exchange_floats(rows_tile), "shader::gemm_exchange_floats");
+                let tile =
+                    Injected::new("TILE", gemm_exchange_floats(rows_tile), "shader::gemm_exchange_floats");
                 vec![tm, tn, gates, bands, tile]
             }
         }
