@@ -29,10 +29,12 @@ fn quad_dots(x: V16, q: V16) -> vec4<f32> {
     return vec4<f32>(dot(x.a, q.a), dot(x.b, q.b), dot(x.c, q.c), dot(x.d, q.d));
 }
 
-// The four quads' sums.
-fn quad_sums(x: V16) -> vec4<f32> {
-    let one = vec4<f32>(1.0);
-    return vec4<f32>(dot(x.a, one), dot(x.b, one), dot(x.c, one), dot(x.d, one));
+// x·w over the sixteen: the four quads' dot products, added. The activations only ever meet
+// weights in products: a sum of activations could be contracted with the product a fused norm
+// makes of them (x s g) into an fma, which the norm's own kernel's stored output cannot be,
+// and a decode row would lose the bits of the same row prefilled.
+fn run_dot(x: V16, w: V16) -> f32 {
+    return dot(quad_dots(x, w), vec4<f32>(1.0));
 }
 
 // Eight consecutive words, two units (`wl8a`).

@@ -51,9 +51,3 @@ fn q4_run(rb: u32, r: u32) -> V16 {
     let w1 = wl(rb + 2u * r + 1u);
     return V16(nibbles4(w0, 0u), nibbles4(w1, 0u), nibbles4(w0, 4u), nibbles4(w1, 4u));
 }
-
-// (q·x, Σx) of a Q4_0/Q4_1 run.
-fn q4_run_sums(q: V16, x: V16) -> vec2<f32> {
-    let one = vec4<f32>(1.0);
-    return vec2<f32>(dot(quad_dots(x, q), one), dot((x.a + x.b) + (x.c + x.d), one));
-}

@@ -38,8 +38,7 @@ fn w_block(rb: u32, b: u32) -> W32 {
     );
 }
 
-// A K-split lane's run (wbits.wgsl's q4_run); the offset folded in through the activations' sum:
-// w·x = d (q·x - 8 Σx).
+// A K-split lane's run (wbits.wgsl's q4_run, its quants less 8, exact): w·x = d ((q - 8)·x).
 struct LaneRun {
     q: V16,
     d: f32,
@@ -50,10 +49,11 @@ fn run_quads(r: u32) -> vec4<u32> {
 }
 
 fn lane_run(rb: u32, r: u32) -> LaneRun {
-    return LaneRun(q4_run(rb, r), q4_0_scale(rb, r / 2u));
+    let q = q4_run(rb, r);
+    let o = vec4<f32>(8.0);
+    return LaneRun(V16(q.a - o, q.b - o, q.c - o, q.d - o), q4_0_scale(rb, r / 2u));
 }
 
 fn lane_partial(w: LaneRun, x: V16) -> f32 {
-    let s = q4_run_sums(w.q, x);
-    return w.d * (s.x - 8.0 * s.y);
+    return w.d * run_dot(x, w.q);
 }

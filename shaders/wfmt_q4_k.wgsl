@@ -45,21 +45,14 @@ fn w_block(rb: u32, b: u32) -> W32 {
 // 2 v + 4 and 2 v + 5 (k = 64 v + o, + 32, + 128, + 160): the nibbles of words 8 v + i % 8 and
 // 16 + 8 v + i % 8 of the quants, low then high. The four sub-blocks' scales and minimums are
 // bytes 2 v, 2 v + 1 of the three scale words' halves v, decoded together with packed masks;
-// the minimums are folded in through the activations' sums: w·x = Σ d sc (q·x) - dmin m Σx.
-struct LaneRun {
-    q: V16,
-    // d times the scales and dmin times the minimums of the run's four sub-blocks.
-    sc: vec4<f32>,
-    mn: vec4<f32>,
-}
-
+// each quad dequantized once: w = (d sc) q - dmin m.
 fn run_quads(r: u32) -> vec4<u32> {
     let i = r % 16u;
     let k = r / 16u * 256u + 64u * (i / 8u) + 4u * (i % 8u);
     return vec4<u32>(k, k + 32u, k + 128u, k + 160u);
 }
 
-fn lane_run(rb: u32, r: u32) -> LaneRun {
+fn lane_run(rb: u32, r: u32) -> V16 {
     let base = rb + r / 16u * 36u;
     let i = r % 16u;
     let h = wl4a(base);
@@ -72,12 +65,18 @@ fn lane_run(rb: u32, r: u32) -> LaneRun {
     let a = bytes4(lo & 0x3F3F3F3Fu);
     let b = bytes4((((e << 12u) | e) & 0x0F0F0F0Fu) | top);
     let dm = unpack2x16float(h.x);
+    let sc = dm.x * vec4<f32>(a.x, a.y, b.x, b.y);
+    let mn = -dm.y * vec4<f32>(a.z, a.w, b.z, b.w);
     let w0 = wl(base + 4u + 8u * (i / 8u) + i % 8u);
     let w1 = wl(base + 20u + 8u * (i / 8u) + i % 8u);
-    let q = V16(nibbles4(w0, 0u), nibbles4(w0, 4u), nibbles4(w1, 0u), nibbles4(w1, 4u));
-    return LaneRun(q, dm.x * vec4<f32>(a.x, a.y, b.x, b.y), dm.y * vec4<f32>(a.z, a.w, b.z, b.w));
+    return V16(
+        fma(vec4<f32>(sc.x), nibbles4(w0, 0u), vec4<f32>(mn.x)),
+        fma(vec4<f32>(sc.y), nibbles4(w0, 4u), vec4<f32>(mn.y)),
+        fma(vec4<f32>(sc.z), nibbles4(w1, 0u), vec4<f32>(mn.z)),
+        fma(vec4<f32>(sc.w), nibbles4(w1, 4u), vec4<f32>(mn.w)),
+    );
 }
 
-fn lane_partial(w: LaneRun, x: V16) -> f32 {
-    return dot(quad_dots(x, w.q), w.sc) - dot(quad_sums(x), w.mn);
+fn lane_partial(w: V16, x: V16) -> f32 {
+    return run_dot(x, w);
 }

@@ -59,5 +59,5 @@ fn lane_run(rb: u32, r: u32) -> LaneRun {
 
 fn lane_partial(w: LaneRun, x: V16) -> f32 {
     let q = V16(sbytes4(w.q.x), sbytes4(w.q.y), sbytes4(w.q.z), sbytes4(w.q.w));
-    return w.d * dot(quad_dots(x, q), vec4<f32>(1.0));
+    return w.d * run_dot(x, q);
 }
