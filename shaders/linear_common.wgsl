@@ -25,17 +25,6 @@ struct LinearParams {
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;
 @group(0) @binding(SLOT_Y) var<storage, read_write> Y: array<f32>;
 
-fn dot8(x: W8, w: W8, acc: f32) -> f32 {
-    var s = fma(x.a.x, w.a.x, acc);
-    s = fma(x.a.y, w.a.y, s);
-    s = fma(x.a.z, w.a.z, s);
-    s = fma(x.a.w, w.a.w, s);
-    s = fma(x.b.x, w.b.x, s);
-    s = fma(x.b.y, w.b.y, s);
-    s = fma(x.b.z, w.b.z, s);
-    return fma(x.b.w, w.b.w, s);
-}
-
 // The four groups of a block of 32 weights, in order: dot8's chain over k 32 b .. 32 b + 31.
 fn dot32(x: W32, w: W32, acc: f32) -> f32 {
     return dot8(x.g3, w.g3, dot8(x.g2, w.g2, dot8(x.g1, w.g1, dot8(x.g0, w.g0, acc))));
@@ -49,6 +38,18 @@ fn x_block(xr: u32, b: u32, s: f32) -> W32 {
         input8(load_x8_direct(xr + k + 8u), s, k + 8u),
         input8(load_x8_direct(xr + k + 16u), s, k + 16u),
         input8(load_x8_direct(xr + k + 24u), s, k + 24u),
+    );
+}
+
+// Run r of the x row at xr (its four quads of activations: the format's `run_quads`), through
+// the input functions: what a lane's `lane_partial` multiplies.
+fn x_run(xr: u32, r: u32, s: f32) -> V16 {
+    let q = run_quads(r);
+    return V16(
+        input4(load_x4_direct(xr + q.x), s, q.x),
+        input4(load_x4_direct(xr + q.y), s, q.y),
+        input4(load_x4_direct(xr + q.z), s, q.z),
+        input4(load_x4_direct(xr + q.w), s, q.w),
     );
 }
 

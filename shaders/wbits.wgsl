@@ -36,3 +36,18 @@ fn q2_quad(w: u32, shift: u32) -> vec4<f32> {
     let v = w >> shift;
     return vec4<f32>(f32(v & 3u), f32((v >> 8u) & 3u), f32((v >> 16u) & 3u), f32((v >> 24u) & 3u));
 }
+
+// Q4_0/Q4_1 lane runs (as llama.cpp's mul_mat_vec reads them): run r is half h = r % 2 of block
+// r / 2, the low and high nibbles of its words 2 h and 2 h + 1 (k = 8 h .. 8 h + 7 and
+// 16 + 8 h .. 16 + 8 h + 7 of the block), for a format whose block b's 16 bytes of nibbles are
+// the unit at word 4 b of the row.
+fn q4_run_quads(r: u32) -> vec4<u32> {
+    let k = 32u * (r / 2u) + 8u * (r % 2u);
+    return vec4<u32>(k, k + 4u, k + 16u, k + 20u);
+}
+
+fn q4_run(rb: u32, r: u32) -> V16 {
+    let w0 = wl(rb + 2u * r);
+    let w1 = wl(rb + 2u * r + 1u);
+    return V16(nibbles4(w0, 0u), nibbles4(w1, 0u), nibbles4(w0, 4u), nibbles4(w1, 4u));
+}

@@ -37,3 +37,23 @@ fn w_block(rb: u32, b: u32) -> W32 {
         W8(d * (q4_nibbles(q.z, 4u) - 8.0), d * (q4_nibbles(q.w, 4u) - 8.0)),
     );
 }
+
+// A K-split lane's run (wbits.wgsl's q4_run, its quants less 8, exact): w·x = d ((q - 8)·x).
+struct LaneRun {
+    q: V16,
+    d: f32,
+}
+
+fn run_quads(r: u32) -> vec4<u32> {
+    return q4_run_quads(r);
+}
+
+fn lane_run(rb: u32, r: u32) -> LaneRun {
+    let q = q4_run(rb, r);
+    let o = vec4<f32>(8.0);
+    return LaneRun(V16(q.a - o, q.b - o, q.c - o, q.d - o), q4_0_scale(rb, r / 2u));
+}
+
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
+    return w.d * run_dot(x, w.q);
+}

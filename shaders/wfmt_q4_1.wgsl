@@ -37,3 +37,20 @@ fn w_block(rb: u32, b: u32) -> W32 {
         W8(dm.x * q4_nibbles(q.z, 4u) + dm.y, dm.x * q4_nibbles(q.w, 4u) + dm.y),
     );
 }
+
+// A K-split lane's run (wbits.wgsl's q4_run), dequantized once: w = d q + m.
+fn run_quads(r: u32) -> vec4<u32> {
+    return q4_run_quads(r);
+}
+
+fn lane_run(rb: u32, r: u32) -> V16 {
+    let q = q4_run(rb, r);
+    let dm = q4_1_scale(rb, r / 2u);
+    let d = vec4<f32>(dm.x);
+    let m = vec4<f32>(dm.y);
+    return V16(fma(d, q.a, m), fma(d, q.b, m), fma(d, q.c, m), fma(d, q.d, m));
+}
+
+fn lane_partial(w: V16, x: V16) -> f32 {
+    return run_dot(x, w);
+}

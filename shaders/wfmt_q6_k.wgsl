@@ -71,3 +71,46 @@ fn w_block(rb: u32, b: u32) -> W32 {
         W8(hi * q6_quad_of(ql.hi.z, qh.hi.z, r), hi * q6_quad_of(ql.hi.w, qh.hi.w, r)),
     );
 }
+
+// A K-split lane's run (llama.cpp's mul_mat_vec_q6_k): run r is lane i = r % 16 of super-block
+// r / 16, with v = i / 8 and j = i % 8 the four weights at 4 j of each quarter of half v
+// (k = 128 v + 4 j, + 32, + 64, + 96): the low then the high nibbles of ql words 16 v + j and
+// 16 v + 8 + j, with the bit pairs 0, 2, 4, 6 of qh word 8 v + j; their scales are bytes
+// j / 4 and j / 4 + 2 of scale words 2 v and 2 v + 1, sign-extended together.
+struct LaneRun {
+    q: V16,
+    // d times the scales of the four quads.
+    sc: vec4<f32>,
+}
+
+fn run_quads(r: u32) -> vec4<u32> {
+    let i = r % 16u;
+    let k = r / 16u * 256u + 128u * (i / 8u) + 4u * (i % 8u);
+    return vec4<u32>(k, k + 32u, k + 64u, k + 96u);
+}
+
+fn lane_run(rb: u32, r: u32) -> LaneRun {
+    let sb = r / 16u;
+    let base = rb + sb * 52u;
+    let v = r % 16u / 8u;
+    let j = r % 8u;
+    let l0 = vec4<u32>(wl(base + 16u * v + j)) >> BYTE_SHIFTS;
+    let l1 = vec4<u32>(wl(base + 16u * v + 8u + j)) >> BYTE_SHIFTS;
+    let qh = vec4<u32>(wl(base + 32u + 8u * v + j)) >> BYTE_SHIFTS;
+    let f = vec4<u32>(15u);
+    let hb = vec4<u32>(48u);
+    let q0 = (l0 & f) | ((qh << vec4<u32>(4u)) & hb);
+    let q1 = (l1 & f) | ((qh << vec4<u32>(2u)) & hb);
+    let q2 = ((l0 >> vec4<u32>(4u)) & f) | (qh & hb);
+    let q3 = ((l1 >> vec4<u32>(4u)) & f) | ((qh >> vec4<u32>(2u)) & hb);
+    let s = unit_half(wl4a(base + 48u), v);
+    let at = vec4<u32>(24u, 8u, 24u, 8u) - vec4<u32>(8u * (j / 4u));
+    let scales = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(s.x, s.x, s.y, s.y) << at) >> vec4<u32>(24u));
+    let off = vec4<f32>(32.0);
+    let q = V16(vec4<f32>(q0) - off, vec4<f32>(q1) - off, vec4<f32>(q2) - off, vec4<f32>(q3) - off);
+    return LaneRun(q, q6_d(rb, sb) * scales);
+}
+
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
+    return dot(quad_dots(x, w.q), w.sc);
+}

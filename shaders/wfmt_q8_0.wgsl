@@ -40,3 +40,24 @@ fn w_block(rb: u32, b: u32) -> W32 {
         W8(d * q8_bytes(q1.z), d * q8_bytes(q1.w)),
     );
 }
+
+// A K-split lane's run: weights 16 r .. 16 r + 15, half r % 2 of block r / 2, one unit of
+// bytes; w·x = d (q·x).
+struct LaneRun {
+    q: vec4<u32>,
+    d: f32,
+}
+
+fn run_quads(r: u32) -> vec4<u32> {
+    let k = 16u * r;
+    return vec4<u32>(k, k + 4u, k + 8u, k + 12u);
+}
+
+fn lane_run(rb: u32, r: u32) -> LaneRun {
+    return LaneRun(wl4a(rb + 4u * r), q8_scale(rb, r / 2u));
+}
+
+fn lane_partial(w: LaneRun, x: V16) -> f32 {
+    let q = V16(sbytes4(w.q.x), sbytes4(w.q.y), sbytes4(w.q.z), sbytes4(w.q.w));
+    return w.d * run_dot(x, q);
+}

@@ -13,3 +13,7 @@ fn input8(x: W8, s: f32, k: u32) -> W8 {
 fn input1(x: f32, s: f32, k: u32) -> f32 {
     return x;
 }
+
+fn input4(x: vec4<f32>, s: f32, k: u32) -> vec4<f32> {
+    return x;
+}

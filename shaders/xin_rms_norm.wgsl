@@ -17,6 +17,10 @@ fn input8(x: W8, s: f32, k: u32) -> W8 {
     return W8(x.a * s * g.a, x.b * s * g.b);
 }
 
+fn input4(x: vec4<f32>, s: f32, k: u32) -> vec4<f32> {
+    return x * s * norm4(k);
+}
+
 fn input1(x: f32, s: f32, k: u32) -> f32 {
     return x * s * norm1(k);
 }

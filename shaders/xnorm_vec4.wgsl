@@ -10,3 +10,7 @@ fn norm1(k: u32) -> f32 {
 fn norm8(k: u32) -> W8 {
     return W8(NORM[k / 4u], NORM[k / 4u + 1u]);
 }
+
+fn norm4(k: u32) -> vec4<f32> {
+    return NORM[k / 4u];
+}

@@ -12,3 +12,7 @@ fn x1(i: u32) -> f32 {
 fn load_x8_direct(i: u32) -> W8 {
     return W8(X[i / 4u], X[i / 4u + 1u]);
 }
+
+fn load_x4_direct(i: u32) -> vec4<f32> {
+    return X[i / 4u];
+}

@@ -72,9 +72,8 @@ fn every_gemm_tile_gives_each_row_the_gemv_bits() {
     assert_eq!(BATCHES.map(|m| c.capabilities().gemm_band_rows(m) * 4), [8, 8, 16, 32, 32]);
     let m_max = BATCHES[BATCHES.len() - 1];
     for dtype in [DType::F16, DType::Q8_0, DType::Q4K] {
-        // Past 64 blocks of 32, so the lanes walk blocks and some sum two (with the GEMM's
-        // second chunk of blocks partly live), then (f16) a group of 8 past the blocks and three
-        // single weights.
+        // Past 64 runs of 16, so every lane sums two runs and some three (Q4_K's runs spread over
+        // four sub-blocks of a super-block), then (f16) eleven single weights past the runs.
         let (k, n) = match dtype.block_len() {
             256 => (2304, 37),
             32 => (2112, 37),

@@ -72,9 +72,9 @@ fn linear_matches_dequantized_f64_reference() {
     }
 }
 
-/// K of the invariance tests: whole blocks for a block format; for the others 13 groups of 8 and
-/// three single weights, so the K-split lanes' walk over groups and lane 0's last weights are
-/// in it (kernels_gemm_tiles takes rows long enough for the lanes to walk whole blocks).
+/// K of the invariance tests: whole blocks for a block format; for the others 6 runs of 16 and
+/// eleven single weights, so the K-split lanes' runs and lane 0's last weights are in it
+/// (kernels_gemm_tiles takes rows long enough for every lane to sum several runs).
 fn invariance_k(dtype: DType) -> usize {
     match dtype.block_len() {
         256 => 512,
@@ -293,7 +293,7 @@ fn fused_rope_cache_equals_linear_then_rope_cache_bit_for_bit() {
     let width = (heads + 2 * kv_heads) * hd;
     let eps = 1e-5;
     for c in [ctx(), gpu_class_ctx()] {
-        for dtype in [DType::Q4_1].into_iter().chain(NORMED_TYPES) {
+        for dtype in NORMED_TYPES {
             let k = if dtype.block_len() == 256 { 512 } else { 96 };
             let bytes = quantize(dtype, &Rng::new(31).vec(width * k));
             let fused_w = c.upload_weight("qkv", dtype, width, k, &bytes).unwrap();
@@ -386,9 +386,11 @@ fn fused_rope_cache_with_biases_holds_across_the_parts_of_a_split_weight() {
     assert!(fused.is_some() || c.capabilities().limits.max_storage_buffers_per_shader_stage < 9, "{what}");
 }
 
-/// The weight types the fused norm is checked with: F16 (blocks of 32 as four groups), Q8_0
-/// (whole blocks of 32) and Q4_K (super-blocks of 256).
-const NORMED_TYPES: [DType; 3] = [DType::F16, DType::Q8_0, DType::Q4K];
+/// The weight types the fused norm is checked with: F16 (blocks of 32 as four groups, as every
+/// format without a lane run of its own), and every format whose K-split lanes run their own
+/// arithmetic (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): a normed activation is a product, and only
+/// ever meets a weight in one.
+const NORMED_TYPES: [DType; 6] = [DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4K, DType::Q6K];
 
 /// `rms_norm` of the `m` rows of `x` with `weight`, through the GPU kernel.
 fn rms_norm_gpu(x: &[f32], m: usize, weight: &Tensor, eps: f32) -> Vec<f32> {
@@ -1221,7 +1223,8 @@ fn gemv_outputs(c: &GpuContext, dtype: DType, k: usize) -> Vec<f32> {
 /// tree, its levels under 8 or 32 lanes (the widest the adapter's smallest subgroup holds) in
 /// shuffles, and every level in workgroup memory where subgroups are masked or may be narrower
 /// than 8: the same bits either way. Every weight type at rows
-/// whose lanes walk groups and rows whose lanes walk whole blocks, plain, normed and gated; the
+/// that leave most lanes idle and rows where every lane sums several runs, plain, normed and
+/// gated; the
 /// attention cases and heads of 72 and 256 (several rounds of the value tree).
 #[test]
 fn the_subgroup_tree_gives_the_shared_trees_bits() {

@@ -3,7 +3,7 @@
 use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy, SubmitStrategy};
 use super::shader::{
     ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LaneWalk, LinearEpilogue, LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
+    LinearEpilogue, LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
 };
 use crate::dtype::DType;
 
@@ -255,7 +255,6 @@ impl Capabilities {
             source: WeightSource::Buffer,
             path: LinearPath::KSplit,
             rows_tile,
-            walk: LaneWalk::Groups,
             x_load: XLoad::Words,
             tree: Tree::Shared,
             prologue,
@@ -304,9 +303,8 @@ impl Capabilities {
     fn linear_line(&self) -> String {
         match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output each summing blocks of 32 weights (groups of 8 on rows under {}) and a fixed tree, decode reading {} weight rows a workgroup with {} ({}); prefill as a GEMM of up to {} rows ({}) by {} weight rows, each chunk of the weights dequantized once into workgroup memory",
+                "linear: k-split, {} invocations per output each summing runs of 16 weights through its format's lane_partial and a fixed tree, decode reading {} weight rows a workgroup with {} ({}); prefill and batches of 4 or more as a GEMM of up to {} rows ({}) by {} weight rows, the same lanes' runs for every row",
                 super::shader::LINEAR_WG,
-                super::shader::LANE_BLOCKS_MIN_K,
                 super::shader::LINEAR_KSPLIT_COLS,
                 self.tree_words(),
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" },

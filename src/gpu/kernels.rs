@@ -11,7 +11,7 @@ use super::shader::params::{
 };
 use super::shader::slots;
 use super::shader::{
-    AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LaneWalk, LinearEpilogue, LinearPath,
+    AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearPath,
     LinearPrologue, WeightSource, XLoad, attention_group,
 };
 use super::step::Step;
@@ -273,7 +273,6 @@ pub fn linear_variant_of(
         source,
         path: caps.linear_path(),
         rows_tile,
-        walk: LaneWalk::of(caps.linear_path(), k),
         x_load: XLoad::of(caps.linear_path(), k),
         tree: caps.linear_tree(rows_tile),
         prologue,

@@ -19,7 +19,7 @@
 //!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader
 //!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
 //! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `PART_KEYS`
-//!   (split-KV's largest partition), `TM`, `TN`, `GATES`, `BANDS`, `TILE` and `WALK_BLOCKS`
+//!   (split-KV's largest partition), `TM`, `TN`, `GATES`, `BANDS` and `TILE`
 //!   (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
 //!   partial sums, in rms_norm and the norming linears), `TREE_LANES` (the lanes a subgroup
 //!   tree's shuffles span: [`Tree`]), `W_TEXELS` (a weight texture's row, for the kernels that
@@ -40,6 +40,22 @@
 //! const SLOT_X: u32 = 1u; // shader::slots::rms_norm::X
 //! ...
 //! ```
+//!
+//! # A weight format's lane partial sum
+//!
+//! The K-split linear kernels (the decode GEMV, `linear_ksplit.wgsl`, and the prefill GEMM,
+//! `linear_gemm.wgsl`) cut a row's K into runs of 16 weights; lane `l` of the GEMV and lane `l` of
+//! every GEMM band add the partial sums of runs `l, l + LINEAR_WG, ...` in order, and one fixed
+//! tree adds the lanes'. What a run is belongs to the weight format alone, in its
+//! `shaders/wfmt_<type>.wgsl` (or `wrun_groups.wgsl`, two groups of 8 in k order, for the formats
+//! without one of their own): `run_quads(r)` (the k of the run's four quads of activations),
+//! `lane_run(rb, r)` (its weights decoded once: quants, scales, minimums) and
+//! `lane_partial(run, x)` (its sum against one row's sixteen activations). Both kernels call the
+//! same three functions, so a format's arithmetic, and so its bits, is written once, and a
+//! prefill row has the decode row's bits. Changing one format's mat-vec touches its
+//! `wfmt_<type>.wgsl`, and `src/gpu/shader/compose.rs`'s `format_files` only when it starts or
+//! stops sharing a file (`wrun_groups.wgsl`, `wbits.wgsl`, ...); `tests/kernels_reference.rs`
+//! checks it against the CPU reference and the GEMM's bits against the GEMV's.
 //!
 //! # Row and column markers of the linear kernels
 //!
@@ -134,14 +150,6 @@ impl LinearPath {
         }
     }
 
-    /// The lane walks the path's variants are built with ([`LaneWalk::of`] picks one by K).
-    pub fn lane_walks(self) -> &'static [LaneWalk] {
-        match self {
-            Self::Sequential { .. } => &[LaneWalk::Groups],
-            Self::KSplit => &[LaneWalk::Groups, LaneWalk::Blocks],
-        }
-    }
-
     /// The activation loads the path's variants are built with ([`XLoad::of`] picks one by K).
     pub fn x_loads(self) -> &'static [XLoad] {
         match self {
@@ -188,11 +196,11 @@ impl LinearPath {
     }
 }
 
-/// How a linear kernel loads its activations (and a normed input's RMSNorm weight): a K-split
-/// lane's eight at a time as two aligned 16-byte units where every row starts on one (K a
-/// multiple of 4, as every model's rows are: two loads a lane instead of eight), else a word at
-/// a time (the sequential path always: CPU adapters share each word across a subgroup
-/// instead). Loads only, so the bits are the same.
+/// How a linear kernel loads its activations (and a normed input's RMSNorm weight): each of a
+/// K-split lane's quads as one aligned 16-byte unit where every row starts on one (K a multiple
+/// of 4, as every model's rows are: one load a quad instead of four), else a word at a time (the
+/// sequential path always: CPU adapters share each word across a subgroup instead). Loads only,
+/// so the bits are the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum XLoad {
     /// Words (`shaders/xsrc_f32.wgsl`, `xnorm_f32.wgsl`).
@@ -207,33 +215,6 @@ impl XLoad {
         match path {
             LinearPath::KSplit if k.is_multiple_of(4) => Self::Units,
             _ => Self::Words,
-        }
-    }
-}
-
-/// What each lane of a K-split linear kernel sums at a time: whole blocks of 32 weights (a
-/// quantized block's scale decoded once, its words read in one run) on rows long enough for
-/// every lane to have one, groups of 8 on shorter rows (so no lane idles). A row length's
-/// choice, the same for the GEMV and the GEMM, so a row's bits never depend on the batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LaneWalk {
-    /// Groups of 8 (the sequential path's variants, and K-split rows under
-    /// [`LANE_BLOCKS_MIN_K`]).
-    Groups,
-    /// Blocks of 32, then the groups of 8 past them.
-    Blocks,
-}
-
-/// The shortest row whose K-split lanes walk whole blocks: one block of 32 for each of the
-/// [`LINEAR_WG`] lanes.
-pub const LANE_BLOCKS_MIN_K: usize = 32 * LINEAR_WG as usize;
-
-impl LaneWalk {
-    /// The walk of rows of `k` weights on `path`.
-    pub fn of(path: LinearPath, k: usize) -> Self {
-        match path {
-            LinearPath::KSplit if k >= LANE_BLOCKS_MIN_K => Self::Blocks,
-            _ => Self::Groups,
         }
     }
 }
@@ -608,8 +589,6 @@ pub enum KernelVariant {
         /// Rows of x each invocation (sequential) or row band (K-split) computes: 1 for decode
         /// (the GEMV on the K-split path), more for prefill (the GEMM).
         rows_tile: u32,
-        /// What a K-split lane sums at a time ([`LaneWalk::Groups`] on the sequential path).
-        walk: LaneWalk,
         /// How it loads its activations ([`XLoad::Words`] on the sequential path).
         x_load: XLoad,
         /// How the K-split GEMV adds its lanes' sums, and a fused RMSNorm its squares; on the
@@ -678,7 +657,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::TopK => "top_k".into(),
-            Self::Linear { dtype, source, path, rows_tile, walk, x_load, tree, prologue, epilogue } => {
+            Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
@@ -688,17 +667,13 @@ impl KernelVariant {
                     LinearPrologue::Plain => "",
                     LinearPrologue::RmsNorm => "rms-",
                 };
-                let walk = match walk {
-                    LaneWalk::Groups => "",
-                    LaneWalk::Blocks => "-blocks",
-                };
                 let x_load = match x_load {
                     XLoad::Words => "",
                     XLoad::Units => "-x16",
                 };
                 let (dtype, epilogue, source, tree) =
                     (dtype.name(), epilogue.name(), source.suffix(), tree.suffix());
-                format!("linear/{dtype}{source}/{path}{walk}{x_load}{tree}/tm{rows_tile}/{norm}{epilogue}")
+                format!("linear/{dtype}{source}/{path}{x_load}{tree}/tm{rows_tile}/{norm}{epilogue}")
             }
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
@@ -776,7 +751,7 @@ impl KernelVariant {
             Self::Linear { path, rows_tile, .. } => match path.kernel(rows_tile) {
                 LinearKernel::Sequential => 0,
                 LinearKernel::Gemv => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS,
-                LinearKernel::Gemm => 16 * gemm_tile_vec4s(rows_tile),
+                LinearKernel::Gemm => 4 * gemm_exchange_floats(rows_tile),
             },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
@@ -860,13 +835,10 @@ pub const TESTED_HEAD_DIMS: [u32; 6] = [64, 72, 80, 96, 128, 256];
 /// Subgroup sizes the subgroup variants are built for (lavapipe 8, Intel 16, NVIDIA/Apple 32, AMD 64).
 pub const SUBGROUP_SIZES: [u32; 4] = [8, 16, 32, 64];
 
-/// vec4s of workgroup memory a K-split GEMM of `rows_tile` rows a band declares (`TILE`): the
-/// larger of its staged weights (two vec4s per lane and weight row) and its tree's exchange
-/// (half the lanes of every band pass all their outputs at once).
-pub(crate) fn gemm_tile_vec4s(rows_tile: u32) -> u32 {
-    let staged = 2 * LINEAR_KSPLIT_COLS * LINEAR_WG;
-    let exchange = LINEAR_WG / 2 * LINEAR_GEMM_BANDS * rows_tile * LINEAR_KSPLIT_COLS / 4;
-    staged.max(exchange)
+/// Partial sums a K-split GEMM of `rows_tile` rows a band passes down its tree at once (`TILE`,
+/// its workgroup memory): half the lanes of every band, all their outputs.
+pub(crate) fn gemm_exchange_floats(rows_tile: u32) -> u32 {
+    LINEAR_WG / 2 * LINEAR_GEMM_BANDS * rows_tile * LINEAR_KSPLIT_COLS
 }
 
 /// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
@@ -918,21 +890,18 @@ fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
         for prologue in LinearPrologue::ALL {
             for epilogue in LinearEpilogue::ALL {
                 for &source in path.weight_sources() {
-                    for &walk in path.lane_walks() {
-                        for &x_load in path.x_loads() {
-                            for tree in path.trees(rows_tile) {
-                                out.push(KernelVariant::Linear {
-                                    dtype,
-                                    source,
-                                    path,
-                                    rows_tile,
-                                    walk,
-                                    x_load,
-                                    tree,
-                                    prologue,
-                                    epilogue,
-                                });
-                            }
+                    for &x_load in path.x_loads() {
+                        for tree in path.trees(rows_tile) {
+                            out.push(KernelVariant::Linear {
+                                dtype,
+                                source,
+                                path,
+                                rows_tile,
+                                x_load,
+                                tree,
+                                prologue,
+                                epilogue,
+                            });
                         }
                     }
                 }
@@ -966,6 +935,17 @@ mod tests {
                 assert_eq!(tree, want, "{}", variant.label());
             }
         }
+    }
+
+    /// How many variants the portability and contract tests build: 8 single kernels, 2
+    /// embeddings and 924 linears for each of the 15 weight types (132 on each of the five
+    /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
+    /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
+    /// with each of the 3 trees), and 50 RoPE and attention variants for each of the 3 KV
+    /// formats. Adding an option multiplies this: a new dimension should come with a reason.
+    #[test]
+    fn all_variants_counts_what_the_tests_build() {
+        assert_eq!(all_variants().len(), 8 + 15 * (2 + 924) + 3 * 50);
     }
 
     #[test]

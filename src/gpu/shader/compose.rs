@@ -4,9 +4,8 @@
 use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KV_PARTITION_TOKENS,
-    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LaneWalk, LinearEpilogue, LinearKernel, LinearPath,
-    LinearPrologue, MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad,
-    gemm_tile_vec4s, slots,
+    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearKernel, LinearPath, LinearPrologue,
+    MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_exchange_floats, slots,
 };
 use crate::dtype::DType;
 
@@ -48,14 +47,17 @@ impl KvFormat {
     }
 }
 
-/// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`),
-/// after `w8.wgsl` (the W8/W32 types, the word runs and the rows' rounding to whole units), the
-/// word loads of `source` (`wl`, `wl4a`, `wl8a`: a word, a unit, two units) and the shared pieces
-/// the format uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (split
-/// rows, which every quantized format but Q4_K and Q5_K has; it reads the row length from the
-/// kernel's `w_k`), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl` (the IQ4 table), and
+/// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`, and
+/// the K-split lanes' `run_quads`, `lane_run` and `lane_partial`: a lane's partial sum, the one
+/// the decode GEMV and the prefill GEMM both call), after `w8.wgsl` (the W8/W32/V16 types, the
+/// byte lanes of a word, the word runs and the rows' rounding to whole units), the word loads of
+/// `source` (`wl`, `wl4a`, `wl8a`: a word, a unit, two units) and the shared pieces the format
+/// uses: `wbits.wgsl` (bit fields of the quantized formats), `wsplit.wgsl` (split rows, which
+/// every quantized format but Q4_K and Q5_K has; it reads the row length from the kernel's
+/// `w_k`), `wk_scales.wgsl` (the Q4_K/Q5_K header), `wiq4.wgsl` (the IQ4 table),
 /// `wblock_groups.wgsl` (a block as four groups) for the dense formats, which have no `w_block`
-/// of their own.
+/// of their own, and `wrun_groups.wgsl` (a lane's run as two groups in k order) for the formats
+/// without a lane run of their own (all but Q8_0, Q4_0, Q4_1, Q4_K and Q6_K).
 fn weight_files(dtype: DType, source: WeightSource) -> Vec<ShaderFile> {
     let words = match source {
         WeightSource::Buffer => shader_file!("wsrc_buffer.wgsl"),
@@ -71,22 +73,23 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
     let k_scales = shader_file!("wk_scales.wgsl");
     let iq4 = shader_file!("wiq4.wgsl");
     let split = shader_file!("wsplit.wgsl");
+    let runs = shader_file!("wrun_groups.wgsl");
     match dtype {
-        DType::F32 => vec![shader_file!("wfmt_f32.wgsl"), groups],
-        DType::F16 => vec![shader_file!("wfmt_f16.wgsl"), groups],
-        DType::BF16 => vec![shader_file!("wfmt_bf16.wgsl"), groups],
+        DType::F32 => vec![shader_file!("wfmt_f32.wgsl"), groups, runs],
+        DType::F16 => vec![shader_file!("wfmt_f16.wgsl"), groups, runs],
+        DType::BF16 => vec![shader_file!("wfmt_bf16.wgsl"), groups, runs],
         DType::Q8_0 => vec![split, shader_file!("wfmt_q8_0.wgsl")],
         DType::Q4_0 => vec![bits, split, shader_file!("wfmt_q4_0.wgsl")],
         DType::Q4_1 => vec![bits, split, shader_file!("wfmt_q4_1.wgsl")],
-        DType::Q5_0 => vec![bits, split, shader_file!("wfmt_q5_0.wgsl")],
-        DType::Q5_1 => vec![bits, split, shader_file!("wfmt_q5_1.wgsl")],
-        DType::IQ4NL => vec![bits, split, iq4, shader_file!("wfmt_iq4_nl.wgsl")],
+        DType::Q5_0 => vec![bits, split, shader_file!("wfmt_q5_0.wgsl"), runs],
+        DType::Q5_1 => vec![bits, split, shader_file!("wfmt_q5_1.wgsl"), runs],
+        DType::IQ4NL => vec![bits, split, iq4, shader_file!("wfmt_iq4_nl.wgsl"), runs],
         DType::Q4K => vec![bits, k_scales, shader_file!("wfmt_q4_k.wgsl")],
-        DType::Q5K => vec![bits, k_scales, shader_file!("wfmt_q5_k.wgsl")],
+        DType::Q5K => vec![bits, k_scales, shader_file!("wfmt_q5_k.wgsl"), runs],
         DType::Q6K => vec![bits, split, shader_file!("wfmt_q6_k.wgsl")],
-        DType::Q2K => vec![bits, split, shader_file!("wfmt_q2_k.wgsl")],
-        DType::Q3K => vec![bits, split, shader_file!("wfmt_q3_k.wgsl")],
-        DType::IQ4XS => vec![bits, split, iq4, shader_file!("wfmt_iq4_xs.wgsl")],
+        DType::Q2K => vec![bits, split, shader_file!("wfmt_q2_k.wgsl"), runs],
+        DType::Q3K => vec![bits, split, shader_file!("wfmt_q3_k.wgsl"), runs],
+        DType::IQ4XS => vec![bits, split, iq4, shader_file!("wfmt_iq4_xs.wgsl"), runs],
         // No format file yet: `GpuContext::upload_weight` refuses MXFP4 weights, so no kernel
         // variant of it is ever composed.
         DType::MXFP4 => Vec::new(),
@@ -338,15 +341,10 @@ impl KernelVariant {
     }
 
     /// A linear variant's specialisation constants: its row and column tiles, and for the
-    /// K-split kernels the gates, the lanes' walk and the GEMM's bands and tile.
+    /// K-split kernels the gates and the GEMM's bands and tree exchange.
     fn linear_constants(&self) -> Vec<Injected> {
-        let Self::Linear { path, rows_tile, walk, epilogue, .. } = *self else { return Vec::new() };
+        let Self::Linear { path, rows_tile, epilogue, .. } = *self else { return Vec::new() };
         let tm = Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile");
-        let blocks = Injected::new(
-            "WALK_BLOCKS",
-            u32::from(walk == LaneWalk::Blocks),
-            "KernelVariant::Linear::walk (1: LaneWalk::Blocks)",
-        );
         let gates = Injected::new("GATES", epilogue.gates(), "LinearEpilogue::gates (gate and up rows)");
         let tn = Injected::new(
             "TN",
@@ -358,11 +356,12 @@ impl KernelVariant {
         );
         match path.kernel(rows_tile) {
             LinearKernel::Sequential => vec![tm, tn],
-            LinearKernel::Gemv => vec![tn, gates, blocks],
+            LinearKernel::Gemv => vec![tn, gates],
             LinearKernel::Gemm => {
                 let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
-                let tile = Injected::new("TILE", gemm_tile_vec4s(rows_tile), "shader::gemm_tile_vec4s");
-                vec![tm, tn, gates, bands, tile, blocks]
+                let tile =
+                    Injected::new("TILE", gemm_exchange_floats(rows_tile), "shader::gemm_exchange_floats");
+                vec![tm, tn, gates, bands, tile]
             }
         }
     }
