@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::host_tier::HostTierStats;
 use crate::core::metrics::SchedulerStats;
 use crate::gpu::{GpuCounters, KernelTimes};
 use crate::ids::RequestId;
@@ -59,6 +60,9 @@ pub struct WorkloadReport {
     /// --profile-kernels`; empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<KernelReport>,
+    /// The host KV tier's counters over the run (`--kv-offloading-size`; none when off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tier: Option<HostTierStats>,
 }
 
 /// The device layer's work over a run: host time per step and what it created.
@@ -189,6 +193,7 @@ impl WorkloadReport {
             peak_kv_cache_usage: stats.peak_kv_cache_usage,
             device: None,
             kernels: Vec::new(),
+            host_tier: None,
         }
     }
 }
