@@ -6,10 +6,11 @@ mod core_support;
 use core_support::{cache, fake_model_output, fake_step, request, tokens};
 use pagoda::core::host_tier::{BlockCopy, HostTierError};
 use pagoda::core::scheduler::{Scheduler, SchedulerConfigError};
+use pagoda::executor::ExecutorError;
 use pagoda::executor::sim::SimConfig;
 use pagoda::workload::BuiltinWorkload;
 use pagoda::workload::sim::WorkloadRunner;
-use pagoda::{CacheConfig, SchedulerConfig};
+use pagoda::{CacheConfig, Engine, EngineError, ExecutorKind, SchedulerConfig};
 
 const BLOCK_BYTES: u64 = 1 << 20;
 
@@ -129,4 +130,15 @@ fn memory_pressure_outputs_are_unchanged_and_recompute_falls_with_the_tier() {
         tiered.num_recomputed_tokens,
         plain.num_recomputed_tokens
     );
+}
+
+#[test]
+fn the_wgpu_executor_refuses_a_host_tier_and_the_sim_engine_runs_one() {
+    let dir = tempfile::tempdir().unwrap();
+    pagoda::model::testing::TinyLlama::new(0).write_hf_dir(dir.path()).unwrap();
+    let builder = || Engine::builder().model(dir.path()).num_gpu_blocks(8).kv_offloading_size(0.001);
+    let refused = builder().executor(ExecutorKind::Wgpu).build().unwrap_err();
+    assert!(matches!(refused, EngineError::Executor(ExecutorError::HostTierUnsupported)), "{refused}");
+    assert!(refused.to_string().contains("--kv-offloading-size must be 0"), "{refused}");
+    builder().executor(ExecutorKind::Sim).build().expect("the simulated model runs a host tier");
 }

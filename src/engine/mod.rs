@@ -264,6 +264,9 @@ impl Engine {
                 )
             }
             ExecutorKind::Wgpu => {
+                if config.cache.kv_offloading_size > 0.0 {
+                    return Err(ExecutorError::HostTierUnsupported.into());
+                }
                 let context = GpuContext::new(&engine_config::gpu_options_from_env(&config.gpu)?)?;
                 let executor = WgpuExecutor::new(
                     context,
