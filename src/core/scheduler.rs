@@ -513,7 +513,7 @@ impl Scheduler {
 
     /// Counters and gauges.
     pub fn stats(&self) -> SchedulerStats {
-        self.stats
+        SchedulerStats { host_tier: self.host_tier_stats(), ..self.stats }
     }
 
     /// True while any request is waiting or running.

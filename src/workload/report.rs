@@ -193,7 +193,7 @@ impl WorkloadReport {
             peak_kv_cache_usage: stats.peak_kv_cache_usage,
             device: None,
             kernels: Vec::new(),
-            host_tier: None,
+            host_tier: stats.host_tier,
         }
     }
 }

@@ -140,10 +140,7 @@ impl WorkloadRunner {
     /// The figures so far.
     pub fn report(&self) -> WorkloadReport {
         let duration_s = self.latencies.first_arrival_s().map_or(0.0, |first| self.clock_s - first);
-        let stats = self.scheduler.stats();
-        let mut report = WorkloadReport::new(&self.name, &self.counts, duration_s, &self.latencies, &stats);
-        report.host_tier = self.scheduler.host_tier_stats();
-        report
+        WorkloadReport::new(&self.name, &self.counts, duration_s, &self.latencies, &self.scheduler.stats())
     }
 
     /// Adds every arrival whose time has come.
