@@ -57,26 +57,27 @@ pub struct Exposition<'a> {
 /// The host KV tier's series: vLLM's external prefix cache counters (tokens looked up and
 /// found below the GPU pool) and the tier's own usage, blocks and bytes moved, copy time.
 fn render_host_tier(out: &mut Writer, host: &HostTierStats, block_size: u64) {
-    out.counter(
-        "external_prefix_cache_queries",
-        "External prefix cache queries (the host KV tier), in terms of number of queried tokens.",
-        host.num_queried_blocks * block_size,
-    );
-    out.counter(
-        "external_prefix_cache_hits",
-        "External prefix cache hits (the host KV tier), in terms of number of cached tokens.",
-        host.num_hit_blocks * block_size,
-    );
+    let counters = [
+        (
+            "external_prefix_cache_queries",
+            "External prefix cache queries (the host KV tier), in terms of number of queried tokens.",
+            host.num_queried_blocks * block_size,
+        ),
+        (
+            "external_prefix_cache_hits",
+            "External prefix cache hits (the host KV tier), in terms of number of cached tokens.",
+            host.num_hit_blocks * block_size,
+        ),
+        ("kv_offload_loaded_blocks", "KV blocks loaded from the host tier.", host.num_loaded_blocks),
+        ("kv_offload_stored_blocks", "KV blocks stored into the host tier.", host.num_stored_blocks),
+        ("kv_offload_evicted_blocks", "KV blocks evicted from the host tier.", host.num_evicted_blocks),
+        ("kv_offload_loaded_bytes", "Bytes copied from the host tier to the GPU.", host.load_bytes),
+        ("kv_offload_stored_bytes", "Bytes copied from the GPU to the host tier.", host.store_bytes),
+    ];
+    for (name, help, value) in counters {
+        out.counter(name, help, value);
+    }
     out.gauge("kv_offload_usage_perc", "Host KV tier usage. 1 means 100 percent usage.", host.usage());
-    out.counter("kv_offload_loaded_blocks", "KV blocks loaded from the host tier.", host.num_loaded_blocks);
-    out.counter("kv_offload_stored_blocks", "KV blocks stored into the host tier.", host.num_stored_blocks);
-    out.counter(
-        "kv_offload_evicted_blocks",
-        "KV blocks evicted from the host tier.",
-        host.num_evicted_blocks,
-    );
-    out.counter("kv_offload_loaded_bytes", "Bytes copied from the host tier to the GPU.", host.load_bytes);
-    out.counter("kv_offload_stored_bytes", "Bytes copied from the GPU to the host tier.", host.store_bytes);
     out.gauge(
         "kv_offload_copy_seconds",
         "Seconds spent on host KV tier copies since start.",
