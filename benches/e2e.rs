@@ -72,6 +72,7 @@ fn run(
             out.total_num_scheduled_tokens += 1;
             out.scheduled_cached_reqs.push(CachedRequestData {
                 req_id: id,
+                num_freed_blocks: 0,
                 resumed_from_preemption: false,
                 new_token_ids: sampled[&id].clone(),
                 new_block_ids: Vec::new(),

@@ -1,52 +1,64 @@
 #!/usr/bin/env bash
-# The GPU benchmark: decode at batch 1, 8, 32 and 128 (128-token prompts, 32 tokens each), prefill
-# of 512 and 2048 tokens, and the kernel bench, on random-weight models of real shapes (the
-# default model's, Llama 3.2 1B's and Llama 2 7B's; Q4_K, Q8_0, F16) that the binary writes where
-# it runs. Prints tok/s, host time per step (median), dispatches per step, and the weights' GB/s
-# as a share of the adapter's memory bandwidth, and llama.cpp's figures on the same files beside
-# them.
+# The GPU benchmark, in one call of at most 9 minutes: the kernel tests on the adapter, then decode
+# at batch 1, 8, 32 and 128 (128-token prompts, 32 tokens each) and prefill of 512 and 2048 tokens
+# on random-weight models of real shapes that the binary writes where it runs (by default Llama 2
+# 7B's shape in Q4_K, Q4_0 and Q8_0, then Llama 3.2 1B's in Q4_K), each model's rows followed by
+# llama.cpp's on the same file, then the kernel bench. Prints tok/s, host time per step (median),
+# dispatches per step, and the weights' GB/s as a share of the adapter's memory bandwidth.
 #
 #   scripts/gpu-bench.sh build                # here: release binaries into target/gpu-bench/
 #   scripts/gpu-bench.sh pack                 # here: build, packed into target/gpu-bench.tar.xz
+#   scripts/gpu-bench.sh check                # here: runs the pack on lavapipe as a GPU machine would
 #   scripts/gpu-bench.sh run BANDWIDTH_GB_S   # on the GPU machine (needs no cargo, no network)
 #
-# `run` builds first (without the baseline) when target/gpu-bench/ is missing. Before the models
-# it runs the kernel tests there (`kernels_reference`: every kernel against its CPU reference and
-# the bitwise invariance tests, with the adapter's own kernel choices; KERNEL_TESTS=0 skips them):
-# on an H200 they found NVIDIA's cos and sin too coarse for RoPE at far positions. The GPU machine
-# gets target/gpu-bench.tar.xz with the checkout (about 20 MB, 84 MB unpacked: the stripped
-# binaries, llama.cpp's baseline, and the Debian packages of the Vulkan loader and of libglvnd,
-# which NVIDIA's driver needs); `run` unpacks it where it is newer than target/gpu-bench/, and
-# where those libraries are missing, the packages into target/gpu-bench/sysroot, on
-# LD_LIBRARY_PATH. Models go to $PAGODA_BENCH_DIR (default /tmp/pagoda-gpu-bench).
+# `run` builds first (without the baseline) when target/gpu-bench/ is missing. The GPU machine
+# gets target/gpu-bench.tar.xz with the checkout (one file under 64 MiB: the stripped binaries,
+# llama.cpp's baseline, and the Debian packages of the Vulkan loader and of libglvnd, which
+# NVIDIA's driver needs); `run` unpacks it where it is newer than target/gpu-bench/, and where
+# those libraries are missing, the packages into target/gpu-bench/sysroot, on LD_LIBRARY_PATH.
+# Models go to $PAGODA_BENCH_DIR (default /tmp/pagoda-gpu-bench).
+#
+# Time: the whole run ends within TOTAL_S seconds (default 530) of its start. The kernel tests
+# (`kernels_reference`: every kernel against its CPU reference and the bitwise invariance tests,
+# with the adapter's own kernel choices; on an H200 they found NVIDIA's cos and sin too coarse for
+# RoPE at far positions) stop at KERNEL_TESTS_S (60; KERNEL_TESTS=0 skips them), and the kernel
+# bench at the end keeps KERNEL_BENCH_S (45; KERNEL_BENCH=0 skips it). The models share the rest:
+# each model's jobs (writing the file 1, pagoda's decode 2, pagoda's prefills 1, llama.cpp's
+# decode 2 and prefills 1, each A/B setting 1, the tile sweep 1, the profile 1) get a share of the
+# time left in proportion to those weights when they start, so time a job leaves unused goes to
+# the later ones and a slow job is cut (its row says so) instead of starving the rest. Every
+# section prints the seconds it took, to rebalance the weights from a real run.
 #
 # Narrow a run with MODELS="llama-3.2-1b:q4_k ...", DECODE_BATCHES=1,8 and PREFILL_LENS="512";
-# KERNEL_BENCH=0 skips the kernel bench. The prefills of one model (TILE_SWEEP, default
+# KERNEL_BENCH_FILTER is the kernel bench's regex (default: the 4096 x 4096 decode GEMVs of
+# Q4_K, Q6_K, Q4_0 and Q8_0, the 32-row GEMMs of Q4_K and Q8_0, paged-attention decode and
+# what a dispatch costs).
+#
+# A/B: one model (AB_MODEL, default llama-2-7b:q4_k; empty for none) also decodes at the batches
+# AB_BATCHES (1,32) and prefills AB_PREFILL tokens (512; empty for none) once with each setting of
+# AB_SETTINGS, rows "decode B=N SETTING" and "prefill LEN SETTING" against the adapter's own
+# choices in its main rows. A setting is one or more environment assignments joined by `+`
+# (`PAGODA_LINEAR=sequential+PAGODA_GEMM_ROWS=8`), so any kernel path an environment variable
+# forces can be A/B'd: when a new kernel replaces one, give today's path a forced option and name
+# it here (AB_DEFAULT below, or AB_SETTINGS for one run; AB_EXTRA adds settings to the default
+# list). By default: each step in one command buffer instead of chunks, per-query attention,
+# norms apart and fused everywhere, GEMM tiles of 8 and 32 rows, subgroups masked (the GEMV's and
+# split-KV's trees wholly in workgroup memory). The prefills of one model (TILE_SWEEP, default
 # llama-3.2-1b:q4_k; empty for none) also run with each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16,
-# 32: rows "prefill LEN tROWS"), to see whether the adapter's choice is the fastest. One model
-# (PROFILE, default llama-3.2-1b:q4_k; empty for none) also runs 16-token prompts and 64 tokens
-# out at batch 1 and 32 with --profile-kernels: each kernel variant's share of the device time (no
-# table where the adapter has no timestamp queries). One model (AB_MODEL, default
-# llama-3.2-1b:q4_k; empty for none) also decodes at the batches AB_BATCHES (1,32) once with each
-# setting of AB_SETTINGS (rows "decode B=N SETTING"; by default each step in one command buffer
-# instead of chunks, per-query attention, norms apart and fused everywhere, GEMM tiles of 8 and 32
-# rows, subgroups masked: the GEMV's and split-KV's trees wholly in workgroup memory), against the
-# adapter's own choices.
+# 32: rows "prefill LEN tROWS"). One model (PROFILE, default llama-3.2-1b:q4_k; empty for none)
+# also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels: each
+# kernel variant's share of the device time (no table where the adapter has no timestamp queries).
 #
-# The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan
-# (scripts/llama-cpp-vulkan.sh: about 7 minutes the first time, then cached; BASELINE=0 skips it),
-# and `run` ends each model's rows with llama.cpp's on the same file, on one GPU (LLAMA_DEVICE,
-# default Vulkan0): decode at the same batches ("llama.cpp B=N": tok/s summed over the batch, ITL
-# a step's time, TTFT the time to prefill every prompt) and prefills ("llama.cpp ppLEN"), each
-# list run twice so that the second, without pipeline compilation, counts. llama.cpp skips CPU
-# adapters unless GGML_VK_VISIBLE_DEVICES names one.
-#
-# Models run in the order given, each shape's Q4_K first; once BUDGET_S seconds (default 400) have
-# passed after the kernel tests, the rest is skipped and a run in progress is cut. The kernel
-# tests stop at KERNEL_TESTS_S (150) and the kernel bench at KERNEL_BENCH_S (120), so the whole
-# run ends within about 11 minutes and, with KERNEL_TESTS=0, within 8. On an H200 the whole
-# default set takes longer (batched prefill of the 7B shape is slow): the budget keeps what came
-# first.
+# The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan, its shaders
+# compiled with a glslc that has cooperative matrices (KHR and NVIDIA's coopmat2) and integer dot
+# products (scripts/llama-cpp-vulkan.sh, which builds that glslc with scripts/glslc-build.sh;
+# an hour and a half on two busy cores the first time, then cached; BASELINE=0 skips it), so it
+# is llama.cpp at its best on NVIDIA; `run` prints which shader features its glslc had, and ends each model's rows
+# with llama.cpp's on the same file, on one GPU (LLAMA_DEVICE, default Vulkan0): decode at the
+# same batches ("llama.cpp B=N": tok/s summed over the batch, ITL a step's time, TTFT the time to
+# prefill every prompt) and prefills ("llama.cpp ppLEN"), each list run twice so that the second,
+# without pipeline compilation, counts. llama.cpp skips CPU adapters unless
+# GGML_VK_VISIBLE_DEVICES names one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,6 +96,10 @@ build() {
         local baseline
         if baseline=$(scripts/llama-cpp-vulkan.sh); then
             cp "$baseline" "$OUT/llama-batched-bench"
+            rm -f "$OUT/llama-batched-bench.features"
+            if [[ -f $baseline.features ]]; then
+                cp "$baseline.features" "$OUT/llama-batched-bench.features"
+            fi
         else
             echo "gpu-bench: no llama.cpp baseline (scripts/llama-cpp-vulkan.sh says why above)" >&2
         fi
@@ -137,16 +153,42 @@ unpack() {
     done
 }
 
-# Seconds left of the models' time budget (it starts after the kernel tests).
+# Seconds left of the models' time (it ends where the kernel bench's reserve begins).
 left() {
-    echo $((deadline - SECONDS))
+    echo $((models_end - SECONDS))
 }
 
-# The limit for `timeout` on the next run: what is left of the budget, at least a second.
+# Starts a job of weight $1 and prints nothing: its deadline is its share, by weight, of the
+# models' time left (weight_left: the weights of the jobs not started yet, this one included).
+job() {
+    local span=$((models_end - SECONDS))
+    ((span > 0)) || span=0
+    ((weight_left > 0)) || weight_left=$1
+    deadline=$((SECONDS + span * $1 / weight_left))
+    weight_left=$((weight_left - $1))
+    job_start=$SECONDS
+    job_said=0
+}
+
+# The limit for `timeout` on the next command of the current job: what is left of its share, at
+# least a second.
 cap() {
-    local l
-    l=$(left)
+    local l=$((deadline - SECONDS))
     echo $((l > 1 ? l : 1))
+}
+
+# Whether the current job's share of the time is spent (its next command is skipped, said once).
+spent() {
+    ((SECONDS >= deadline)) || return 1
+    if ((!job_said)); then
+        echo "$shape $dtype: the rest of this job skipped, its share of the time is spent"
+        job_said=1
+    fi
+}
+
+# Prints how long the current job took, labelled $1.
+took() {
+    echo "  [$1: $((SECONDS - job_start)) s of $((deadline - job_start)); run at $((SECONDS - run_start)) s]"
 }
 
 # The value of number field $1 of the one-line JSON report $2 (pagoda's or llama.cpp's).
@@ -192,163 +234,261 @@ last_report() {
     grep "\"$1\": $3," <<<"$2" | tail -1 || true
 }
 
-# Prints llama.cpp's rows (llama-batched-bench on the same file, on one GPU: $LLAMA_DEVICE,
-# default Vulkan0) for the model of the caller's shape, dtype, gb and bandwidth: decode at each of
-# the caller's batches (128-token prompts, 32 tokens each; tok/s summed over the batch, ITL a
-# step's time, TTFT the prefill of every prompt) and prefill of each of its prompt lengths
-# alone. Each list runs twice and the second pass counts: llama.cpp compiles a pipeline the first
-# time a shape needs it.
-baseline_rows() {
-    local file=$1 bench=("$OUT/llama-batched-bench" -m "$1" -ngl 99 -dev "${LLAMA_DEVICE:-Vulkan0}" -b 2048
-        -ub 512 --output-format jsonl)
-    local counts lens widest longest reports b len report
+# Prints llama.cpp's decode rows (llama-batched-bench on the same file, on one GPU: the command
+# in `llama`) for the model of the caller's shape, dtype, gb, bandwidth and file at each of the caller's batches (128-token prompts, 32 tokens each; tok/s summed over the
+# batch, ITL a step's time, TTFT the prefill of every prompt). The list runs twice and the last
+# report of a batch counts: llama.cpp compiles a pipeline the first time a shape needs it.
+llama_decode_rows() {
+    local counts widest reports b report
+    spent && return
     IFS=, read -ra counts <<<"$batches"
-    read -ra lens <<<"$prefill_lens"
     widest=$(printf '%s\n' "${counts[@]}" | sort -n | tail -1)
-    longest=$(printf '%s\n' "${lens[@]}" | sort -n | tail -1)
-    reports=$(timeout "$(cap)" "${bench[@]}" -c $((widest * 160)) -npp 128 -ntg 32 \
+    reports=$(timeout "$(cap)" "${llama[@]}" -m "$file" -c $((widest * 160)) -npp 128 -ntg 32 \
         -npl "$batches,$batches" 2>/dev/null) || true
     for b in "${counts[@]}"; do
         report=$(last_report pl "$reports" "$b")
         if [[ -z $report ]]; then
-            echo "$shape $dtype llama.cpp decode B=$b: cut at the ${budget}s budget, or failed"
+            echo "$shape $dtype llama.cpp decode B=$b: cut at its share of the time, or failed"
             continue
         fi
         decode_line "llama.cpp B=$b" "$b" "$(awk -v t="$(field t_tg "$report")" 'BEGIN { print t / 32 }')" \
             "$(field t_pp "$report")" - -
     done
+}
+
+# Prints llama.cpp's prefill rows (each of the caller's prompt lengths alone, the list twice).
+llama_prefill_rows() {
+    local lens longest npp reports len report
+    spent && return
+    read -ra lens <<<"$prefill_lens"
     ((${#lens[@]})) || return 0
-    local npp
+    longest=$(printf '%s\n' "${lens[@]}" | sort -n | tail -1)
     npp=$(IFS=,; echo "${lens[*]},${lens[*]}")
-    reports=$(timeout "$(cap)" "${bench[@]}" -c $((longest + 1)) -npp "$npp" -ntg 1 -npl 1 2>/dev/null) || true
+    reports=$(timeout "$(cap)" "${llama[@]}" -m "$file" -c $((longest + 1)) -npp "$npp" -ntg 1 -npl 1 \
+        2>/dev/null) || true
     for len in "${lens[@]}"; do
         report=$(last_report pp "$reports" "$len")
         if [[ -z $report ]]; then
-            echo "$shape $dtype llama.cpp prefill $len: cut at the ${budget}s budget, or failed"
+            echo "$shape $dtype llama.cpp prefill $len: cut at its share of the time, or failed"
             continue
         fi
         prefill_line "llama.cpp pp$len" "$len" "$(field t_pp "$report")" - -
     done
 }
 
+# Prints pagoda's decode rows for the caller's model at batches $1 (comma-separated), labelled
+# "decode B=N$2", with the environment assignments after $2 set.
+pagoda_decode_rows() {
+    local list=$1 suffix=$2 n=0 counts report
+    spent && return
+    shift 2
+    IFS=, read -ra counts <<<"$list"
+    while read -r report; do
+        decode_row "$suffix" "$report"
+        n=$((n + 1))
+    done < <(env "$@" timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests "$list" \
+        --input-len 128 --output-len 32)
+    if ((n < ${#counts[@]})); then
+        echo "$shape $dtype decode$suffix: $n of ${#counts[@]} batch sizes ran (cut at its share of the time, or failed)"
+    fi
+}
+
+# Prints pagoda's prefill row of $1 tokens for the caller's model, labelled "prefill $1$2", with
+# the environment assignments after $2 set.
+pagoda_prefill_row() {
+    local len=$1 label="prefill $1$2" report status=0
+    spent && return
+    shift 2
+    report=$(env "$@" timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests 1 \
+        --input-len "$len" --output-len 1 --max-num-batched-tokens "$len") || status=$?
+    if ((status == 124)); then
+        echo "$shape $dtype $label: cut at its share of the time"
+    elif ((status != 0)); then
+        echo "$shape $dtype $label: failed (exit status $status)"
+    else
+        prefill_line "$label" "$len" "$(field ttft_p50_s "$report")" "$(field host_us_p50 "$report")" \
+            "$(field dispatches_per_step "$report")"
+    fi
+}
+
+# The weight of model $1's jobs (see job; the order run follows).
+model_weight() {
+    local w=4
+    [[ ${BASELINE:-1} != 0 && -x $OUT/llama-batched-bench ]] && w=$((w + 3))
+    if [[ $1 == "$ab_model" ]]; then
+        local setting
+        for setting in $ab_settings; do
+            w=$((w + 1))
+        done
+    fi
+    [[ $1 == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
+    [[ $1 == "${PROFILE-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
+    echo "$w"
+}
+
 run() {
     local bandwidth=$1
+    run_start=$SECONDS
     unpack
     if [[ ! -x $OUT/pagoda ]]; then
         BASELINE=0 build
     fi
-    local bin=$OUT/pagoda dir=${PAGODA_BENCH_DIR:-/tmp/pagoda-gpu-bench}
-    local models=${MODELS:-"llama-3.2-1b:q4_k smollm2-135m:q8_0 llama-2-7b:q4_k llama-3.2-1b:f16 llama-2-7b:q8_0 llama-3.2-1b:q8_0 smollm2-135m:f16 llama-2-7b:f16"}
-    local batches=${DECODE_BATCHES:-1,8,32,128} prefill_lens=${PREFILL_LENS:-"512 2048"}
+    local total=${TOTAL_S:-530} bench_reserve=0
+    [[ ${KERNEL_BENCH:-1} != 0 ]] && bench_reserve=${KERNEL_BENCH_S:-45}
+    bin=$OUT/pagoda
+    local dir=${PAGODA_BENCH_DIR:-/tmp/pagoda-gpu-bench}
+    local models=${MODELS:-"llama-2-7b:q4_k llama-2-7b:q4_0 llama-2-7b:q8_0 llama-3.2-1b:q4_k"}
+    batches=${DECODE_BATCHES:-1,8,32,128} prefill_lens=${PREFILL_LENS:-"512 2048"}
+    ab_model=${AB_MODEL-llama-2-7b:q4_k}
+    ab_settings="${AB_SETTINGS-$AB_DEFAULT ${AB_EXTRA:-}}"
     mkdir -p "$dir"
     "$bin" info >"$dir/info.txt"
     head -12 "$dir/info.txt"
     if grep -q "Cpu)" "$dir/info.txt"; then
         echo "warning: the adapter is a CPU one; set PAGODA_ADAPTER to a GPU's name or index" >&2
     fi
+    if [[ -f $OUT/llama-batched-bench.features ]]; then
+        echo "llama.cpp baseline's glslc: $(grep -o "GL_[A-Za-z0-9_]* supported" "$OUT/llama-batched-bench.features" |
+            sed 's/ supported//' | tr '\n' ' ')"
+    fi
     if [[ ${KERNEL_TESTS:-1} != 0 && -x $OUT/kernels-reference ]]; then
-        local limit=${KERNEL_TESTS_S:-150}
+        local limit=${KERNEL_TESTS_S:-60}
         echo
         echo "kernel tests on this adapter (kernels_reference; failures with their messages):"
-        local status=0
+        local status=0 started=$SECONDS
         timeout "$limit" "$OUT/kernels-reference" 2>&1 |
             grep -E -A1 "^test result|panicked at" | grep -v "^--" || status=${PIPESTATUS[0]}
         if ((status == 124)); then
             echo "kernel tests: cut after ${limit}s (KERNEL_TESTS_S)"
         fi
+        echo "  [kernel tests: $((SECONDS - started)) s]"
     fi
-    budget=${BUDGET_S:-400}
-    deadline=$((SECONDS + budget))
+    models_end=$((run_start + total - bench_reserve))
+    weight_left=0
+    local spec
+    for spec in $models; do
+        weight_left=$((weight_left + $(model_weight "$spec")))
+    done
     local engine=(--executor wgpu --workload memory-pressure --no-enable-prefix-caching
         --num-gpu-blocks "${NUM_GPU_BLOCKS:-1536}")
-    local flags=("${engine[@]}" --json)
+    flags=("${engine[@]}" --json)
+    # llama.cpp's output line-buffered, so that a run cut by `timeout` keeps the reports it printed.
+    llama=("$OUT/llama-batched-bench" -ngl 99 -dev "${LLAMA_DEVICE:-Vulkan0}" -b 2048 -ub 512 --output-format jsonl)
+    if command -v stdbuf >/dev/null; then
+        llama=(stdbuf -oL "${llama[@]}")
+    fi
     printf '\n%-14s %-5s %7s  %-30s %9s %9s %9s %8s %8s %6s\n' \
         model dtype GB run tok/s ITL_ms TTFT_ms host_us disp/st GB/s
     for spec in $models; do
         if (($(left) <= 0)); then
-            echo "$spec: skipped, the ${budget}s budget is spent"
+            echo "$spec: skipped, the models' time is spent"
             continue
         fi
-        local shape=${spec%%:*} dtype=${spec##*:}
-        local file=$dir/$shape-$dtype.gguf
-        "$bin" random-model --shape "$shape" --dtype "$dtype" --out "$file" >/dev/null
-        local gb
+        shape=${spec%%:*} dtype=${spec##*:}
+        file=$dir/$shape-$dtype.gguf
+        job 1
+        if ! "$bin" random-model --shape "$shape" --dtype "$dtype" --out "$file" >/dev/null; then
+            echo "$spec: skipped, random-model failed"
+            weight_left=$((weight_left - $(model_weight "$spec") + 1))
+            continue
+        fi
         gb=$(awk -v b="$(stat -c %s "$file")" 'BEGIN { printf "%.2f", b / 1e9 }')
-        local n=0
-        IFS=, read -ra counts <<<"$batches"
-        while read -r report; do
-            decode_row "" "$report"
-            n=$((n + 1))
-        done < <(timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests "$batches" \
-            --input-len 128 --output-len 32)
-        if ((n < ${#counts[@]})); then
-            echo "$shape $dtype decode: $n of ${#counts[@]} batch sizes ran (cut at the ${budget}s budget, or failed)"
-        fi
-        if [[ $spec == "${AB_MODEL-llama-3.2-1b:q4_k}" ]]; then
-            local setting
-            for setting in ${AB_SETTINGS-$AB_DEFAULT}; do
-                n=0
-                while read -r report; do
-                    decode_row " ${setting#PAGODA_}" "$report"
-                    n=$((n + 1))
-                done < <(env "$setting" timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" \
-                    --num-requests "${AB_BATCHES:-1,32}" --input-len 128 --output-len 32)
-                if ((n == 0)); then
-                    echo "$shape $dtype decode with $setting: cut at the ${budget}s budget, or failed"
-                fi
-            done
-        fi
-        local tiles=auto
-        if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
-            tiles="auto 8 16 32"
-        fi
+        took "$shape $dtype written"
+        job 2
+        pagoda_decode_rows "$batches" ""
+        took "pagoda decode"
+        job 1
+        local len
         for len in $prefill_lens; do
-            for tile in $tiles; do
-                local report label="prefill $len"
-                [[ $tile == auto ]] || label="$label t$tile"
-                local status=0
-                report=$(PAGODA_GEMM_ROWS=${tile#auto} timeout "$(cap)" "$bin" bench "${flags[@]}" \
-                    --model "$file" --num-requests 1 --input-len "$len" --output-len 1 \
-                    --max-num-batched-tokens "$len") || status=$?
-                if ((status == 124)); then
-                    echo "$shape $dtype $label: cut at the ${budget}s budget"
-                    continue
-                elif ((status != 0)); then
-                    echo "$shape $dtype $label: failed (exit status $status)"
-                    continue
-                fi
-                prefill_line "$label" "$len" "$(field ttft_p50_s "$report")" "$(field host_us_p50 "$report")" \
-                    "$(field dispatches_per_step "$report")"
-            done
+            pagoda_prefill_row "$len" ""
         done
-        if [[ $spec == "${PROFILE-llama-3.2-1b:q4_k}" ]]; then
-            echo "kernel device time of $shape $dtype, 16-token prompts and 64 tokens out (mostly decode), batch 1 then 32:"
-            timeout "$(cap)" "$bin" bench "${engine[@]}" --model "$file" --num-requests 1,32 --input-len 16 \
-                --output-len 64 --profile-kernels | grep -E "^ *[0-9.]+% |kernel device time" || true
-        fi
+        took "pagoda prefill"
         if [[ ${BASELINE:-1} != 0 && -x $OUT/llama-batched-bench ]]; then
-            baseline_rows "$file"
+            job 2
+            llama_decode_rows
+            took "llama.cpp decode"
+            job 1
+            llama_prefill_rows
+            took "llama.cpp prefill"
+        fi
+        if [[ $spec == "$ab_model" ]]; then
+            local setting assigns
+            for setting in $ab_settings; do
+                job 1
+                IFS=+ read -ra assigns <<<"$setting"
+                pagoda_decode_rows "${AB_BATCHES:-1,32}" " ${setting//PAGODA_/}" "${assigns[@]}"
+                if [[ -n ${AB_PREFILL-512} ]]; then
+                    pagoda_prefill_row "${AB_PREFILL-512}" " ${setting//PAGODA_/}" "${assigns[@]}"
+                fi
+                took "A/B $setting"
+            done
+        fi
+        if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
+            job 1
+            local tile
+            for len in $prefill_lens; do
+                for tile in 8 16 32; do
+                    pagoda_prefill_row "$len" " t$tile" "PAGODA_GEMM_ROWS=$tile"
+                done
+            done
+            took "tile sweep"
+        fi
+        if [[ $spec == "${PROFILE-llama-3.2-1b:q4_k}" ]]; then
+            job 1
+            if ! spent; then
+                echo "kernel device time of $shape $dtype, 16-token prompts and 64 tokens out (mostly decode), batch 1 then 32:"
+                timeout "$(cap)" "$bin" bench "${engine[@]}" --model "$file" --num-requests 1,32 --input-len 16 \
+                    --output-len 64 --profile-kernels | grep -E "^ *[0-9.]+% |kernel device time" || true
+            fi
+            took "profile"
         fi
         rm -f "$file"
     done
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
+        local limit=$((run_start + total - SECONDS))
+        ((limit > 1)) || limit=1
         echo
-        echo "kernel bench (decode GEMV of every weight type at 4096 x 4096, 32-row GEMM of Q4_K and Q8_0, paged-attention decode, and what a dispatch costs: steps of 1, 64 and 256 one-row RMSNorms):"
-        timeout "${KERNEL_BENCH_S:-120}" "$OUT/kernels-bench" \
-            --bench 'gemv_(quant|dense)/[^/]*/proj_7b|gemm_quant/(q4_k|q8_0)/|paged_attention_decode|dispatch/' 2>&1 |
+        echo "kernel bench (${KERNEL_BENCH_FILTER:-the decode GEMVs of Q4_K, Q6_K, Q4_0 and Q8_0 at 4096 x 4096, 32-row GEMMs of Q4_K and Q8_0, paged-attention decode, and what a dispatch costs: steps of 1, 64 and 256 one-row RMSNorms}; ${limit}s at most):"
+        timeout "$limit" "$OUT/kernels-bench" \
+            --bench "${KERNEL_BENCH_FILTER:-gemv_quant/(q4_k|q6_k|q4_0|q8_0)/proj_7b|gemm_quant/(q4_k|q8_0)/|paged_attention_decode|dispatch/}" 2>&1 |
             grep -E "^(gemv_quant|gemv_dense|gemm_quant|paged_attention_decode|dispatch)|time:|thrpt|adapter|attention:|linear:" || true
     fi
+    echo
+    echo "run: $((SECONDS - run_start)) s (TOTAL_S $total)"
+}
+
+# Runs $OUT.tar.xz as a GPU machine would, here on lavapipe (or the adapter PAGODA_ADAPTER
+# names): unpacked beside this script alone in a fresh directory, without cargo on PATH, with a
+# tiny configuration (SmolLM2-135M's shape in Q4_0, decode at batch 1, a 64-token prefill, one
+# A/B setting, llama.cpp's rows on the CPU adapter, the dispatch rows of the kernel bench).
+check() {
+    [[ -f $OUT.tar.xz ]] || { echo "gpu-bench: no $OUT.tar.xz (run pack)" >&2; exit 1; }
+    local dir
+    dir=$(mktemp -d)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$dir'" EXIT
+    mkdir -p "$dir/scripts" "$dir/target"
+    cp scripts/gpu-bench.sh "$dir/scripts/"
+    cp "$OUT.tar.xz" "$dir/target/"
+    ls -la "$OUT.tar.xz"
+    (cd "$dir" && env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin ${PAGODA_ADAPTER:+PAGODA_ADAPTER=$PAGODA_ADAPTER} \
+        ${MESA_SHADER_CACHE_DIR:+MESA_SHADER_CACHE_DIR=$MESA_SHADER_CACHE_DIR} GGML_VK_VISIBLE_DEVICES=0 \
+        PAGODA_BENCH_DIR="$dir/models" MODELS=smollm2-135m:q4_0 DECODE_BATCHES=1 PREFILL_LENS=64 \
+        AB_MODEL=smollm2-135m:q4_0 AB_SETTINGS=PAGODA_GEMM_ROWS=8+PAGODA_SUBMIT=whole AB_BATCHES=1 AB_PREFILL=64 \
+        TILE_SWEEP= PROFILE= KERNEL_TESTS_S=20 KERNEL_BENCH_FILTER=dispatch/ KERNEL_BENCH_S=30 TOTAL_S=400 \
+        scripts/gpu-bench.sh run 50)
 }
 
 case ${1:-} in
 build) build ;;
 pack) pack ;;
+check) check ;;
 run)
     [[ $# -eq 2 ]] || { echo "usage: $0 run BANDWIDTH_GB_S" >&2; exit 2; }
     run "$2"
     ;;
 *)
-    echo "usage: $0 build | pack | run BANDWIDTH_GB_S" >&2
+    echo "usage: $0 build | pack | check | run BANDWIDTH_GB_S" >&2
     exit 2
     ;;
 esac

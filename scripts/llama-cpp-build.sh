@@ -4,8 +4,9 @@
 # (scripts/llama-cpp-source.sh): a portable release build (not tuned to this CPU) without OpenMP
 # or network code, llama.cpp's libraries and the C++ runtime linked in, stripped, configured
 # with the cmake arguments after $2 too. `--cached NAME` prints the path only when NAME is
-# built already (and fails otherwise). Needs a C++ compiler; installs the `cmake` Python
-# package when no cmake is on PATH.
+# built already (and fails otherwise). A Vulkan build keeps the shader features its glslc has
+# (the build log's "... supported by glslc" lines) in `<binary>.features`. Needs a C++ compiler;
+# installs the `cmake` Python package when no cmake is on PATH.
 #
 # The CPU tools the tests and reference scripts use (`cpu_tools` below) are built together: asked
 # for one of them without cmake arguments, the build makes every one not yet cached, so that
@@ -58,7 +59,12 @@ if [ ! -x "$binary" ]; then
         tail -n 40 "$log" >&2
         exit 1
     fi
-    grep "supported by glslc" "$log" >&2 || true
+    # The Vulkan backend's shader features, which its build found in glslc, kept beside the binary.
+    if grep "supported by glslc" "$log" >"$binary.features"; then
+        cat "$binary.features" >&2
+    else
+        rm -f "$binary.features"
+    fi
     if [ "${#targets[@]}" -eq 1 ]; then
         strip -o "$binary" "$tmp/build/bin/$target"
     else

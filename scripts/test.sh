@@ -85,6 +85,9 @@ python3 tests/openai_structured.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 python3 tests/openai_reasoning.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # vLLM's metric names through prometheus_client's parser.
 python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# lm-evaluation-harness's local-completions model on a local loglikelihood task: each choice's
+# loglikelihood and the accuracy against the reference's (tests/lm_eval_client.py).
+"$(scripts/lm-eval-venv.sh)" tests/lm_eval_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 
 # The book: the visualizer's screenshot rendered by that binary, `mdbook build docs` with no
 # warning (its links and anchors are checked by tests/docs_links.rs, its reference pages by

@@ -23,6 +23,7 @@ pub mod workload;
 pub use core::cache_config::{CacheConfig, KvCacheDtype};
 pub use core::request::{FinishReason, Request, RequestStatus};
 pub use core::scheduler_config::{InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
+pub use core::spec_decode::{SpeculativeConfig, SpeculativeMethod};
 pub use engine::{
     CompletionOutput, Engine, EngineBuilder, EngineConfig, EngineError, ExecutorKind, Prompt, RequestOutput,
 };

@@ -48,6 +48,8 @@ enum Command {
     Serve(ServeArgs),
     /// Run a workload and report throughput and latencies.
     Bench(BenchArgs),
+    /// Measure a text file's perplexity as llama.cpp's llama-perplexity does.
+    Perplexity(PerplexityArgs),
     /// Show the GPU adapter, its features and limits, and the model.
     Info(InfoArgs),
     /// Write a random-weight Llama model of a real shape as GGUF (for benchmarks).
@@ -345,7 +347,7 @@ fn parse_kv_events_config(json: &str) -> Result<pagoda::server::kv_events::KvEve
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// random, shared-prefix, memory-pressure or long-prompt.
+    /// random, shared-prefix, memory-pressure, long-prompt or input-grounded.
     #[arg(long, default_value = "random")]
     workload: BuiltinWorkload,
     /// Requests in the workload; a comma list runs the workload once per count on the same
@@ -369,6 +371,23 @@ struct BenchArgs {
     /// host a little: compare host times with it off).
     #[arg(long)]
     profile_kernels: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Debug, Args)]
+struct PerplexityArgs {
+    /// The text file (read whole; one trailing newline dropped, as llama-perplexity's -f does).
+    file: PathBuf,
+    /// Tokens a chunk: each chunk's second half is scored given its first.
+    #[arg(short = 'c', long, default_value_t = 512)]
+    ctx_size: usize,
+    /// Score at most this many chunks [default: all].
+    #[arg(long)]
+    chunks: Option<usize>,
+    /// Print one JSON object instead of llama-perplexity's lines.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -496,6 +515,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "server")]
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(args),
+        Command::Perplexity(args) => perplexity(args),
         Command::Info(args) => info(args),
         Command::RandomModel(args) => random_model(args),
         Command::Pull(args) => pull(args),
@@ -556,6 +576,55 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             writeln!(stdout, "### {text}\n{}\n", completion.text)
         };
         written?;
+    }
+    Ok(())
+}
+
+fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
+    use pagoda::engine::perplexity::PerplexityOptions;
+    let mut text =
+        std::fs::read_to_string(&args.file).map_err(|e| anyhow!("{}: {e}", args.file.display()))?;
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    let options = PerplexityOptions { ctx_size: args.ctx_size, max_chunks: args.chunks };
+    let mut engine = Engine::new(engine_config(&args.engine, 0)?)?;
+    let started = std::time::Instant::now();
+    let mut stderr = std::io::stderr().lock();
+    let result = pagoda::engine::perplexity::perplexity(&mut engine, &text, &options, |done, total, ppl| {
+        // llama-perplexity's running figures, then the count of chunks done.
+        let _ = write!(stderr, "[{done}]{ppl:.4},");
+        if done == total {
+            let _ = writeln!(stderr);
+        }
+        let _ = stderr.flush();
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "file": args.file.display().to_string(),
+                "num_tokens": result.num_tokens,
+                "ctx_size": result.ctx_size,
+                "chunks": result.running_ppl.len(),
+                "num_scored": result.num_scored,
+                "mean_nll": result.mean_nll,
+                "ppl": result.ppl,
+                "ppl_error": result.ppl_error,
+                "running_ppl": result.running_ppl,
+                "seconds": seconds,
+            })
+        );
+    } else {
+        println!(
+            "{} tokens, {} chunks of {}, {} scored in {seconds:.2} s",
+            result.num_tokens,
+            result.running_ppl.len(),
+            result.ctx_size,
+            result.num_scored
+        );
+        println!("Final estimate: PPL = {:.4} +/- {:.5}", result.ppl, result.ppl_error);
     }
     Ok(())
 }
@@ -815,6 +884,25 @@ fn print_report(report: &WorkloadReport) {
             mib(h.load_bytes),
             mib(h.store_bytes),
             h.copy_seconds * 1e3
+        );
+    }
+    if let Some(spec) = &report.spec_decoding {
+        let per_pos: Vec<String> =
+            spec.acceptance_rate_per_pos.iter().map(|rate| format!("{rate:.2}")).collect();
+        println!(
+            "{:<32} {:.1} % ({} of {} proposed tokens, {} drafts)",
+            "spec decode acceptance rate",
+            spec.acceptance_rate * 100.0,
+            spec.num_accepted_tokens,
+            spec.num_draft_tokens,
+            spec.num_drafts
+        );
+        println!("{:<32} {:.2}", "spec decode mean accepted length", spec.mean_acceptance_length);
+        println!("{:<32} {}", "spec decode acceptance per pos", per_pos.join(" "));
+        println!(
+            "{:<32} {:.2}",
+            "tokens per step",
+            report.output_tokens as f64 / report.num_steps.max(1) as f64
         );
     }
     if let Some(d) = &report.device {

@@ -1,6 +1,6 @@
 //! The `pagoda` binary on the tiny model with the simulated executor: `generate --json`,
 //! `--prompts-file`, `--chat`, `bench --json`, `info`, and clear errors; and a quiet
-//! `generate` on the GPU of a headless machine.
+//! `generate`, prompt logprobs and `perplexity` on the GPU of a headless machine.
 
 use std::io::Write;
 use std::path::Path;
@@ -249,4 +249,45 @@ fn chat_prints_reasoning_or_hides_it() {
         ],
     );
     assert_eq!(off, plain, "thinking off: all answer");
+}
+
+/// `pagoda perplexity` prints the library's figures (the tiny model on the GPU); a text shorter
+/// than two chunks and the simulated executor (no logits) are clear errors.
+#[test]
+fn perplexity_prints_the_librarys_figures() {
+    use pagoda::engine::perplexity::{PerplexityOptions, perplexity};
+    use pagoda::{Engine, EngineConfig, ExecutorKind};
+    let dir = tiny_dir();
+    let model = dir.path().to_str().unwrap();
+    let path = dir.path().join("text.txt");
+    let text = "the tower of the old town stands by the river, and the bridge below it opens twice a day";
+    std::fs::write(&path, format!("{text}\n")).unwrap();
+    let file = path.to_str().unwrap();
+    let lines = json_lines(&pagoda(&["perplexity", file, "--model", model, "-c", "8", "--json"]));
+    let config = EngineConfig {
+        model: Some(dir.path().into()),
+        executor: ExecutorKind::Wgpu,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(config).unwrap();
+    let options = PerplexityOptions { ctx_size: 8, max_chunks: None };
+    let expected = perplexity(&mut engine, text, &options, |_, _, _| {}).unwrap();
+    let line = &lines[0];
+    assert_eq!(line["num_tokens"], expected.num_tokens);
+    assert_eq!(line["chunks"], expected.num_tokens / 8);
+    assert_eq!(line["num_scored"], 3 * (expected.num_tokens / 8));
+    // serde_json reads a printed f64 back to within an ulp (no float_roundtrip here).
+    let same = |value: &Value, expected: f64| (value.as_f64().unwrap() / expected - 1.0).abs() < 1e-15;
+    assert!(same(&line["ppl"], expected.ppl) && same(&line["ppl_error"], expected.ppl_error), "{line}");
+    let running = line["running_ppl"].as_array().unwrap();
+    assert_eq!(running.len(), expected.running_ppl.len());
+    assert!(running.iter().zip(&expected.running_ppl).all(|(value, &ppl)| same(value, ppl)), "{line}");
+    assert_eq!(expected.ppl, expected.mean_nll.exp());
+
+    let short = pagoda(&["perplexity", file, "--model", model, "-c", "512"]);
+    assert!(!short.status.success());
+    assert!(String::from_utf8_lossy(&short.stderr).contains("needs at least 1024"), "{short:?}");
+    let sim = pagoda(&["perplexity", file, "--model", model, "-c", "8", "--executor", "sim"]);
+    assert!(!sim.status.success());
+    assert!(String::from_utf8_lossy(&sim.stderr).contains("prompt_logprobs is not served"), "{sim:?}");
 }

@@ -158,6 +158,8 @@ fn scheduler_for(case: &Case, num_gpu_blocks: usize) -> Scheduler {
         long_prefill_token_threshold: case.threshold,
         policy: if case.priority { SchedulingPolicy::Priority } else { SchedulingPolicy::Fcfs },
         invalid_block_policy: InvalidBlockPolicy::Recompute,
+        // Cases with prefix caching speculate too: the invariants hold with proposals in flight.
+        speculative_config: case.caching.then(|| pagoda::SpeculativeConfig::ngram(3, 1, 2)),
     };
     let cache = CacheConfig {
         block_size: case.block_size,

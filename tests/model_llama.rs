@@ -283,6 +283,7 @@ fn run_greedy(
             if r.seen {
                 out.scheduled_cached_reqs.push(CachedRequestData {
                     req_id: id,
+                    num_freed_blocks: 0,
                     resumed_from_preemption: r.resumed,
                     new_token_ids: r.tokens[r.computed..r.computed + n].to_vec(),
                     new_block_ids: if r.resumed { r.blocks.clone() } else { new_blocks },

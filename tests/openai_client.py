@@ -8,52 +8,19 @@ chat completion and its streamed twin give the same text, with usage and a finis
 """
 
 import contextlib
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 
 import openai
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(base: str, server: subprocess.Popen, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"pagoda serve exited with {server.returncode}")
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit("pagoda serve did not become healthy")
+from pagoda_serve import serving
 
 
 @contextlib.contextmanager
 def pagoda_server(argv: list[str], timeout_s: float = 600.0, flags: tuple[str, ...] = ()):
     """`pagoda serve` as `smollm2` on a free loopback port (argv: PAGODA_BINARY [MODEL]) with
     `flags`, healthy; yields an `openai` client for it and stops the server after."""
-    port = free_port()
-    command = [argv[1], "serve", "--port", str(port), "--served-model-name", "smollm2", "--max-model-len", "1024",
-               *flags]
-    if len(argv) > 2:
-        command += ["--model", argv[2]]
-    server = subprocess.Popen(command)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(base, server)
+    with serving(argv, flags) as base:
         yield openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=timeout_s)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def main() -> None:

@@ -97,7 +97,12 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>, Expected)> {
             param("stop_token_ids"),
         ),
         ("min_tokens above max_tokens", c, completion(json!({"min_tokens": 10})), SAMPLING),
-        ("echo while streaming", c, completion(json!({"echo": true, "stream": true})), param("echo")),
+        (
+            "bad_words, unknown and answer-changing",
+            c,
+            completion(json!({"bad_words": ["x"]})),
+            param("bad_words"),
+        ),
         ("suffix", c, completion(json!({"suffix": "x"})), param("suffix")),
         ("best_of 3", c, completion(json!({"best_of": 3})), param("best_of")),
         ("logit_bias key not an id", c, completion(json!({"logit_bias": {"one": 5}})), param("logit_bias")),

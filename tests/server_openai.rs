@@ -258,7 +258,7 @@ fn models_and_health() {
 }
 
 #[test]
-fn tokenize_gives_the_prompts_the_endpoints_run_and_detokenize_reverses_it() {
+fn tokenize_gives_the_prompts_the_endpoints_run_and_detokenize_reverses_it_and_tokenizer_info_describes_it() {
     let library = engine(config(), Box::new(random_logits));
     let server = TestServer::start(engine(config(), Box::new(random_logits)));
     let ids = |answer: &Value| -> Vec<u32> {
@@ -303,6 +303,18 @@ fn tokenize_gives_the_prompts_the_endpoints_run_and_detokenize_reverses_it() {
     assert_eq!(ids(&open), expected);
     assert!(expected.len() < ids(&chat).len(), "the generation prompt adds tokens");
 
+    // vLLM's /tokenizer_info, which lm-evaluation-harness reads before tokenizing through /tokenize.
+    let (status, info) = server.request("GET", "/tokenizer_info", None);
+    assert_eq!(status, 200, "{info}");
+    let info: Value = serde_json::from_str(&info).unwrap();
+    let tokenizer = library.tokenizer();
+    let piece = |id: Option<u32>| id.and_then(|id| tokenizer.id_to_piece(id));
+    assert_eq!(info["eos_token"].as_str(), piece(tokenizer.eos_token_id()).as_deref());
+    assert_eq!(info["bos_token"].as_str(), piece(tokenizer.bos_token_id()).as_deref());
+    assert_eq!(info["add_bos_token"], json!(tokenizer.prompt_bos().is_some()));
+    assert_eq!(info["model_max_length"], 512);
+    assert_eq!(info["chat_template"].as_str(), library.chat_template().map(|t| t.source()));
+
     let refused = [
         ("/tokenize", json!({}), "prompt"),
         ("/tokenize", json!({"prompt": "a", "messages": conversation}), "prompt"),
@@ -342,7 +354,19 @@ fn malformed_requests_get_openai_style_errors() {
         ("/v1/completions", json!({"prompt": "hi", "temperature": -1}), 400, "temperature"),
         ("/v1/completions", json!({"prompt": "hi", "top_p": 0}), 400, "top_p"),
         ("/v1/completions", json!({"prompt": "hi", "n": 0}), 400, "n = 0"),
-        ("/v1/completions", json!({"prompt": "hi", "echo": true, "stream": true}), 400, "echo"),
+        ("/v1/completions", json!({"prompt": "hi", "bad_words": ["x"]}), 400, "bad_words is not supported"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": false}),
+            400,
+            "add_generation_prompt",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "echo": true, "logprobs": 1, "max_tokens": 0}),
+            400,
+            "prompt_logprobs is not served",
+        ),
         (
             "/v1/completions",
             json!({"prompt": "hi", "prompt_logprobs": 21}),

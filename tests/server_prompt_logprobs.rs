@@ -1,6 +1,6 @@
 //! Prompt logprobs over HTTP on SmolLM2 through the wgpu executor (lavapipe without a GPU):
 //! vLLM's `prompt_logprobs` on both endpoints and OpenAI's `echo` (scoring with
-//! `max_tokens: 0`) carry the library's values exactly.
+//! `max_tokens: 0`), streamed or not, carry the library's values exactly.
 #![cfg(feature = "server")]
 
 mod server_support;
@@ -51,6 +51,14 @@ fn check_vllm_shape(list: &Value, expected: &PromptLogprobs, top_n: usize) {
     }
 }
 
+/// The JSON chunks of a streamed request (without the closing `[DONE]`).
+fn stream_chunks(server: &TestServer, body: &Value) -> Vec<Value> {
+    let (status, data) = server.post_stream("/v1/completions", body);
+    assert_eq!(status, 200, "{data:?}");
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    data[..data.len() - 1].iter().map(|chunk| serde_json::from_str(chunk).unwrap()).collect()
+}
+
 #[test]
 fn prompt_logprobs_and_echo_carry_the_librarys_values() {
     let mut library = wgpu_engine();
@@ -97,6 +105,18 @@ fn prompt_logprobs_and_echo_carry_the_librarys_values() {
         assert_eq!(logprobs["top_logprobs"][position].as_object().unwrap().len(), 2);
     }
 
+    // Streamed, the same values: the prompt and its logprobs in the choice's first chunk,
+    // nothing generated, and usage without completion tokens.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let chunks = stream_chunks(&server, &streamed);
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    let first = &chunks[0]["choices"][0];
+    assert_eq!((&first["text"], &first["finish_reason"]), (&json!(PROMPT), &json!("length")));
+    assert_eq!(first["logprobs"], *logprobs);
+    assert_eq!(chunks[1]["usage"]["completion_tokens"], 0);
+
     // echo while generating: the prompt, then the library's continuation and its logprobs.
     let body = json!({"prompt": PROMPT, "max_tokens": 3, "echo": true, "logprobs": 1, "temperature": 0});
     let (status, response) = server.post_json("/v1/completions", &body);
@@ -110,6 +130,26 @@ fn prompt_logprobs_and_echo_carry_the_librarys_values() {
     }
     let offsets = choice["logprobs"]["text_offset"].as_array().unwrap();
     assert!(offsets.windows(2).all(|pair| pair[0].as_u64() <= pair[1].as_u64()));
+    // Streamed: the chunks put together are the same text, logprobs and offsets, and the first
+    // chunk also carries vLLM's prompt_logprobs when asked.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["prompt_logprobs"] = json!(1);
+    let chunks = stream_chunks(&server, &streamed);
+    check_vllm_shape(&chunks[0]["choices"][0]["prompt_logprobs"], &prompt_logprobs, 1);
+    let mut text = String::new();
+    let mut joined: [Vec<Value>; 3] = Default::default();
+    for chunk in &chunks {
+        let choice = &chunk["choices"][0];
+        text.push_str(choice["text"].as_str().unwrap());
+        for (list, key) in joined.iter_mut().zip(["token_logprobs", "top_logprobs", "text_offset"]) {
+            list.extend(choice["logprobs"][key].as_array().unwrap().iter().cloned());
+        }
+    }
+    assert_eq!(text, choice["text"].as_str().unwrap());
+    for (list, key) in joined.iter().zip(["token_logprobs", "top_logprobs", "text_offset"]) {
+        assert_eq!(Value::from(list.clone()), choice["logprobs"][key], "{key}");
+    }
 
     // vLLM's prompt_logprobs on /v1/chat/completions: the templated prompt's, at the top level.
     let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0,

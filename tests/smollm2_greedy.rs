@@ -129,6 +129,7 @@ fn greedy(cases: &[GreedyCase], kv_cache_dtype: KvCacheDtype, max_tokens: &[usiz
             } else {
                 out.scheduled_cached_reqs.push(CachedRequestData {
                     req_id: i as u64,
+                    num_freed_blocks: 0,
                     resumed_from_preemption: false,
                     new_token_ids: tokens[i][computed[i]..].to_vec(),
                     new_block_ids: new_blocks,

@@ -25,7 +25,8 @@ pub type PagodaOutputCallback =
 /// `kv_offloading_size` (GiB of host memory for the host KV tier; 0, the default, is off),
 /// `kv_cache_dtype` (`"auto"`, `"f16"`, `"f32"`), `enable_prefix_caching`, `max_num_seqs`,
 /// `max_num_batched_tokens`, `max_model_len`, `enable_chunked_prefill`,
-/// `scheduling_policy` (`"fcfs"`, `"priority"`), `executor` (`"wgpu"`, `"sim"`), `seed`,
+/// `scheduling_policy` (`"fcfs"`, `"priority"`), `speculative_config` (vLLM's object, e.g.
+/// `{"method": "ngram", "num_speculative_tokens": 4}`), `executor` (`"wgpu"`, `"sim"`), `seed`,
 /// `backend`, `adapter`, `disable_features` (`"f16,subgroup"`), `webgpu_limits`. An unknown
 /// field is an error. On success `*out_engine` is the new handle, freed with
 /// `pagoda_engine_free`.

@@ -4,7 +4,8 @@
 //!
 //! ```json
 //! {"model": "/models/smollm2.gguf", "num_gpu_blocks": 512, "max_num_seqs": 32,
-//!  "kv_cache_dtype": "f32", "executor": "wgpu", "disable_features": "subgroup"}
+//!  "kv_cache_dtype": "f32", "executor": "wgpu", "disable_features": "subgroup",
+//!  "speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}
 //! ```
 //!
 //! `model` takes what `--model` takes: a GGUF file, an HF model directory, or a Hugging Face
@@ -17,7 +18,10 @@
 use std::path::PathBuf;
 
 use pagoda::gpu::GpuOptions;
-use pagoda::{CacheConfig, EngineConfig, ExecutorKind, KvCacheDtype, SchedulerConfig, SchedulingPolicy};
+use pagoda::{
+    CacheConfig, EngineConfig, ExecutorKind, KvCacheDtype, SchedulerConfig, SchedulingPolicy,
+    SpeculativeConfig,
+};
 use serde::Deserialize;
 
 /// The options object; each field left out keeps the library's default.
@@ -36,6 +40,7 @@ pub struct EngineOptions {
     max_model_len: Option<usize>,
     enable_chunked_prefill: Option<bool>,
     scheduling_policy: Option<SchedulingPolicy>,
+    speculative_config: Option<SpeculativeConfig>,
     executor: Option<ExecutorKind>,
     seed: Option<u64>,
     backend: Option<String>,
@@ -91,6 +96,11 @@ impl EngineOptions {
                     .enable_chunked_prefill
                     .unwrap_or(scheduler_defaults.enable_chunked_prefill),
                 policy: self.scheduling_policy.unwrap_or(scheduler_defaults.policy),
+                speculative_config: self
+                    .speculative_config
+                    .map(SpeculativeConfig::validated)
+                    .transpose()
+                    .map_err(|e| e.to_string())?,
                 ..scheduler_defaults
             },
             executor: self.executor.unwrap_or_default(),
@@ -101,5 +111,32 @@ impl EngineOptions {
             sim_realtime: false,
             sim_faults: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_speculative_config_is_vllms_object_and_its_unknown_fields_are_refused() {
+        let options = EngineOptions::from_json(
+            r#"{"speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}}"#,
+        )
+        .unwrap();
+        let config = options.into_config().unwrap();
+        assert_eq!(config.scheduler.speculative_config, Some(SpeculativeConfig::ngram(3, 2, 2)));
+        let error = EngineOptions::from_json(
+            r#"{"speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "k": 1}}"#,
+        )
+        .unwrap_err();
+        assert!(error.contains("speculative_config") && error.contains("unknown field `k`"), "{error}");
+        let error = EngineOptions::from_json(
+            r#"{"speculative_config": {"method": "ngram", "num_speculative_tokens": 0}}"#,
+        )
+        .unwrap()
+        .into_config()
+        .unwrap_err();
+        assert!(error.contains("num_speculative_tokens=0"), "{error}");
     }
 }

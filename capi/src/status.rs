@@ -68,6 +68,7 @@ impl From<EngineError> for Failure {
             | EngineError::Constraint(_)
             | EngineError::TokenOutOfVocab { .. }
             | EngineError::BiasOutOfVocab { .. }
+            | EngineError::PromptLogprobsUnsupported
             | EngineError::Config(_)
             | EngineError::Sim(_) => PagodaStatus::InvalidArgument,
             EngineError::Rejected(_) | EngineError::Overloaded { .. } => PagodaStatus::Rejected,

@@ -311,6 +311,25 @@ impl KvCacheManager {
         self.events.emit(|| KvEvent::Free { request_id, block_ids: table.block_ids });
     }
 
+    /// Frees the blocks of `request_id` past those its first `num_tokens` tokens fill (what
+    /// rejected speculative tokens were given): they hold nothing worth keeping and were
+    /// never cached, so they go to the head of the free queue. Returns how many it freed.
+    pub fn free_blocks_past(&mut self, request_id: RequestId, num_tokens: usize) -> usize {
+        let keep = self.blocks_for_tokens(num_tokens);
+        let Some(table) = self.tables.get_mut(&request_id) else {
+            return 0;
+        };
+        if table.block_ids.len() <= keep {
+            return 0;
+        }
+        let freed = table.block_ids.split_off(keep);
+        table.num_cached_blocks = table.num_cached_blocks.min(keep);
+        self.pool.free_blocks(freed.iter().rev().copied());
+        let num_freed = freed.len();
+        self.events.emit(|| KvEvent::Free { request_id, block_ids: freed });
+        num_freed
+    }
+
     /// Forgets every cached hash; refused (false) while any block is in use.
     pub fn reset_prefix_cache(&mut self) -> bool {
         self.pool.reset_prefix_cache()

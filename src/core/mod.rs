@@ -14,3 +14,4 @@ pub mod request_queue;
 pub mod scheduler;
 pub mod scheduler_config;
 pub mod snapshot;
+pub mod spec_decode;

@@ -33,6 +33,10 @@ pub struct CachedRequestData {
     pub new_token_ids: Vec<TokenId>,
     /// Blocks appended to its table this step (the whole table when resumed).
     pub new_block_ids: Vec<BlockId>,
+    /// Blocks the scheduler took off the end of its table since the executor last saw it
+    /// (they held only rejected speculative tokens): the executor drops as many from the end
+    /// of its table before appending `new_block_ids`. 0 when resumed.
+    pub num_freed_blocks: usize,
     /// Tokens already in the cache; this step computes from here.
     pub num_computed_tokens: usize,
 }
@@ -48,6 +52,12 @@ pub struct SchedulerOutput {
     pub num_scheduled_tokens: HashMap<RequestId, usize>,
     /// Sum of `num_scheduled_tokens`.
     pub total_num_scheduled_tokens: usize,
+    /// Proposed tokens scheduled for verification per request (speculative decoding): the
+    /// last of its `num_scheduled_tokens`, after its last known token. The executor
+    /// computes logits at the last known token and at each proposed one, accepts the
+    /// proposals while they equal what it samples, and returns the accepted tokens plus the
+    /// one it sampled after them.
+    pub scheduled_spec_decode_tokens: HashMap<RequestId, Vec<TokenId>>,
     /// Requests preempted in this step.
     pub preempted_req_ids: HashSet<RequestId>,
     /// Requests that finished since the previous step; the executor drops their state.
@@ -66,7 +76,8 @@ impl SchedulerOutput {
 /// What the executor computed in one step.
 #[derive(Debug, Clone, Default)]
 pub struct ModelRunnerOutput {
-    /// Sampled tokens per request; requests in the middle of a prefill have none.
+    /// Sampled tokens per request; requests in the middle of a prefill have none. A request
+    /// with proposed tokens has the accepted ones, then the one sampled after them.
     pub sampled_token_ids: HashMap<RequestId, Vec<TokenId>>,
     /// Log-probabilities for requests that asked for them, one per sampled token.
     pub logprobs: HashMap<RequestId, Vec<TokenLogprobs>>,

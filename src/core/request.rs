@@ -103,6 +103,9 @@ pub struct Request {
     pub block_hashes: Vec<BlockHash>,
     /// The stop token that ended it, if any.
     pub stop_token: Option<TokenId>,
+    /// Tokens proposed to follow its known ones (speculative decoding), to be verified by
+    /// the next step that schedules it; never hashed, cached or counted as output.
+    pub spec_token_ids: Vec<TokenId>,
 }
 
 impl Request {
@@ -129,6 +132,7 @@ impl Request {
             num_preemptions: 0,
             block_hashes: Vec::new(),
             stop_token: None,
+            spec_token_ids: Vec::new(),
         }
     }
 
@@ -146,5 +150,16 @@ impl Request {
     /// Tokens `range` of prompt + output, copied.
     pub fn tokens(&self, range: std::ops::Range<usize>) -> Vec<TokenId> {
         range.map(|i| self.token(i)).collect()
+    }
+
+    /// Prompt, output and proposed tokens.
+    pub fn num_tokens_with_spec(&self) -> usize {
+        self.num_tokens() + self.spec_token_ids.len()
+    }
+
+    /// Tokens `range` of prompt + output + proposed tokens, copied.
+    pub fn tokens_with_spec(&self, range: std::ops::Range<usize>) -> Vec<TokenId> {
+        let known = self.num_tokens();
+        range.map(|i| if i < known { self.token(i) } else { self.spec_token_ids[i - known] }).collect()
     }
 }

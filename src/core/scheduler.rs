@@ -18,7 +18,8 @@ use crate::core::request::{Request, RequestStatus};
 use crate::core::request_queue::{PriorityKey, WaitingQueue};
 use crate::core::scheduler_config::{InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
 use crate::core::snapshot::KvSnapshot;
-use crate::ids::{BlockHash, BlockId, RequestId};
+use crate::core::spec_decode::{NgramProposer, SpeculativeConfigError};
+use crate::ids::{BlockHash, BlockId, RequestId, TokenId};
 
 /// A configuration the scheduler cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,6 +39,9 @@ pub enum SchedulerConfigError {
     /// `max_model_len` is 0.
     #[error("max_model_len must be at least 1")]
     ZeroMaxModelLen,
+    /// The speculative configuration is invalid.
+    #[error(transparent)]
+    Speculative(#[from] SpeculativeConfigError),
     /// Without chunked prefill a prompt of `max_model_len` tokens could never be scheduled.
     #[error(
         "with chunked prefill disabled, max_num_batched_tokens ({budget}) must be at least max_model_len ({max_model_len})"
@@ -124,6 +128,10 @@ pub struct Scheduler {
     events: EventLog,
     preemption_warning: PreemptionWarning,
     host: Option<HostTier>,
+    proposer: Option<NgramProposer>,
+    /// Per request, blocks freed off the end of its table (rejected proposals') that the
+    /// executor has not heard of yet.
+    freed_tail_blocks: IdMap<usize>,
 }
 
 impl Scheduler {
@@ -144,10 +152,16 @@ impl Scheduler {
                 max_model_len: config.max_model_len,
             });
         }
+        let proposer = match &config.speculative_config {
+            Some(spec) => NgramProposer::from_config(&spec.clone().validated()?),
+            None => None,
+        };
         let events = EventLog::default();
         let mut kv = KvCacheManager::new(&cache_config, events.clone())?;
         let host = host_tier(&cache_config, &mut kv)?;
         Ok(Self {
+            proposer,
+            freed_tail_blocks: IdMap::default(),
             waiting: WaitingQueue::new(config.policy),
             config,
             kv,
@@ -226,13 +240,22 @@ impl Scheduler {
         let mut cached_reqs =
             Vec::with_capacity(scheduled_running.len() + output.scheduled_cached_reqs.len());
         for scheduled in scheduled_running {
-            let request = &self.requests[&scheduled.request_id];
+            let request = self.requests.get_mut(&scheduled.request_id).expect("running requests are live");
             let start = request.num_computed_tokens;
+            let end = start + scheduled.num_tokens;
+            // Proposals cut by the budget are dropped (vLLM trims them the same way).
+            request.spec_token_ids.truncate(end.saturating_sub(request.num_tokens()));
+            if !request.spec_token_ids.is_empty() {
+                output
+                    .scheduled_spec_decode_tokens
+                    .insert(scheduled.request_id, request.spec_token_ids.clone());
+            }
             cached_reqs.push(CachedRequestData {
                 req_id: scheduled.request_id,
                 resumed_from_preemption: false,
-                new_token_ids: request.tokens(start..start + scheduled.num_tokens),
+                new_token_ids: request.tokens_with_spec(start..end),
                 new_block_ids: scheduled.new_block_ids,
+                num_freed_blocks: self.freed_tail_blocks.remove(&scheduled.request_id).unwrap_or(0),
                 num_computed_tokens: start,
             });
             output.num_scheduled_tokens.insert(scheduled.request_id, scheduled.num_tokens);
@@ -279,7 +302,16 @@ impl Scheduler {
             let Some(request) = self.requests.get_mut(&request_id) else {
                 continue;
             };
-            let all_computed = request.num_computed_tokens == request.num_tokens();
+            let all_computed = request.num_computed_tokens == request.num_tokens_with_spec();
+            if let Some(proposed) = scheduler_output.scheduled_spec_decode_tokens.get(&request_id) {
+                // Only the accepted proposals stay computed: the rest roll back.
+                let num_accepted = sampled.len().saturating_sub(1).min(proposed.len());
+                request.num_computed_tokens -= proposed.len() - num_accepted;
+                request.spec_token_ids.clear();
+                if !sampled.is_empty() {
+                    self.stats.spec_decoding.record(proposed.len(), num_accepted);
+                }
+            }
             if sampled.is_empty() || request.status != RequestStatus::Running || !all_computed {
                 continue;
             }
@@ -302,11 +334,20 @@ impl Scheduler {
             }
             if self.kv.enable_caching() {
                 extend_block_hashes(request, self.kv.block_size());
+                // Accepted proposals may have filled blocks that no later step would cache.
+                self.kv.cache_blocks(request, request.num_computed_tokens);
             }
             self.stats.num_generated_tokens += new_token_ids.len() as u64;
             let finish_reason = request.status.finish_reason();
             if finish_reason.is_some() {
                 stopped.push(request_id);
+            } else if let Some(proposer) = &self.proposer {
+                // Blocks that hold only rejected proposals go back to the pool.
+                let freed = self.kv.free_blocks_past(request_id, request.num_computed_tokens);
+                if freed > 0 {
+                    *self.freed_tail_blocks.entry(request_id).or_default() += freed;
+                }
+                request.spec_token_ids = propose(proposer, request, self.config.max_model_len);
             }
             outputs.push(EngineCoreOutput {
                 request_id,
@@ -337,6 +378,7 @@ impl Scheduler {
             let Some(request) = self.requests.get_mut(&request_id) else {
                 continue;
             };
+            request.spec_token_ids.clear();
             request.num_computed_tokens = request.num_computed_tokens.saturating_sub(num_tokens);
             self.kv.discard_uncomputed(request_id, request.num_computed_tokens);
         }
@@ -589,7 +631,7 @@ impl Scheduler {
         let mut index = 0;
         while index < self.running.len() && *budget > 0 {
             let request_id = self.running[index];
-            let num_tokens = self.num_tokens_to_schedule(&self.requests[&request_id], *budget);
+            let mut num_tokens = self.num_tokens_to_schedule(&self.requests[&request_id], *budget);
             if num_tokens == 0 {
                 index += 1;
                 continue;
@@ -600,6 +642,13 @@ impl Scheduler {
                     self.kv.allocate_slots(request, num_tokens, &ComputedBlocks::default())
                 {
                     break Some(new_blocks);
+                }
+                // Proposals are dropped before anybody is preempted for their slots.
+                if !request.spec_token_ids.is_empty() {
+                    let request = self.requests.get_mut(&request_id).expect("running requests are live");
+                    request.spec_token_ids.clear();
+                    num_tokens = self.num_tokens_to_schedule(&self.requests[&request_id], *budget);
+                    continue;
                 }
                 if self.running.len() == 1 {
                     self.cap_at_pool_size(request_id, output);
@@ -691,6 +740,7 @@ impl Scheduler {
                     resumed_from_preemption: true,
                     new_token_ids: request.tokens(num_hit_tokens..num_hit_tokens + num_tokens),
                     new_block_ids: self.kv.get_block_ids(request_id).to_vec(),
+                    num_freed_blocks: 0,
                     num_computed_tokens: num_hit_tokens,
                 });
             } else {
@@ -733,7 +783,7 @@ impl Scheduler {
     /// Tokens of a running request to compute this step: what it has not computed, capped
     /// by the budget and the long-prefill threshold.
     fn num_tokens_to_schedule(&self, request: &Request, budget: usize) -> usize {
-        let remaining = request.num_tokens() - request.num_computed_tokens;
+        let remaining = request.num_tokens_with_spec() - request.num_computed_tokens;
         if self.config.enable_chunked_prefill {
             self.cap_chunk(remaining, budget)
         } else {
@@ -769,6 +819,8 @@ impl Scheduler {
         self.kv.free(victim);
         let request = self.requests.get_mut(&victim).expect("running requests are live");
         self.computed_before_preemption.insert(victim, request.num_computed_tokens);
+        request.spec_token_ids.clear();
+        self.freed_tail_blocks.remove(&victim);
         request.status = RequestStatus::Preempted;
         request.num_computed_tokens = 0;
         request.num_preemptions += 1;
@@ -830,6 +882,7 @@ impl Scheduler {
     fn release_finished(&mut self, request_id: RequestId) {
         self.kv.free(request_id);
         self.computed_before_preemption.remove(&request_id);
+        self.freed_tail_blocks.remove(&request_id);
         let Some(request) = self.requests.remove(&request_id) else {
             return;
         };
@@ -849,8 +902,24 @@ impl Scheduler {
     }
 }
 
-/// The finished status `request` reaches with its last token, if any (vLLM's order:
-/// length limits, then min_tokens, then EOS unless ignored, then stop token ids).
+/// The tokens `proposer` proposes to follow a running `request` whose known tokens are all
+/// computed but its last: none for a constrained request (its mask follows one token at a
+/// time), none past `max_model_len`, and no more than its `max_tokens` leave room for (the
+/// verify pass adds one token of its own).
+fn propose(proposer: &NgramProposer, request: &Request, max_model_len: usize) -> Vec<TokenId> {
+    let decoding = request.num_computed_tokens + 1 == request.num_tokens();
+    if !decoding || request.sampling_params.structured_outputs.is_some() {
+        return Vec::new();
+    }
+    let room_in_model = max_model_len.saturating_sub(request.num_tokens());
+    let room_in_output =
+        request.sampling_params.max_tokens.saturating_sub(request.output_token_ids.len() + 1);
+    let mut tokens = Vec::with_capacity(request.num_tokens());
+    tokens.extend_from_slice(&request.prompt_token_ids);
+    tokens.extend_from_slice(&request.output_token_ids);
+    proposer.propose(&tokens, room_in_model.min(room_in_output))
+}
+
 /// The host tier `cache_config` asks for (none at size 0), after checking the cache can
 /// carry one; the pool then keeps the hashed blocks it reuses for the tier to save.
 fn host_tier(cache_config: &CacheConfig, kv: &mut KvCacheManager) -> Result<Option<HostTier>, HostTierError> {
@@ -869,6 +938,8 @@ fn host_tier(cache_config: &CacheConfig, kv: &mut KvCacheManager) -> Result<Opti
     Ok(host)
 }
 
+/// The finished status `request` reaches with its last token, if any (vLLM's order:
+/// length limits, then min_tokens, then EOS unless ignored, then stop token ids).
 fn stop_status(request: &Request, max_model_len: usize) -> Option<RequestStatus> {
     let params = &request.sampling_params;
     let num_output = request.output_token_ids.len();

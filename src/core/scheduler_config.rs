@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::spec_decode::SpeculativeConfig;
+
 /// Which waiting request runs first and which running request is preempted first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -42,6 +44,9 @@ pub struct SchedulerConfig {
     pub policy: SchedulingPolicy,
     /// Reaction to KV blocks reported invalid.
     pub invalid_block_policy: InvalidBlockPolicy,
+    /// Speculative decoding (`--speculative-config`); `None` decodes one token per step.
+    #[serde(default)]
+    pub speculative_config: Option<SpeculativeConfig>,
 }
 
 impl SchedulerConfig {
@@ -61,6 +66,7 @@ impl Default for SchedulerConfig {
             long_prefill_token_threshold: 0,
             policy: SchedulingPolicy::Fcfs,
             invalid_block_policy: InvalidBlockPolicy::Recompute,
+            speculative_config: None,
         }
     }
 }

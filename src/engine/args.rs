@@ -10,6 +10,7 @@ use clap::Args;
 use super::engine_config::{EngineConfig, ExecutorKind};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
+use crate::core::spec_decode::SpeculativeConfig;
 use crate::executor::fault::Fault;
 use crate::gpu::{GpuError, GpuOptions};
 
@@ -71,6 +72,11 @@ pub struct EngineArgs {
     /// Admission and preemption order [default: fcfs].
     #[arg(long, value_enum)]
     scheduling_policy: Option<SchedulingPolicy>,
+    /// Speculative decoding, as vLLM's JSON object, e.g.
+    /// '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    /// [default: off].
+    #[arg(long, value_name = "JSON", value_parser = SpeculativeConfig::from_json)]
+    speculative_config: Option<SpeculativeConfig>,
     /// The real model on the GPU, or the simulated model [default: wgpu; viz: sim].
     #[arg(long, value_enum)]
     executor: Option<ExecutorKind>,
@@ -114,6 +120,7 @@ impl EngineArgs {
                 base.scheduler.enable_chunked_prefill,
             ),
             policy: self.scheduling_policy.unwrap_or(base.scheduler.policy),
+            speculative_config: self.speculative_config.clone().or(base.scheduler.speculative_config),
             ..base.scheduler
         };
         let sim_faults = if self.sim_fault.is_empty() { base.sim_faults } else { self.sim_fault.clone() };
@@ -231,6 +238,8 @@ mod tests {
                 "2M",
                 "--sim-fault",
                 "3:transient",
+                "--speculative-config",
+                r#"{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}"#,
             ],
             EngineConfig {
                 scheduler: SchedulerConfig { enable_chunked_prefill: false, ..SchedulerConfig::default() },
@@ -246,6 +255,15 @@ mod tests {
         assert_eq!(config.scheduler.max_num_batched_tokens, SchedulerConfig::DEFAULT_MAX_NUM_BATCHED_TOKENS);
         assert_eq!(config.executor, ExecutorKind::Sim);
         assert_eq!(config.sim_faults.len(), 1);
+        assert_eq!(config.scheduler.speculative_config, Some(SpeculativeConfig::ngram(3, 2, 4)));
+    }
+
+    #[test]
+    fn a_speculative_config_with_an_unknown_field_is_refused_by_name() {
+        let flags =
+            ["pagoda", "--speculative-config", r#"{"method": "ngram", "num_speculative_tokens": 2, "n": 1}"#];
+        let error = Cli::try_parse_from(flags).err().expect("refused");
+        assert!(error.to_string().contains("unknown field `n`"), "{error}");
     }
 
     #[test]

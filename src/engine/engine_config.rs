@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{Engine, EngineError};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
+use crate::core::spec_decode::SpeculativeConfig;
 use crate::executor::fault::Fault;
 use crate::gpu::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuError, GpuOptions, LinearStrategy,
@@ -139,6 +140,12 @@ impl EngineBuilder {
     /// Admission and preemption order.
     pub fn scheduling_policy(mut self, policy: SchedulingPolicy) -> Self {
         self.config.scheduler.policy = policy;
+        self
+    }
+
+    /// Speculative decoding (vLLM's `--speculative-config`).
+    pub fn speculative_config(mut self, config: SpeculativeConfig) -> Self {
+        self.config.scheduler.speculative_config = Some(config);
         self
     }
 

@@ -14,6 +14,7 @@ pub mod engine_config;
 pub mod handle;
 pub mod metrics;
 pub mod output;
+pub mod perplexity;
 pub mod stop;
 
 use std::collections::HashMap;
@@ -118,6 +119,12 @@ pub enum EngineError {
         /// The vocabulary size.
         vocab_size: usize,
     },
+    /// The request asks for prompt logprobs and the executor computes no logits (the
+    /// simulated executor).
+    #[error(
+        "prompt_logprobs is not served by this engine's executor (the simulated executor computes no logits)"
+    )]
+    PromptLogprobsUnsupported,
     /// A `logit_bias` token id is outside the vocabulary.
     #[error("logit_bias token id {id} is outside the vocabulary of {vocab_size}")]
     BiasOutOfVocab {
@@ -435,6 +442,9 @@ impl Engine {
             return Err(EngineError::DeviceLost(reason.clone()));
         }
         params.validate()?;
+        if params.prompt_logprobs.is_some() && !self.executor.computes_prompt_logprobs() {
+            return Err(EngineError::PromptLogprobsUnsupported);
+        }
         self.check_token_ids(&prompt_token_ids)?;
         if let Some((id, vocab_size)) = self.outside_vocab(params.logit_bias.keys().copied()) {
             return Err(EngineError::BiasOutOfVocab { id, vocab_size });
@@ -560,7 +570,7 @@ impl Engine {
     /// Turns one scheduler output into a request output (text, stops, metrics).
     fn process(
         &mut self,
-        core_output: EngineCoreOutput,
+        mut core_output: EngineCoreOutput,
         now: Instant,
     ) -> Result<Option<RequestOutput>, EngineError> {
         let request_id = core_output.request_id;
@@ -572,17 +582,27 @@ impl Engine {
             return Ok(self.finish_with(request_id, RequestStatus::FinishedError));
         }
         let tokens = &core_output.new_token_ids;
+        let num_tokens = tokens.len();
         let stopped_by_token = core_output.finish_reason == Some(FinishReason::Stop);
-        let visible_tokens = if stopped_by_token && !state.include_stop_str_in_output {
-            &tokens[..tokens.len().saturating_sub(1)]
-        } else {
-            &tokens[..]
-        };
-        let mut new_text = String::new();
-        for &token in visible_tokens {
-            new_text.push_str(&state.detokenizer.push(&self.text.tokenizer, token)?);
+        // Token by token, as plain decode would see them: a stop string found before the last
+        // of several tokens (accepted speculative ones) ends the request there.
+        let mut emitted = String::new();
+        let mut kept = tokens.len();
+        for (index, &token) in tokens.iter().enumerate() {
+            state.num_output_tokens += 1;
+            let hidden = index + 1 == tokens.len() && stopped_by_token && !state.include_stop_str_in_output;
+            let text =
+                if hidden { String::new() } else { state.detokenizer.push(&self.text.tokenizer, token)? };
+            let check_stops = state.num_output_tokens >= state.min_tokens;
+            emitted.push_str(&state.stop_strings.append(&text, check_stops));
+            if state.stop_strings.is_stopped() {
+                kept = index + 1;
+                break;
+            }
         }
-        match self.latencies.record(request_id, tokens.len(), (now - self.started).as_secs_f64()) {
+        core_output.new_token_ids.truncate(kept);
+        core_output.new_logprobs.truncate(kept);
+        match self.latencies.record(request_id, kept, (now - self.started).as_secs_f64()) {
             Some(Latency::FirstToken(seconds)) => {
                 self.metrics.prompt_tokens += state.num_prompt_tokens as u64;
                 self.metrics.time_to_first_token.observe(seconds);
@@ -590,21 +610,22 @@ impl Engine {
             Some(Latency::InterToken(seconds)) => self.metrics.inter_token_latency.observe(seconds),
             None => {}
         }
-        state.num_output_tokens += tokens.len();
-        self.metrics.generation_tokens += tokens.len() as u64;
+        self.metrics.generation_tokens += kept as u64;
 
         let check_stops = state.num_output_tokens >= state.min_tokens;
-        let mut emitted = state.stop_strings.append(&new_text, check_stops);
         let mut finish_reason = core_output.finish_reason;
+        let cut_short = kept < num_tokens;
         if finish_reason.is_some() && !state.stop_strings.is_stopped() {
             emitted.push_str(&state.stop_strings.append(&state.detokenizer.flush(), check_stops));
             emitted.push_str(&state.stop_strings.finish());
         }
-        if finish_reason.is_none() && state.stop_strings.is_stopped() {
+        if state.stop_strings.is_stopped() && (finish_reason.is_none() || cut_short) {
+            if finish_reason.is_none() {
+                self.scheduler
+                    .finish_requests([request_id], RequestStatus::FinishedStopped)
+                    .expect("FinishedStopped is a finished status");
+            }
             finish_reason = Some(FinishReason::Stop);
-            self.scheduler
-                .finish_requests([request_id], RequestStatus::FinishedStopped)
-                .expect("FinishedStopped is a finished status");
         }
         let output = RequestOutput {
             request_id,

@@ -3,8 +3,9 @@
 //! samples with [`crate::sampling`]: greedy requests from the GPU's top-k candidates (the
 //! argmax, plus one candidate per token `min_tokens` may mask), every other request from its
 //! full logits row. A request that asks for prompt logprobs also has the rows of its prompt
-//! positions in the LM head while it prefills; they are gathered chunk by chunk and handed
-//! back whole with its first token.
+//! positions scored while it prefills (the LM head on them after the step, a bounded group of
+//! rows at a time); they are gathered chunk by chunk and handed back whole with its first
+//! token.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -44,6 +45,8 @@ struct RequestState {
     seed: u64,
     /// Its prompt logprobs, when it asked for them.
     prompt_logprobs: Option<PromptLogprobsState>,
+    /// Proposed tokens at the end of `tokens` this step verifies (speculative decoding).
+    num_spec: usize,
 }
 
 /// A request's prompt logprobs while its prompt is computed.
@@ -59,16 +62,17 @@ struct PromptLogprobsState {
 }
 
 impl RequestState {
-    /// The sampler's view of this request before its next token.
+    /// The sampler's view of this request before the token after its first `num_tokens`.
     fn sampling_context<'a>(
         &'a self,
         eos_token_id: Option<TokenId>,
         mask: Option<&'a TokenMask>,
+        num_tokens: usize,
     ) -> SamplingContext<'a> {
         SamplingContext {
             params: &self.params,
             prompt_token_ids: &self.tokens[..self.prompt_len],
-            output_token_ids: &self.tokens[self.prompt_len..],
+            output_token_ids: &self.tokens[self.prompt_len..num_tokens],
             eos_token_id,
             seed: self.seed,
             mask,
@@ -109,9 +113,10 @@ impl RequestState {
         Ok(rows.start..rows.end.max(rows.start))
     }
 
-    /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks now.
+    /// GPU candidates a greedy pick needs: the argmax, plus each token `min_tokens` masks
+    /// now (at the first position it samples this step: the most masked one).
     fn greedy_candidates(&self) -> usize {
-        let masking = self.tokens.len() - self.prompt_len < self.params.min_tokens;
+        let masking = self.tokens.len() - self.num_spec - self.prompt_len < self.params.min_tokens;
         1 + if masking { 1 + self.params.stop_token_ids.len() } else { 0 }
     }
 }
@@ -122,8 +127,18 @@ struct Scheduled {
     start: usize,
     len: usize,
     samples: bool,
+    /// Proposed tokens it verifies: its last `num_spec` positions are sampled too.
+    num_spec: usize,
     /// Positions whose logits rows give prompt logprobs (before its sampled row, if any).
     prompt_rows: Range<usize>,
+}
+
+/// The prompt positions a step scores for prompt logprobs: their rows in the batch, and for
+/// each, its request, the prompt token it predicts and how many top logprobs it takes.
+#[derive(Debug, Default)]
+struct ScoredRows {
+    rows: Vec<u32>,
+    targets: Vec<(RequestId, TokenId, usize)>,
 }
 
 /// Runs a Llama-family model on wgpu for the engine core.
@@ -319,6 +334,7 @@ impl WgpuExecutor {
                         entries: vec![None],
                         sent: false,
                     }),
+                    num_spec: 0,
                 },
             );
             order.push((r.req_id, r.num_computed_tokens, n_sched(r.req_id)?));
@@ -332,6 +348,7 @@ impl WgpuExecutor {
             if r.resumed_from_preemption {
                 state.block_ids = blocks.collect();
             } else {
+                state.block_ids.truncate(state.block_ids.len().saturating_sub(r.num_freed_blocks));
                 state.block_ids.extend(blocks);
             }
             if r.new_token_ids.len() != n && !r.new_token_ids.is_empty() {
@@ -355,6 +372,7 @@ impl WgpuExecutor {
                     }
                 }
             }
+            state.num_spec = out.scheduled_spec_decode_tokens.get(&r.req_id).map_or(0, Vec::len);
             order.push((r.req_id, r.num_computed_tokens, n));
         }
         order
@@ -376,15 +394,24 @@ impl WgpuExecutor {
                     )));
                 }
                 let prompt_rows = state.prompt_rows(req_id, start, len)?;
-                Ok(Scheduled { req_id, start, len, samples: start + len == state.tokens.len(), prompt_rows })
+                let samples = start + len == state.tokens.len();
+                if state.num_spec >= len {
+                    return Err(ExecutorError::InvalidBatch(format!(
+                        "request {req_id}: {} proposed tokens among {len} scheduled ones leave no known token",
+                        state.num_spec
+                    )));
+                }
+                Ok(Scheduled { req_id, start, len, samples, num_spec: state.num_spec, prompt_rows })
             })
             .collect()
     }
 
-    fn build_batch(&self, scheduled: &[Scheduled]) -> Result<ForwardBatch, ExecutorError> {
+    /// The step's varlen batch, and the prompt positions it scores (see [`ScoredRows`]).
+    fn build_batch(&self, scheduled: &[Scheduled]) -> Result<(ForwardBatch, ScoredRows), ExecutorError> {
         let mb = self.workspace.limits().max_blocks_per_seq;
         let bs = self.block_size;
         let mut batch = ForwardBatch { query_start_loc: vec![0], ..Default::default() };
+        let mut scored = ScoredRows::default();
         for s in scheduled {
             let state = &self.requests[&s.req_id];
             if state.block_ids.len() > mb {
@@ -400,16 +427,44 @@ impl WgpuExecutor {
                 batch.positions.push(pos as u32);
                 batch.slot_mapping.push(state.block_ids[pos / bs] * bs as u32 + (pos % bs) as u32);
             }
-            batch.logits_indices.extend(s.prompt_rows.clone().map(|pos| (first + pos - s.start) as u32));
+            if let Some(prompt) = &state.prompt_logprobs {
+                for pos in s.prompt_rows.clone() {
+                    scored.rows.push((first + pos - s.start) as u32);
+                    scored.targets.push((s.req_id, state.tokens[pos + 1], prompt.top_n));
+                }
+            }
             if s.samples {
-                batch.logits_indices.push(batch.input_ids.len() as u32 - 1);
+                let end = batch.input_ids.len() as u32;
+                batch.logits_indices.extend(end - 1 - s.num_spec as u32..end);
             }
             batch.query_start_loc.push(batch.input_ids.len() as u32);
             batch.seq_lens.push((s.start + s.len) as u32);
             batch.block_table.extend_from_slice(&state.block_ids);
             batch.block_table.resize(batch.block_table.len() + mb - state.block_ids.len(), 0);
         }
-        Ok(batch)
+        Ok((batch, scored))
+    }
+
+    /// The prompt logprobs of `scored`'s positions, from the step just run, appended to their
+    /// requests in order.
+    fn gather_prompt_logprobs(&mut self, scored: &ScoredRows) -> Result<(), ExecutorError> {
+        let mut entries = Vec::with_capacity(scored.rows.len());
+        let mut targets = scored.targets.iter();
+        self.model
+            .score_rows(&self.ctx, &self.workspace, &scored.rows, |logits| {
+                if let Some(&(req_id, token_id, top_n)) = targets.next() {
+                    entries.push((req_id, prompt_token_logprobs(logits, token_id, top_n)));
+                }
+            })
+            .map_err(from_llama)?;
+        for (req_id, entry) in entries {
+            if let Some(prompt) =
+                self.requests.get_mut(&req_id).and_then(|state| state.prompt_logprobs.as_mut())
+            {
+                prompt.entries.push(Some(entry));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -431,11 +486,10 @@ impl ModelExecutor for WgpuExecutor {
             Some(FaultKind::DeviceLost) => self.ctx.lose_device(),
             None => {}
         }
-        let batch = self.build_batch(&scheduled)?;
+        let (batch, scored) = self.build_batch(&scheduled)?;
         let samplers: Vec<&RequestState> =
             scheduled.iter().filter(|s| s.samples).map(|s| &self.requests[&s.req_id]).collect();
-        let scores_prompt = scheduled.iter().any(|s| !s.prompt_rows.is_empty());
-        let needs_logits = scores_prompt || samplers.iter().any(|r| r.needs_logits());
+        let needs_logits = samplers.iter().any(|r| r.needs_logits());
         let vocab = self.model.config().vocab_size;
         let top_k = samplers
             .iter()
@@ -448,45 +502,52 @@ impl ModelExecutor for WgpuExecutor {
             .model
             .forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits)
             .map_err(from_llama)?;
+        if !scored.rows.is_empty() {
+            self.gather_prompt_logprobs(&scored)?;
+        }
         let mut result = ModelRunnerOutput::default();
+        // Each sampling request's rows: its proposals' (speculative decoding), then its last.
         let mut row = 0;
-        for s in &scheduled {
+        for s in scheduled.iter().filter(|s| s.samples) {
             let state = self
                 .requests
                 .get_mut(&s.req_id)
                 .ok_or_else(|| ExecutorError::InvalidBatch(format!("request {} lost its state", s.req_id)))?;
-            if let (Some(logits), Some(prompt)) = (&out.logits, &mut state.prompt_logprobs) {
-                for pos in s.prompt_rows.clone() {
-                    let logits = &logits[row * vocab..(row + 1) * vocab];
-                    prompt.entries.push(Some(prompt_token_logprobs(
-                        logits,
-                        state.tokens[pos + 1],
-                        prompt.top_n,
-                    )));
-                    row += 1;
-                }
-            }
-            if !s.samples {
-                continue;
-            }
             let mask = match state.params.structured_outputs {
                 Some(_) => Some(masks.get(s.req_id).ok_or(ExecutorError::MissingMask(s.req_id))?),
                 None => None,
             };
-            let ctx = state.sampling_context(self.eos_token_id, mask);
-            let SampledToken { token_id, logprobs } = match &out.logits {
-                Some(logits) if state.needs_logits() => {
-                    sample_logits(&logits[row * vocab..(row + 1) * vocab], &ctx)
+            // Position `base + i` samples after the proposals before it; a proposal is accepted
+            // while it is the token sampled there (the sample plain decode would draw).
+            let base = state.tokens.len() - s.num_spec;
+            let mut sampled = Vec::with_capacity(s.num_spec + 1);
+            let mut token_logprobs = Vec::new();
+            for i in 0..=s.num_spec {
+                let ctx = state.sampling_context(self.eos_token_id, mask, base + i);
+                let row = row + i;
+                let SampledToken { token_id, logprobs } = match &out.logits {
+                    Some(logits) if state.needs_logits() => {
+                        sample_logits(&logits[row * vocab..(row + 1) * vocab], &ctx)
+                    }
+                    _ => {
+                        let ids = &out.top_ids[row * out.k..(row + 1) * out.k];
+                        let values = &out.top_values[row * out.k..(row + 1) * out.k];
+                        sample_candidates(
+                            ids.iter().copied().zip(values.iter().copied()).collect(),
+                            None,
+                            &ctx,
+                        )
+                    }
+                };
+                sampled.push(token_id);
+                token_logprobs.extend(logprobs);
+                if i == s.num_spec || state.tokens[base + i] != token_id {
+                    break;
                 }
-                _ => {
-                    let ids = &out.top_ids[row * out.k..(row + 1) * out.k];
-                    let values = &out.top_values[row * out.k..(row + 1) * out.k];
-                    sample_candidates(ids.iter().copied().zip(values.iter().copied()).collect(), None, &ctx)
-                }
-            };
-            row += 1;
-            if let Some(logprobs) = logprobs {
-                result.logprobs.insert(s.req_id, vec![logprobs]);
+            }
+            row += s.num_spec + 1;
+            if !token_logprobs.is_empty() {
+                result.logprobs.insert(s.req_id, token_logprobs);
             }
             if let Some(prompt) = state.prompt_logprobs.as_mut().filter(|prompt| !prompt.sent) {
                 if prompt.entries.len() != state.prompt_len {
@@ -500,10 +561,16 @@ impl ModelExecutor for WgpuExecutor {
                 prompt.sent = true;
                 result.prompt_logprobs.insert(s.req_id, std::mem::take(&mut prompt.entries));
             }
-            state.tokens.push(token_id);
-            result.sampled_token_ids.insert(s.req_id, vec![token_id]);
+            state.tokens.truncate(base);
+            state.tokens.extend_from_slice(&sampled);
+            state.num_spec = 0;
+            result.sampled_token_ids.insert(s.req_id, sampled);
         }
         Ok(result)
+    }
+
+    fn computes_prompt_logprobs(&self) -> bool {
+        true
     }
 
     fn device_counters(&self) -> Option<GpuCounters> {
@@ -533,6 +600,7 @@ mod tests {
             params,
             seed: 0,
             prompt_logprobs: None,
+            num_spec: 0,
         }
     }
 

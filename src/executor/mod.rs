@@ -27,6 +27,12 @@ pub trait ModelExecutor {
         None
     }
 
+    /// True when it computes prompt logprobs (`SamplingParams::prompt_logprobs`); the engine
+    /// refuses requests asking for them where it does not.
+    fn computes_prompt_logprobs(&self) -> bool {
+        false
+    }
+
     /// The device layer's counters, for executors that run on one.
     fn device_counters(&self) -> Option<crate::gpu::GpuCounters> {
         None

@@ -212,18 +212,12 @@ impl SimExecutor {
         resumed: bool,
         num_computed_tokens: usize,
         token_ids: &[TokenId],
-        num_scheduled: usize,
+        num_spec: usize,
         masks: &mut StepMasks<'_>,
-    ) -> Result<Option<TokenId>, ExecutorError> {
+    ) -> Result<Vec<TokenId>, ExecutorError> {
         let invalid = |why: String| ExecutorError::InvalidBatch(format!("request {request_id}: {why}"));
         let sequence =
             self.sequences.get_mut(&request_id).ok_or_else(|| invalid("unknown request".into()))?;
-        if token_ids.len() != num_scheduled {
-            return Err(invalid(format!(
-                "{} token ids for {num_scheduled} scheduled tokens",
-                token_ids.len()
-            )));
-        }
         let known = if resumed { sequence.token_ids.len() } else { sequence.num_computed_tokens };
         if num_computed_tokens > known {
             return Err(invalid(format!(
@@ -243,9 +237,12 @@ impl SimExecutor {
                 None => return Err(invalid(format!("gap in the history at position {position}"))),
             }
         }
-        sequence.num_computed_tokens = num_computed_tokens + num_scheduled;
+        sequence.num_computed_tokens = num_computed_tokens + token_ids.len();
         if sequence.num_computed_tokens < sequence.token_ids.len() {
-            return Ok(None);
+            return Ok(Vec::new());
+        }
+        if num_spec > 0 {
+            return Ok(verify(&self.config, sequence, num_spec));
         }
         let token = if sequence.constrained {
             let mask = masks.get(request_id).ok_or(ExecutorError::MissingMask(request_id))?;
@@ -254,8 +251,28 @@ impl SimExecutor {
             next_token(&self.config, &sequence.token_ids)
         };
         sequence.token_ids.push(token);
-        Ok(Some(token))
+        Ok(vec![token])
     }
+}
+
+/// Verifies the last `num_spec` tokens of `sequence` (proposals): each is accepted while it
+/// is the token the model gives after the ones before it; the first it does not give is
+/// replaced by the model's token, and after all are accepted the model adds one more. The
+/// history keeps the accepted tokens and the model's; returns those.
+fn verify(config: &SimConfig, sequence: &mut SimSequence, num_spec: usize) -> Vec<TokenId> {
+    let base = sequence.token_ids.len() - num_spec;
+    let mut accepted = 0;
+    let token = loop {
+        let token = next_token(config, &sequence.token_ids[..base + accepted]);
+        if accepted == num_spec || token != sequence.token_ids[base + accepted] {
+            break token;
+        }
+        accepted += 1;
+    };
+    sequence.token_ids.truncate(base + accepted);
+    sequence.num_computed_tokens = base + accepted;
+    sequence.token_ids.push(token);
+    sequence.token_ids[base..].to_vec()
 }
 
 impl ModelExecutor for SimExecutor {
@@ -295,23 +312,34 @@ impl ModelExecutor for SimExecutor {
                 constrained: new.sampling_params.structured_outputs.is_some(),
             };
             self.sequences.insert(new.req_id, sequence);
-            if let Some(token) = self.run_tokens(new.req_id, false, start, tokens, num_scheduled, masks)? {
-                output.sampled_token_ids.insert(new.req_id, vec![token]);
+            let sampled = self.run_tokens(new.req_id, false, start, tokens, 0, masks)?;
+            if !sampled.is_empty() {
+                output.sampled_token_ids.insert(new.req_id, sampled);
             }
             num_kv_tokens_read += end;
         }
         for cached in &scheduler_output.scheduled_cached_reqs {
             let num_scheduled = scheduled(cached.req_id)?;
             let start = cached.num_computed_tokens;
-            if let Some(token) = self.run_tokens(
+            if cached.new_token_ids.len() != num_scheduled {
+                return Err(ExecutorError::InvalidBatch(format!(
+                    "request {}: {} token ids for {num_scheduled} scheduled tokens",
+                    cached.req_id,
+                    cached.new_token_ids.len()
+                )));
+            }
+            let num_spec =
+                scheduler_output.scheduled_spec_decode_tokens.get(&cached.req_id).map_or(0, Vec::len);
+            let sampled = self.run_tokens(
                 cached.req_id,
                 cached.resumed_from_preemption,
                 start,
                 &cached.new_token_ids,
-                num_scheduled,
+                num_spec,
                 masks,
-            )? {
-                output.sampled_token_ids.insert(cached.req_id, vec![token]);
+            )?;
+            if !sampled.is_empty() {
+                output.sampled_token_ids.insert(cached.req_id, sampled);
             }
             num_kv_tokens_read += start + num_scheduled;
         }

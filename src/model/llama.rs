@@ -224,6 +224,46 @@ impl LlamaModel {
     }
 }
 
+impl LlamaModel {
+    /// Hands `each` the logits row of every token in `rows` (indices into the batch the last
+    /// [`Self::forward`] on `ws` ran; nothing may run on `ws` in between), in order, a group at
+    /// a time: each group's hidden states are gathered, normed and multiplied by the LM head
+    /// in a submit of its own and read back, so the device and the host hold one group's
+    /// logits (about [`SCORED_GROUP_BYTES`]) however many rows are scored. By the invariance
+    /// rule, a row's logits are the bits `forward` gives the same row.
+    pub fn score_rows(
+        &self,
+        ctx: &GpuContext,
+        ws: &Workspace,
+        rows: &[u32],
+        mut each: impl FnMut(&[f32]),
+    ) -> Result<(), LlamaError> {
+        let (hidden, vocab) = (self.config.hidden_size, self.config.vocab_size);
+        if let Some(&row) = rows.iter().find(|&&row| row as usize >= ws.limits.max_tokens) {
+            return Err(LlamaError::InvalidBatch(format!("scored row {row} is past the workspace")));
+        }
+        for group in rows.chunks(ws.scored_group_rows) {
+            let mut step = ctx.step();
+            let n = group.len();
+            let indices = step.scratch(Elem::U32, &[n])?;
+            let (x_rows, h_rows) =
+                (step.scratch(Elem::F32, &[n, hidden])?, step.scratch(Elem::F32, &[n, hidden])?);
+            let logits = step.scratch(Elem::F32, &[n, vocab])?;
+            step.write_u32(&indices, group)?;
+            step.gather_rows(&ws.acts.x, &indices, &x_rows)?;
+            let h = step.rms_norm_input(&x_rows, &self.norm, self.config.rms_norm_eps, &h_rows)?;
+            step.linear(h, &self.lm_head, &logits)?;
+            if let Some(cap) = self.config.final_logit_softcap {
+                step.softcap(&logits, cap)?;
+            }
+            let read = step.read(&logits);
+            let values = step.submit()?.f32s(read);
+            values.chunks_exact(vocab).for_each(&mut each);
+        }
+        Ok(())
+    }
+}
+
 /// What a step reads back: the `top_k` candidates of each sampled row, and with
 /// `full_logits` the whole rows.
 #[derive(Debug, Clone, Copy)]
@@ -247,28 +287,13 @@ impl Inputs {
     /// Writes `batch` into `ws`'s input buffers (through `step`'s one upload).
     fn write(step: &mut Step<'_>, ws: &Workspace, batch: &ForwardBatch) -> Result<Self, LlamaError> {
         let (t, b) = (batch.input_ids.len(), batch.seq_lens.len());
-        let mut head = Vec::new();
-        let mut rest = &batch.logits_indices[..];
-        for tile in &ws.head_tiles {
-            if rest.is_empty() {
-                break;
-            }
-            let (rows, tail) = rest.split_at(rest.len().min(tile.indices.len()));
-            head.push((tile.rows(rows.len())?, rows));
-            rest = tail;
-        }
-        // Rows past the workspace's tiles (a prefill's prompt-logprob rows) get the step's
-        // scratch tiles.
-        for rows in rest.chunks(ws.extra_tile_rows) {
-            let (hidden, vocab) = (ws.acts.x.shape()[1], ws.head_tiles[0].logits.shape()[1]);
-            let tile = HeadTile {
-                indices: step.scratch(Elem::U32, &[rows.len()])?,
-                x_rows: step.scratch(Elem::F32, &[rows.len(), hidden])?,
-                h_rows: step.scratch(Elem::F32, &[rows.len(), hidden])?,
-                logits: step.scratch(Elem::F32, &[rows.len(), vocab])?,
-            };
-            head.push((tile, rows));
-        }
+        let tile_len = ws.head_tiles.first().map_or(1, |tile| tile.indices.len());
+        let head = ws
+            .head_tiles
+            .iter()
+            .zip(batch.logits_indices.chunks(tile_len))
+            .map(|(tile, rows)| Ok((tile.rows(rows.len())?, rows)))
+            .collect::<Result<Vec<_>, GpuError>>()?;
         for (tile, indices) in &head {
             step.write_u32(&tile.indices, indices)?;
         }
@@ -725,10 +750,14 @@ pub struct Workspace {
     /// The sampled rows, cut into tiles of as many rows as keep a tile's logits under the
     /// binding limit (the last tile may be shorter).
     head_tiles: Vec<HeadTile>,
-    /// Rows of each scratch tile a step takes for logits rows past `head_tiles` (prompt
-    /// logprobs): as many as keep its pooled (power-of-two) logits buffer under the limit.
-    extra_tile_rows: usize,
+    /// Rows of one group of [`LlamaModel::score_rows`]: as many as keep its pooled
+    /// (power-of-two) logits buffer within [`SCORED_GROUP_BYTES`] and the binding limit.
+    scored_group_rows: usize,
 }
+
+/// Bytes of logits one group of [`LlamaModel::score_rows`] holds on the device and reads
+/// back (at least one row).
+pub const SCORED_GROUP_BYTES: u64 = 16 << 20;
 
 /// Rows of `row_bytes` that a pooled buffer (its size rounded up to a power of two) holds
 /// within `limit` bytes.
@@ -800,7 +829,7 @@ impl Workspace {
                     })
                 })
                 .collect::<Result<_, GpuError>>()?,
-            extra_tile_rows: pooled_rows(ctx.max_binding_bytes(), row_bytes).min(rows_per_tile).max(1),
+            scored_group_rows: pooled_rows(ctx.max_binding_bytes().min(SCORED_GROUP_BYTES), row_bytes).max(1),
         })
     }
 
@@ -816,7 +845,7 @@ impl Workspace {
         if t == 0 || b == 0 {
             return bad("empty batch".into());
         }
-        if t > l.max_tokens || b > l.max_seqs || r > t {
+        if t > l.max_tokens || b > l.max_seqs || r > l.max_seqs {
             return bad(format!("{t} tokens / {b} sequences / {r} logits rows exceed the workspace {l:?}"));
         }
         if batch.positions.len() != t || batch.slot_mapping.len() != t {
@@ -829,5 +858,20 @@ impl Workspace {
             return bad("a logits index points past the batch".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scored_group_holds_at_most_16_mib_of_logits() {
+        // SmolLM2's 49,152 entries a row: 85 rows (16,711,680 bytes) in a 16 MiB pooled buffer.
+        assert_eq!(pooled_rows(SCORED_GROUP_BYTES, 4 * 49_152), 85);
+        // Qwen2's 151,936: 27 rows.
+        assert_eq!(pooled_rows(SCORED_GROUP_BYTES, 4 * 151_936), 27);
+        // A limit that is not a power of two holds what its largest power of two holds.
+        assert_eq!(pooled_rows(24 << 20, 4 * 49_152), 85);
     }
 }

@@ -90,6 +90,9 @@ impl From<EngineError> for ApiError {
                 return Self::bad_request(error.to_string(), "structured_outputs");
             }
             EngineError::BiasOutOfVocab { .. } => return Self::bad_request(error.to_string(), "logit_bias"),
+            EngineError::PromptLogprobsUnsupported => {
+                return Self::bad_request(error.to_string(), "prompt_logprobs");
+            }
             EngineError::InvalidParams(_)
             | EngineError::Rejected(_)
             | EngineError::TokenOutOfVocab { .. }

@@ -28,6 +28,7 @@ mod routes;
 mod streaming;
 pub mod tokenize;
 pub mod tools;
+pub mod unknown_fields;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -262,8 +263,8 @@ impl ServerState {
 /// How often a drain looks at the requests in flight.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
-/// The server's routes over `state`: `/v1/*`, `/tokenize` and `/detokenize` behind the API key
-/// and the drain gate.
+/// The server's routes over `state`: `/v1/*`, `/tokenize`, `/detokenize` and `/tokenizer_info`
+/// behind the API key and the drain gate.
 pub fn router(state: Arc<ServerState>) -> Router {
     let max_body_bytes = state.limits.max_body_bytes;
     Router::new()
@@ -272,6 +273,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/v1/models", get(routes::models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/tokenizer_info", get(tokenize::tokenizer_info))
         .route_layer(from_fn_with_state(Arc::clone(&state), gate::gate))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))

@@ -102,6 +102,10 @@ pub struct SamplingFields {
     /// vLLM's prompt logprobs: each prompt token's logprob and rank, and this many top
     /// logprobs at its position (at most [`crate::sampling::MAX_LOGPROBS`]).
     pub prompt_logprobs: Option<usize>,
+    /// Every other field of the body, which the server does not implement: refused or logged
+    /// by [`super::unknown_fields::check`].
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
 }
 
 /// Most choices one request may ask for per prompt.
@@ -256,15 +260,6 @@ pub struct CompletionRequest {
 impl CompletionRequest {
     /// A 400 for the legacy fields pagoda does not serve, rather than a silent ignore.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if self.stream && self.echo == Some(true) {
-            return Err(ApiError::bad_request("echo is not supported with stream", "echo"));
-        }
-        if self.stream && self.sampling.prompt_logprobs.is_some() {
-            return Err(ApiError::bad_request(
-                "prompt_logprobs is not supported with stream",
-                "prompt_logprobs",
-            ));
-        }
         if self.suffix.as_deref().is_some_and(|suffix| !suffix.is_empty()) {
             return Err(ApiError::bad_request("suffix is not supported", "suffix"));
         }

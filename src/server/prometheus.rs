@@ -8,6 +8,7 @@ use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::core::host_tier::HostTierStats;
+use crate::core::metrics::SpecDecodingStats;
 use crate::engine::metrics::{EngineMetrics, Histogram};
 
 /// The prefix of every metric name.
@@ -135,6 +136,7 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
     }
     out.counter("prompt_tokens", "Number of prefill tokens processed.", metrics.prompt_tokens);
     out.counter("generation_tokens", "Number of generation tokens processed.", metrics.generation_tokens);
+    render_spec_decoding(&mut out, &scheduler.spec_decoding);
     if let Some(dropped) = exposition.kv_events_dropped {
         out.counter(
             "kv_events_dropped_batches",
@@ -198,6 +200,24 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
         out.prefix,
     );
     out.out
+}
+
+/// Speculative decoding's counters under vLLM's names, once anything was proposed; the
+/// per-position series run to the last position that accepted a token.
+fn render_spec_decoding(out: &mut Writer, spec: &SpecDecodingStats) {
+    if spec.num_drafts == 0 {
+        return;
+    }
+    out.counter("spec_decode_num_drafts", "Number of spec decoding drafts.", spec.num_drafts);
+    out.counter("spec_decode_num_draft_tokens", "Number of draft tokens.", spec.num_draft_tokens);
+    out.counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.", spec.num_accepted_tokens);
+    let name = "spec_decode_num_accepted_tokens_per_pos_total";
+    out.header(name, "Accepted tokens per draft position.", "counter");
+    let per_pos = &spec.num_accepted_tokens_per_pos;
+    let positions = per_pos.iter().rposition(|&count| count > 0).map_or(1, |last| last + 1);
+    for (position, count) in per_pos.iter().take(positions).enumerate() {
+        out.sample(name, &format!("position=\"{position}\""), count);
+    }
 }
 
 /// Appends series in the text format.
@@ -313,6 +333,26 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn speculative_decoding_counters_appear_once_anything_was_proposed() {
+        let mut metrics = EngineMetrics::default();
+        assert!(!render(&metrics, &exposition(MetricsPrefix::Vllm)).contains("spec_decode"));
+        metrics.scheduler.spec_decoding.record(4, 2);
+        metrics.scheduler.spec_decoding.record(4, 0);
+        let text = render(&metrics, &exposition(MetricsPrefix::Vllm));
+        let labels = r#"model_name="m\"x",engine="0""#;
+        for line in [
+            format!("vllm:spec_decode_num_drafts_total{{{labels}}} 2"),
+            format!("vllm:spec_decode_num_draft_tokens_total{{{labels}}} 8"),
+            format!("vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 2"),
+            format!("vllm:spec_decode_num_accepted_tokens_per_pos_total{{position=\"0\",{labels}}} 1"),
+            format!("vllm:spec_decode_num_accepted_tokens_per_pos_total{{position=\"1\",{labels}}} 1"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains("position=\"2\""));
     }
 
     #[test]

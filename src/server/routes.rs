@@ -18,12 +18,14 @@ use super::openai::{
     CompletionResponse, ModelCard, ModelList, PromptInput, SamplingFields, Usage,
 };
 use super::responses::{chat_logprobs, choice_usage, completion_logprobs, reply};
-use super::streaming::{ChatStreamer, CompletionStreamer, failed_request, sse_response};
+use super::streaming::{ChatStreamer, CompletionStreamer, StreamedPrompt, failed_request, sse_response};
 use super::tools::{Tool, ToolChoice, call_grammar, tool_values};
+use super::unknown_fields::{self, Endpoint};
 use super::{ServerState, prometheus, unix_seconds};
 use crate::core::request::FinishReason;
 use crate::engine::handle::RequestStream;
 use crate::engine::{CompletionOutput, EngineError, Prompt};
+use crate::ids::TokenId;
 use crate::model::chat::TemplateKwargs;
 use crate::model::reasoning::{ReasoningParser, Thinking};
 use crate::sampling::SamplingParams;
@@ -35,6 +37,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let request: CompletionRequest = parse_body(&state, body)?;
     check_model(&state, request.model.as_deref())?;
+    unknown_fields::check(Endpoint::Completions, &request.sampling.extra)?;
     request.check_unsupported()?;
     let prompts: Vec<Prompt> = match request.prompt {
         PromptInput::Text(text) => vec![Prompt::Text(text)],
@@ -59,11 +62,25 @@ pub async fn completions(
         true => prompts.iter().map(|prompt| echo_text(&state, prompt)).collect::<Result<_, _>>()?,
         false => Vec::new(),
     };
+    let streamed_echo = match request.stream {
+        true => echoed
+            .iter()
+            .zip(&prompts)
+            .map(|(text, prompt)| echo_tokens(&state, text, prompt))
+            .collect::<Result<_, _>>()?,
+        false => Vec::new(),
+    };
     let streams = start(&state, prompts, &params, n, &request.sampling).await?;
     let id = state.next_response_id("cmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
-        let streamer = CompletionStreamer::new(Arc::clone(&state), id, params.logprobs.is_some());
+        let prompt = StreamedPrompt {
+            echo: streamed_echo,
+            n,
+            prompt_logprobs: request.sampling.prompt_logprobs,
+            score_only,
+        };
+        let streamer = CompletionStreamer::new(Arc::clone(&state), id, request.logprobs, prompt);
         return Ok(sse_response(streams, n, include_usage, streamer));
     }
     let mut completions = join_all(streams.into_iter().map(RequestStream::collect)).await;
@@ -114,6 +131,7 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let request: ChatCompletionRequest = parse_body(&state, body)?;
     check_model(&state, request.model.as_deref())?;
+    unknown_fields::check(Endpoint::ChatCompletions, &request.sampling.extra)?;
     if request.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", "messages"));
     }
@@ -334,6 +352,18 @@ fn echo_text(state: &ServerState, prompt: &Prompt) -> Result<String, ApiError> {
             .map_err(|error| ApiError::bad_request(error.to_string(), "prompt")),
         _ => Err(ApiError::bad_request("echo needs a text or token prompt", "echo")),
     }
+}
+
+/// An echoed prompt's text and token ids (a text prompt tokenized as the engine tokenizes it).
+fn echo_tokens(state: &ServerState, text: &str, prompt: &Prompt) -> Result<(String, Vec<TokenId>), ApiError> {
+    let ids = match prompt {
+        Prompt::TokenIds(ids) => ids.clone(),
+        _ => state
+            .tokenizer
+            .encode_prompt(text)
+            .map_err(|error| ApiError::bad_request(error.to_string(), "prompt"))?,
+    };
+    Ok((text.to_owned(), ids))
 }
 
 /// A request the engine failed is a 500 (so is one that ended any other unexpected way).

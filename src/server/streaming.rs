@@ -12,6 +12,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
+use super::echo::{echo_logprobs, vllm_prompt_logprobs};
 use super::error::ApiError;
 use super::openai::{
     ChatChunkChoice, ChatCompletionChunk, ChatFinishReason, CompletionChoice, CompletionResponse,
@@ -21,9 +22,9 @@ use super::responses::{chat_logprobs, choice_usage, completion_logprobs, tool_ca
 use super::tools::{ToolCallOut, ToolFormat};
 use super::{ServerState, unix_seconds};
 use crate::core::request::FinishReason;
-use crate::engine::RequestOutput;
 use crate::engine::handle::RequestStream;
-use crate::ids::RequestId;
+use crate::engine::{CompletionOutput, RequestOutput};
+use crate::ids::{RequestId, TokenId};
 use crate::model::reasoning::{ReasoningParser, ReasoningStream, Split, Thinking};
 
 /// Turns outputs into the JSON of one endpoint's chunks.
@@ -141,14 +142,47 @@ pub(super) struct CompletionStreamer {
     state: Arc<ServerState>,
     id: String,
     created: u64,
-    logprobs: bool,
+    logprobs: Option<usize>,
     text_offsets: Vec<usize>,
+    /// What each choice's first chunk carries before its generated text.
+    prompt: StreamedPrompt,
+    /// Choices whose first chunk was sent.
+    opened: Vec<bool>,
+}
+
+/// What a streamed completion's choices put first: the echoed prompt (`echo`), vLLM's
+/// `prompt_logprobs`, and whether the generated token is dropped (`echo` with `max_tokens:
+/// 0`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct StreamedPrompt {
+    /// Each prompt's text and token ids, when `echo` is set.
+    pub echo: Vec<(String, Vec<TokenId>)>,
+    /// Choices per prompt.
+    pub n: usize,
+    /// vLLM's `prompt_logprobs` asked for: alternatives a position.
+    pub prompt_logprobs: Option<usize>,
+    /// Scoring only: the one token generated to run the prefill is not sent.
+    pub score_only: bool,
 }
 
 impl CompletionStreamer {
-    /// A streamer for response `id`, with log-probabilities when asked for.
-    pub(super) fn new(state: Arc<ServerState>, id: String, logprobs: bool) -> Self {
-        Self { state, id, created: unix_seconds(), logprobs, text_offsets: Vec::new() }
+    /// A streamer for response `id`, with `logprobs` top log-probabilities a token when asked
+    /// for, and `prompt` first in each choice.
+    pub(super) fn new(
+        state: Arc<ServerState>,
+        id: String,
+        logprobs: Option<usize>,
+        prompt: StreamedPrompt,
+    ) -> Self {
+        Self {
+            state,
+            id,
+            created: unix_seconds(),
+            logprobs,
+            text_offsets: Vec::new(),
+            prompt,
+            opened: Vec::new(),
+        }
     }
 
     fn response(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> String {
@@ -162,6 +196,41 @@ impl CompletionStreamer {
         };
         serde_json::to_string(&response).unwrap_or_default()
     }
+
+    /// The first chunk of choice `index`: the echoed prompt (and its logprobs) before the
+    /// output's own text and tokens, and vLLM's `prompt_logprobs`.
+    fn opening_choice(&self, index: usize, output: &RequestOutput) -> CompletionChoice {
+        let tokenizer = &self.state.tokenizer;
+        let prompt_logprobs = output.prompt_logprobs.as_deref().unwrap_or_default();
+        let (token_ids, logprobs, text) = match self.prompt.score_only {
+            true => (&[][..], &[][..], ""),
+            false => (&output.new_token_ids[..], &output.new_logprobs[..], output.new_text.as_str()),
+        };
+        let echo = self.prompt.echo.get(index / self.prompt.n.max(1));
+        let completion = CompletionOutput {
+            prompt_token_ids: echo.map(|(_, ids)| ids.clone()).unwrap_or_default(),
+            token_ids: token_ids.to_vec(),
+            logprobs: logprobs.to_vec(),
+            prompt_logprobs: output.prompt_logprobs.clone(),
+            ..CompletionOutput::new(output.request_id, Vec::new())
+        };
+        CompletionChoice {
+            index,
+            text: format!("{}{text}", echo.map_or("", |(text, _)| text.as_str())),
+            logprobs: self.logprobs.map(|top_n| match echo {
+                Some(_) => echo_logprobs(tokenizer, &completion, top_n),
+                None => completion_logprobs(tokenizer, token_ids, logprobs, 0),
+            }),
+            finish_reason: match self.prompt.score_only {
+                true => Some(FinishReason::Length),
+                false => output.finish_reason,
+            },
+            prompt_logprobs: self
+                .prompt
+                .prompt_logprobs
+                .map(|top_n| vllm_prompt_logprobs(tokenizer, prompt_logprobs, top_n)),
+        }
+    }
 }
 
 impl Streamer for CompletionStreamer {
@@ -170,13 +239,27 @@ impl Streamer for CompletionStreamer {
     }
 
     fn chunk(&mut self, index: usize, output: &RequestOutput) -> Option<String> {
-        if !carries_something(output, self.logprobs) {
-            return None;
-        }
-        if self.text_offsets.len() <= index {
+        if self.opened.len() <= index {
+            self.opened.resize(index + 1, false);
             self.text_offsets.resize(index + 1, 0);
         }
-        let logprobs = self.logprobs.then(|| {
+        let opens = !self.opened[index];
+        let puts_prompt_first = !self.prompt.echo.is_empty() || self.prompt.prompt_logprobs.is_some();
+        if opens && puts_prompt_first {
+            // The prompt goes with the choice's first tokens (which bring its logprobs).
+            if output.new_token_ids.is_empty() && !output.finished() {
+                return None;
+            }
+            self.opened[index] = true;
+            let choice = self.opening_choice(index, output);
+            self.text_offsets[index] = choice.text.len();
+            return Some(self.response(vec![choice], None));
+        }
+        if self.prompt.score_only || !carries_something(output, self.logprobs.is_some()) {
+            return None;
+        }
+        self.opened[index] = true;
+        let logprobs = self.logprobs.map(|_| {
             completion_logprobs(
                 &self.state.tokenizer,
                 &output.new_token_ids,
@@ -196,6 +279,10 @@ impl Streamer for CompletionStreamer {
     }
 
     fn usage(&mut self, usage: Usage) -> String {
+        let usage = match self.prompt.score_only {
+            true => Usage::new(usage.prompt_tokens, 0),
+            false => usage,
+        };
         self.response(Vec::new(), Some(usage))
     }
 }

@@ -1,5 +1,7 @@
 //! vLLM's `POST /tokenize` and `POST /detokenize`: the token ids a prompt or a conversation
-//! becomes, exactly as the completion endpoints feed it to the model, and the text of ids.
+//! becomes, exactly as the completion endpoints feed it to the model, and the text of ids; and
+//! vLLM's `GET /tokenizer_info`, which clients such as lm-evaluation-harness read to tokenize
+//! through the server.
 
 use std::sync::Arc;
 
@@ -71,6 +73,38 @@ pub struct DetokenizeRequest {
 pub struct DetokenizeResponse {
     /// The text of the ids, control tokens included.
     pub prompt: String,
+}
+
+/// `GET /tokenizer_info`'s answer: the tokenizer's special tokens and chat template, in the
+/// fields of vLLM's answer that clients read.
+#[derive(Debug, Serialize)]
+pub struct TokenizerInfoResponse {
+    /// The BOS token's text, if the vocabulary has one.
+    pub bos_token: Option<String>,
+    /// The EOS token's text, if the vocabulary has one.
+    pub eos_token: Option<String>,
+    /// No padding token is used.
+    pub pad_token: Option<String>,
+    /// Whether a text prompt starts with BOS.
+    pub add_bos_token: bool,
+    /// The chat template's source, if the model has one.
+    pub chat_template: Option<String>,
+    /// The longest prompt plus output a request may have.
+    pub model_max_length: usize,
+}
+
+/// `GET /tokenizer_info`.
+pub async fn tokenizer_info(State(state): State<Arc<ServerState>>) -> Json<TokenizerInfoResponse> {
+    let tokenizer = &state.tokenizer;
+    let piece = |id: Option<TokenId>| id.and_then(|id| tokenizer.id_to_piece(id));
+    Json(TokenizerInfoResponse {
+        bos_token: piece(tokenizer.bos_token_id()),
+        eos_token: piece(tokenizer.eos_token_id()),
+        pad_token: None,
+        add_bos_token: tokenizer.prompt_bos().is_some(),
+        chat_template: state.chat_template.as_ref().map(|template| template.source().to_owned()),
+        model_max_length: state.max_model_len,
+    })
 }
 
 /// `POST /tokenize`.

@@ -38,7 +38,7 @@ use crate::workload::BuiltinWorkload;
 /// frame to a PNG with no display.
 #[derive(Debug, Clone, clap::Args)]
 pub struct VizArgs {
-    /// Built-in workload: random, shared-prefix, memory-pressure or long-prompt (with the
+    /// Built-in workload: random, shared-prefix, memory-pressure, long-prompt or input-grounded (with the
     /// wgpu executor, the shape of the requests when no prompts file is given).
     #[arg(long, default_value = "shared-prefix")]
     pub workload: BuiltinWorkload,

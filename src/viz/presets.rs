@@ -29,6 +29,8 @@ pub fn preset(workload: BuiltinWorkload) -> VizPreset {
         BuiltinWorkload::Random => (48, 320, 512, 16, 1024),
         // Prompts of 64..256 blocks, prefilled in 512-token chunks.
         BuiltinWorkload::LongPrompt => (12, 384, 512, 8, 4224),
+        // Prompts of 9..18 blocks that the answers copy, outputs of 2..8 blocks.
+        BuiltinWorkload::InputGrounded => (16, 320, 512, 16, 1024),
     };
     VizPreset {
         num_requests,

@@ -108,16 +108,21 @@ pub enum BuiltinWorkload {
     MemoryPressure,
     /// Prompts of 1024..4096 tokens with short outputs, 2 requests/s: chunked prefill.
     LongPrompt,
+    /// Input-grounded answers, where speculation pays: a passage of 64..128 tokens twice,
+    /// then its first quarter, so the answer copies the rest of the passage; 32..128 output
+    /// tokens, 4 requests/s, EOS honoured.
+    InputGrounded,
 }
 
 /// A workload name that is not built in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?}; known: random, shared-prefix, memory-pressure, long-prompt")]
+#[error("unknown workload {0:?}; known: random, shared-prefix, memory-pressure, long-prompt, input-grounded")]
 pub struct UnknownWorkload(pub String);
 
 impl BuiltinWorkload {
     /// Every built-in workload.
-    pub const ALL: [Self; 4] = [Self::Random, Self::SharedPrefix, Self::MemoryPressure, Self::LongPrompt];
+    pub const ALL: [Self; 5] =
+        [Self::Random, Self::SharedPrefix, Self::MemoryPressure, Self::LongPrompt, Self::InputGrounded];
 
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
@@ -126,6 +131,7 @@ impl BuiltinWorkload {
             Self::SharedPrefix => "shared-prefix",
             Self::MemoryPressure => "memory-pressure",
             Self::LongPrompt => "long-prompt",
+            Self::InputGrounded => "input-grounded",
         }
     }
 
@@ -159,9 +165,15 @@ impl BuiltinWorkload {
                         let len = rng.random_range(1024..=4096);
                         (2.0, tokens(&mut rng, len), rng.random_range(16..=64), 0)
                     }
+                    Self::InputGrounded => {
+                        let len = rng.random_range(64..=128);
+                        let passage = tokens(&mut rng, len);
+                        let prompt = [passage.clone(), passage.clone(), passage[..len / 4].to_vec()].concat();
+                        (4.0, prompt, rng.random_range(32..=128), 0)
+                    }
                 };
-                let arrival =
-                    Arrival { time_s, prompt_token_ids: prompt, max_tokens, priority, ignore_eos: true };
+                let ignore_eos = self != Self::InputGrounded;
+                let arrival = Arrival { time_s, prompt_token_ids: prompt, max_tokens, priority, ignore_eos };
                 let uniform: f64 = rng.random_range(f64::EPSILON..1.0);
                 time_s += -uniform.ln() / rate;
                 arrival
@@ -182,6 +194,19 @@ impl FromStr for BuiltinWorkload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn input_grounded_prompts_repeat_a_passage_and_start_it_again() {
+        let workload: Workload = "input-grounded".parse::<BuiltinWorkload>().unwrap().generate(3, 1000, 5);
+        for arrival in &workload.arrivals {
+            let prompt = &arrival.prompt_token_ids;
+            let len =
+                (64..=128).find(|&len| 2 * len + len / 4 == prompt.len()).expect("a passage of 64..128");
+            assert_eq!(prompt[..len], prompt[len..2 * len]);
+            assert_eq!(prompt[..len / 4], prompt[2 * len..]);
+            assert!(!arrival.ignore_eos);
+        }
+    }
 
     #[test]
     fn numbered_arrivals_keep_order_ids_and_settings() {

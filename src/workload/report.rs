@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::core::host_tier::HostTierStats;
-use crate::core::metrics::SchedulerStats;
+use crate::core::metrics::{SchedulerStats, SpecDecodingStats};
 use crate::gpu::{GpuCounters, KernelTimes};
 use crate::ids::RequestId;
 
@@ -53,6 +53,9 @@ pub struct WorkloadReport {
     pub prefix_cache_hit_rate: f64,
     /// Highest KV cache usage seen, 0..=1.
     pub peak_kv_cache_usage: f64,
+    /// Speculative decoding's proposals and acceptances (when anything was proposed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_decoding: Option<SpecDecodingReport>,
     /// What the device layer did over the run (GPU executors only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceReport>,
@@ -156,6 +159,45 @@ pub struct RunCounts {
     pub output_tokens: u64,
 }
 
+/// Speculative decoding over a run, as vLLM's spec-decode logger reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpecDecodingReport {
+    /// Verify passes that carried proposals (per request and step).
+    pub num_drafts: u64,
+    /// Tokens proposed.
+    pub num_draft_tokens: u64,
+    /// Proposed tokens accepted.
+    pub num_accepted_tokens: u64,
+    /// Accepted over proposed tokens.
+    pub acceptance_rate: f64,
+    /// Tokens a verify pass yields per request: 1 + accepted per draft.
+    pub mean_acceptance_length: f64,
+    /// Per proposal position, the share of drafts that had it accepted.
+    pub acceptance_rate_per_pos: Vec<f64>,
+}
+
+impl SpecDecodingReport {
+    /// The report of `stats`; `None` when nothing was proposed.
+    pub fn of(stats: &SpecDecodingStats) -> Option<Self> {
+        if stats.num_drafts == 0 {
+            return None;
+        }
+        let per_pos = &stats.num_accepted_tokens_per_pos;
+        let positions = per_pos.iter().rposition(|&count| count > 0).map_or(1, |last| last + 1);
+        Some(Self {
+            num_drafts: stats.num_drafts,
+            num_draft_tokens: stats.num_draft_tokens,
+            num_accepted_tokens: stats.num_accepted_tokens,
+            acceptance_rate: stats.acceptance_rate(),
+            mean_acceptance_length: stats.mean_acceptance_length(),
+            acceptance_rate_per_pos: per_pos[..positions]
+                .iter()
+                .map(|&count| count as f64 / stats.num_drafts as f64)
+                .collect(),
+        })
+    }
+}
+
 impl WorkloadReport {
     /// The report of a run of `workload` that took `duration_s`, from its counts, its
     /// latencies and the scheduler's statistics over the run (`stats`, counters since the
@@ -191,6 +233,7 @@ impl WorkloadReport {
             num_recomputed_tokens: stats.num_recomputed_tokens,
             prefix_cache_hit_rate: stats.prefix_cache.hit_rate(),
             peak_kv_cache_usage: stats.peak_kv_cache_usage,
+            spec_decoding: SpecDecodingReport::of(&stats.spec_decoding),
             device: None,
             kernels: Vec::new(),
             host_tier: stats.host_tier,

@@ -84,6 +84,7 @@ fn since(after: &SchedulerStats, before: &SchedulerStats, peak_kv_cache_usage: f
             hits: after.prefix_cache.hits - before.prefix_cache.hits,
             ..PrefixCacheStats::default()
         },
+        spec_decoding: after.spec_decoding.since(&before.spec_decoding),
         peak_kv_cache_usage,
         ..*after
     }

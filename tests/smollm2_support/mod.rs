@@ -95,6 +95,11 @@ pub fn executor() -> WgpuExecutor {
 
 /// A scheduler over `num_blocks` of the executor's blocks with a token budget of `budget`.
 pub fn scheduler(num_blocks: usize, budget: usize, prefix_caching: bool) -> Scheduler {
+    scheduler_with(scheduler_config(budget), num_blocks, prefix_caching)
+}
+
+/// A scheduler of `config` over `num_blocks` of the executor's blocks.
+pub fn scheduler_with(config: SchedulerConfig, num_blocks: usize, prefix_caching: bool) -> Scheduler {
     assert!(num_blocks <= EXECUTOR_BLOCKS);
-    Scheduler::new(scheduler_config(budget), cache_config(num_blocks, prefix_caching)).unwrap()
+    Scheduler::new(config, cache_config(num_blocks, prefix_caching)).unwrap()
 }

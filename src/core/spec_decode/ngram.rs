@@ -1,0 +1,108 @@
+//! Prompt-lookup proposals (vLLM's `NgramProposer`): find the longest n-gram of
+//! `prompt_lookup_min..=prompt_lookup_max` tokens that ends the request's tokens and occurred
+//! before, and propose the tokens that followed its earliest occurrence.
+
+use super::config::{SpeculativeConfig, SpeculativeMethod};
+use crate::ids::TokenId;
+
+/// Proposes up to `k` tokens by n-gram lookup in a request's own prompt and output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NgramProposer {
+    /// Most tokens proposed.
+    pub k: usize,
+    /// Shortest n-gram matched.
+    pub min_n: usize,
+    /// Longest n-gram matched.
+    pub max_n: usize,
+}
+
+impl NgramProposer {
+    /// The proposer a validated n-gram configuration describes (`None` for other methods).
+    pub fn from_config(config: &SpeculativeConfig) -> Option<Self> {
+        let config = config.clone().validated().ok()?;
+        (config.method == Some(SpeculativeMethod::Ngram)).then(|| Self {
+            k: config.num_speculative_tokens,
+            min_n: config.prompt_lookup_min.unwrap_or(1),
+            max_n: config.prompt_lookup_max.unwrap_or(1),
+        })
+    }
+
+    /// The tokens that followed the earliest earlier occurrence of the longest n-gram
+    /// (`min_n..=max_n` tokens) ending `tokens`, at most `max_tokens` of them (and at most
+    /// `k`, and never past the end of `tokens`); empty when nothing matches. As vLLM's
+    /// `_find_longest_matched_ngram_and_propose_tokens`: among equally long matches the
+    /// earliest wins.
+    pub fn propose(&self, tokens: &[TokenId], max_tokens: usize) -> Vec<TokenId> {
+        let k = self.k.min(max_tokens);
+        let total = tokens.len();
+        if k == 0 || total < self.min_n.max(1) {
+            return Vec::new();
+        }
+        let last = total - 1;
+        let (mut longest, mut start) = (0, 0);
+        // An occurrence ending at `end` (before the last token) matches the last `len` tokens.
+        for end in 0..last {
+            let len = (0..self.max_n.min(end + 1))
+                .take_while(|&back| tokens[end - back] == tokens[last - back])
+                .count();
+            if len > longest {
+                longest = len;
+                start = end + 1;
+            }
+        }
+        if longest < self.min_n {
+            return Vec::new();
+        }
+        tokens[start..total.min(start + k)].to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proposer(k: usize, min_n: usize, max_n: usize) -> NgramProposer {
+        NgramProposer { k, min_n, max_n }
+    }
+
+    #[test]
+    fn the_longest_match_proposes_what_followed_it() {
+        // vLLM's docstring example: [4, 2, 3] cannot be matched, [2, 3] can.
+        assert_eq!(proposer(4, 2, 3).propose(&[1, 2, 3, 4, 2, 3], usize::MAX), vec![4, 2, 3]);
+        // A 3-gram match beats a 2-gram one that occurs earlier.
+        let tokens = [7, 8, 1, 5, 6, 7, 8, 2, 4, 6, 7, 8];
+        assert_eq!(proposer(2, 2, 3).propose(&tokens, usize::MAX), vec![2, 4]);
+        // Capped at max_n, the earlier 3-gram wins again.
+        assert_eq!(proposer(2, 2, 2).propose(&tokens, usize::MAX), vec![1, 5]);
+    }
+
+    #[test]
+    fn among_equal_matches_the_earliest_wins() {
+        let tokens = [3, 4, 10, 11, 3, 4, 20, 21, 3, 4];
+        assert_eq!(proposer(2, 2, 2).propose(&tokens, usize::MAX), vec![10, 11]);
+    }
+
+    #[test]
+    fn no_match_short_context_or_no_room_propose_nothing() {
+        assert!(proposer(3, 2, 3).propose(&[1, 2, 3, 4, 5], usize::MAX).is_empty());
+        assert!(proposer(3, 2, 3).propose(&[1], usize::MAX).is_empty());
+        assert!(proposer(3, 1, 3).propose(&[1, 2, 1], 0).is_empty());
+        // Below min_n the longest match does not count.
+        assert!(proposer(3, 3, 4).propose(&[1, 2, 9, 1, 2], usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn proposals_stop_at_k_at_max_tokens_and_at_the_end_of_the_tokens() {
+        let tokens = [1, 2, 3, 4, 5, 6, 1, 2];
+        assert_eq!(proposer(3, 2, 2).propose(&tokens, usize::MAX), vec![3, 4, 5]);
+        assert_eq!(proposer(3, 2, 2).propose(&tokens, 2), vec![3, 4]);
+        // An overlapping run: [5, 5, 5] ends at index 2, only two tokens follow it.
+        assert_eq!(proposer(4, 1, 3).propose(&[5, 5, 5, 5, 5], usize::MAX), vec![5, 5]);
+    }
+
+    #[test]
+    fn the_config_gives_the_proposer() {
+        let config = SpeculativeConfig::ngram(4, 2, 3);
+        assert_eq!(NgramProposer::from_config(&config), Some(proposer(4, 2, 3)));
+    }
+}
