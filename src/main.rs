@@ -871,6 +871,21 @@ fn print_report(report: &WorkloadReport) {
     for (name, value) in rows {
         println!("{name:<32} {value}");
     }
+    if let Some(h) = &report.host_tier {
+        let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
+        println!("{:<32} {} / {} blocks", "host KV tier used / size", h.num_used_blocks, h.num_blocks);
+        println!(
+            "{:<32} {} / {} / {} blocks",
+            "host hits / loads / stores", h.num_hit_blocks, h.num_loaded_blocks, h.num_stored_blocks
+        );
+        println!(
+            "{:<32} {:.1} / {:.1} MiB, {:.2} ms",
+            "host loaded / stored, copy time",
+            mib(h.load_bytes),
+            mib(h.store_bytes),
+            h.copy_seconds * 1e3
+        );
+    }
     if let Some(spec) = &report.spec_decoding {
         let per_pos: Vec<String> =
             spec.acceptance_rate_per_pos.iter().map(|rate| format!("{rate:.2}")).collect();

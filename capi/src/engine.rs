@@ -22,6 +22,7 @@ pub type PagodaOutputCallback =
 /// `options_json` is NULL, `""`, or a JSON object whose fields are the CLI's engine flags
 /// with underscores, each optional: `model` (a GGUF file or a Hugging Face directory; the
 /// default model when absent), `block_size`, `num_gpu_blocks`, `kv_cache_memory` (bytes),
+/// `kv_offloading_size` (GiB of host memory for the host KV tier; 0, the default, is off),
 /// `kv_cache_dtype` (`"auto"`, `"f16"`, `"f32"`), `enable_prefix_caching`, `max_num_seqs`,
 /// `max_num_batched_tokens`, `max_model_len`, `enable_chunked_prefill`,
 /// `scheduling_policy` (`"fcfs"`, `"priority"`), `speculative_config` (vLLM's object, e.g.

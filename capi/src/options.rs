@@ -32,6 +32,7 @@ pub struct EngineOptions {
     block_size: Option<usize>,
     num_gpu_blocks: Option<usize>,
     kv_cache_memory: Option<u64>,
+    kv_offloading_size: Option<f64>,
     kv_cache_dtype: Option<KvCacheDtype>,
     enable_prefix_caching: Option<bool>,
     max_num_seqs: Option<usize>,
@@ -82,6 +83,7 @@ impl EngineOptions {
                     .unwrap_or(cache_defaults.enable_prefix_caching),
                 kv_cache_dtype: self.kv_cache_dtype.unwrap_or(cache_defaults.kv_cache_dtype),
                 kv_cache_memory: self.kv_cache_memory,
+                kv_offloading_size: self.kv_offloading_size.unwrap_or(cache_defaults.kv_offloading_size),
                 ..cache_defaults
             },
             scheduler: SchedulerConfig {

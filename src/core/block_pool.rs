@@ -164,6 +164,9 @@ pub struct BlockPool {
     enable_caching: bool,
     events: EventLog,
     cache_events: EventLog<CacheEvent>,
+    /// Hashed blocks reused since the last [`BlockPool::take_reclaimed`], when a host tier
+    /// wants them.
+    reclaimed: Option<Vec<(BlockId, BlockHash)>>,
 }
 
 impl BlockPool {
@@ -174,7 +177,15 @@ impl BlockPool {
             .collect();
         let free_queue = FreeBlockQueue::new(num_blocks, (1..num_blocks).map(|id| id as BlockId));
         let cache_events = EventLog::default();
-        Self { blocks, free_queue, cached: HashMap::new(), enable_caching, events, cache_events }
+        Self {
+            blocks,
+            free_queue,
+            cached: HashMap::new(),
+            enable_caching,
+            events,
+            cache_events,
+            reclaimed: None,
+        }
     }
 
     /// The log of changes to the set of cached hashes (off until started). The pool records
@@ -251,11 +262,26 @@ impl BlockPool {
         let mut taken = Vec::with_capacity(count);
         for _ in 0..count {
             let id = self.free_queue.popleft()?;
+            if let (Some(reclaimed), Some(hash)) = (&mut self.reclaimed, self.blocks[id as usize].block_hash)
+            {
+                reclaimed.push((id, hash));
+            }
             self.evict_hash(id);
             self.blocks[id as usize].ref_cnt = 1;
             taken.push(id);
         }
         Some(taken)
+    }
+
+    /// Starts keeping the hashed blocks [`BlockPool::get_new_blocks`] reuses (their KV is
+    /// still intact until this step runs), for a host tier to save.
+    pub fn keep_reclaimed(&mut self) {
+        self.reclaimed.get_or_insert_with(Vec::new);
+    }
+
+    /// The hashed blocks reused since the last call, `(block, hash it held)`, in order.
+    pub fn take_reclaimed(&mut self) -> Vec<(BlockId, BlockHash)> {
+        self.reclaimed.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Drops one reference from each block, in the order given; blocks reaching 0 return

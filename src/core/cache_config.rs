@@ -39,6 +39,13 @@ pub struct CacheConfig {
     /// attention, and a refusal for a pool too small says why.
     #[serde(default)]
     pub full_layers_beside_sliding: bool,
+    /// GiB of host memory for the host KV tier (vLLM's `--kv-offloading-size`); 0 = off.
+    #[serde(default)]
+    pub kv_offloading_size: f64,
+    /// Bytes of one KV block, every layer, K and V, in the cache's dtype: sizes the host
+    /// tier in blocks. Set by whoever knows the model (the engine, the simulator).
+    #[serde(default)]
+    pub kv_block_bytes: u64,
 }
 
 impl CacheConfig {
@@ -71,6 +78,8 @@ impl Default for CacheConfig {
             kv_cache_memory: None,
             sliding_window: None,
             full_layers_beside_sliding: false,
+            kv_offloading_size: 0.0,
+            kv_block_bytes: 0,
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::core::cache_config::CacheConfig;
 use crate::core::events::{CacheEvent, EventLog, KvEvent};
 use crate::core::id_map::IdMap;
 use crate::core::request::Request;
-use crate::ids::{BlockId, RequestId};
+use crate::ids::{BlockHash, BlockId, RequestId};
 
 /// A cache configuration the manager cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,6 +69,16 @@ impl KvCacheManager {
             tables: IdMap::default(),
             events,
         })
+    }
+
+    /// Starts keeping the hashed blocks reused for new allocations, for a host tier.
+    pub fn keep_reclaimed(&mut self) {
+        self.pool.keep_reclaimed();
+    }
+
+    /// The hashed blocks reused since the last call, `(block, hash it held)`.
+    pub fn take_reclaimed(&mut self) -> Vec<(BlockId, BlockHash)> {
+        self.pool.take_reclaimed()
     }
 
     /// Tokens per block.

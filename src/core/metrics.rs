@@ -114,6 +114,9 @@ pub struct SchedulerStats {
     pub num_finished: u64,
     /// Tokens generated so far.
     pub num_generated_tokens: u64,
+    /// The host KV tier's counters, when it is on (`--kv-offloading-size`).
+    #[serde(default)]
+    pub host_tier: Option<crate::core::host_tier::HostTierStats>,
     /// Speculative decoding's proposals and acceptances.
     #[serde(default)]
     pub spec_decoding: SpecDecodingStats,

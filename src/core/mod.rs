@@ -4,6 +4,7 @@ pub mod block_hash;
 pub mod block_pool;
 pub mod cache_config;
 pub mod events;
+pub mod host_tier;
 pub mod id_map;
 pub mod kv_cache_manager;
 pub mod metrics;

@@ -62,6 +62,8 @@ pub struct SchedulerOutput {
     pub preempted_req_ids: HashSet<RequestId>,
     /// Requests that finished since the previous step; the executor drops their state.
     pub finished_req_ids: HashSet<RequestId>,
+    /// Copies to and from the host KV tier, run before the forward pass.
+    pub kv_transfers: crate::core::host_tier::KvTransfers,
 }
 
 impl SchedulerOutput {

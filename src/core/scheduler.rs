@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::core::block_hash::extend_block_hashes;
 use crate::core::cache_config::CacheConfig;
 use crate::core::events::{CacheEvent, EventLog, KvEvent};
+use crate::core::host_tier::{HostTier, HostTierError, HostTierStats, LoadPlan, StepTiming};
 use crate::core::id_map::IdMap;
 use crate::core::kv_cache_manager::{CacheConfigError, ComputedBlocks, KvCacheManager};
 use crate::core::metrics::SchedulerStats;
@@ -18,7 +19,7 @@ use crate::core::request_queue::{PriorityKey, WaitingQueue};
 use crate::core::scheduler_config::{InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
 use crate::core::snapshot::KvSnapshot;
 use crate::core::spec_decode::{NgramProposer, SpeculativeConfigError};
-use crate::ids::{BlockId, RequestId, TokenId};
+use crate::ids::{BlockHash, BlockId, RequestId, TokenId};
 
 /// A configuration the scheduler cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +27,9 @@ pub enum SchedulerConfigError {
     /// The cache configuration is invalid.
     #[error(transparent)]
     Cache(#[from] CacheConfigError),
+    /// The host KV tier cannot be set up.
+    #[error(transparent)]
+    HostTier(#[from] HostTierError),
     /// `max_num_batched_tokens` is 0.
     #[error("max_num_batched_tokens must be at least 1")]
     ZeroTokenBudget,
@@ -123,6 +127,7 @@ pub struct Scheduler {
     stats: SchedulerStats,
     events: EventLog,
     preemption_warning: PreemptionWarning,
+    host: Option<HostTier>,
     proposer: Option<NgramProposer>,
     /// Per request, blocks freed off the end of its table (rejected proposals') that the
     /// executor has not heard of yet.
@@ -152,7 +157,8 @@ impl Scheduler {
             None => None,
         };
         let events = EventLog::default();
-        let kv = KvCacheManager::new(&cache_config, events.clone())?;
+        let mut kv = KvCacheManager::new(&cache_config, events.clone())?;
+        let host = host_tier(&cache_config, &mut kv)?;
         Ok(Self {
             proposer,
             freed_tail_blocks: IdMap::default(),
@@ -167,6 +173,7 @@ impl Scheduler {
             stats: SchedulerStats::default(),
             events,
             preemption_warning: PreemptionWarning::default(),
+            host,
         })
     }
 
@@ -256,6 +263,10 @@ impl Scheduler {
         cached_reqs.append(&mut output.scheduled_cached_reqs);
         output.scheduled_cached_reqs = cached_reqs;
         output.total_num_scheduled_tokens = self.config.max_num_batched_tokens - budget;
+        if let Some(host) = &mut self.host {
+            host.store_reclaimed(self.kv.take_reclaimed());
+            output.kv_transfers = host.take_transfers();
+        }
         for (id, &num_tokens) in &output.num_scheduled_tokens {
             if let Some(request) = self.requests.get_mut(id) {
                 request.num_computed_tokens += num_tokens;
@@ -371,6 +382,64 @@ impl Scheduler {
             request.num_computed_tokens = request.num_computed_tokens.saturating_sub(num_tokens);
             self.kv.discard_uncomputed(request_id, request.num_computed_tokens);
         }
+        self.discard_transfers(scheduler_output);
+    }
+
+    /// The host copies of a failed step never ran: its stored slots are forgotten and the
+    /// blocks it loaded are invalid, so their requests recompute them.
+    fn discard_transfers(&mut self, scheduler_output: &SchedulerOutput) {
+        let transfers = &scheduler_output.kv_transfers;
+        if let Some(host) = &mut self.host {
+            for store in &transfers.stores {
+                host.forget_slot(store.slot);
+            }
+        }
+        let loaded: HashSet<BlockId> = transfers.loads.iter().map(|load| load.block_id).collect();
+        let mut failed = self.handle_invalid_blocks(&loaded);
+        self.pending_outputs.append(&mut failed);
+    }
+
+    /// Host copies the executor could not make (each a [`crate::core::host_tier::BlockCopy`]
+    /// of this step's `kv_transfers`): a failed store's slot is forgotten, a failed load's
+    /// block is invalid and its request recomputes it (or fails, under policy `fail`). Warns.
+    pub fn handle_failed_transfers(
+        &mut self,
+        failed_stores: &[crate::core::host_tier::BlockCopy],
+        failed_loads: &[crate::core::host_tier::BlockCopy],
+    ) -> Vec<EngineCoreOutput> {
+        if failed_stores.is_empty() && failed_loads.is_empty() {
+            return Vec::new();
+        }
+        tracing::warn!(
+            stores = failed_stores.len(),
+            loads = failed_loads.len(),
+            "host KV tier copies failed; their blocks will be recomputed"
+        );
+        if let Some(host) = &mut self.host {
+            for copy in failed_stores.iter().chain(failed_loads) {
+                host.forget_slot(copy.slot);
+            }
+        }
+        let loaded: HashSet<BlockId> = failed_loads.iter().map(|load| load.block_id).collect();
+        self.handle_invalid_blocks(&loaded)
+    }
+
+    /// Folds the executor's measurements of a step into the host tier's load-or-recompute
+    /// cost (nothing without a tier).
+    pub fn observe_step_timing(&mut self, timing: &StepTiming) {
+        if let Some(host) = &mut self.host {
+            host.observe(timing);
+        }
+    }
+
+    /// The host tier's counters, when it is on.
+    pub fn host_tier_stats(&self) -> Option<HostTierStats> {
+        self.host.as_ref().map(HostTier::stats)
+    }
+
+    /// The host tier, when it is on.
+    pub fn host_tier_mut(&mut self) -> Option<&mut HostTier> {
+        self.host.as_mut()
     }
 
     /// Finishes (typically aborts) the given requests wherever they are; each is reported
@@ -486,7 +555,7 @@ impl Scheduler {
 
     /// Counters and gauges.
     pub fn stats(&self) -> SchedulerStats {
-        self.stats
+        SchedulerStats { host_tier: self.host_tier_stats(), ..self.stats }
     }
 
     /// True while any request is waiting or running.
@@ -625,7 +694,10 @@ impl Scheduler {
             }
             let request = &self.requests[&request_id];
             let computed = self.kv.get_computed_blocks(request);
-            let remaining = request.num_tokens() - computed.num_computed_tokens;
+            let (load_hashes, load) = self.plan_host_load(request, &computed);
+            let num_loaded_tokens = load.slots.len() * self.kv.block_size();
+            let num_found_tokens = computed.num_computed_tokens + num_loaded_tokens;
+            let remaining = request.num_tokens() - num_found_tokens;
             let num_tokens = if self.config.enable_chunked_prefill {
                 self.cap_chunk(remaining, *budget)
             } else if remaining > *budget {
@@ -642,18 +714,23 @@ impl Scheduler {
             if !self.kv.can_fit(request, must_fit, &computed) {
                 break;
             }
-            if self.kv.allocate_slots(request, num_tokens, &computed).is_none() {
+            let Some(new_blocks) = self.kv.allocate_slots(request, num_loaded_tokens + num_tokens, &computed)
+            else {
                 break;
+            };
+            if let Some(host) = &mut self.host {
+                host.commit_load(&load, &load_hashes, &new_blocks[..load.slots.len()]);
             }
             self.waiting.pop();
             let request = self.requests.get_mut(&request_id).expect("waiting requests are live");
             let resumed = request.status == RequestStatus::Preempted;
-            let num_hit_tokens = computed.num_computed_tokens;
+            let num_hit_tokens = num_found_tokens;
             request.status = RequestStatus::Running;
             request.num_computed_tokens = num_hit_tokens;
             if resumed {
                 if self.kv.enable_caching() {
-                    self.stats.preempted_prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                    let num_tokens = request.num_tokens();
+                    self.stats.preempted_prefix_cache.record(num_tokens, computed.num_computed_tokens);
                 }
                 let lost = self.computed_before_preemption.remove(&request_id).unwrap_or(0);
                 self.stats.num_recomputed_tokens += lost.saturating_sub(num_hit_tokens) as u64;
@@ -668,7 +745,7 @@ impl Scheduler {
                 });
             } else {
                 if self.kv.enable_caching() {
-                    self.stats.prefix_cache.record(request.num_tokens(), num_hit_tokens);
+                    self.stats.prefix_cache.record(request.num_tokens(), computed.num_computed_tokens);
                 }
                 request.num_cached_tokens = num_hit_tokens;
                 output.scheduled_new_reqs.push(NewRequestData {
@@ -683,6 +760,24 @@ impl Scheduler {
             self.running.push(request_id);
             *budget -= num_tokens;
         }
+    }
+
+    /// The host tier's plan for a waiting request: the hashes of the blocks after its GPU
+    /// prefix-cache hits (up to the last token, which is always computed) and which of them
+    /// to load. Nothing without a tier or for a request that takes no cache hits.
+    fn plan_host_load(&self, request: &Request, computed: &ComputedBlocks) -> (Vec<BlockHash>, LoadPlan) {
+        let Some(host) = &self.host else {
+            return (Vec::new(), LoadPlan::default());
+        };
+        if request.sampling_params.prompt_logprobs.is_some() || request.num_tokens() == 0 {
+            return (Vec::new(), LoadPlan::default());
+        }
+        let block_size = self.kv.block_size();
+        let max_hit_blocks = ((request.num_tokens() - 1) / block_size).min(request.block_hashes.len());
+        let first = computed.block_ids.len().min(max_hit_blocks);
+        let hashes = &request.block_hashes[first..max_hit_blocks];
+        let plan = host.plan_load(hashes, block_size);
+        (hashes[..plan.slots.len()].to_vec(), plan)
     }
 
     /// Tokens of a running request to compute this step: what it has not computed, capped
@@ -823,6 +918,24 @@ fn propose(proposer: &NgramProposer, request: &Request, max_model_len: usize) ->
     tokens.extend_from_slice(&request.prompt_token_ids);
     tokens.extend_from_slice(&request.output_token_ids);
     proposer.propose(&tokens, room_in_model.min(room_in_output))
+}
+
+/// The host tier `cache_config` asks for (none at size 0), after checking the cache can
+/// carry one; the pool then keeps the hashed blocks it reuses for the tier to save.
+fn host_tier(cache_config: &CacheConfig, kv: &mut KvCacheManager) -> Result<Option<HostTier>, HostTierError> {
+    if cache_config.kv_offloading_size > 0.0 {
+        if !cache_config.enable_prefix_caching {
+            return Err(HostTierError::NeedsPrefixCaching);
+        }
+        if kv.sliding_window().is_some() {
+            return Err(HostTierError::SlidingWindow);
+        }
+    }
+    let host = HostTier::new(cache_config.kv_offloading_size, cache_config.kv_block_bytes)?;
+    if host.is_some() {
+        kv.keep_reclaimed();
+    }
+    Ok(host)
 }
 
 /// The finished status `request` reaches with its last token, if any (vLLM's order:

@@ -37,6 +37,10 @@ pub struct EngineArgs {
     /// Bytes for the KV pools (suffixes K, M, G: binary); overrides --num-gpu-blocks.
     #[arg(long, value_parser = parse_bytes)]
     kv_cache_memory: Option<u64>,
+    /// GiB of host memory for a KV tier below the GPU pool: evicted and preempted blocks
+    /// are kept there and loaded back instead of recomputed [default: 0, off].
+    #[arg(long, value_name = "GIB")]
+    kv_offloading_size: Option<f64>,
     /// KV cache element type [default: auto].
     #[arg(long, value_enum)]
     kv_cache_dtype: Option<KvCacheDtype>,
@@ -101,6 +105,7 @@ impl EngineArgs {
             ),
             kv_cache_dtype: self.kv_cache_dtype.unwrap_or(base.cache.kv_cache_dtype),
             kv_cache_memory: self.kv_cache_memory.or(base.cache.kv_cache_memory),
+            kv_offloading_size: self.kv_offloading_size.unwrap_or(base.cache.kv_offloading_size),
             ..base.cache
         };
         let scheduler = SchedulerConfig {

@@ -107,6 +107,12 @@ impl EngineBuilder {
         self
     }
 
+    /// GiB of host memory for the host KV tier (`--kv-offloading-size`); 0 turns it off.
+    pub fn kv_offloading_size(mut self, gib: f64) -> Self {
+        self.config.cache.kv_offloading_size = gib;
+        self
+    }
+
     /// Element type of the K/V pools.
     pub fn kv_cache_dtype(mut self, dtype: KvCacheDtype) -> Self {
         self.config.cache.kv_cache_dtype = dtype;

@@ -251,17 +251,29 @@ impl Engine {
         let model = ModelFiles::open(&path)?;
         fit_to_model(&mut config, &model);
         let executor: Box<dyn ModelExecutor + Send> = match config.executor {
-            ExecutorKind::Sim => Box::new(
-                SimExecutor::new(SimConfig {
-                    vocab_size: model.tokenizer.vocab_size() as u32,
-                    eos_token_id: model.tokenizer.eos_token_id(),
-                    seed: config.seed,
-                    cost: CostModel::default(),
-                })?
-                .with_realtime(config.sim_realtime)
-                .with_faults(FaultPlan::new(config.sim_faults.iter().copied())),
-            ),
+            ExecutorKind::Sim => {
+                if config.cache.kv_block_bytes == 0 {
+                    // The model's KV in f16: what one block would take on a device.
+                    let c = &model.config;
+                    let bytes = 2 * c.num_hidden_layers * config.cache.block_size * c.kv_size() * 2;
+                    config.cache.kv_block_bytes = bytes as u64;
+                }
+                Box::new(
+                    SimExecutor::new(SimConfig {
+                        vocab_size: model.tokenizer.vocab_size() as u32,
+                        eos_token_id: model.tokenizer.eos_token_id(),
+                        seed: config.seed,
+                        cost: CostModel::default(),
+                    })?
+                    .with_realtime(config.sim_realtime)
+                    .with_faults(FaultPlan::new(config.sim_faults.iter().copied()))
+                    .with_kv_block_bytes(config.cache.kv_block_bytes),
+                )
+            }
             ExecutorKind::Wgpu => {
+                if config.cache.kv_offloading_size > 0.0 {
+                    return Err(ExecutorError::HostTierUnsupported.into());
+                }
                 let context = GpuContext::new(&engine_config::gpu_options_from_env(&config.gpu)?)?;
                 let executor = WgpuExecutor::new(
                     context,

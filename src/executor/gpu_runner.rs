@@ -200,6 +200,9 @@ impl WgpuExecutor {
         scheduler: &SchedulerConfig,
         progress: bool,
     ) -> Result<Self, ExecutorError> {
+        if cache.kv_offloading_size > 0.0 {
+            return Err(ExecutorError::HostTierUnsupported);
+        }
         let model = LlamaModel::load_for_context(&ctx, files, scheduler.max_model_len, progress)
             .map_err(from_llama)?;
         let c = model.config();
@@ -475,6 +478,9 @@ impl ModelExecutor for WgpuExecutor {
         scheduler_output: &SchedulerOutput,
         masks: &mut StepMasks<'_>,
     ) -> Result<ModelRunnerOutput, ExecutorError> {
+        if !scheduler_output.kv_transfers.is_empty() {
+            return Err(ExecutorError::HostTierUnsupported);
+        }
         let scheduled = self.update_states(scheduler_output)?;
         if scheduled.is_empty() {
             return Ok(ModelRunnerOutput::default());

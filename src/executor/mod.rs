@@ -21,6 +21,12 @@ pub trait ModelExecutor {
         masks: &mut StepMasks<'_>,
     ) -> Result<ModelRunnerOutput, ExecutorError>;
 
+    /// What the last step cost (forward pass and host KV copies), for the scheduler's
+    /// load-or-recompute choice; `None` where the executor does not measure it.
+    fn last_step_timing(&self) -> Option<crate::core::host_tier::StepTiming> {
+        None
+    }
+
     /// True when it computes prompt logprobs (`SamplingParams::prompt_logprobs`); the engine
     /// refuses requests asking for them where it does not.
     fn computes_prompt_logprobs(&self) -> bool {
@@ -55,6 +61,11 @@ pub enum ExecutorError {
     /// The scheduler output asked for something the executor cannot do.
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+    /// The executor cannot copy KV blocks to and from a host tier.
+    #[error(
+        "the wgpu executor does not copy KV blocks to host memory yet: --kv-offloading-size must be 0 (the simulated executor models the tier)"
+    )]
+    HostTierUnsupported,
     /// A constrained request came without its token mask.
     #[error("request {0} has structured outputs but no token mask this step")]
     MissingMask(crate::ids::RequestId),

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::core::host_tier::StepTiming;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::executor::fault::FaultPlan;
 use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
@@ -16,8 +17,10 @@ use crate::ids::{RequestId, TokenId};
 use crate::structured::TokenMask;
 
 /// Simulated seconds per step: a fixed overhead, a cost per scheduled token and a cost per
-/// KV token read by attention.
+/// KV token read by attention; host KV copies at a bandwidth plus a latency per step that
+/// copies (loads before the forward pass, stores overlapping it).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CostModel {
     /// Seconds every non-empty step costs (launches, sync, sampling).
     pub step_overhead_s: f64,
@@ -25,11 +28,26 @@ pub struct CostModel {
     pub per_token_s: f64,
     /// Seconds per KV token read (each scheduled request reads its whole context).
     pub per_kv_token_s: f64,
+    /// KV bytes per token (every layer, K and V): a block's copy size is this times the
+    /// block size.
+    pub kv_bytes_per_token: u64,
+    /// Host <-> device copy bandwidth, bytes per second.
+    pub host_copy_bytes_per_s: f64,
+    /// Seconds of latency per batch of host copies.
+    pub host_copy_latency_s: f64,
 }
 
 impl Default for CostModel {
     fn default() -> Self {
-        Self { step_overhead_s: 4e-3, per_token_s: 50e-6, per_kv_token_s: 0.2e-6 }
+        // KV of an 8B Llama (32 layers, 8 KV heads of 128, f16) over a PCIe link.
+        Self {
+            step_overhead_s: 4e-3,
+            per_token_s: 50e-6,
+            per_kv_token_s: 0.2e-6,
+            kv_bytes_per_token: 2 * 32 * 8 * 128 * 2,
+            host_copy_bytes_per_s: 25e9,
+            host_copy_latency_s: 10e-6,
+        }
     }
 }
 
@@ -42,6 +60,11 @@ impl CostModel {
         self.step_overhead_s
             + self.per_token_s * num_scheduled_tokens as f64
             + self.per_kv_token_s * num_kv_tokens_read as f64
+    }
+
+    /// Seconds to copy `bytes` between host and device in one batch; nothing costs nothing.
+    pub fn copy_seconds(&self, bytes: u64) -> f64 {
+        if bytes == 0 { 0.0 } else { self.host_copy_latency_s + bytes as f64 / self.host_copy_bytes_per_s }
     }
 }
 
@@ -118,6 +141,8 @@ pub struct SimExecutor {
     last_step_s: f64,
     realtime: bool,
     faults: FaultPlan,
+    kv_block_bytes: u64,
+    last_timing: StepTiming,
 }
 
 impl SimExecutor {
@@ -136,6 +161,8 @@ impl SimExecutor {
             last_step_s: 0.0,
             realtime: false,
             faults: FaultPlan::default(),
+            kv_block_bytes: 0,
+            last_timing: StepTiming::default(),
         })
     }
 
@@ -149,6 +176,13 @@ impl SimExecutor {
     /// requests the scheduler finished, before computing anything).
     pub fn with_faults(mut self, faults: FaultPlan) -> Self {
         self.faults = faults;
+        self
+    }
+
+    /// The same executor, pricing each host KV copy as `bytes` (the cache's
+    /// `kv_block_bytes`).
+    pub fn with_kv_block_bytes(mut self, bytes: u64) -> Self {
+        self.kv_block_bytes = bytes;
         self
     }
 
@@ -242,6 +276,10 @@ fn verify(config: &SimConfig, sequence: &mut SimSequence, num_spec: usize) -> Ve
 }
 
 impl ModelExecutor for SimExecutor {
+    fn last_step_timing(&self) -> Option<StepTiming> {
+        Some(self.last_timing)
+    }
+
     fn execute(
         &mut self,
         scheduler_output: &SchedulerOutput,
@@ -305,8 +343,16 @@ impl ModelExecutor for SimExecutor {
             }
             num_kv_tokens_read += start + num_scheduled;
         }
-        self.last_step_s =
-            self.config.cost.step_seconds(scheduler_output.total_num_scheduled_tokens, num_kv_tokens_read);
+        let cost = &self.config.cost;
+        let compute_tokens = scheduler_output.total_num_scheduled_tokens;
+        let compute_s = cost.step_seconds(compute_tokens, num_kv_tokens_read);
+        let transfers = &scheduler_output.kv_transfers;
+        let load_bytes = transfers.loads.len() as u64 * self.kv_block_bytes;
+        let store_bytes = transfers.stores.len() as u64 * self.kv_block_bytes;
+        let (load_s, store_s) = (cost.copy_seconds(load_bytes), cost.copy_seconds(store_bytes));
+        self.last_step_s = compute_s + load_s + (store_s - compute_s).max(0.0);
+        self.last_timing =
+            StepTiming { compute_tokens, compute_s, load_bytes, store_bytes, copy_s: load_s + store_s };
         self.elapsed_s += self.last_step_s;
         if self.realtime {
             std::thread::sleep(std::time::Duration::from_secs_f64(self.last_step_s));

@@ -43,6 +43,9 @@ pub fn run_step<'a>(
     };
     match executed {
         Ok(runner_output) => {
+            if let Some(timing) = executor.last_step_timing() {
+                scheduler.observe_step_timing(&timing);
+            }
             let outputs = scheduler.update_from_output(&scheduled, &runner_output);
             Ok((scheduled, outputs))
         }

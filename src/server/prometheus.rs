@@ -7,6 +7,7 @@
 use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::core::host_tier::HostTierStats;
 use crate::core::metrics::SpecDecodingStats;
 use crate::engine::metrics::{EngineMetrics, Histogram};
 
@@ -54,6 +55,37 @@ pub struct Exposition<'a> {
     pub kv_events_dropped: Option<u64>,
 }
 
+/// The host KV tier's series: vLLM's external prefix cache counters (tokens looked up and
+/// found below the GPU pool) and the tier's own usage, blocks and bytes moved, copy time.
+fn render_host_tier(out: &mut Writer, host: &HostTierStats, block_size: u64) {
+    let counters = [
+        (
+            "external_prefix_cache_queries",
+            "External prefix cache queries (the host KV tier), in terms of number of queried tokens.",
+            host.num_queried_blocks * block_size,
+        ),
+        (
+            "external_prefix_cache_hits",
+            "External prefix cache hits (the host KV tier), in terms of number of cached tokens.",
+            host.num_hit_blocks * block_size,
+        ),
+        ("kv_offload_loaded_blocks", "KV blocks loaded from the host tier.", host.num_loaded_blocks),
+        ("kv_offload_stored_blocks", "KV blocks stored into the host tier.", host.num_stored_blocks),
+        ("kv_offload_evicted_blocks", "KV blocks evicted from the host tier.", host.num_evicted_blocks),
+        ("kv_offload_loaded_bytes", "Bytes copied from the host tier to the GPU.", host.load_bytes),
+        ("kv_offload_stored_bytes", "Bytes copied from the GPU to the host tier.", host.store_bytes),
+    ];
+    for (name, help, value) in counters {
+        out.counter(name, help, value);
+    }
+    out.gauge("kv_offload_usage_perc", "Host KV tier usage. 1 means 100 percent usage.", host.usage());
+    out.gauge(
+        "kv_offload_copy_seconds",
+        "Seconds spent on host KV tier copies since start.",
+        host.copy_seconds,
+    );
+}
+
 /// The Prometheus exposition of `metrics`.
 pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
     let mut out = Writer {
@@ -99,6 +131,9 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
         "Tokens computed again after preemption or invalid blocks.",
         scheduler.num_recomputed_tokens,
     );
+    if let Some(host) = &scheduler.host_tier {
+        render_host_tier(&mut out, host, exposition.cache.block_size as u64);
+    }
     out.counter("prompt_tokens", "Number of prefill tokens processed.", metrics.prompt_tokens);
     out.counter("generation_tokens", "Number of generation tokens processed.", metrics.generation_tokens);
     render_spec_decoding(&mut out, &scheduler.spec_decoding);
@@ -243,6 +278,35 @@ mod tests {
             model_name: "m\"x",
             cache: CacheInfo { block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: true },
             kv_events_dropped: Some(2),
+        }
+    }
+
+    #[test]
+    fn renders_the_host_tier_only_when_it_is_on() {
+        let mut metrics = EngineMetrics::default();
+        let off = render(&metrics, &exposition(MetricsPrefix::Vllm));
+        assert!(!off.contains("external_prefix_cache"), "{off}");
+        metrics.scheduler.host_tier = Some(HostTierStats {
+            num_blocks: 8,
+            num_used_blocks: 2,
+            num_queried_blocks: 5,
+            num_hit_blocks: 3,
+            num_loaded_blocks: 3,
+            num_stored_blocks: 4,
+            load_bytes: 3072,
+            ..HostTierStats::default()
+        });
+        let text = render(&metrics, &exposition(MetricsPrefix::Vllm));
+        let label = "model_name=\"m\\\"x\",engine=\"0\"";
+        for line in [
+            format!("vllm:external_prefix_cache_queries_total{{{label}}} 80"),
+            format!("vllm:external_prefix_cache_hits_total{{{label}}} 48"),
+            format!("vllm:kv_offload_usage_perc{{{label}}} 0.25"),
+            format!("vllm:kv_offload_loaded_blocks_total{{{label}}} 3"),
+            format!("vllm:kv_offload_stored_blocks_total{{{label}}} 4"),
+            format!("vllm:kv_offload_loaded_bytes_total{{{label}}} 3072"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
     }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::host_tier::HostTierStats;
 use crate::core::metrics::{SchedulerStats, SpecDecodingStats};
 use crate::gpu::{GpuCounters, KernelTimes};
 use crate::ids::RequestId;
@@ -62,6 +63,9 @@ pub struct WorkloadReport {
     /// --profile-kernels`; empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<KernelReport>,
+    /// The host KV tier's counters over the run (`--kv-offloading-size`; none when off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tier: Option<HostTierStats>,
 }
 
 /// The device layer's work over a run: host time per step and what it created.
@@ -232,6 +236,7 @@ impl WorkloadReport {
             spec_decoding: SpecDecodingReport::of(&stats.spec_decoding),
             device: None,
             kernels: Vec::new(),
+            host_tier: stats.host_tier,
         }
     }
 }

@@ -52,15 +52,18 @@ impl WorkloadRunner {
     pub fn new(
         workload: &Workload,
         scheduler_config: SchedulerConfig,
-        cache_config: CacheConfig,
+        mut cache_config: CacheConfig,
         sim_config: SimConfig,
     ) -> Result<Self, WorkloadError> {
+        if cache_config.kv_block_bytes == 0 {
+            cache_config.kv_block_bytes = sim_config.cost.kv_bytes_per_token * cache_config.block_size as u64;
+        }
         let mut pending = workload.numbered();
         pending.sort_by(|a, b| b.1.time_s.total_cmp(&a.1.time_s).then(b.0.cmp(&a.0)));
         Ok(Self {
             name: workload.name.clone(),
+            executor: SimExecutor::new(sim_config)?.with_kv_block_bytes(cache_config.kv_block_bytes),
             scheduler: Scheduler::new(scheduler_config, cache_config)?,
-            executor: SimExecutor::new(sim_config)?,
             pending,
             eos_token_id: sim_config.eos_token_id,
             clock_s: 0.0,
