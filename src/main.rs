@@ -885,6 +885,10 @@ fn print_report(report: &WorkloadReport) {
             mib(h.store_bytes),
             h.copy_seconds * 1e3
         );
+        if h.copy_seconds > 0.0 {
+            let gb_per_s = (h.load_bytes + h.store_bytes) as f64 / h.copy_seconds / 1e9;
+            println!("{:<32} {gb_per_s:.2} GB/s", "host copy bandwidth");
+        }
     }
     if let Some(spec) = &report.spec_decoding {
         let per_pos: Vec<String> =

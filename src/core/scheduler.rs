@@ -417,7 +417,7 @@ impl Scheduler {
         );
         if let Some(host) = &mut self.host {
             for copy in failed_stores.iter().chain(failed_loads) {
-                host.forget_slot(copy.slot);
+                host.copy_failed(copy.slot);
             }
         }
         let loaded: HashSet<BlockId> = failed_loads.iter().map(|load| load.block_id).collect();

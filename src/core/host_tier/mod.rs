@@ -114,6 +114,8 @@ pub struct HostTierStats {
     pub store_bytes: u64,
     /// Seconds the executor spent on host copies.
     pub copy_seconds: f64,
+    /// Copies the executor could not make (stores and loads); their blocks are recomputed.
+    pub num_failed_copies: u64,
 }
 
 impl HostTierStats {
@@ -249,6 +251,12 @@ impl HostTier {
             self.record(HostEvent::Removed(hash));
             self.stats.num_used_blocks = self.store.len();
         }
+    }
+
+    /// A copy to or from `slot` failed: the slot is forgotten and the failure counted.
+    pub fn copy_failed(&mut self, slot: HostSlot) {
+        self.stats.num_failed_copies += 1;
+        self.forget_slot(slot);
     }
 
     /// The slot holding `hash`, if any.
