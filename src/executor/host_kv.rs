@@ -63,41 +63,42 @@ impl HostKv {
         let started = Instant::now();
         let mut outcome = CopyOutcome::default();
         self.finish_stores(ctx, &mut outcome.failed.stores)?;
-        if !transfers.stores.is_empty() {
-            let blocks: Vec<u32> = transfers.stores.iter().map(|copy| copy.block_id).collect();
-            if std::mem::take(&mut self.fail_next_store) {
-                ctx.fail_next_submit();
-            }
-            match ctx.store_kv_blocks(cache, &blocks) {
-                Ok(store) => self.pending.push_back((store, transfers.stores.clone())),
-                Err(err @ GpuError::DeviceLost(_)) => return Err(err),
-                Err(err) => {
-                    tracing::warn!(error = %err, "storing KV blocks to host memory failed");
-                    for copy in &transfers.stores {
-                        self.filled.remove(&copy.slot);
-                    }
-                    outcome.failed.stores.extend_from_slice(&transfers.stores);
-                }
-            }
-            outcome.timing.store_bytes = (blocks.len() * self.block_bytes) as u64;
+        let (loads, unheld): (Vec<BlockCopy>, Vec<BlockCopy>) =
+            transfers.loads.iter().partition(|copy| self.filled.contains(&copy.slot));
+        outcome.failed.loads = unheld;
+        let stores: Vec<u32> = transfers.stores.iter().map(|copy| copy.block_id).collect();
+        if self.fail_next_store && !stores.is_empty() {
+            self.fail_next_store = false;
+            ctx.fail_next_submit();
         }
-        let (ok, failed): (Vec<BlockCopy>, Vec<BlockCopy>) =
-            transfers.loads.iter().partition(|copy| self.holds(copy.slot));
-        outcome.failed.loads = failed;
-        let blocks: Vec<(u32, &[u8])> =
-            ok.iter().map(|copy| (copy.block_id, self.slot_bytes(copy.slot))).collect();
-        match ctx.load_kv_blocks(cache, &blocks) {
-            Ok(()) => outcome.timing.load_bytes = (blocks.len() * self.block_bytes) as u64,
+        let (host_bytes, block_bytes) = (&self.bytes, self.block_bytes);
+        let blocks: Vec<(u32, &[u8])> = loads
+            .iter()
+            .map(|copy| (copy.block_id, &host_bytes[copy.slot as usize * block_bytes..][..block_bytes]))
+            .collect();
+        match ctx.copy_kv_blocks(cache, &stores, &blocks) {
+            Ok(store) => {
+                if let Some(store) = store {
+                    self.pending.push_back((store, transfers.stores.clone()));
+                }
+                outcome.timing.store_bytes = (stores.len() * self.block_bytes) as u64;
+                outcome.timing.load_bytes = (blocks.len() * self.block_bytes) as u64;
+            }
             Err(err @ GpuError::DeviceLost(_)) => return Err(err),
             Err(err) => {
-                tracing::warn!(error = %err, "loading KV blocks from host memory failed");
-                outcome.failed.loads.extend(ok);
+                tracing::warn!(error = %err, "copying KV blocks to and from host memory failed");
+                for copy in &transfers.stores {
+                    self.filled.remove(&copy.slot);
+                }
+                outcome.failed.stores.extend_from_slice(&transfers.stores);
+                outcome.failed.loads.extend(loads);
             }
         }
-        if !outcome.failed.loads.is_empty() {
+        if !outcome.failed.is_empty() {
             tracing::warn!(
-                blocks = outcome.failed.loads.len(),
-                "host KV blocks not loaded; recomputing them"
+                stores = outcome.failed.stores.len(),
+                loads = outcome.failed.loads.len(),
+                "host KV copies failed; their blocks will be recomputed"
             );
         }
         outcome.timing.copy_s = started.elapsed().as_secs_f64();
@@ -130,14 +131,5 @@ impl HostKv {
             }
         }
         Ok(())
-    }
-
-    /// True when `slot`'s bytes are a block's (stored, and its last store did not fail).
-    fn holds(&self, slot: HostSlot) -> bool {
-        self.filled.contains(&slot)
-    }
-
-    fn slot_bytes(&self, slot: HostSlot) -> &[u8] {
-        &self.bytes[slot as usize * self.block_bytes..][..self.block_bytes]
     }
 }

@@ -1,12 +1,11 @@
 //! Whole KV blocks between the paged pools and host memory (the host KV tier's copies).
 //!
 //! A block travels as one contiguous run of bytes in the cache's dtype: layer 0's K rows of
-//! the block, then its V rows, then layer 1's, and so on. A store copies its blocks into a
-//! staging buffer in a command buffer of its own, submitted ahead of the step's (the queue
-//! runs it before the step overwrites any of those blocks), and maps the staging buffer
-//! without waiting: the step's own wait finishes it, and [`GpuContext::finish_kv_store`]
-//! reads it later. A load is a queue write per layer and pool, which lands before the next
-//! submitted command buffer, so before the step that reads it.
+//! the block, then its V rows, then layer 1's, and so on. A step's copies go in one command
+//! buffer submitted ahead of the step's (the queue runs it before the step reads or
+//! overwrites any of those blocks): stores copy their blocks into a staging buffer, mapped
+//! without waiting (the step's own wait finishes it, and [`GpuContext::finish_kv_store`]
+//! reads it later); loads copy from one upload buffer written with the host's bytes.
 
 use std::sync::{Arc, Mutex};
 
@@ -18,6 +17,8 @@ use super::resource::DeviceBuffer;
 
 /// Usage of a store's staging buffer.
 const STORE_STAGING: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+/// Usage of a load's upload buffer.
+const LOAD_UPLOAD: wgpu::BufferUsages = wgpu::BufferUsages::COPY_SRC.union(wgpu::BufferUsages::COPY_DST);
 
 /// What a store's map reported: `None` until the device is done with it.
 type MapResult = Arc<Mutex<Option<Result<(), String>>>>;
@@ -55,50 +56,102 @@ impl KvCache {
 }
 
 impl GpuContext {
-    /// Starts copying `block_ids` to host memory, block after block (see the module doc),
-    /// in a command buffer submitted now; nothing waits for the device.
-    pub fn store_kv_blocks(&self, cache: &KvCache, block_ids: &[u32]) -> Result<KvStore, GpuError> {
-        for &block_id in block_ids {
+    /// One step's copies, in one command buffer submitted now, ahead of the step's: first
+    /// `stores` (their blocks into a staging buffer, block after block, as the module doc
+    /// lays them out), then `loads` (each `(block_id, bytes)` from an upload buffer into its
+    /// block), so a block both stored and loaded is saved before it is overwritten. Nothing
+    /// waits for the device: the stores come back from [`Self::finish_kv_store`].
+    pub fn copy_kv_blocks(
+        &self,
+        cache: &KvCache,
+        stores: &[u32],
+        loads: &[(u32, &[u8])],
+    ) -> Result<Option<KvStore>, GpuError> {
+        let block_bytes = cache.block_bytes();
+        for &block_id in stores.iter().chain(loads.iter().map(|(block_id, _)| block_id)) {
             cache.check_block(block_id)?;
         }
+        if let Some((block_id, bytes)) = loads.iter().find(|(_, bytes)| bytes.len() as u64 != block_bytes) {
+            return Err(GpuError::Shape(format!(
+                "{} bytes loaded into KV block {block_id} of {block_bytes} bytes",
+                bytes.len()
+            )));
+        }
+        if stores.is_empty() && loads.is_empty() {
+            return Ok(None);
+        }
         let per_layer = cache.layer_block_bytes();
-        let size = (block_ids.len() as u64 * cache.block_bytes()).max(4);
-        let staging = self.create_buffer("kv store staging", size, STORE_STAGING)?;
+        let staging = match stores.is_empty() {
+            true => None,
+            false => Some(self.create_buffer(
+                "kv store staging",
+                stores.len() as u64 * block_bytes,
+                STORE_STAGING,
+            )?),
+        };
+        let upload = match loads.is_empty() {
+            true => None,
+            false => {
+                let buffer =
+                    self.create_buffer("kv load upload", loads.len() as u64 * block_bytes, LOAD_UPLOAD)?;
+                let bytes: Vec<u8> = loads.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect();
+                self.queue.write_buffer(&buffer, 0, &bytes);
+                Some(buffer)
+            }
+        };
         let scopes = ErrorScopes::push(&self.device);
         let mut encoder =
-            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kv store") });
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kv copies") });
         if self.take_invalid_submit() {
-            // Copies the staging buffer onto itself, which validation refuses.
-            encoder.copy_buffer_to_buffer(&staging, 0, &staging, 0, Some(4));
+            // Copies a buffer onto itself, which validation refuses.
+            let buffer = staging.as_ref().or(upload.as_ref()).expect("a copy has a buffer");
+            encoder.copy_buffer_to_buffer(buffer, 0, buffer, 0, Some(4));
         }
-        let mut offset = 0;
-        for &block_id in block_ids {
-            for layer in 0..cache.shape().num_layers {
-                let (k, v) = cache.layer(layer)?;
-                for pool in [k, v] {
-                    encoder.copy_buffer_to_buffer(
-                        pool,
-                        block_id as u64 * per_layer,
-                        &staging,
-                        offset,
-                        Some(per_layer),
-                    );
-                    offset += per_layer;
-                }
+        // Each block's runs, in the module doc's order: (block, layer's pool, run index).
+        let runs = |block_id: u32| {
+            (0..cache.shape().num_layers).flat_map(move |layer| [0, 1].map(|kv| (block_id, layer, kv)))
+        };
+        let pool = |layer: usize, kv: usize| cache.layer(layer).map(|(k, v)| if kv == 0 { k } else { v });
+        if let Some(staging) = &staging {
+            for (i, (block_id, layer, kv)) in stores.iter().flat_map(|&block_id| runs(block_id)).enumerate() {
+                let src = pool(layer, kv)?;
+                encoder.copy_buffer_to_buffer(
+                    src,
+                    block_id as u64 * per_layer,
+                    staging,
+                    i as u64 * per_layer,
+                    Some(per_layer),
+                );
+            }
+        }
+        if let Some(upload) = &upload {
+            for (i, (block_id, layer, kv)) in
+                loads.iter().flat_map(|&(block_id, _)| runs(block_id)).enumerate()
+            {
+                let dst = pool(layer, kv)?;
+                encoder.copy_buffer_to_buffer(
+                    upload,
+                    i as u64 * per_layer,
+                    dst,
+                    block_id as u64 * per_layer,
+                    Some(per_layer),
+                );
             }
         }
         self.queue.submit([encoder.finish()]);
-        if let Err(err) = scopes.pop("copying KV blocks to host memory", GpuError::Device) {
+        if let Err(err) = scopes.pop("copying KV blocks to and from host memory", GpuError::Device) {
             self.check_health()?;
             return Err(err);
         }
-        let mapped: MapResult = Arc::new(Mutex::new(None));
-        let report = Arc::clone(&mapped);
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |result| {
-            *report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
-                Some(result.map_err(|e| e.to_string()));
-        });
-        Ok(KvStore { staging, mapped })
+        Ok(staging.map(|staging| {
+            let mapped: MapResult = Arc::new(Mutex::new(None));
+            let report = Arc::clone(&mapped);
+            staging.slice(..).map_async(wgpu::MapMode::Read, move |result| {
+                *report.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+                    Some(result.map_err(|e| e.to_string()));
+            });
+            KvStore { staging, mapped }
+        }))
     }
 
     /// The bytes of `store`'s blocks, block after block; waits for the device only where it
@@ -122,37 +175,5 @@ impl GpuContext {
         drop(view);
         store.staging.unmap();
         Ok(bytes)
-    }
-
-    /// Writes each `(block_id, bytes)` (one block's bytes as [`Self::store_kv_blocks`] lays
-    /// them out) into its block of the pools, before the next submitted step.
-    pub fn load_kv_blocks(&self, cache: &KvCache, blocks: &[(u32, &[u8])]) -> Result<(), GpuError> {
-        let per_layer = cache.layer_block_bytes() as usize;
-        for &(block_id, bytes) in blocks {
-            cache.check_block(block_id)?;
-            if bytes.len() as u64 != cache.block_bytes() {
-                return Err(GpuError::Shape(format!(
-                    "{} bytes loaded into KV block {block_id} of {} bytes",
-                    bytes.len(),
-                    cache.block_bytes()
-                )));
-            }
-        }
-        let scopes = ErrorScopes::push(&self.device);
-        for &(block_id, bytes) in blocks {
-            let mut runs = bytes.chunks_exact(per_layer);
-            for layer in 0..cache.shape().num_layers {
-                let (k, v) = cache.layer(layer)?;
-                for pool in [k, v] {
-                    let run = runs.next().expect("a block has a run per layer and pool");
-                    self.queue.write_buffer(pool, block_id as u64 * per_layer as u64, run);
-                }
-            }
-        }
-        if let Err(err) = scopes.pop("copying KV blocks from host memory", GpuError::Device) {
-            self.check_health()?;
-            return Err(err);
-        }
-        Ok(())
     }
 }
