@@ -347,7 +347,8 @@ fn parse_kv_events_config(json: &str) -> Result<pagoda::server::kv_events::KvEve
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// random, shared-prefix, memory-pressure, long-prompt or input-grounded.
+    /// random, shared-prefix, memory-pressure, long-prompt, input-grounded or
+    /// multi-turn-chat.
     #[arg(long, default_value = "random")]
     workload: BuiltinWorkload,
     /// Requests in the workload; a comma list runs the workload once per count on the same
@@ -870,6 +871,9 @@ fn print_report(report: &WorkloadReport) {
     ];
     for (name, value) in rows {
         println!("{name:<32} {value}");
+    }
+    if let Some(seconds) = report.ttft_p50_returning_s {
+        println!("{:<32} {}", "TTFT p50 returning", ms(seconds));
     }
     if let Some(h) = &report.host_tier {
         let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
