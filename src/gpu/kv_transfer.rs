@@ -94,7 +94,10 @@ impl GpuContext {
             false => {
                 let buffer =
                     self.create_buffer("kv load upload", loads.len() as u64 * block_bytes, LOAD_UPLOAD)?;
-                let bytes: Vec<u8> = loads.iter().flat_map(|(_, bytes)| bytes.iter().copied()).collect();
+                let mut bytes = Vec::with_capacity((loads.len() as u64 * block_bytes) as usize);
+                for (_, block) in loads {
+                    bytes.extend_from_slice(block);
+                }
                 self.queue.write_buffer(&buffer, 0, &bytes);
                 Some(buffer)
             }
