@@ -347,7 +347,8 @@ fn parse_kv_events_config(json: &str) -> Result<pagoda::server::kv_events::KvEve
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// random, shared-prefix, memory-pressure, long-prompt or input-grounded.
+    /// random, shared-prefix, memory-pressure, long-prompt, input-grounded or
+    /// multi-turn-chat.
     #[arg(long, default_value = "random")]
     workload: BuiltinWorkload,
     /// Requests in the workload; a comma list runs the workload once per count on the same
@@ -871,6 +872,9 @@ fn print_report(report: &WorkloadReport) {
     for (name, value) in rows {
         println!("{name:<32} {value}");
     }
+    if let Some(seconds) = report.ttft_p50_returning_s {
+        println!("{:<32} {}", "TTFT p50 returning", ms(seconds));
+    }
     if let Some(h) = &report.host_tier {
         let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
         println!("{:<32} {} / {} blocks", "host KV tier used / size", h.num_used_blocks, h.num_blocks);
@@ -885,6 +889,10 @@ fn print_report(report: &WorkloadReport) {
             mib(h.store_bytes),
             h.copy_seconds * 1e3
         );
+        if h.copy_seconds > 0.0 {
+            let gb_per_s = (h.load_bytes + h.store_bytes) as f64 / h.copy_seconds / 1e9;
+            println!("{:<32} {gb_per_s:.2} GB/s", "host copy bandwidth");
+        }
     }
     if let Some(spec) = &report.spec_decoding {
         let per_pos: Vec<String> =

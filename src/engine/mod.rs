@@ -271,9 +271,6 @@ impl Engine {
                 )
             }
             ExecutorKind::Wgpu => {
-                if config.cache.kv_offloading_size > 0.0 {
-                    return Err(ExecutorError::HostTierUnsupported.into());
-                }
                 let context = GpuContext::new(&engine_config::gpu_options_from_env(&config.gpu)?)?;
                 let executor = WgpuExecutor::new(
                     context,
@@ -283,6 +280,7 @@ impl Engine {
                     config.show_progress,
                 )?;
                 config.cache.num_gpu_blocks = executor.num_gpu_blocks();
+                config.cache.kv_block_bytes = executor.kv_block_bytes();
                 Box::new(executor)
             }
         };
