@@ -14,6 +14,8 @@ use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::sim::SimConfig;
 use pagoda::gpu::{GpuContext, resident_bytes};
 use pagoda::model::chat::TemplateKwargs;
+use pagoda::model::footprint::Footprint;
+use pagoda::model::moe::RouterRule;
 use pagoda::model::random::{RandomShape, write_random_model};
 use pagoda::model::reasoning::{ReasoningParser, Split, Thinking};
 use pagoda::model::weights::WeightFile;
@@ -974,6 +976,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         c.tie_word_embeddings,
         if model.chat_template.is_some() { "yes" } else { "no" },
     );
+    print_footprint(&model)?;
     if let Some(template) = &model.chat_template {
         println!(
             "  chat template {}; tool calls in the {:?} format",
@@ -982,6 +985,34 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         );
     }
     print_weight_types(&model.weights);
+    Ok(())
+}
+
+/// A mixture of experts' experts and router, and every model's parameters and weight bytes, in
+/// all and read a decoded token.
+fn print_footprint(model: &ModelFiles) -> anyhow::Result<()> {
+    let c = &model.config;
+    if let Some(moe) = &c.moe {
+        let rule = match moe.rule {
+            RouterRule::SoftmaxTopK { renormalize: true } => "softmax, top-k, renormalised",
+            RouterRule::SoftmaxTopK { renormalize: false } => "softmax, top-k",
+            RouterRule::TopKSoftmax => "top-k, softmax",
+        };
+        println!(
+            "  experts: {} a layer, {} a token ({rule}), expert intermediate {}",
+            moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size
+        );
+    }
+    let k = c.moe.map_or(0, |moe| moe.experts_per_token);
+    let f = Footprint::of(&model.llama_weights()?, k);
+    let (m, mib) = (|n: u64| n as f64 / 1e6, |b: u64| b as f64 / (1024.0 * 1024.0));
+    println!(
+        "  parameters {:.2} M, {:.2} M active a token; weights read a decoded token {:.1} MiB of {:.1} MiB",
+        m(f.parameters),
+        m(f.active_parameters),
+        mib(f.bytes_per_token),
+        mib(f.bytes)
+    );
     Ok(())
 }
 

@@ -576,6 +576,11 @@ pub enum KernelVariant {
     AddInPlace,
     /// Rows of a matrix picked by an index list.
     GatherRows,
+    /// Rows of a matrix, each scaled, put at the rows an index list names (an expert's
+    /// outputs, weighted, into their tokens' slots).
+    ScatterRows,
+    /// `x += Σ_j y_j` over a token's expert slots, in slot order.
+    MoeCombine,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -656,6 +661,8 @@ impl KernelVariant {
             Self::Softcap => "softcap".into(),
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
+            Self::ScatterRows => "scatter_rows".into(),
+            Self::MoeCombine => "moe_combine".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
@@ -778,9 +785,13 @@ impl KernelVariant {
         match self {
             Self::Embed { .. } => EmbedParams::LAYOUT,
             Self::RmsNorm => RmsNormParams::LAYOUT,
-            Self::GatedMul { .. } | Self::Scale | Self::Softcap | Self::AddInPlace | Self::GatherRows => {
-                ElementwiseParams::LAYOUT
-            }
+            Self::GatedMul { .. }
+            | Self::Scale
+            | Self::Softcap
+            | Self::AddInPlace
+            | Self::GatherRows
+            | Self::ScatterRows
+            | Self::MoeCombine => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
@@ -798,6 +809,8 @@ impl KernelVariant {
             Self::Softcap => slots::softcap::ALL,
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
+            Self::ScatterRows => slots::scatter_rows::ALL,
+            Self::MoeCombine => slots::moe_combine::ALL,
             Self::TopK => slots::top_k::ALL,
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
@@ -852,6 +865,8 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::Softcap,
         KernelVariant::AddInPlace,
         KernelVariant::GatherRows,
+        KernelVariant::ScatterRows,
+        KernelVariant::MoeCombine,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];

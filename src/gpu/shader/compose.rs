@@ -231,6 +231,8 @@ impl KernelVariant {
             Self::Softcap => vec![shader_file!("elementwise.wgsl"), shader_file!("softcap.wgsl")],
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
+            Self::ScatterRows => vec![shader_file!("elementwise.wgsl"), shader_file!("scatter_rows.wgsl")],
+            Self::MoeCombine => vec![shader_file!("elementwise.wgsl"), shader_file!("moe_combine.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
             Self::Linear { .. } => self.linear_files(),
             Self::RopeCache { kv, qk_norm } => {
