@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
 use pagoda::model::ModelFiles;
+use pagoda::model::footprint::Footprint;
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
 use serde_json::Value;
 
@@ -128,4 +129,24 @@ fn qwen3_moe_logits_do_not_depend_on_batch_chunks_or_decoding() {
 #[test]
 fn mixtral_logits_do_not_depend_on_batch_chunks_or_decoding() {
     check_invariance("mixtral", "mixtral.f32.gguf");
+}
+
+/// `pagoda info`'s numbers for the tiny Qwen3-MoE: every parameter, and a token's share — all
+/// but 6 of each layer's 8 experts (2 chosen), each expert 3 matrices of 32 × 64.
+#[test]
+fn a_token_reads_only_its_experts() {
+    let path = std::env::var_os("PAGODA_FAMILIES_DIR").map(PathBuf::from).unwrap().join("qwen3-moe");
+    let files = ModelFiles::open(path.join("qwen3-moe.f32.gguf")).unwrap();
+    let f = Footprint::of(&files.llama_weights().unwrap(), 2);
+    let (vocab, hidden, layers) = (151_936u64, 64u64, 2u64);
+    let attention = hidden + 128 * 64 + 2 * (64 * 64) + 64 * 128 + hidden + 2 * 32;
+    let expert = 3 * 32 * 64;
+    let layer = attention + 8 * 64 + 8 * expert;
+    assert_eq!(f.parameters, vocab * hidden + layers * layer + hidden);
+    assert_eq!(f.active_parameters, f.parameters - layers * 6 * expert);
+    // f32 throughout; the tied embedding is read whole by the head
+    assert_eq!((f.bytes, f.bytes_per_token), (4 * f.parameters, 4 * f.active_parameters));
+    let f16 = ModelFiles::open(path.join("qwen3-moe.f16.gguf")).unwrap();
+    let g = Footprint::of(&f16.llama_weights().unwrap(), 2);
+    assert_eq!(g.bytes - g.bytes_per_token, layers * 6 * expert * 2, "unchosen f16 experts");
 }

@@ -36,10 +36,7 @@ impl Footprint {
         };
         let tied = w.lm_head.data.as_ptr() == w.embed_tokens.data.as_ptr();
         add(&w.embed_tokens, true);
-        // a token reads one row of the embedding, unless the head reads it whole
         if !tied {
-            let rows = w.embed_tokens.shape.first().copied().unwrap_or(1).max(1) as u64;
-            f.bytes_per_token -= w.embed_tokens.data.len() as u64 - w.embed_tokens.data.len() as u64 / rows;
             add(&w.lm_head, true);
         }
         add(&w.norm, true);
@@ -73,6 +70,12 @@ impl Footprint {
                     }
                 }
             }
+        }
+        // a token reads one row of the embedding, unless the head reads it whole
+        if !tied {
+            let table = w.embed_tokens.data.len() as u64;
+            let rows = w.embed_tokens.shape.first().copied().unwrap_or(1).max(1) as u64;
+            f.bytes_per_token -= table - table / rows;
         }
         f
     }
