@@ -497,7 +497,7 @@ pub const LINEAR_SEQ_ROW_TILES: [u32; 3] = [1, 4, 8];
 /// rows (8, 16 or 32: the adapter sets the largest, the batch picks one up to it).
 pub const LINEAR_KSPLIT_ROW_TILES: [u32; 4] = [1, 2, 4, 8];
 /// Weight element types the linear and embedding kernels read.
-pub const WEIGHT_DTYPES: [DType; 15] = [
+pub const WEIGHT_DTYPES: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -513,6 +513,7 @@ pub const WEIGHT_DTYPES: [DType; 15] = [
     DType::Q2K,
     DType::Q3K,
     DType::IQ4XS,
+    DType::MXFP4,
 ];
 
 /// Texels in a row of a weight texture ([`WeightSource::Texture`]), injected as `W_TEXELS`.

@@ -268,8 +268,7 @@ mod tests {
         assert_eq!((c.intermediate_size, c.vocab_size), (1536, 49152));
         assert_eq!(files.tokenizer.vocab_size(), 49152);
         let w = files.llama_weights().unwrap();
-        let crate::model::weights::MlpWeights::Dense(mlp) = &w.layers[0].mlp else { panic!("a dense model") };
-        assert_eq!(mlp.gate_proj.dtype, DType::Q8_0);
+        assert_eq!(w.layers[0].dense_mlp().unwrap().gate_proj.dtype, DType::Q8_0);
         assert_eq!(w.lm_head.data.as_ptr(), w.embed_tokens.data.as_ptr(), "tied");
     }
 

@@ -354,6 +354,16 @@ pub struct ExpertWeights<'a> {
     pub down_proj: TensorView<'a>,
 }
 
+impl<'a> LayerWeights<'a> {
+    /// The layer's one gated MLP; `None` for a mixture of experts.
+    pub fn dense_mlp(&self) -> Option<&ExpertWeights<'a>> {
+        match &self.mlp {
+            MlpWeights::Dense(mlp) => Some(mlp),
+            MlpWeights::Experts { .. } => None,
+        }
+    }
+}
+
 /// Every weight of a Llama-family model, shape-checked against its config.
 #[derive(Debug, Clone)]
 pub struct LlamaWeights<'a> {
