@@ -396,11 +396,15 @@ struct PerplexityArgs {
 
 #[derive(Debug, Args)]
 struct RandomModelArgs {
-    /// smollm2-135m, llama-3.2-1b or llama-2-7b.
+    /// smollm2-135m, llama-3.2-1b, llama-2-7b, qwen3-30b-a3b (128 experts, 8 a token) or
+    /// qwen3-30b-a3b-dense (its active parameters as one dense MLP).
     #[arg(long)]
     shape: String,
+    /// Fewer decoder layers than the shape has (a smaller file of the same widths).
+    #[arg(long)]
+    layers: Option<usize>,
     /// Type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k,
-    /// q6_k, q2_k, q3_k or iq4_xs.
+    /// q6_k, q2_k, q3_k, iq4_xs or mxfp4.
     #[arg(long, value_parser = parse_weight_dtype)]
     dtype: DType,
     /// Seed of the weights.
@@ -420,14 +424,25 @@ fn parse_weight_dtype(name: &str) -> Result<DType, String> {
 }
 
 fn random_model(args: RandomModelArgs) -> anyhow::Result<()> {
-    let shape = RandomShape::named(&args.shape)?;
-    let bytes = write_random_model(&args.out, shape, args.dtype, args.seed)?;
+    let mut shape = *RandomShape::named(&args.shape)?;
+    if let Some(layers) = args.layers {
+        anyhow::ensure!(
+            (1..=shape.layers).contains(&layers),
+            "--layers: 1 to {} for {}",
+            shape.layers,
+            shape.name
+        );
+        shape.layers = layers;
+    }
+    let bytes = write_random_model(&args.out, &shape, args.dtype, args.seed)?;
     println!(
-        "{}: {} in {}, {} matrix parameters, {:.2} GB",
+        "{}: {} ({} layers) in {}, {} matrix parameters, {} active a token, {:.2} GB",
         args.out.display(),
         shape.name,
+        shape.layers,
         args.dtype.name(),
         shape.matrix_params(),
+        shape.active_params(),
         bytes as f64 / 1e9
     );
     Ok(())
