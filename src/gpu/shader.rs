@@ -97,7 +97,7 @@ mod unroll;
 
 use params::{
     AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, ParamsLayout, RmsNormParams,
-    RopeCacheParams, TopKParams,
+    LoraParams, RopeCacheParams, TopKParams,
 };
 use slots::KernelSlots;
 
@@ -576,6 +576,11 @@ pub enum KernelVariant {
     AddInPlace,
     /// Rows of a matrix picked by an index list.
     GatherRows,
+    /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
+    LoraShrink,
+    /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
+    /// (`lora_expand.wgsl`).
+    LoraExpand,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -656,6 +661,8 @@ impl KernelVariant {
             Self::Softcap => "softcap".into(),
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
+            Self::LoraShrink => "lora_shrink".into(),
+            Self::LoraExpand => "lora_expand".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
@@ -782,6 +789,7 @@ impl KernelVariant {
                 ElementwiseParams::LAYOUT
             }
             Self::TopK => TopKParams::LAYOUT,
+            Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } => AttentionParams::LAYOUT,
@@ -798,6 +806,8 @@ impl KernelVariant {
             Self::Softcap => slots::softcap::ALL,
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
+            Self::LoraShrink => slots::lora_shrink::ALL,
+            Self::LoraExpand => slots::lora_expand::ALL,
             Self::TopK => slots::top_k::ALL,
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
@@ -852,6 +862,8 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::Softcap,
         KernelVariant::AddInPlace,
         KernelVariant::GatherRows,
+        KernelVariant::LoraShrink,
+        KernelVariant::LoraExpand,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];

@@ -8,6 +8,7 @@ pub mod gguf_split;
 pub mod gguf_vocab;
 pub mod layer_pattern;
 pub mod llama;
+pub mod lora;
 pub mod random;
 pub mod reasoning;
 pub mod safetensors;

@@ -232,6 +232,8 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
+            Self::LoraShrink => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_shrink.wgsl")],
+            Self::LoraExpand => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_expand.wgsl")],
             Self::Linear { .. } => self.linear_files(),
             Self::RopeCache { kv, qk_norm } => {
                 let norm = if qk_norm {
