@@ -64,8 +64,12 @@ impl Runner {
         let model = LlamaModel::load_for_lora(&ctx, &files, 4096, false).unwrap();
         let c = model.config();
         let (max_tokens, blocks_per_seq) = (256, 4);
-        let limits =
-            WorkspaceLimits { max_tokens, max_seqs: 8, max_logits_rows: max_tokens, max_blocks_per_seq: blocks_per_seq };
+        let limits = WorkspaceLimits {
+            max_tokens,
+            max_seqs: 8,
+            max_logits_rows: max_tokens,
+            max_blocks_per_seq: blocks_per_seq,
+        };
         let ws = Workspace::new(&ctx, &model, limits).unwrap();
         let shape = KvCacheShape {
             num_layers: c.num_hidden_layers,
@@ -104,9 +108,11 @@ impl Runner {
             batch.block_table.extend(table);
         }
         let lora = LoraRows { slots: &self.slots, rows: &rows };
-        let out = self.model.forward_with_lora(&self.ctx, &self.ws, &self.cache, &batch, lora, 1, true).unwrap();
+        let out =
+            self.model.forward_with_lora(&self.ctx, &self.ws, &self.cache, &batch, lora, 1, true).unwrap();
         let vocab = self.model.config().vocab_size;
-        let mut logits = out.logits.unwrap().chunks(vocab).map(<[f32]>::to_vec).collect::<Vec<_>>().into_iter();
+        let mut logits =
+            out.logits.unwrap().chunks(vocab).map(<[f32]>::to_vec).collect::<Vec<_>>().into_iter();
         seqs.iter().map(|s| logits.by_ref().take(s.tokens.len()).collect()).collect()
     }
 }
@@ -116,7 +122,8 @@ impl Runner {
 fn worst(row: &[f32], reference: &Value, fixed_ids: &[u32], what: &str) -> f64 {
     let value = |id: u32| f64::from(row[id as usize]);
     let mut worst = 0.0f64;
-    let top: Vec<f64> = reference["top_values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let top: Vec<f64> =
+        reference["top_values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     for (&id, &expected) in ids(&reference["top_ids"]).iter().zip(&top) {
         worst = worst.max((value(id) - expected).abs());
     }
@@ -207,7 +214,9 @@ fn rows_do_not_depend_on_other_rows_adapters() {
     let alone: Vec<_> = slots
         .iter()
         .enumerate()
-        .map(|(i, &slot)| runner.step(&[Seq { tokens: prompt(i), past: 0, blocks: blocks(i), slot }]).remove(0))
+        .map(|(i, &slot)| {
+            runner.step(&[Seq { tokens: prompt(i), past: 0, blocks: blocks(i), slot }]).remove(0)
+        })
         .collect();
     let mixed = runner.step(
         &slots
@@ -220,7 +229,10 @@ fn rows_do_not_depend_on_other_rows_adapters() {
         assert!(a == m, "sequence {i} (slot {:#x}): mixed batch changed its bits", slots[i]);
     }
     // The adapters do change the rows.
-    assert!(alone[0].last() != runner.step(&[Seq { tokens: prompt(0), past: 0, blocks: blocks(0), slot: NO_LORA }])[0].last());
+    assert!(
+        alone[0].last()
+            != runner.step(&[Seq { tokens: prompt(0), past: 0, blocks: blocks(0), slot: NO_LORA }])[0].last()
+    );
     // Each prompt's last token decoded after the rest was cached by a step of its own, the
     // five decodes in one batch in reverse order.
     for (i, &slot) in slots.iter().enumerate() {
@@ -229,11 +241,19 @@ fn rows_do_not_depend_on_other_rows_adapters() {
     }
     let decodes: Vec<_> = (0..slots.len())
         .rev()
-        .map(|i| Seq { tokens: &prompt(i)[prompt(i).len() - 1..], past: prompt(i).len() - 1, blocks: blocks(i), slot: slots[i] })
+        .map(|i| Seq {
+            tokens: &prompt(i)[prompt(i).len() - 1..],
+            past: prompt(i).len() - 1,
+            blocks: blocks(i),
+            slot: slots[i],
+        })
         .collect();
     let decoded = runner.step(&decodes);
     for (d, i) in decoded.iter().zip((0..slots.len()).rev()) {
-        assert!(d[0] == *alone[i].last().unwrap(), "sequence {i}: decoded after caching differs from its prefill");
+        assert!(
+            d[0] == *alone[i].last().unwrap(),
+            "sequence {i}: decoded after caching differs from its prefill"
+        );
     }
 }
 
@@ -245,13 +265,18 @@ fn mismatched_and_unsupported_adapters_are_refused_by_name() {
     let lora = family_dir("llama").join("lora");
     // Architecture (GGUF) and shapes: qwen2 and llama share shapes here, so a different width.
     match LoraAdapter::load(lora.join("chat.f32.gguf"), &qwen2) {
-        Err(LoraError::Mismatch { reason, .. }) => assert!(reason.contains("architecture \"llama\""), "{reason}"),
+        Err(LoraError::Mismatch { reason, .. }) => {
+            assert!(reason.contains("architecture \"llama\""), "{reason}")
+        }
         other => panic!("expected an architecture mismatch, got {other:?}"),
     }
     let mut narrow = llama.clone();
     narrow.intermediate_size = 96;
     match LoraAdapter::load(lora.join("chat"), &narrow) {
-        Err(LoraError::Mismatch { reason, .. }) => assert!(reason.contains("gate_proj") || reason.contains("up_proj") || reason.contains("down_proj"), "{reason}"),
+        Err(LoraError::Mismatch { reason, .. }) => assert!(
+            reason.contains("gate_proj") || reason.contains("up_proj") || reason.contains("down_proj"),
+            "{reason}"
+        ),
         other => panic!("expected a shape mismatch, got {other:?}"),
     }
     let adapter = LoraAdapter::load(lora.join("chat"), &llama).unwrap();
@@ -262,12 +287,19 @@ fn mismatched_and_unsupported_adapters_are_refused_by_name() {
     }
     // Unsupported PEFT fields, each named.
     let tmp = std::env::temp_dir().join(format!("pagoda-lora-{}", std::process::id()));
-    for (field, value) in [("use_dora", "true"), ("bias", "\"all\""), ("modules_to_save", "[\"lm_head\"]"), ("peft_type", "\"LOHA\"")] {
+    for (field, value) in [
+        ("use_dora", "true"),
+        ("bias", "\"all\""),
+        ("modules_to_save", "[\"lm_head\"]"),
+        ("peft_type", "\"LOHA\""),
+    ] {
         let dir = tmp.join(field);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::copy(lora.join("sql/adapter_model.safetensors"), dir.join("adapter_model.safetensors")).unwrap();
+        std::fs::copy(lora.join("sql/adapter_model.safetensors"), dir.join("adapter_model.safetensors"))
+            .unwrap();
         let mut config: Value =
-            serde_json::from_str(&std::fs::read_to_string(lora.join("sql/adapter_config.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(lora.join("sql/adapter_config.json")).unwrap())
+                .unwrap();
         config[field] = serde_json::from_str(value).unwrap();
         std::fs::write(dir.join("adapter_config.json"), config.to_string()).unwrap();
         match LoraAdapter::load(&dir, &llama) {

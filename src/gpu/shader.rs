@@ -96,8 +96,8 @@ pub mod slots;
 mod unroll;
 
 use params::{
-    AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, ParamsLayout, RmsNormParams,
-    LoraParams, RopeCacheParams, TopKParams,
+    AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, LoraParams, ParamsLayout,
+    RmsNormParams, RopeCacheParams, TopKParams,
 };
 use slots::KernelSlots;
 

@@ -13,9 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant, interleave_rope_rows};
 use super::files::ModelFiles;
-use super::tensor::TensorView;
 use super::lora::LoraTarget;
 use super::lora::bank::LoraSlots;
+use super::tensor::TensorView;
 use super::weights::{LayerWeights, LlamaWeights, WeightError, WeightFile};
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
@@ -468,7 +468,8 @@ impl GpuLayer {
             step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
         }
         let (q, kv) = (c.q_size(), c.kv_size());
-        for (target, col0, n) in [(LoraTarget::Q, 0, q), (LoraTarget::K, q, kv), (LoraTarget::V, q + kv, kv)] {
+        for (target, col0, n) in [(LoraTarget::Q, 0, q), (LoraTarget::K, q, kv), (LoraTarget::V, q + kv, kv)]
+        {
             lora.add(step, target, &a.h, &a.qkv, col0, n)?;
         }
         self.attention_after_qkv(step, model, a, inputs, KvLayer { cache, index })?;
@@ -478,7 +479,8 @@ impl GpuLayer {
         step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
         let (GateUp::Split { gate, up }, Some([gate_out, up_out])) = (&self.gate_up, &a.gate_up) else {
             return Err(LlamaError::InvalidBatch(
-                "LoRA rows need the gate and up projections apart: load with LlamaModel::load_for_lora".into(),
+                "LoRA rows need the gate and up projections apart: load with LlamaModel::load_for_lora"
+                    .into(),
             ));
         };
         let ff = c.intermediate_size;
@@ -495,7 +497,13 @@ impl GpuLayer {
 
     /// `x += o`, or with Gemma's sandwich `x += post_norm(o)`: the bits of [`add_projection`]
     /// from a projection already in `o`.
-    fn add_residual(&self, step: &mut Step<'_>, a: &Activations, post_norm: Option<&Tensor>, eps: f32) -> Result<(), LlamaError> {
+    fn add_residual(
+        &self,
+        step: &mut Step<'_>,
+        a: &Activations,
+        post_norm: Option<&Tensor>,
+        eps: f32,
+    ) -> Result<(), LlamaError> {
         match post_norm {
             Some(norm) => {
                 step.rms_norm(&a.o, norm, eps, &a.h)?;

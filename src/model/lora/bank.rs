@@ -66,7 +66,13 @@ impl LoraSlots {
 
     /// Puts `adapter` in `slot` (replacing what was there), its Q and K rows reordered to the
     /// model's.
-    pub fn load(&self, ctx: &GpuContext, slot: usize, adapter: &LoraAdapter, config: &ModelConfig) -> Result<(), LoraError> {
+    pub fn load(
+        &self,
+        ctx: &GpuContext,
+        slot: usize,
+        adapter: &LoraAdapter,
+        config: &ModelConfig,
+    ) -> Result<(), LoraError> {
         adapter.check_rank(self.max_rank)?;
         let gpu = |e: GpuError| LoraError::Read { path: adapter.path.clone(), reason: e.to_string() };
         let reorder = match (adapter.qk_rows, self.qk_interleaved) {
@@ -92,7 +98,10 @@ impl LoraSlots {
                     let rows = interleave_rope_rows(&m.b, heads, config.head_dim).ok_or_else(|| {
                         LoraError::Mismatch {
                             path: adapter.path.clone(),
-                            reason: format!("layer {layer} {}: B rows do not split into heads", m.target.hf_name()),
+                            reason: format!(
+                                "layer {layer} {}: B rows do not split into heads",
+                                m.target.hf_name()
+                            ),
                         }
                     })?;
                     b_rows[m.target.index()] = Some(rows);

@@ -49,9 +49,16 @@ pub fn load(path: &Path, config: &ModelConfig) -> Result<LoraAdapter, LoraError>
         };
         let a = file.tensor(&a).map_err(|e| read(e.to_string()))?;
         let b = file.tensor(&b).map_err(|e| read(e.to_string()))?;
-        modules.push(module(path, config, (layer, target), (a.to_f32(), &a.shape), (b.to_f32(), &b.shape), |r| {
-            if alpha == 0.0 { 1.0 } else { (alpha / r as f64) as f32 }
-        })?);
+        modules.push(module(
+            path,
+            config,
+            (layer, target),
+            (a.to_f32(), &a.shape),
+            (b.to_f32(), &b.shape),
+            |r| {
+                if alpha == 0.0 { 1.0 } else { (alpha / r as f64) as f32 }
+            },
+        )?);
     }
     if modules.is_empty() {
         return Err(read("no lora_a/lora_b tensors".into()));

@@ -186,10 +186,7 @@ pub(crate) fn module(
 ) -> Result<LoraModule, LoraError> {
     let mismatch = |reason: String| LoraError::Mismatch { path: path.to_owned(), reason };
     if layer >= config.num_hidden_layers {
-        return Err(mismatch(format!(
-            "layer {layer} of a {}-layer model",
-            config.num_hidden_layers
-        )));
+        return Err(mismatch(format!("layer {layer} of a {}-layer model", config.num_hidden_layers)));
     }
     let (out, inp) = target.shape(config);
     let name = format!("layer {layer} {}", target.hf_name());

@@ -49,10 +49,14 @@ pub fn load(dir: &Path, config: &ModelConfig) -> Result<LoraAdapter, LoraError> 
     let unsupported = |what: String| LoraError::Unsupported { path: dir.to_owned(), what };
     let mut pairs: BTreeMap<(usize, LoraTarget), [Option<String>; 2]> = BTreeMap::new();
     for name in files.names() {
-        let (layer, target, is_b) = parse_tensor_name(name)
-            .ok_or_else(|| unsupported(format!("tensor {name:?} (only lora_A/lora_B of the seven linears)")))?;
+        let (layer, target, is_b) = parse_tensor_name(name).ok_or_else(|| {
+            unsupported(format!("tensor {name:?} (only lora_A/lora_B of the seven linears)"))
+        })?;
         if !cfg.targets.contains(&target) {
-            return Err(unsupported(format!("tensor {name:?}: {} is not among target_modules", target.hf_name())));
+            return Err(unsupported(format!(
+                "tensor {name:?}: {} is not among target_modules",
+                target.hf_name()
+            )));
         }
         pairs.entry((layer, target)).or_default()[usize::from(is_b)] = Some(name.to_owned());
     }
@@ -61,7 +65,10 @@ pub fn load(dir: &Path, config: &ModelConfig) -> Result<LoraAdapter, LoraError> 
         let (Some(a), Some(b)) = (a, b) else {
             return Err(read(format!("layer {layer} {} lacks its lora_A or lora_B", target.hf_name())));
         };
-        let (a, b) = (files.tensor(&a).map_err(|e| read(e.to_string()))?, files.tensor(&b).map_err(|e| read(e.to_string()))?);
+        let (a, b) = (
+            files.tensor(&a).map_err(|e| read(e.to_string()))?,
+            files.tensor(&b).map_err(|e| read(e.to_string()))?,
+        );
         let full = format!("model.layers.{layer}.{}", hf_module(target));
         let expected_rank = pattern(&cfg.rank_pattern, &full).unwrap_or(cfg.r);
         let alpha = pattern(&cfg.alpha_pattern, &full).unwrap_or(cfg.alpha);
@@ -71,7 +78,10 @@ pub fn load(dir: &Path, config: &ModelConfig) -> Result<LoraAdapter, LoraError> 
         if m.rank != expected_rank {
             return Err(LoraError::Mismatch {
                 path: dir.to_owned(),
-                reason: format!("{full}: rank {} in the tensors, {expected_rank} in adapter_config.json", m.rank),
+                reason: format!(
+                    "{full}: rank {} in the tensors, {expected_rank} in adapter_config.json",
+                    m.rank
+                ),
             });
         }
         modules.push(m);
@@ -95,13 +105,15 @@ fn parse_config(dir: &Path, json: &Value) -> Result<PeftConfig, LoraError> {
     }
     for (name, allowed) in MUST_BE_DEFAULT {
         if let Some(v) = field(name) {
-            let empty = v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|o| o.is_empty());
+            let empty =
+                v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|o| o.is_empty());
             if !allowed.contains(v) && !empty {
                 return Err(unsupported(format!("{name} = {v}")));
             }
         }
     }
-    let r = field("r").and_then(Value::as_u64).ok_or_else(|| read("adapter_config.json has no rank r".into()))?;
+    let r =
+        field("r").and_then(Value::as_u64).ok_or_else(|| read("adapter_config.json has no rank r".into()))?;
     let alpha = field("lora_alpha").and_then(Value::as_f64).unwrap_or(8.0);
     let rslora = field("use_rslora").and_then(Value::as_bool).unwrap_or(false);
     let targets = match field("target_modules") {
@@ -126,7 +138,9 @@ fn parse_config(dir: &Path, json: &Value) -> Result<PeftConfig, LoraError> {
         map.iter()
             .map(|(key, v)| {
                 if key.chars().any(|c| "^$*+?()[]{}|\\".contains(c)) {
-                    return Err(unsupported(format!("{name} key {key:?} (a regular expression; only module names)")));
+                    return Err(unsupported(format!(
+                        "{name} key {key:?} (a regular expression; only module names)"
+                    )));
                 }
                 let v = v.as_f64().ok_or_else(|| read(format!("{name}[{key:?}] is not a number")))?;
                 Ok((key.clone(), v))
@@ -134,7 +148,14 @@ fn parse_config(dir: &Path, json: &Value) -> Result<PeftConfig, LoraError> {
             .collect()
     };
     let rank_pattern = patterns("rank_pattern")?.into_iter().map(|(k, v)| (k, v as usize)).collect();
-    Ok(PeftConfig { r: r as usize, alpha, rslora, targets, rank_pattern, alpha_pattern: patterns("alpha_pattern")? })
+    Ok(PeftConfig {
+        r: r as usize,
+        alpha,
+        rslora,
+        targets,
+        rank_pattern,
+        alpha_pattern: patterns("alpha_pattern")?,
+    })
 }
 
 /// `self_attn.q_proj` or `mlp.gate_proj`.
@@ -183,7 +204,10 @@ mod tests {
             Some((0, LoraTarget::Q, false))
         );
         assert_eq!(parse_tensor_name("base_model.model.model.embed_tokens.lora_embedding_A"), None);
-        assert_eq!(parse_tensor_name("base_model.model.model.layers.0.mlp.gate_proj.lora_magnitude_vector"), None);
+        assert_eq!(
+            parse_tensor_name("base_model.model.model.layers.0.mlp.gate_proj.lora_magnitude_vector"),
+            None
+        );
     }
 
     #[test]
