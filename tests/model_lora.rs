@@ -314,3 +314,62 @@ fn mismatched_and_unsupported_adapters_are_refused_by_name() {
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// Greedy tokens of each `(prompt, adapter)` through an engine with LoRA on (2 GPU slots, 2
+/// host copies), all queued at once.
+fn engine_greedy(jobs: &[(Vec<u32>, Option<&str>)], max_tokens: usize) -> Vec<Vec<u32>> {
+    use pagoda::executor::lora::LoraConfig;
+    use pagoda::{Engine, EngineConfig, SamplingParams};
+    let config = EngineConfig {
+        model: Some(family_dir("llama")),
+        seed: 1,
+        lora: Some(LoraConfig { max_loras: 2, max_lora_rank: 8, max_cpu_loras: 2 }),
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(config).unwrap();
+    for name in ADAPTERS {
+        engine.load_lora(name, &family_dir("llama").join("lora").join(name)).unwrap();
+    }
+    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(max_tokens) };
+    let ids: Vec<_> = jobs
+        .iter()
+        .map(|(prompt, lora)| {
+            engine.add_tokens_request_with_lora(prompt.clone(), params.clone(), *lora).unwrap()
+        })
+        .collect();
+    let mut out: std::collections::HashMap<_, Vec<u32>> = std::collections::HashMap::new();
+    while engine.has_unfinished_requests() {
+        for o in engine.step().unwrap() {
+            out.entry(o.request_id).or_default().extend(o.new_token_ids);
+        }
+    }
+    ids.iter().map(|id| out.remove(id).unwrap()).collect()
+}
+
+/// Requests of four adapters and the base through the engine, two GPU slots swapped LRU and
+/// two host copies (the others re-read from disk), `max_loras` 2 a step: each decodes what it
+/// decodes alone, and what transformers + peft decode (up to the reference's first near-tie).
+#[test]
+fn engine_serves_four_adapters_and_the_base_as_each_alone() {
+    let fx = fixture("llama");
+    let prompt = |name: &str| ids(&fx["adapters"][name]["prompts"][1]["ids"]);
+    let mut jobs: Vec<(Vec<u32>, Option<&str>)> = ADAPTERS.iter().map(|&n| (prompt(n), Some(n))).collect();
+    jobs.push((prompt("sql"), None));
+    let n = 8;
+    let together = engine_greedy(&jobs, n);
+    for (job, got) in jobs.iter().zip(&together) {
+        assert_eq!(
+            *got,
+            engine_greedy(std::slice::from_ref(job), n)[0],
+            "{:?}: batched differs from alone",
+            job.1
+        );
+        if let Some(name) = job.1 {
+            let reference = &fx["adapters"][name]["prompts"][1];
+            let margins = reference["greedy_margin"].as_array().unwrap();
+            let exact = margins.iter().take_while(|m| m.as_f64().unwrap() > 1e-3).count().min(n);
+            assert_eq!(got[..exact], ids(&reference["greedy"])[..exact], "{name}: greedy");
+        }
+    }
+    assert_ne!(together[0], together[4], "the adapter changes the continuation");
+}

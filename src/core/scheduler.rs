@@ -775,6 +775,7 @@ impl Scheduler {
                     sampling_params: request.sampling_params.clone(),
                     block_ids: self.kv.get_block_ids(request_id).to_vec(),
                     num_computed_tokens: num_hit_tokens,
+                    lora_id: request.lora.as_ref().map(|l| l.id),
                 });
             }
             output.num_scheduled_tokens.insert(request_id, num_tokens);
