@@ -96,3 +96,83 @@ impl Engine {
         }
     }
 }
+
+/// LoRA flags (vLLM's names).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LoraArgs {
+    /// Serve LoRA adapters (on with --lora-modules too).
+    #[arg(long)]
+    enable_lora: bool,
+    /// LoRA adapters to load at start: NAME=PATH (a PEFT directory or a LoRA GGUF), or vLLM's
+    /// JSON '{"name": NAME, "path": PATH}' (repeatable). `generate` and `chat` run their
+    /// prompts with the first.
+    #[arg(long, visible_alias = "lora", value_name = "NAME=PATH", value_parser = parse_lora_module)]
+    lora_modules: Vec<(String, std::path::PathBuf)>,
+    /// Adapters on the GPU at once: the most distinct adapters in one step [default: 1].
+    #[arg(long, value_name = "N")]
+    max_loras: Option<usize>,
+    /// Largest adapter rank [default: 16].
+    #[arg(long, value_name = "R")]
+    max_lora_rank: Option<usize>,
+    /// Adapters kept in host memory, the least recently used re-read from disk [default:
+    /// --max-loras].
+    #[arg(long, value_name = "N")]
+    max_cpu_loras: Option<usize>,
+}
+
+/// `NAME=PATH` or `{"name": NAME, "path": PATH}`.
+fn parse_lora_module(text: &str) -> Result<(String, std::path::PathBuf), String> {
+    if text.trim_start().starts_with('{') {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let field = |name: &str| value.get(name).and_then(serde_json::Value::as_str);
+        return match (field("name"), field("path")) {
+            (Some(name), Some(path)) if !name.is_empty() => Ok((name.to_owned(), path.into())),
+            _ => Err("expected {\"name\": NAME, \"path\": PATH}".into()),
+        };
+    }
+    match text.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok((name.to_owned(), path.into())),
+        _ => Err(format!("expected NAME=PATH, got {text:?}")),
+    }
+}
+
+impl LoraArgs {
+    /// The limits, when LoRA is on.
+    pub fn config(&self) -> Option<LoraConfig> {
+        if !self.enable_lora && self.lora_modules.is_empty() {
+            return None;
+        }
+        let d = LoraConfig::default();
+        let max_loras = self.max_loras.unwrap_or(d.max_loras);
+        Some(LoraConfig {
+            max_loras,
+            max_lora_rank: self.max_lora_rank.unwrap_or(d.max_lora_rank),
+            max_cpu_loras: self.max_cpu_loras.unwrap_or(max_loras),
+        })
+    }
+
+    /// Loads `--lora-modules` into `engine`; returns the first one's name.
+    pub fn load(&self, engine: &mut Engine) -> Result<Option<String>, EngineError> {
+        for (name, path) in &self.lora_modules {
+            engine.load_lora(name, path)?;
+        }
+        Ok(self.lora_modules.first().map(|(name, _)| name.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lora_modules_parse_as_name_equals_path_or_vllm_json() {
+        assert_eq!(parse_lora_module("sql=/a/b").unwrap(), ("sql".into(), "/a/b".into()));
+        assert_eq!(
+            parse_lora_module(r#"{"name": "sql", "path": "/a/b", "base_model_name": "x"}"#).unwrap(),
+            ("sql".into(), "/a/b".into())
+        );
+        assert!(parse_lora_module("sql").is_err());
+        assert!(parse_lora_module("=/a").is_err());
+        assert!(parse_lora_module(r#"{"name": "sql"}"#).is_err());
+    }
+}

@@ -567,11 +567,22 @@ impl Engine {
         prompts: impl IntoIterator<Item = impl Into<Prompt>>,
         params: &SamplingParams,
     ) -> Result<Vec<CompletionOutput>, EngineError> {
+        self.generate_with_lora(prompts, params, None)
+    }
+
+    /// [`Self::generate`] with the LoRA adapter named `lora` ([`Self::load_lora`]).
+    pub fn generate_with_lora(
+        &mut self,
+        prompts: impl IntoIterator<Item = impl Into<Prompt>>,
+        params: &SamplingParams,
+        lora: Option<&str>,
+    ) -> Result<Vec<CompletionOutput>, EngineError> {
         let mut completions = Vec::new();
         let mut index_of = HashMap::new();
         for prompt in prompts {
             let prompt_token_ids = self.encode_prompt(&prompt.into())?;
-            let request_id = self.add_tokens_request(prompt_token_ids.clone(), params.clone())?;
+            let request_id =
+                self.add_tokens_request_with_lora(prompt_token_ids.clone(), params.clone(), lora)?;
             index_of.insert(request_id, completions.len());
             completions.push(CompletionOutput::new(request_id, prompt_token_ids));
         }

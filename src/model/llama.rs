@@ -248,7 +248,7 @@ impl LlamaModel {
         }
         for (index, layer) in self.layers.iter().enumerate() {
             let lora = lora.as_ref().map(|l| l.layer(index));
-            layer.record(&mut step, self, &inputs, &acts, cache, index, lora)?;
+            layer.record(&mut step, self, &inputs, &acts, KvLayer { cache, index }, lora)?;
         }
         self.record_head(step, &inputs, &acts, readback)
     }
@@ -447,10 +447,10 @@ impl GpuLayer {
         model: &LlamaModel,
         inputs: &Inputs,
         a: &Activations,
-        cache: &KvCache,
-        index: usize,
+        kv: KvLayer<'_>,
         lora: Option<LayerLora<'_>>,
     ) -> Result<(), LlamaError> {
+        let KvLayer { cache, index } = kv;
         let eps = model.config.rms_norm_eps;
         let Some(lora) = lora else {
             let h = step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?;
