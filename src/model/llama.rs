@@ -641,6 +641,8 @@ struct StepLora<'a> {
     slots: &'a LoraSlots,
     rows: Tensor,
     shrunk: Tensor,
+    /// The distinct slots the step's rows use.
+    used: Vec<u32>,
 }
 
 impl<'a> LoraRows<'a> {
@@ -655,13 +657,21 @@ impl<'a> LoraRows<'a> {
         }
         let rows = self.slots.rows.rows(t)?;
         step.write_u32(&rows, self.rows)?;
-        Ok(StepLora { slots: self.slots, rows, shrunk: self.slots.shrunk.rows(t)? })
+        let mut used: Vec<u32> = self.rows.iter().copied().filter(|&s| s != NO_LORA).collect();
+        used.sort_unstable();
+        used.dedup();
+        Ok(StepLora { slots: self.slots, rows, shrunk: self.slots.shrunk.rows(t)?, used })
     }
 }
 
 impl StepLora<'_> {
     fn layer(&self, layer: usize) -> LayerLora<'_> {
-        LayerLora { bank: self.slots.layer(layer), rows: &self.rows, shrunk: &self.shrunk }
+        LayerLora {
+            bank: self.slots.layer(layer),
+            rows: &self.rows,
+            shrunk: &self.shrunk,
+            touched: self.slots.touched(self.used.iter().copied(), layer),
+        }
     }
 }
 
@@ -671,6 +681,8 @@ struct LayerLora<'a> {
     bank: &'a LoraBank,
     rows: &'a Tensor,
     shrunk: &'a Tensor,
+    /// The targets the step's adapters touch in this layer: the others take no dispatch.
+    touched: u8,
 }
 
 impl LayerLora<'_> {
@@ -684,6 +696,9 @@ impl LayerLora<'_> {
         col0: usize,
         n: usize,
     ) -> Result<(), LlamaError> {
+        if self.touched & 1 << target.index() == 0 {
+            return Ok(());
+        }
         let site = LoraSite { bank: self.bank, rows: self.rows, target: target.index() };
         step.lora_shrink(site, x, self.shrunk)?;
         step.lora_expand(site, self.shrunk, y, col0, n)?;

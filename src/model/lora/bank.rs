@@ -17,6 +17,8 @@ pub struct LoraSlots {
     max_rank: usize,
     /// Whether the model's Q and K rows are in interleaved RoPE order.
     qk_interleaved: bool,
+    /// Per slot and layer, the targets its adapter touches (bit `target.index()`).
+    touched: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 impl LoraSlots {
@@ -46,6 +48,7 @@ impl LoraSlots {
             shrunk: ctx.tensor(Elem::F32, &[max_tokens, max_rank])?,
             max_rank,
             qk_interleaved,
+            touched: std::sync::Mutex::new(vec![vec![0; config.num_hidden_layers]; max_loras]),
         })
     }
 
@@ -119,13 +122,25 @@ impl LoraSlots {
                 })
                 .collect();
             bank.write_slot(ctx, slot, &targets).map_err(gpu)?;
+            let mask = modules.iter().fold(0u8, |mask, m| mask | 1 << m.target.index());
+            self.touched.lock().unwrap_or_else(|p| p.into_inner())[slot][layer] = mask;
         }
         Ok(())
+    }
+
+    /// The targets of layer `layer` that any of `slots` touches (bit `target.index()`).
+    pub(crate) fn touched(&self, slots: impl IntoIterator<Item = u32>, layer: usize) -> u8 {
+        let touched = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        slots.into_iter().filter_map(|s| touched.get(s as usize)).fold(0, |mask, layers| mask | layers[layer])
     }
 
     /// Empties `slot`: rows naming it then get no delta.
     pub fn clear(&self, ctx: &GpuContext, slot: usize) -> Result<(), GpuError> {
         let none = vec![None; LoraTarget::ALL.len()];
-        self.layers.iter().try_for_each(|bank| bank.write_slot(ctx, slot, &none))
+        self.layers.iter().try_for_each(|bank| bank.write_slot(ctx, slot, &none))?;
+        if let Some(layers) = self.touched.lock().unwrap_or_else(|p| p.into_inner()).get_mut(slot) {
+            layers.fill(0);
+        }
+        Ok(())
     }
 }
