@@ -29,6 +29,9 @@ export PAGODA_SPLIT_DIR="$(scripts/make-splits.sh)"
 # mixtures of experts Qwen3-MoE and Mixtral) as HF
 # directories and as llama.cpp's converter writes them (tests/fixtures/families/).
 export PAGODA_FAMILIES_DIR="$(python3 scripts/tiny-families.py)"
+# Tiny LoRA adapters of two of them, in PEFT's format and as llama.cpp's LoRA GGUF
+# (tests/fixtures/lora/).
+python3 scripts/tiny-adapters.py "$PAGODA_FAMILIES_DIR" >/dev/null
 # One of them quantized to Q8_0 by llama.cpp's quantizer.
 "$(scripts/llama-quantize.sh)" "$PAGODA_FAMILIES_DIR/qwen3/qwen3.f32.gguf" \
     "$PAGODA_FAMILIES_DIR/qwen3/qwen3.q8_0.gguf" Q8_0 >/dev/null 2>&1

@@ -407,6 +407,7 @@ fn record_stored(pool: &BlockPool, request: &Request, range: std::ops::Range<usi
             block_hashes: request.block_hashes[start..end].to_vec(),
             parent_block_hash: start.checked_sub(1).map(|parent| request.block_hashes[parent]),
             token_ids: request.tokens(start * block_size..end * block_size),
+            lora_id: request.lora.as_ref().map(|l| l.id),
         });
         start = end;
     }

@@ -19,6 +19,8 @@ pub struct NewRequestData {
     pub block_ids: Vec<BlockId>,
     /// Tokens already in the cache (prefix hits); this step computes from here.
     pub num_computed_tokens: usize,
+    /// The id of its LoRA adapter; `None` for the base model.
+    pub lora_id: Option<u32>,
 }
 
 /// A request that was scheduled before: running, or resumed after preemption.

@@ -106,6 +106,8 @@ pub struct Request {
     /// Tokens proposed to follow its known ones (speculative decoding), to be verified by
     /// the next step that schedules it; never hashed, cached or counted as output.
     pub spec_token_ids: Vec<TokenId>,
+    /// The LoRA adapter it runs with; `None` for the base model.
+    pub lora: Option<crate::core::lora::LoraRequest>,
 }
 
 impl Request {
@@ -133,6 +135,7 @@ impl Request {
             block_hashes: Vec::new(),
             stop_token: None,
             spec_token_ids: Vec::new(),
+            lora: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The unified token-budget scheduler: running requests first, then waiting ones, chunked
 //! prefill, whole-prompt admission, and RECOMPUTE preemption (vLLM V1 semantics).
 
+use crate::core::lora::StepLoras;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -132,6 +133,8 @@ pub struct Scheduler {
     /// Per request, blocks freed off the end of its table (rejected proposals') that the
     /// executor has not heard of yet.
     freed_tail_blocks: IdMap<usize>,
+    /// Most distinct LoRA adapters in one step (`--max-loras`); `None` without LoRA.
+    max_loras: Option<usize>,
 }
 
 impl Scheduler {
@@ -174,7 +177,15 @@ impl Scheduler {
             events,
             preemption_warning: PreemptionWarning::default(),
             host,
+            max_loras: None,
         })
+    }
+
+    /// Holds steps to at most `max_loras` distinct LoRA adapters (vLLM's `--max-loras`): a
+    /// waiting request of another adapter waits while the running ones hold that many, and
+    /// the requests behind it may go first.
+    pub fn set_max_loras(&mut self, max_loras: usize) {
+        self.max_loras = Some(max_loras);
     }
 
     /// The scheduler's configuration.
@@ -693,11 +704,21 @@ impl Scheduler {
     /// window, whose blocks are freed as it goes). Stops at the first request that cannot be admitted, so the
     /// queue order holds.
     fn schedule_waiting(&mut self, budget: &mut usize, output: &mut SchedulerOutput) {
+        let mut loras = StepLoras::new(self.max_loras.unwrap_or(usize::MAX));
+        for id in &self.running {
+            loras.add(self.requests[id].lora.as_ref());
+        }
+        let mut skipped = Vec::new();
         while let Some(request_id) = self.waiting.peek() {
             if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
                 break;
             }
             let request = &self.requests[&request_id];
+            if !loras.admits(request.lora.as_ref()) {
+                self.waiting.pop();
+                skipped.push(request_id);
+                continue;
+            }
             let computed = self.kv.get_computed_blocks(request);
             let (load_hashes, load) = self.plan_host_load(request, &computed);
             let num_loaded_tokens = load.slots.len() * self.kv.block_size();
@@ -759,11 +780,16 @@ impl Scheduler {
                     sampling_params: request.sampling_params.clone(),
                     block_ids: self.kv.get_block_ids(request_id).to_vec(),
                     num_computed_tokens: num_hit_tokens,
+                    lora_id: request.lora.as_ref().map(|l| l.id),
                 });
             }
             output.num_scheduled_tokens.insert(request_id, num_tokens);
+            loras.add(self.requests[&request_id].lora.as_ref());
             self.running.push(request_id);
             *budget -= num_tokens;
+        }
+        for request_id in skipped.into_iter().rev() {
+            self.waiting.push_front(&self.requests[&request_id]);
         }
     }
 

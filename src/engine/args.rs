@@ -89,6 +89,9 @@ pub struct EngineArgs {
     sim_fault: Vec<Fault>,
     #[command(flatten)]
     gpu: GpuArgs,
+    /// LoRA adapters.
+    #[command(flatten)]
+    pub lora: crate::engine::lora::LoraArgs,
 }
 
 impl EngineArgs {
@@ -132,6 +135,7 @@ impl EngineArgs {
             gpu: self.gpu.options()?,
             sim_realtime: self.sim_realtime || base.sim_realtime,
             sim_faults,
+            lora: self.lora.config().or(base.lora),
             ..base
         })
     }

@@ -7,6 +7,8 @@
 //! rows at a time); they are gathered chunk by chunk and handed back whole with its first
 //! token.
 
+use super::lora::{ExecutorLora, LoraConfig};
+use crate::model::llama::LoraRows;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::time::Instant;
@@ -50,6 +52,8 @@ struct RequestState {
     prompt_logprobs: Option<PromptLogprobsState>,
     /// Proposed tokens at the end of `tokens` this step verifies (speculative decoding).
     num_spec: usize,
+    /// Its LoRA adapter's id.
+    lora: Option<u32>,
 }
 
 /// A request's prompt logprobs while its prompt is computed.
@@ -159,6 +163,8 @@ pub struct WgpuExecutor {
     host: Option<HostKv>,
     /// What the last step's forward pass and host copies took.
     last_timing: Option<StepTiming>,
+    /// LoRA adapters, when serving them.
+    lora: Option<ExecutorLora>,
 }
 
 impl std::fmt::Debug for WgpuExecutor {
@@ -207,8 +213,23 @@ impl WgpuExecutor {
         scheduler: &SchedulerConfig,
         progress: bool,
     ) -> Result<Self, ExecutorError> {
-        let model = LlamaModel::load_for_context(&ctx, files, scheduler.max_model_len, progress)
-            .map_err(from_llama)?;
+        Self::with_lora(ctx, files, cache, scheduler, progress, None)
+    }
+
+    /// [`Self::new`], serving LoRA adapters within `lora`'s limits when it is set.
+    pub fn with_lora(
+        ctx: GpuContext,
+        files: &ModelFiles,
+        cache: &CacheConfig,
+        scheduler: &SchedulerConfig,
+        progress: bool,
+        lora: Option<LoraConfig>,
+    ) -> Result<Self, ExecutorError> {
+        let model = match lora {
+            Some(_) => LlamaModel::load_for_lora(&ctx, files, scheduler.max_model_len, progress),
+            None => LlamaModel::load_for_context(&ctx, files, scheduler.max_model_len, progress),
+        }
+        .map_err(from_llama)?;
         let c = model.config();
         let precision = kv_precision(cache.kv_cache_dtype);
         let format = ctx.capabilities().kv_format(precision);
@@ -250,7 +271,9 @@ impl WgpuExecutor {
         let workspace = Workspace::new(&ctx, &model, limits).map_err(|e| {
             device(e, "allocating the step workspace (lower --max-num-batched-tokens or --max-num-seqs)")
         })?;
+        let lora = lora.map(|l| ExecutorLora::new(&ctx, &model, l, limits.max_tokens)).transpose()?;
         let executor = Self {
+            lora,
             ctx,
             model,
             workspace,
@@ -362,6 +385,7 @@ impl WgpuExecutor {
                         sent: false,
                     }),
                     num_spec: 0,
+                    lora: r.lora_id,
                 },
             );
             order.push((r.req_id, r.num_computed_tokens, n_sched(r.req_id)?));
@@ -496,6 +520,22 @@ impl WgpuExecutor {
 }
 
 impl ModelExecutor for WgpuExecutor {
+    fn load_lora(&mut self, id: u32, path: &std::path::Path) -> Result<(), ExecutorError> {
+        let lora = self
+            .lora
+            .as_mut()
+            .ok_or_else(|| ExecutorError::Config("LoRA is not enabled (--enable-lora)".into()))?;
+        lora.register(id, path.to_owned(), self.model.config())
+    }
+
+    fn unload_lora(&mut self, id: u32) -> Result<(), ExecutorError> {
+        let lora = self
+            .lora
+            .as_mut()
+            .ok_or_else(|| ExecutorError::Config("LoRA is not enabled (--enable-lora)".into()))?;
+        lora.unregister(&self.ctx, id)
+    }
+
     fn execute(
         &mut self,
         scheduler_output: &SchedulerOutput,
@@ -538,10 +578,24 @@ impl ModelExecutor for WgpuExecutor {
             .max()
             .unwrap_or(1)
             .min(vocab);
-        let out = self
-            .model
-            .forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits)
-            .map_err(from_llama)?;
+        let out = match &mut self.lora {
+            Some(lora) => {
+                let seqs: Vec<_> = scheduled.iter().map(|s| (self.requests[&s.req_id].lora, s.len)).collect();
+                let rows = lora.rows(&self.ctx, self.model.config(), &seqs)?;
+                let lora = LoraRows { slots: lora.slots(), rows: &rows };
+                self.model.forward_with_lora(
+                    &self.ctx,
+                    &self.workspace,
+                    &self.cache,
+                    &batch,
+                    lora,
+                    top_k,
+                    needs_logits,
+                )
+            }
+            None => self.model.forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits),
+        }
+        .map_err(from_llama)?;
         if !scored.rows.is_empty() {
             self.gather_prompt_logprobs(&scored)?;
         }
@@ -648,6 +702,7 @@ mod tests {
             seed: 0,
             prompt_logprobs: None,
             num_spec: 0,
+            lora: None,
         }
     }
 

@@ -3,6 +3,7 @@
 pub mod fault;
 pub mod gpu_runner;
 pub mod host_kv;
+pub mod lora;
 pub mod masks;
 pub mod sim;
 pub mod step;
@@ -43,6 +44,20 @@ pub trait ModelExecutor {
     /// [`crate::gpu::GpuOptions::profile_kernels`].
     fn kernel_times(&self) -> Option<crate::gpu::KernelTimes> {
         None
+    }
+
+    /// Reads the LoRA adapter at `path` as adapter `id`, for requests that name it.
+    fn load_lora(&mut self, id: u32, path: &std::path::Path) -> Result<(), ExecutorError> {
+        let _ = (id, path);
+        Err(ExecutorError::Config(
+            "this executor does not serve LoRA adapters (start it with LoRA enabled)".into(),
+        ))
+    }
+
+    /// Forgets LoRA adapter `id`.
+    fn unload_lora(&mut self, id: u32) -> Result<(), ExecutorError> {
+        let _ = id;
+        Err(ExecutorError::Config("this executor does not serve LoRA adapters".into()))
     }
 }
 
