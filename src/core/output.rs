@@ -84,6 +84,9 @@ pub struct ModelRunnerOutput {
     /// Prompt log-probabilities of requests that asked for them, whole, at the step that
     /// finished their prompt (the one that samples their first token), once.
     pub prompt_logprobs: HashMap<RequestId, PromptLogprobs>,
+    /// Tokens a draft model proposes to follow each request's sampled ones (draft-model
+    /// speculation; vLLM's `spec_token_ids`): the scheduler schedules them for verification.
+    pub draft_token_ids: HashMap<RequestId, Vec<TokenId>>,
 }
 
 /// What one step produced for one request.

@@ -1,5 +1,6 @@
 //! Executors turn a `SchedulerOutput` into sampled tokens.
 
+pub mod draft;
 pub mod fault;
 pub mod gpu_runner;
 pub mod masks;
@@ -66,6 +67,10 @@ pub enum ExecutorError {
         "the wgpu executor does not copy KV blocks to host memory yet: --kv-offloading-size must be 0 (the simulated executor models the tier)"
     )]
     HostTierUnsupported,
+    /// The draft model (draft-model speculation) cannot be opened or loaded, or does not fit
+    /// the model.
+    #[error("draft model: {0}")]
+    DraftModel(String),
     /// A constrained request came without its token mask.
     #[error("request {0} has structured outputs but no token mask this step")]
     MissingMask(crate::ids::RequestId),
