@@ -316,6 +316,7 @@ impl Scheduler {
                 // Only the accepted proposals stay computed: the rest roll back.
                 let num_accepted = sampled.len().saturating_sub(1).min(proposed.len());
                 request.num_computed_tokens -= proposed.len() - num_accepted;
+                request.num_rejected_tokens = proposed.len() - num_accepted;
                 request.spec_token_ids.clear();
                 if !sampled.is_empty() {
                     self.stats.spec_decoding.record(proposed.len(), num_accepted);
