@@ -202,14 +202,14 @@ fn a_constrained_request_under_speculation_returns_plain_decodes_tokens() {
         }
         let mut engine = builder.build().unwrap();
         let mut accepted_before = 0;
-        let mut run = |params: &SamplingParams| {
+        let run = |params: &SamplingParams| {
             let tokens = engine.generate([text], params).unwrap().remove(0).token_ids;
             let accepted = engine.metrics().scheduler.spec_decoding.num_accepted_tokens;
             let run = (tokens, accepted - accepted_before);
             accepted_before = accepted;
             run
         };
-        [&greedy, &constrained, &seeded].map(|params| run(params))
+        [&greedy, &constrained, &seeded].map(run)
     };
     let plain = complete(None);
     let spec = complete(Some(SpeculativeConfig::ngram(4, 1, 3)));

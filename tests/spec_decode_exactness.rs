@@ -106,7 +106,13 @@ fn alone(
     prompts
         .iter()
         .map(|p| {
-            run(exec, sched(512, len, None), cache(POOL, dtype, files), &greedy(&[p.clone()], max_tokens)).0
+            run(
+                exec,
+                sched(512, len, None),
+                cache(POOL, dtype, files),
+                &greedy(std::slice::from_ref(p), max_tokens),
+            )
+            .0
         })
         .map(|mut tokens| tokens.remove(0))
         .collect()
