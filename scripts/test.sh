@@ -87,6 +87,9 @@ python3 tests/openai_client.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 python3 tests/openai_structured.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # Reasoning output (`--reasoning-parser qwen3`) read by the client as `reasoning_content`.
 python3 tests/openai_reasoning.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# `--speculative-config` (n-gram) through it: the same greedy replies as without, proposals
+# accepted on /metrics, an unknown field refused by name.
+python3 tests/openai_speculative.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # vLLM's metric names through prometheus_client's parser.
 python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # lm-evaluation-harness's local-completions model on a local loglikelihood task: each choice's

@@ -90,6 +90,9 @@ pub struct ModelRunnerOutput {
     /// scheduler forgets those host blocks and recomputes the unloaded ones, whose requests
     /// the executor left out of the step.
     pub failed_kv_transfers: crate::core::host_tier::KvTransfers,
+    /// Tokens a draft model proposes to follow each request's sampled ones (draft-model
+    /// speculation; vLLM's `spec_token_ids`): the scheduler schedules them for verification.
+    pub draft_token_ids: HashMap<RequestId, Vec<TokenId>>,
 }
 
 /// What one step produced for one request.

@@ -108,6 +108,8 @@ pub struct Request {
     pub spec_token_ids: Vec<TokenId>,
     /// The LoRA adapter it runs with; `None` for the base model.
     pub lora: Option<crate::core::lora::LoraRequest>,
+    /// Proposed tokens its latest verification rejected.
+    pub num_rejected_tokens: usize,
 }
 
 impl Request {
@@ -136,6 +138,7 @@ impl Request {
             stop_token: None,
             spec_token_ids: Vec::new(),
             lora: None,
+            num_rejected_tokens: 0,
         }
     }
 

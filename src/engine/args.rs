@@ -74,6 +74,7 @@ pub struct EngineArgs {
     scheduling_policy: Option<SchedulingPolicy>,
     /// Speculative decoding, as vLLM's JSON object, e.g.
     /// '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    /// or '{"method": "draft_model", "model": "draft.gguf", "num_speculative_tokens": 4}'
     /// [default: off].
     #[arg(long, value_name = "JSON", value_parser = SpeculativeConfig::from_json)]
     speculative_config: Option<SpeculativeConfig>,

@@ -712,45 +712,53 @@ impl Engine {
     }
 }
 
+/// A constrained request that samples this step: the output tokens its constraint has not
+/// consumed yet, and the proposals the step verifies.
+type ConstrainedSampler = (RequestId, Vec<TokenId>, Vec<TokenId>);
+
 /// The constrained requests that sample in step `scheduled`, with the output tokens their
-/// constraint has not consumed yet.
+/// constraint has not consumed yet and the proposed tokens verified after them.
 fn constrained_samplers(
     scheduler: &Scheduler,
     requests: &HashMap<RequestId, RequestState>,
     scheduled: &SchedulerOutput,
-) -> Vec<(RequestId, Vec<TokenId>)> {
+) -> Vec<ConstrainedSampler> {
     let mut samplers = Vec::new();
     for &id in scheduled.num_scheduled_tokens.keys() {
         let Some(consumed) = requests.get(&id).and_then(|s| s.constraint.as_ref()).map(|c| c.consumed())
         else {
             continue;
         };
-        if let Some(request) = scheduler.get_request(id).filter(|r| r.num_computed_tokens == r.num_tokens()) {
-            samplers.push((id, request.output_token_ids.get(consumed..).unwrap_or_default().to_vec()));
+        let samples = |r: &&Request| r.num_computed_tokens == r.num_tokens_with_spec();
+        if let Some(request) = scheduler.get_request(id).filter(samples) {
+            let new_tokens = request.output_token_ids.get(consumed..).unwrap_or_default().to_vec();
+            let proposals = scheduled.scheduled_spec_decode_tokens.get(&id).cloned().unwrap_or_default();
+            samplers.push((id, new_tokens, proposals));
         }
     }
     samplers
 }
 
-/// The masks of `samplers` (request, output tokens its constraint has not consumed): each
-/// constraint follows its new tokens, then gives its mask. A constraint that fails moves
-/// its error into its request, which ends with it after this step (whatever the executor
-/// samples under the empty mask it gets is dropped).
+/// The masks of `samplers` (request, output tokens its constraint has not consumed,
+/// proposals): each constraint follows its new tokens, then gives the mask of each position
+/// the step samples at ([`crate::structured::ConstraintState::masks_along`]). A constraint
+/// that fails moves its error into its request, which ends with it after this step
+/// (whatever the executor samples under the empty mask it gets is dropped).
 fn constraint_masks(
     requests: &mut HashMap<RequestId, RequestState>,
-    samplers: Vec<(RequestId, Vec<TokenId>)>,
-) -> HashMap<RequestId, TokenMask> {
+    samplers: Vec<ConstrainedSampler>,
+) -> HashMap<RequestId, Vec<TokenMask>> {
     let mut masks = HashMap::with_capacity(samplers.len());
-    for (id, new_tokens) in samplers {
+    for (id, new_tokens, proposals) in samplers {
         let Some(state) = requests.get_mut(&id) else { continue };
         let Some(constraint) = state.constraint.as_mut() else { continue };
-        match constraint.follow(&new_tokens).and_then(|()| constraint.mask()) {
-            Ok(mask) => {
-                masks.insert(id, mask);
+        match constraint.follow(&new_tokens).and_then(|()| constraint.masks_along(&proposals)) {
+            Ok(request_masks) => {
+                masks.insert(id, request_masks);
             }
             Err(error) => {
                 state.constraint_error = Some(error);
-                masks.insert(id, TokenMask::from_ids([]));
+                masks.insert(id, vec![TokenMask::from_ids([])]);
             }
         }
     }

@@ -1,5 +1,6 @@
 //! Executors turn a `SchedulerOutput` into sampled tokens.
 
+pub mod draft;
 pub mod fault;
 pub mod gpu_runner;
 pub mod host_kv;
@@ -80,6 +81,10 @@ pub enum ExecutorError {
     /// The step carries host KV copies but the executor was built without a host tier.
     #[error("the step copies KV blocks to or from host memory but the executor has no host tier")]
     HostTierUnsupported,
+    /// The draft model (draft-model speculation) cannot be opened or loaded, or does not fit
+    /// the model.
+    #[error("draft model: {0}")]
+    DraftModel(String),
     /// A constrained request came without its token mask.
     #[error("request {0} has structured outputs but no token mask this step")]
     MissingMask(crate::ids::RequestId),
