@@ -106,6 +106,13 @@ pub struct Request {
     /// Tokens proposed to follow its known ones (speculative decoding), to be verified by
     /// the next step that schedules it; never hashed, cached or counted as output.
     pub spec_token_ids: Vec<TokenId>,
+    /// Tokens scheduled steps will sample that have not come back yet (async scheduling,
+    /// vLLM's `num_output_placeholders`): a running request is scheduled past them, and they
+    /// count in `num_computed_tokens` once scheduled but never in its known tokens.
+    pub num_output_placeholders: usize,
+    /// In-flight outputs to drop when they arrive: they were computed before the request
+    /// was reset (its KV found invalid and recomputed).
+    pub num_stale_outputs: usize,
 }
 
 impl Request {
@@ -133,6 +140,8 @@ impl Request {
             block_hashes: Vec::new(),
             stop_token: None,
             spec_token_ids: Vec::new(),
+            num_output_placeholders: 0,
+            num_stale_outputs: 0,
         }
     }
 

@@ -27,6 +27,11 @@ impl<'scope> StepMasks<'scope> {
         Self { pending: Some(handle), ready: HashMap::new() }
     }
 
+    /// Masks computed already.
+    pub fn ready(ready: HashMap<RequestId, TokenMask>) -> Self {
+        Self { pending: None, ready }
+    }
+
     /// The mask of `request_id`, waiting for the computation on first use.
     pub fn get(&mut self, request_id: RequestId) -> Option<&TokenMask> {
         self.wait();
