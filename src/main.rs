@@ -871,6 +871,14 @@ fn print_report(report: &WorkloadReport) {
     for (name, value) in rows {
         println!("{name:<32} {value}");
     }
+    if let Some(o) = &report.host_overlap {
+        let mode = if o.async_scheduling { "on" } else { "off" };
+        println!("{:<32} {mode}", "async scheduling");
+        println!(
+            "{:<32} {:.0} us / {:.0} us",
+            "host per step hidden / exposed", o.hidden_us_per_step, o.exposed_us_per_step
+        );
+    }
     if let Some(h) = &report.host_tier {
         let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
         println!("{:<32} {} / {} blocks", "host KV tier used / size", h.num_used_blocks, h.num_blocks);

@@ -226,6 +226,8 @@ pub struct Engine {
     async_scheduling: bool,
     /// Host work hidden behind steps and exposed between them.
     overlap: OverlapMeter,
+    /// The device counters after the last step whose outputs were taken.
+    last_counters: Option<crate::gpu::GpuCounters>,
     text: TextModel,
     requests: HashMap<RequestId, RequestState>,
     next_request_id: RequestId,
@@ -322,6 +324,7 @@ impl Engine {
             executor,
             in_flight: VecDeque::new(),
             overlap: OverlapMeter::default(),
+            last_counters: None,
             text: TextModel {
                 grammars: Grammars::new(tokenizer.clone(), eos_token_id, extra_eos_token_ids.clone()),
                 tokenizer,
@@ -358,7 +361,8 @@ impl Engine {
     /// The device layer's counters when the executor runs on a GPU (buffers and bind groups
     /// created, steps, dispatches, host time per step).
     pub fn device_counters(&self) -> Option<crate::gpu::GpuCounters> {
-        self.executor.call(|executor| executor.device_counters()).flatten()
+        // After a step, its snapshot: asking the executor would wait for the step in flight.
+        self.last_counters.or_else(|| self.executor.call(|executor| executor.device_counters()).flatten())
     }
 
     /// Device time per kernel variant when the engine's device times its kernels
@@ -550,6 +554,7 @@ impl Engine {
         let result = self.executor.wait();
         let start = Instant::now();
         self.overlap.step(result.started, result.ended);
+        self.last_counters = result.counters.or(self.last_counters);
         let runner_output = match result.output {
             Ok(output) => output,
             Err(source) => return Err(self.fail_step(&scheduled, source)),

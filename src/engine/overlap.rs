@@ -28,6 +28,15 @@ impl HostOverlap {
     pub fn exposed_us_per_step(&self) -> f64 {
         self.exposed_seconds * 1e6 / self.steps.max(1) as f64
     }
+
+    /// The totals of `self` since `before`.
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            steps: self.steps - before.steps,
+            hidden_seconds: self.hidden_seconds - before.hidden_seconds,
+            exposed_seconds: self.exposed_seconds - before.exposed_seconds,
+        }
+    }
 }
 
 /// Steps kept to measure host work against (two in flight at most, and their neighbours).

@@ -11,6 +11,7 @@ use std::time::Instant;
 use crate::core::host_tier::StepTiming;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
+use crate::gpu::GpuCounters;
 use crate::ids::RequestId;
 use crate::structured::TokenMask;
 
@@ -36,6 +37,8 @@ pub struct StepResult {
     pub started: Instant,
     /// When it returned.
     pub ended: Instant,
+    /// The device layer's counters after it (executors on a device).
+    pub counters: Option<GpuCounters>,
 }
 
 /// The executor's thread, fed through a queue.
@@ -70,7 +73,9 @@ impl ExecutorWorker {
                             let output = executor.execute(&scheduled, &mut StepMasks::ready(masks));
                             let timing = executor.last_step_timing();
                             let ended = Instant::now();
-                            if results.send(StepResult { output, timing, started, ended }).is_err() {
+                            let counters = executor.device_counters();
+                            let result = StepResult { output, timing, started, ended, counters };
+                            if results.send(result).is_err() {
                                 break;
                             }
                         }
@@ -115,6 +120,7 @@ impl ExecutorWorker {
                 timing: None,
                 started: now,
                 ended: now,
+                counters: None,
             }
         })
     }

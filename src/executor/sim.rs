@@ -35,6 +35,9 @@ pub struct CostModel {
     pub host_copy_bytes_per_s: f64,
     /// Seconds of latency per batch of host copies.
     pub host_copy_latency_s: f64,
+    /// Host seconds per step outside the model (scheduling, output processing): exposed
+    /// before each step in the serial loop, behind the step in flight with async scheduling.
+    pub host_step_s: f64,
 }
 
 impl Default for CostModel {
@@ -47,6 +50,8 @@ impl Default for CostModel {
             kv_bytes_per_token: 2 * 32 * 8 * 128 * 2,
             host_copy_bytes_per_s: 25e9,
             host_copy_latency_s: 10e-6,
+            // The engine's share of a step on an H200 (0.5 to 1 ms).
+            host_step_s: 0.5e-3,
         }
     }
 }
