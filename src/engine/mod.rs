@@ -540,12 +540,12 @@ impl Engine {
         if let Some(reason) = &self.device_lost {
             return Err(EngineError::DeviceLost(reason.clone()));
         }
-        let start = Instant::now();
+        let mut start = Instant::now();
         if self.in_flight.is_empty() {
-            self.submit_next();
+            start = self.submit_next(start);
         }
         if self.async_scheduling && !self.in_flight.is_empty() {
-            self.submit_next();
+            start = self.submit_next(start);
         }
         self.overlap.host(start);
         let Some(scheduled) = self.in_flight.pop_front() else {
@@ -575,18 +575,21 @@ impl Engine {
     }
 
     /// Schedules a step and hands it to the executor, with its constrained requests' masks
-    /// (nothing while no request is live).
-    fn submit_next(&mut self) {
+    /// (nothing while no request is live). The host work from `start` is measured up to the
+    /// hand-over; returns when the host's work goes on.
+    fn submit_next(&mut self, start: Instant) -> Instant {
         if !self.scheduler.has_unfinished_requests() {
-            return;
+            return start;
         }
         let scheduled = self.scheduler.schedule();
         let samplers = constrained_samplers(&self.scheduler, &self.requests, &scheduled);
         let masks =
             if samplers.is_empty() { HashMap::new() } else { constraint_masks(&mut self.requests, samplers) };
         let scheduled = Arc::new(scheduled);
+        self.overlap.host(start);
         self.executor.submit(scheduled.clone(), masks);
         self.in_flight.push_back(scheduled);
+        Instant::now()
     }
 
     /// After the executor failed `scheduled`: takes the steps still in flight, undoes them
