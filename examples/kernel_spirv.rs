@@ -126,7 +126,8 @@ fn gguf_linears(path: &Path, caps: &Capabilities) -> Result<Vec<Linear>> {
             post_norms: l.post_norms.is_some(),
             act,
         };
-        let w = [&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj];
+        let mlp = l.dense_mlp().expect("a dense model");
+        let w = [&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &mlp.gate_proj, &mlp.up_proj, &mlp.down_proj];
         out.extend(kind.linears(caps, w.map(type_and_k)));
     }
     let (dtype, k) = type_and_k(&weights.lm_head);

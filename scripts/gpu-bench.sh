@@ -50,6 +50,9 @@
 # no-async") against its main rows, which schedule one step ahead. One model (PROFILE, default llama-3.2-1b:q4_k; empty for none)
 # also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels: each
 # kernel variant's share of the device time (no table where the adapter has no timestamp queries).
+# One model (HOST_TIER, default llama-3.2-1b:q4_k; empty for none) also runs the multi-turn-chat
+# workload on a small pool with a host KV tier: the copy bandwidth the tier achieved (bytes moved
+# over the host time of its copies) beside the adapter's, and the returning conversations' TTFT.
 #
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan, its shaders
 # compiled with a glslc that has cooperative matrices (KHR and NVIDIA's coopmat2) and integer dot
@@ -233,6 +236,26 @@ decode_row() {
         "$(field host_us_p50 "$2")" "$(field dispatches_per_step "$2")"
 }
 
+# Prints the host KV tier's row for $file (the caller's model): the multi-turn-chat workload on a
+# pool of HOST_TIER_BLOCKS (64) blocks with a 1 GiB tier; its copy GB/s beside the adapter's.
+host_tier_row() {
+    local report
+    report=$(timeout "$(cap)" "$bin" bench --executor wgpu --workload multi-turn-chat --model "$file" \
+        --num-requests "${HOST_TIER_REQUESTS:-16}" --num-gpu-blocks "${HOST_TIER_BLOCKS:-64}" \
+        --kv-offloading-size 1 --json | tail -n 1) || true
+    if [[ $report != *'"copy_seconds"'* ]]; then
+        echo "$shape $dtype: host tier: no report (cut by its share of the time?)"
+        return
+    fi
+    awk -v m="$shape" -v d="$dtype" -v load="$(field load_bytes "$report")" \
+        -v store="$(field store_bytes "$report")" -v s="$(field copy_seconds "$report")" \
+        -v ttft="$(field ttft_p50_returning_s "$report")" -v bw="$bandwidth" 'BEGIN {
+            gbs = s > 0 ? (load + store) / s / 1e9 : 0
+            printf "%-14s %-5s host tier: %.1f MB loaded, %.1f MB stored, copies %.1f GB/s (%.0f%% of %s GB/s), returning TTFT p50 %.1f ms\n",
+                m, d, load / 1e6, store / 1e6, gbs, 100 * gbs / bw, bw, ttft * 1e3
+        }'
+}
+
 # Prints the last report of llama-batched-bench's JSON lines $2 whose field $1 is $3.
 last_report() {
     grep "\"$1\": $3," <<<"$2" | tail -1 || true
@@ -328,6 +351,7 @@ model_weight() {
     [[ $1 == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${ASYNC_AB-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${PROFILE-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
+    [[ $1 == "${HOST_TIER-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     echo "$w"
 }
 
@@ -453,6 +477,11 @@ run() {
                     --output-len 64 --profile-kernels | grep -E "^ *[0-9.]+% |kernel device time" || true
             fi
             took "profile"
+        fi
+        if [[ $spec == "${HOST_TIER-llama-3.2-1b:q4_k}" ]]; then
+            job 1
+            spent || host_tier_row
+            took "host tier"
         fi
         rm -f "$file"
     done

@@ -25,7 +25,8 @@ export PAGODA_SPM_GGUF="$(python3 scripts/llama2-vocab.py gguf)"
 export PAGODA_MIX_DIR="$(scripts/make-mixes.sh)"
 # The default model split by llama.cpp's `llama-gguf-split` into parts (the first run builds it).
 export PAGODA_SPLIT_DIR="$(scripts/make-splits.sh)"
-# Tiny random-weight models of each family (Llama 3, Qwen2/3, Mistral, Gemma 2/3, Phi-3) as HF
+# Tiny random-weight models of each family (Llama 3, Qwen2/3, Mistral, Gemma 2/3, Phi-3, and the
+# mixtures of experts Qwen3-MoE and Mixtral) as HF
 # directories and as llama.cpp's converter writes them (tests/fixtures/families/).
 export PAGODA_FAMILIES_DIR="$(python3 scripts/tiny-families.py)"
 # One of them quantized to Q8_0 by llama.cpp's quantizer.

@@ -244,6 +244,39 @@ FAMILIES = {
     },
 }
 
+# Mixture-of-experts families: experts as the hub's checkpoints store them (one tensor per expert
+# and projection), which transformers 5 loads into its fused expert tensors and llama.cpp's
+# converter stacks into blk.N.ffn_{gate,up,down}_exps.
+FAMILIES["qwen3-moe"] = {
+    "seed": 1010, "tokenizer": "qwen3",
+    "config": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645,
+        "head_dim": 32, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 128,
+        "max_position_embeddings": 40960, "max_window_layers": 2, "mlp_only_layers": [], "moe_intermediate_size": 32,
+        "norm_topk_prob": True, "num_attention_heads": 4, "num_experts": 8, "num_experts_per_tok": 2,
+        "num_hidden_layers": 2, "num_key_value_heads": 2, "output_router_logits": False, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "router_aux_loss_coef": 0.001,
+        "sliding_window": None, "tie_word_embeddings": True, "dtype": "float32", "transformers_version": "5.24.0",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    },
+    "about": "Qwen3-30B-A3B style mixture of experts: 8 experts of 32 intermediate columns, 2 chosen a token by softmax, top-k and renormalisation (norm_topk_prob), on every layer (decoder_sparse_step 1); otherwise as `qwen3` (q_norm/k_norm, head_dim 32, GQA 4/2, tied embeddings). Experts stored one tensor each (mlp.experts.E.{gate,up,down}_proj), as the hub's checkpoints are. transformers 5 layout.",
+}
+FAMILIES["mixtral"] = {
+    "seed": 1011, "tokenizer": "mistral",
+    "config": {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "attention_dropout": 0.0, "bos_token_id": 1,
+        "eos_token_id": 2, "head_dim": 16, "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02,
+        "intermediate_size": 64, "max_position_embeddings": 32768, "num_attention_heads": 4, "num_experts_per_tok": 2,
+        "num_hidden_layers": 2, "num_key_value_heads": 2, "num_local_experts": 4, "output_router_logits": False,
+        "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "float32", "transformers_version": "4.57.6", "use_cache": True,
+        "vocab_size": 32000,
+    },
+    "about": "Mixtral-8x7B style mixture of experts: 4 experts (block_sparse_moe.experts.E.w1/w2/w3) of 64 intermediate columns, 2 chosen a token (softmax, top-k, renormalised), no sliding window, GQA 4/2, untied head, Llama 2 SentencePiece vocabulary with Mistral's template. transformers 4 layout.",
+}
+
+
 def gemma3_pattern_config():
     """Gemma 3's config with 3 layers in the transformers 5 form of a layer pattern
     (`layer_types`): sliding, sliding, full."""
@@ -405,6 +438,22 @@ def bf16_grid(x):
     return y
 
 
+# HF tensor names of a mixture-of-experts layer (after "model.layers.N."): the router, one
+# expert's projection, and the names of its gate, up and down projections.
+MOE_NAMES = {
+    "qwen3_moe": {"router": "mlp.gate.weight", "expert": "mlp.experts.{e}.{w}.weight",
+                  "gate_up_down": ("gate_proj", "up_proj", "down_proj")},
+    "mixtral": {"router": "block_sparse_moe.gate.weight", "expert": "block_sparse_moe.experts.{e}.{w}.weight",
+                "gate_up_down": ("w1", "w3", "w2")},
+}
+
+
+def moe_shape(c):
+    """Experts per layer and each one's intermediate size."""
+    return {"experts": c.get("num_experts", c.get("num_local_experts")),
+            "ff": c.get("moe_intermediate_size", c["intermediate_size"])}
+
+
 def make_weights(name, family):
     """HF tensor name -> f32 array, drawn in a fixed order from default_rng(seed)."""
     c = family["config"]
@@ -443,15 +492,25 @@ def make_weights(name, family):
         # attention and MLP outputs outweigh the embedding, so that a tied head does not just
         # predict the current token again
         w[p + "self_attn.o_proj.weight"] = linear(hidden, heads * head_dim, gain=3.0)
-        if mt in ("qwen3", "gemma3_text"):
+        if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
             w[p + "self_attn.q_norm.weight"] = norm(head_dim)
             w[p + "self_attn.k_norm.weight"] = norm(head_dim)
         if mt == "phi3":
             w[p + "mlp.gate_up_proj.weight"] = linear(2 * inter, hidden)
+        elif mt in MOE_NAMES:
+            experts, moe = MOE_NAMES[mt], moe_shape(c)
+            # router logits of a few units, so that no two experts tie at the top-k boundary
+            w[p + experts["router"]] = linear(moe["experts"], hidden, gain=4.0)
+            for e in range(moe["experts"]):
+                gate, up, down = (p + experts["expert"].format(e=e, w=n) for n in experts["gate_up_down"])
+                w[gate] = linear(moe["ff"], hidden)
+                w[up] = linear(moe["ff"], hidden)
+                w[down] = linear(hidden, moe["ff"], gain=3.0)
         else:
             w[p + "mlp.gate_proj.weight"] = linear(inter, hidden)
             w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
-        w[p + "mlp.down_proj.weight"] = linear(hidden, inter, gain=3.0)
+        if mt not in MOE_NAMES:
+            w[p + "mlp.down_proj.weight"] = linear(hidden, inter, gain=3.0)
         w[p + "input_layernorm.weight"] = norm(hidden)
         w[p + "post_attention_layernorm.weight"] = norm(hidden)
         if gemma:
@@ -467,7 +526,7 @@ def make_weights(name, family):
 # GGUF, as llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's llama.cpp) writes it
 # ---------------------------------------------------------------------------------------------
 
-GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen3_moe": "qwen3moe", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
              "gemma3_text": "gemma3", "phi3": "phi3"}
 # tokenizer.ggml.pre the converter picks for each byte-level BPE tokenizer (from the hash of
 # its encoding of a test string; the byte identity check catches any change)
@@ -593,8 +652,16 @@ def gguf_tensors(family, weights, arch):
         out.append(("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32)))
         out.append(("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32)))
     tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], c["num_hidden_layers"])
+    experts = {}
     for name in sorted(weights):
         data = weights[name]
+        stacked = moe_stack(c, name, data, experts)
+        if stacked is not None:
+            for merged, stack in stacked:
+                new = tensor_map.get_name(key=merged, try_suffixes=(".weight", ".bias"))
+                assert new is not None, merged
+                out.append((new, stack))
+            continue
         if arch == "gemma2" and name == "lm_head.weight":
             continue
         if arch == "llama":
@@ -607,6 +674,32 @@ def gguf_tensors(family, weights, arch):
         new = tensor_map.get_name(key=name, try_suffixes=(".weight", ".bias"))
         assert new is not None, name
         out.append((new, np.ascontiguousarray(data, dtype=np.float32)))
+    return out
+
+
+def moe_stack(c, name, data, pending):
+    """The converter's expert merging: None for a tensor that is no expert's; else, an expert's
+    projection is held in `pending` until its layer's last one arrives, and then every
+    projection's experts are stacked into one [experts, rows, cols] tensor each, named as the
+    converter names them, in its order (Qwen3-MoE: down, gate, up; Mixtral: w1, w2, w3)."""
+    mt = c["model_type"]
+    if mt not in MOE_NAMES or ".experts." not in name:
+        return None
+    layer = int(name.split(".")[2])
+    held = pending.setdefault(layer, {})
+    held[name] = data
+    count = moe_shape(c)["experts"]
+    if len(held) < 3 * count:
+        return []
+    expert = "model.layers.{l}." + MOE_NAMES[mt]["expert"]
+    if mt == "qwen3_moe":
+        order, merged = ("down_proj", "gate_proj", "up_proj"), "model.layers.{l}.mlp.experts.{w}.weight"
+    else:
+        order, merged = ("w1", "w2", "w3"), "layers.{l}.feed_forward.experts.{w}.weight"
+    out = []
+    for w in order:
+        stack = np.stack([held.pop(expert.format(l=layer, e=e, w=w)) for e in range(count)])
+        out.append((merged.format(l=layer, w=w), np.ascontiguousarray(stack, dtype=np.float32)))
     return out
 
 
@@ -633,7 +726,8 @@ def write_gguf(name, family, hf_dir, spec, cfg, weights, outtype, path):
         writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
     for new, data in gguf_tensors(family, weights, arch):
         qtype = gguf.GGMLQuantizationType.F32
-        if outtype == "f16" and data.ndim > 1 and not new.endswith("_norm.weight"):
+        # the converter keeps a router (ffn_gate_inp) in f32
+        if outtype == "f16" and data.ndim > 1 and not new.endswith(("_norm.weight", "ffn_gate_inp.weight")):
             qtype = gguf.GGMLQuantizationType.F16
         writer.add_tensor(new, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
 
@@ -687,10 +781,15 @@ def write_gguf(name, family, hf_dir, spec, cfg, weights, outtype, path):
         if arch == "gemma3":
             w.add_rope_freq_base_swa(c["rope_local_base_freq"])
         w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+        if c["model_type"] in MOE_NAMES:
+            w.add_expert_count(moe_shape(c)["experts"])
+            w.add_expert_used_count(c["num_experts_per_tok"])
         if c.get("head_dim") is not None:
             w.add_key_length(c["head_dim"])
             w.add_value_length(c["head_dim"])
         w.add_file_type(ftype)
+        if "moe_intermediate_size" in c:
+            w.add_expert_feed_forward_length(c["moe_intermediate_size"])
         if arch == "llama":
             w.add_vocab_size(c["vocab_size"])
             w.add_rope_dimension_count(c.get("head_dim") or hidden // heads)

@@ -1,7 +1,8 @@
 // The parameters and flat index of the elementwise kernels over n values, each composed
 // from this file and its own: gated_mul (out = act(gate) * up, with act_silu.wgsl or
 // act_gelu_tanh.wgsl), add_in_place (x += y), gather_rows (out[r, :] = src[indices[r], :]),
-// scale (x *= value) and softcap (x = value tanh(x / value)).
+// scatter_rows (out[indices[r], :] = src[r, :] * scales[r]), moe_combine (x += the sum of d
+// blocks of y), scale (x *= value) and softcap (x = value tanh(x / value)).
 struct ElementwiseParams {
     n: u32,
     d: u32,

@@ -14,6 +14,8 @@ use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::sim::SimConfig;
 use pagoda::gpu::{GpuContext, resident_bytes};
 use pagoda::model::chat::TemplateKwargs;
+use pagoda::model::footprint::Footprint;
+use pagoda::model::moe::RouterRule;
 use pagoda::model::random::{RandomShape, write_random_model};
 use pagoda::model::reasoning::{ReasoningParser, Split, Thinking};
 use pagoda::model::weights::WeightFile;
@@ -347,7 +349,8 @@ fn parse_kv_events_config(json: &str) -> Result<pagoda::server::kv_events::KvEve
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// random, shared-prefix, memory-pressure, long-prompt or input-grounded.
+    /// random, shared-prefix, memory-pressure, long-prompt, input-grounded or
+    /// multi-turn-chat.
     #[arg(long, default_value = "random")]
     workload: BuiltinWorkload,
     /// Requests in the workload; a comma list runs the workload once per count on the same
@@ -394,11 +397,15 @@ struct PerplexityArgs {
 
 #[derive(Debug, Args)]
 struct RandomModelArgs {
-    /// smollm2-135m, llama-3.2-1b or llama-2-7b.
+    /// smollm2-135m, llama-3.2-1b, llama-2-7b, qwen3-30b-a3b (128 experts, 8 a token) or
+    /// qwen3-30b-a3b-dense (its active parameters as one dense MLP).
     #[arg(long)]
     shape: String,
+    /// Fewer decoder layers than the shape has (a smaller file of the same widths).
+    #[arg(long)]
+    layers: Option<usize>,
     /// Type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k,
-    /// q6_k, q2_k, q3_k or iq4_xs.
+    /// q6_k, q2_k, q3_k, iq4_xs or mxfp4.
     #[arg(long, value_parser = parse_weight_dtype)]
     dtype: DType,
     /// Seed of the weights.
@@ -418,14 +425,25 @@ fn parse_weight_dtype(name: &str) -> Result<DType, String> {
 }
 
 fn random_model(args: RandomModelArgs) -> anyhow::Result<()> {
-    let shape = RandomShape::named(&args.shape)?;
-    let bytes = write_random_model(&args.out, shape, args.dtype, args.seed)?;
+    let mut shape = *RandomShape::named(&args.shape)?;
+    if let Some(layers) = args.layers {
+        anyhow::ensure!(
+            (1..=shape.layers).contains(&layers),
+            "--layers: 1 to {} for {}",
+            shape.layers,
+            shape.name
+        );
+        shape.layers = layers;
+    }
+    let bytes = write_random_model(&args.out, &shape, args.dtype, args.seed)?;
     println!(
-        "{}: {} in {}, {} matrix parameters, {:.2} GB",
+        "{}: {} ({} layers) in {}, {} matrix parameters, {} active a token, {:.2} GB",
         args.out.display(),
         shape.name,
+        shape.layers,
         args.dtype.name(),
         shape.matrix_params(),
+        shape.active_params(),
         bytes as f64 / 1e9
     );
     Ok(())
@@ -879,6 +897,9 @@ fn print_report(report: &WorkloadReport) {
             "host per step hidden / exposed", o.hidden_us_per_step, o.exposed_us_per_step
         );
     }
+    if let Some(seconds) = report.ttft_p50_returning_s {
+        println!("{:<32} {}", "TTFT p50 returning", ms(seconds));
+    }
     if let Some(h) = &report.host_tier {
         let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
         println!("{:<32} {} / {} blocks", "host KV tier used / size", h.num_used_blocks, h.num_blocks);
@@ -893,6 +914,10 @@ fn print_report(report: &WorkloadReport) {
             mib(h.store_bytes),
             h.copy_seconds * 1e3
         );
+        if h.copy_seconds > 0.0 {
+            let gb_per_s = (h.load_bytes + h.store_bytes) as f64 / h.copy_seconds / 1e9;
+            println!("{:<32} {gb_per_s:.2} GB/s", "host copy bandwidth");
+        }
     }
     if let Some(spec) = &report.spec_decoding {
         let per_pos: Vec<String> =
@@ -982,6 +1007,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         c.tie_word_embeddings,
         if model.chat_template.is_some() { "yes" } else { "no" },
     );
+    print_footprint(&model)?;
     if let Some(template) = &model.chat_template {
         println!(
             "  chat template {}; tool calls in the {:?} format",
@@ -990,6 +1016,34 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         );
     }
     print_weight_types(&model.weights);
+    Ok(())
+}
+
+/// A mixture of experts' experts and router, and every model's parameters and weight bytes, in
+/// all and read a decoded token.
+fn print_footprint(model: &ModelFiles) -> anyhow::Result<()> {
+    let c = &model.config;
+    if let Some(moe) = &c.moe {
+        let rule = match moe.rule {
+            RouterRule::SoftmaxTopK { renormalize: true } => "softmax, top-k, renormalised",
+            RouterRule::SoftmaxTopK { renormalize: false } => "softmax, top-k",
+            RouterRule::TopKSoftmax => "top-k, softmax",
+        };
+        println!(
+            "  experts: {} a layer, {} a token ({rule}), expert intermediate {}",
+            moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size
+        );
+    }
+    let k = c.moe.map_or(0, |moe| moe.experts_per_token);
+    let f = Footprint::of(&model.llama_weights()?, k);
+    let (m, mib) = (|n: u64| n as f64 / 1e6, |b: u64| b as f64 / (1024.0 * 1024.0));
+    println!(
+        "  parameters {:.2} M, {:.2} M active a token; weights read a decoded token {:.1} MiB of {:.1} MiB",
+        m(f.parameters),
+        m(f.active_parameters),
+        mib(f.bytes_per_token),
+        mib(f.bytes)
+    );
     Ok(())
 }
 

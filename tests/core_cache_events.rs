@@ -51,6 +51,9 @@ impl Replica {
                     self.cached.clear();
                     self.num_cleared += 1;
                 }
+                CacheEvent::HostStored { .. } | CacheEvent::HostRemoved { .. } => {
+                    panic!("no host tier here: {event:?}")
+                }
             }
         }
     }

@@ -6,11 +6,10 @@ mod core_support;
 use core_support::{cache, fake_model_output, fake_step, request, tokens};
 use pagoda::core::host_tier::{BlockCopy, HostTierError};
 use pagoda::core::scheduler::{Scheduler, SchedulerConfigError};
-use pagoda::executor::ExecutorError;
 use pagoda::executor::sim::SimConfig;
 use pagoda::workload::BuiltinWorkload;
 use pagoda::workload::sim::WorkloadRunner;
-use pagoda::{CacheConfig, Engine, EngineError, ExecutorKind, SchedulerConfig};
+use pagoda::{CacheConfig, Engine, ExecutorKind, SamplingParams, SchedulerConfig};
 
 const BLOCK_BYTES: u64 = 1 << 20;
 
@@ -133,12 +132,26 @@ fn memory_pressure_outputs_are_unchanged_and_recompute_falls_with_the_tier() {
 }
 
 #[test]
-fn the_wgpu_executor_refuses_a_host_tier_and_the_sim_engine_runs_one() {
+fn both_executors_run_a_host_tier_and_a_uniform_sliding_window_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     pagoda::model::testing::TinyLlama::new(0).write_hf_dir(dir.path()).unwrap();
     let builder = || Engine::builder().model(dir.path()).num_gpu_blocks(8).kv_offloading_size(0.001);
-    let refused = builder().executor(ExecutorKind::Wgpu).build().unwrap_err();
-    assert!(matches!(refused, EngineError::Executor(ExecutorError::HostTierUnsupported)), "{refused}");
-    assert!(refused.to_string().contains("--kv-offloading-size must be 0"), "{refused}");
+    let mut wgpu =
+        builder().executor(ExecutorKind::Wgpu).build().expect("the wgpu executor runs a host tier");
+    let stats = wgpu.scheduler().host_tier_stats().expect("the tier is on");
+    // Its blocks are the executor's: every layer's K and V in the cache's dtype.
+    assert!(stats.num_blocks > 0);
+    let completions = wgpu
+        .generate(
+            ["a b c d e f g h i j k l m n o p q r"],
+            &SamplingParams { ignore_eos: true, ..SamplingParams::greedy(4) },
+        )
+        .unwrap();
+    assert_eq!(completions[0].token_ids.len(), 4);
     builder().executor(ExecutorKind::Sim).build().expect("the simulated model runs a host tier");
+    // A pool that frees blocks as a uniform window slides past them (Mistral's) is refused.
+    let sliding = CacheConfig { sliding_window: Some(16), ..tiered(8, 4) };
+    let error = Scheduler::new(SchedulerConfig::default(), sliding).unwrap_err();
+    assert!(matches!(error, SchedulerConfigError::HostTier(HostTierError::SlidingWindow)), "{error}");
+    assert!(error.to_string().contains("sliding-window"), "{error}");
 }

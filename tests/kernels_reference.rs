@@ -652,6 +652,38 @@ fn elementwise_kernels_match() {
     }
 }
 
+/// A mixture of experts' two kernels: an expert's rows, weighted, scattered to their slots
+/// (rows no index names keep their values), and each token's slots added in slot order.
+#[test]
+fn scatter_rows_and_moe_combine_match() {
+    let c = ctx();
+    let d = 100;
+    let src = Rng::new(5).vec(3 * d);
+    let x0 = Rng::new(6).vec(2 * d);
+    let y0 = Rng::new(7).vec(4 * d);
+    let (targets, scales) = ([3u32, 0, 2], [0.5f32, -2.0, 1.25]);
+    let src_t = c.upload_f32(&[3, d], &src).unwrap();
+    let x = c.upload_f32(&[2, d], &x0).unwrap();
+    let y = c.upload_f32(&[4, d], &y0).unwrap();
+    let indices = c.upload_u32(&[3], &targets).unwrap();
+    let scale_bits = c.upload_u32(&[3], &scales.map(f32::to_bits)).unwrap();
+    let mut step = c.step();
+    step.scatter_rows(&src_t, &indices, &scale_bits, &y).unwrap();
+    step.moe_combine(&x, &y, 2).unwrap();
+    let (xr, yr) = (step.read(&x), step.read(&y));
+    let mut res = step.submit().unwrap();
+    let (xs, ys) = (res.f32s(xr), res.f32s(yr));
+    let mut expected_y = y0.clone();
+    for (r, (&target, &scale)) in targets.iter().zip(&scales).enumerate() {
+        for i in 0..d {
+            expected_y[target as usize * d + i] = src[r * d + i] * scale;
+        }
+    }
+    assert_eq!(bits(&ys), bits(&expected_y));
+    let expected_x: Vec<f32> = (0..2 * d).map(|i| x0[i] + (expected_y[i] + expected_y[2 * d + i])).collect();
+    assert_eq!(bits(&xs), bits(&expected_x));
+}
+
 #[test]
 fn gemma_elementwise_kernels_match() {
     let c = ctx();

@@ -9,7 +9,9 @@ the first one it lacks, checks that the replay starts there, repeats each batch 
 live byte for byte and fills the gap, so that the sequence numbers run 0..N without one,
 decodes every batch (vLLM's EventBatch and its
 tagged BlockStored / BlockRemoved / AllBlocksCleared arrays), rebuilds the set of cached
-block hashes with each one's whole token chain, and prints it as one JSON object.
+block hashes with each one's whole token chain (medium GPU) and the set of hashes in the
+host tier (medium CPU, stored without tokens, as vLLM's offloading connector reports them),
+and prints them as one JSON object.
 """
 
 import json
@@ -60,8 +62,8 @@ def replay_from(context: zmq.Context, endpoint: str, start: int) -> dict:
     return replayed
 
 
-def apply(batch: list, cached: dict, counts: dict) -> None:
-    """Applies one decoded EventBatch to `cached` (hash -> whole token chain)."""
+def apply(batch: list, cached: dict, counts: dict, host: set) -> None:
+    """Applies one decoded EventBatch to `cached` (hash -> whole token chain) and `host`."""
     if len(batch) != 3 or not isinstance(batch[0], float) or not isinstance(batch[1], list):
         fail(f"not an EventBatch: {batch!r:.200}")
     if batch[2] is not None:
@@ -71,6 +73,12 @@ def apply(batch: list, cached: dict, counts: dict) -> None:
         counts[tag] = counts.get(tag, 0) + 1
         if tag == "BlockStored":
             _, hashes, parent, tokens, block_size, lora_id, medium = event
+            if medium == "CPU" and lora_id is None and parent is None and tokens == []:
+                for block_hash in hashes:
+                    if block_hash in host:
+                        fail("a hash was stored twice in the host tier")
+                    host.add(block_hash)
+                continue
             if lora_id is not None or medium != "GPU":
                 fail(f"unexpected lora_id/medium {lora_id!r} {medium!r}")
             if len(tokens) != len(hashes) * block_size:
@@ -87,6 +95,14 @@ def apply(batch: list, cached: dict, counts: dict) -> None:
                 cached[block_hash] = chain
         elif tag == "BlockRemoved":
             _, hashes, medium = event
+            if medium == "CPU":
+                for block_hash in hashes:
+                    if block_hash not in host:
+                        fail("removed a host hash that was never stored")
+                    host.remove(block_hash)
+                continue
+            if medium != "GPU":
+                fail(f"unexpected medium {medium!r}")
             for block_hash in hashes:
                 if block_hash not in cached:
                     fail("removed a hash that was never stored")
@@ -137,8 +153,9 @@ def main() -> None:
 
     cached: dict = {}
     counts: dict = {}
+    host: set = set()
     for seq in range(len(batches)):
-        apply(msgpack.unpackb(batches[seq], raw=False), cached, counts)
+        apply(msgpack.unpackb(batches[seq], raw=False), cached, counts, host)
     print(
         json.dumps(
             {
@@ -147,6 +164,7 @@ def main() -> None:
                 "num_replayed": len(replayed),
                 "events": counts,
                 "cached": {block_hash.hex(): chain for block_hash, chain in cached.items()},
+                "host": sorted(block_hash.hex() for block_hash in host),
             }
         ),
         flush=True,

@@ -26,7 +26,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Families pagoda runs from both formats.
-const RUNS: [&str; 6] = ["llama", "llama-rope-parameters", "qwen2", "qwen3", "gemma3", "phi3"];
+const RUNS: [&str; 8] =
+    ["llama", "llama-rope-parameters", "qwen2", "qwen3", "gemma3", "phi3", "qwen3-moe", "mixtral"];
 const BLOCK: usize = 16;
 
 fn fixture(name: &str) -> Value {
@@ -395,7 +396,18 @@ fn phi3_longrope_matches_transformers_for_the_factors_both_use() {
 fn every_family_is_batch_and_preemption_invariant() {
     const BLOCK: usize = 4;
     const POOL: usize = 64;
-    for name in ["llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "phi3-longrope"] {
+    for name in [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "gemma2",
+        "gemma3",
+        "phi3",
+        "phi3-longrope",
+        "qwen3-moe",
+        "mixtral",
+    ] {
         let files = ModelFiles::open(families_dir().join(name)).unwrap();
         let sched = |budget| SchedulerConfig {
             max_num_batched_tokens: budget,

@@ -62,7 +62,8 @@ fn cpu_logits(files: &ModelFiles, tokens: &[u32]) -> Vec<Vec<f64>> {
     for l in &w.layers {
         let (wq, wk, wv, wo) = (f(&l.q_proj), f(&l.k_proj), f(&l.v_proj), f(&l.o_proj));
         let (g1, g2) = (f(&l.attn_norm), f(&l.ffn_norm));
-        let (wg, wu, wd) = (f(&l.gate_proj), f(&l.up_proj), f(&l.down_proj));
+        let mlp = l.dense_mlp().unwrap();
+        let (wg, wu, wd) = (f(&mlp.gate_proj), f(&mlp.up_proj), f(&mlp.down_proj));
         let mut ks = Vec::new();
         let mut vs = Vec::new();
         for (pos, x) in xs.iter_mut().enumerate() {
@@ -144,7 +145,7 @@ fn tiny_forward_matches_the_cpu_reference_for_every_format() {
     let reference = cpu_logits(&hf, &PROMPT);
     let hf_logits = gpu_logits(&ctx, &hf, &PROMPT);
     assert!(max_diff(&hf_logits, &reference) < 1e-4, "safetensors: {}", max_diff(&hf_logits, &reference));
-    for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+    for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4] {
         let path = dir.path().join(format!("tiny-{}.gguf", dtype.name()));
         tiny.write_gguf(&path, dtype).unwrap();
         let gguf = ModelFiles::open(&path).unwrap();

@@ -12,8 +12,8 @@ mod engine_support;
 mod server_support;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 use engine_support::{random_logits, slow_engine};
 use pagoda::core::block_hash::{ROOT_BLOCK_HASH, hash_block};
@@ -40,6 +40,26 @@ fn python_ready() -> bool {
     ok
 }
 
+/// The Python subscriber on topic `kv`, its output lines (after its port) and the server's
+/// events configuration that publishes to it.
+fn subscriber() -> (Child, Lines<BufReader<ChildStdout>>, KvEventsConfig) {
+    let mut subscriber = Command::new("python3")
+        .args([concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kv_events_subscriber.py"), "kv"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(subscriber.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let port: u16 = first.strip_prefix("PORT ").unwrap().parse().unwrap();
+    let kv_events = KvEventsConfig::parse(&format!(
+        r#"{{"enable_kv_cache_events": true, "publisher": "zmq", "topic": "kv",
+            "endpoint": "tcp://127.0.0.1:{port}", "replay_endpoint": "tcp://127.0.0.1:0"}}"#
+    ))
+    .unwrap();
+    (subscriber, lines, kv_events)
+}
+
 fn run_round(server: &TestServer, round: usize) {
     std::thread::scope(|scope| {
         for index in 0..12 {
@@ -60,21 +80,7 @@ fn a_python_subscriber_rebuilds_exactly_the_cached_set_through_evictions_preempt
     if !python_ready() {
         return;
     }
-    let mut subscriber = Command::new("python3")
-        .args([concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kv_events_subscriber.py"), "kv"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(subscriber.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let port: u16 = first.strip_prefix("PORT ").unwrap().parse().unwrap();
-
-    let kv_events = KvEventsConfig::parse(&format!(
-        r#"{{"enable_kv_cache_events": true, "publisher": "zmq", "topic": "kv",
-            "endpoint": "tcp://127.0.0.1:{port}", "replay_endpoint": "tcp://127.0.0.1:0"}}"#
-    ))
-    .unwrap();
+    let (mut subscriber, mut lines, kv_events) = subscriber();
     // 24 blocks of 16 tokens for 12 requests of ~100 tokens: evictions and preemptions.
     let config = EngineConfig {
         seed: 1,
@@ -128,4 +134,60 @@ fn a_python_subscriber_rebuilds_exactly_the_cached_set_through_evictions_preempt
             .fold(ROOT_BLOCK_HASH, |parent, block| hash_block(parent, block.iter().copied(), None));
         assert_eq!(chained, *hash, "the token chain of {hash:x} does not hash to it");
     }
+}
+
+#[test]
+fn host_tier_blocks_reach_the_subscriber_on_the_cpu_medium() {
+    if !python_ready() {
+        return;
+    }
+    let (mut subscriber, mut lines, kv_events) = subscriber();
+    // 24 GPU blocks and a host tier of 16 blocks of 64 KiB: stores, loads and host evictions.
+    let block_bytes = 1u64 << 16;
+    let cache = CacheConfig {
+        num_gpu_blocks: 24,
+        kv_offloading_size: (16 * block_bytes) as f64 / (1u64 << 30) as f64,
+        kv_block_bytes: block_bytes,
+        ..CacheConfig::default()
+    };
+    let config = EngineConfig { seed: 1, cache, ..EngineConfig::default() };
+    let options = ServerOptions { kv_events, ..ServerOptions::default() };
+    let server =
+        TestServer::start_with(slow_engine(config, Box::new(random_logits), Default::default()), options);
+    let replay = server.state.kv_events_replay_endpoint().unwrap();
+    run_round(&server, 0);
+    run_round(&server, 1);
+    let (pool, host, stats) = server
+        .block_on(server.state.engine().call(|engine| {
+            let scheduler = engine.scheduler();
+            let pool: HashSet<BlockHash> =
+                scheduler.kv_cache_manager().pool().cached_blocks().keys().copied().collect();
+            let tier = scheduler.host_tier().unwrap();
+            let host: HashSet<BlockHash> = tier.hashes().into_iter().collect();
+            (pool, host, tier.stats())
+        }))
+        .unwrap();
+    assert!(stats.num_loaded_blocks > 0 && stats.num_evicted_blocks > 0, "{stats:?}");
+    server.block_on(server.state.flush_kv_events());
+    let mut stdin = subscriber.stdin.take().unwrap();
+    writeln!(stdin, "DONE {replay}").unwrap();
+    let report: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(subscriber.wait().unwrap().success());
+    let hashes = |value: &Value| -> HashSet<BlockHash> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|hex| BlockHash::from_str_radix(hex.as_str().unwrap(), 16).unwrap())
+            .collect()
+    };
+    let cached: HashSet<BlockHash> = report["cached"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|hex| BlockHash::from_str_radix(hex, 16).unwrap())
+        .collect();
+    assert_eq!(cached, pool, "the GPU medium's set");
+    assert_eq!(hashes(&report["host"]), host, "the CPU medium's set");
+    assert_eq!(host.len(), 16, "the full host tier");
 }

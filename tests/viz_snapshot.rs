@@ -3,10 +3,11 @@
 #![cfg(feature = "viz")]
 
 use pagoda::core::snapshot::BlockState;
-use pagoda::viz::model::{BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord};
+use pagoda::viz::model::{BlockView, Counters, HostTierView, KvView, RequestPhase, RequestView, StepRecord};
 use pagoda::viz::offscreen::{OffscreenRenderer, RgbaImage};
 use pagoda::viz::palette;
 use pagoda::viz::state::VizState;
+use pagoda::viz::ui::host_tier_lines;
 
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 800;
@@ -93,6 +94,45 @@ fn hand_built_pool_shows_each_state() {
     assert_eq!(rows, vec![4, 9]);
     let (_, row9) = &layout.table_rows[1];
     assert_eq!(centre(&image, row9[1]), rgb(palette::request_color(9)));
+}
+
+#[test]
+fn the_host_tier_fills_its_bar_beside_the_pool() {
+    let host = HostTierView {
+        num_blocks: 100,
+        num_used_blocks: 25,
+        num_loaded_blocks: 7,
+        num_stored_blocks: 30,
+        num_evicted_blocks: 5,
+    };
+    let kv = KvView {
+        block_size: 16,
+        blocks: (0..32)
+            .map(|id| block(id, if id == 0 { BlockState::Null } else { BlockState::Free }, vec![]))
+            .collect(),
+        ..KvView::default()
+    };
+    let mut state = VizState::default();
+    state.apply(StepRecord {
+        step: 1,
+        time_s: 0.01,
+        counters: Counters { host: Some(host), ..Counters::default() },
+        events: vec![],
+        kv: Some(kv),
+    });
+    let mut renderer = OffscreenRenderer::new(WIDTH, HEIGHT).expect("an adapter (lavapipe will do)");
+    let (image, layout) = renderer.render(&state, None).unwrap();
+    let bar = layout.host_bar.expect("the tier is on");
+    let pool_right = layout.block_rects.iter().map(|r| r.right()).fold(0.0, f32::max);
+    assert!(bar.left() > pool_right, "beside the pool: {bar:?} vs {pool_right}");
+    let at = |fraction_from_bottom: f32| {
+        let y = bar.bottom() - bar.height() * fraction_from_bottom;
+        let p = image.pixel(bar.center().x as u32, y as u32).unwrap();
+        [p[0], p[1], p[2]]
+    };
+    assert_eq!(at(0.1), rgb(palette::HOST_USED), "a quarter used: filled near the bottom");
+    assert_eq!(at(0.5), rgb(palette::FREE_BLOCK), "and empty above it");
+    assert_eq!(host_tier_lines(&host), ["25 / 100 blocks", "loaded 7", "stored 30", "evicted 5"]);
 }
 
 #[derive(clap::Parser)]

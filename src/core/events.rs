@@ -119,6 +119,16 @@ pub enum CacheEvent {
     },
     /// The whole prefix cache was reset.
     Cleared,
+    /// Blocks entered the host KV tier (vLLM's `BlockStored` with medium `CPU`, no tokens).
+    HostStored {
+        /// Their hashes.
+        block_hashes: Vec<BlockHash>,
+    },
+    /// Blocks left the host KV tier (vLLM's `BlockRemoved` with medium `CPU`).
+    HostRemoved {
+        /// Their hashes.
+        block_hashes: Vec<BlockHash>,
+    },
 }
 
 /// Where the core records its events: nowhere by default, at the cost of one relaxed atomic

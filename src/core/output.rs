@@ -89,6 +89,10 @@ pub struct ModelRunnerOutput {
     /// Prompt log-probabilities of requests that asked for them, whole, at the step that
     /// finished their prompt (the one that samples their first token), once.
     pub prompt_logprobs: HashMap<RequestId, PromptLogprobs>,
+    /// Host KV copies that failed (stores found failed this step, loads not made): the
+    /// scheduler forgets those host blocks and recomputes the unloaded ones, whose requests
+    /// the executor left out of the step.
+    pub failed_kv_transfers: crate::core::host_tier::KvTransfers,
 }
 
 /// What one step produced for one request.

@@ -471,7 +471,7 @@ impl Scheduler {
         );
         if let Some(host) = &mut self.host {
             for copy in failed_stores.iter().chain(failed_loads) {
-                host.forget_slot(copy.slot);
+                host.copy_failed(copy.slot);
             }
         }
         let loaded: HashSet<BlockId> = failed_loads.iter().map(|load| load.block_id).collect();
@@ -492,6 +492,11 @@ impl Scheduler {
     }
 
     /// The host tier, when it is on.
+    pub fn host_tier(&self) -> Option<&HostTier> {
+        self.host.as_ref()
+    }
+
+    /// The host tier, when it is on (mutable).
     pub fn host_tier_mut(&mut self) -> Option<&mut HostTier> {
         self.host.as_mut()
     }
@@ -1003,9 +1008,10 @@ fn host_tier(cache_config: &CacheConfig, kv: &mut KvCacheManager) -> Result<Opti
             return Err(HostTierError::SlidingWindow);
         }
     }
-    let host = HostTier::new(cache_config.kv_offloading_size, cache_config.kv_block_bytes)?;
-    if host.is_some() {
+    let mut host = HostTier::new(cache_config.kv_offloading_size, cache_config.kv_block_bytes)?;
+    if let Some(host) = &mut host {
         kv.keep_reclaimed();
+        host.set_event_log(kv.cache_event_log());
     }
     Ok(host)
 }

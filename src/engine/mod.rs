@@ -286,9 +286,6 @@ impl Engine {
                 )
             }
             ExecutorKind::Wgpu => {
-                if config.cache.kv_offloading_size > 0.0 {
-                    return Err(ExecutorError::HostTierUnsupported.into());
-                }
                 let context = GpuContext::new(&engine_config::gpu_options_from_env(&config.gpu)?)?;
                 let executor = WgpuExecutor::new(
                     context,
@@ -298,6 +295,7 @@ impl Engine {
                     config.show_progress,
                 )?;
                 config.cache.num_gpu_blocks = executor.num_gpu_blocks();
+                config.cache.kv_block_bytes = executor.kv_block_bytes();
                 Box::new(executor)
             }
         };
@@ -562,7 +560,9 @@ impl Engine {
         if let Some(timing) = result.timing {
             self.scheduler.observe_step_timing(&timing);
         }
-        let core_outputs = self.scheduler.update_from_output(&scheduled, &runner_output);
+        let mut core_outputs = self.scheduler.update_from_output(&scheduled, &runner_output);
+        let failed = &runner_output.failed_kv_transfers;
+        core_outputs.extend(self.scheduler.handle_failed_transfers(&failed.stores, &failed.loads));
         let now = Instant::now();
         let mut outputs = Vec::with_capacity(core_outputs.len());
         for core_output in core_outputs {

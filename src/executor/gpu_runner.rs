@@ -7,12 +7,15 @@
 //! rows at a time); they are gathered chunk by chunk and handed back whole with its first
 //! token.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
+use std::time::Instant;
 
 use super::fault::{FaultKind, FaultPlan};
+use super::host_kv::HostKv;
 use super::{ExecutorError, ModelExecutor, StepMasks};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
+use crate::core::host_tier::StepTiming;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::core::scheduler_config::SchedulerConfig;
 use crate::gpu::{
@@ -152,6 +155,10 @@ pub struct WgpuExecutor {
     eos_token_id: Option<TokenId>,
     requests: HashMap<RequestId, RequestState>,
     faults: FaultPlan,
+    /// Host memory for the host KV tier, when it is on.
+    host: Option<HostKv>,
+    /// What the last step's forward pass and host copies took.
+    last_timing: Option<StepTiming>,
 }
 
 impl std::fmt::Debug for WgpuExecutor {
@@ -200,9 +207,6 @@ impl WgpuExecutor {
         scheduler: &SchedulerConfig,
         progress: bool,
     ) -> Result<Self, ExecutorError> {
-        if cache.kv_offloading_size > 0.0 {
-            return Err(ExecutorError::HostTierUnsupported);
-        }
         let model = LlamaModel::load_for_context(&ctx, files, scheduler.max_model_len, progress)
             .map_err(from_llama)?;
         let c = model.config();
@@ -256,6 +260,12 @@ impl WgpuExecutor {
             eos_token_id: files.eos_token_id(),
             requests: HashMap::new(),
             faults: FaultPlan::default(),
+            host: None,
+            last_timing: None,
+        };
+        let executor = Self {
+            host: (cache.kv_offloading_size > 0.0).then(|| HostKv::new(executor.cache.block_bytes())),
+            ..executor
         };
         executor.warm_up()?;
         Ok(executor)
@@ -299,6 +309,19 @@ impl WgpuExecutor {
     /// Blocks in the KV pools (the null block included): what the scheduler should use.
     pub fn num_gpu_blocks(&self) -> usize {
         self.num_gpu_blocks
+    }
+
+    /// Bytes of one KV block over every layer, K and V, in the cache's dtype: the size of
+    /// a host tier block (`CacheConfig::kv_block_bytes`).
+    pub fn kv_block_bytes(&self) -> u64 {
+        self.cache.block_bytes()
+    }
+
+    /// Makes the next step that stores blocks to the host tier fail those stores for real
+    /// (their command buffer is invalid), for testing the fall back to recompute; false
+    /// without a tier.
+    pub fn fail_next_host_store(&mut self) -> bool {
+        self.host.as_mut().map(HostKv::fail_next_store).is_some()
     }
 
     /// The device it runs on.
@@ -479,13 +502,26 @@ impl ModelExecutor for WgpuExecutor {
         scheduler_output: &SchedulerOutput,
         masks: &mut StepMasks<'_>,
     ) -> Result<ModelRunnerOutput, ExecutorError> {
-        if !scheduler_output.kv_transfers.is_empty() {
-            return Err(ExecutorError::HostTierUnsupported);
-        }
-        let scheduled = self.update_states(scheduler_output)?;
+        self.last_timing = None;
+        let transfers = &scheduler_output.kv_transfers;
+        let copies = match &mut self.host {
+            Some(host) => {
+                host.run(&self.ctx, &self.cache, transfers).map_err(|e| device(e, "host KV copies"))?
+            }
+            None if transfers.is_empty() => Default::default(),
+            None => return Err(ExecutorError::HostTierUnsupported),
+        };
+        let mut scheduled = self.update_states(scheduler_output)?;
+        // A request whose blocks did not load is not run: the scheduler recomputes them.
+        let unloaded: HashSet<u32> = copies.failed.loads.iter().map(|copy| copy.block_id).collect();
+        scheduled.retain(|s| !self.requests[&s.req_id].block_ids.iter().any(|id| unloaded.contains(id)));
+        let mut timing = copies.timing;
+        let result = ModelRunnerOutput { failed_kv_transfers: copies.failed, ..Default::default() };
         if scheduled.is_empty() {
-            return Ok(ModelRunnerOutput::default());
+            self.last_timing = Some(timing);
+            return Ok(result);
         }
+        let forward_started = Instant::now();
         match self.faults.next_fault() {
             Some(FaultKind::Transient) => self.ctx.fail_next_submit(),
             Some(FaultKind::DeviceLost) => self.ctx.lose_device(),
@@ -510,7 +546,10 @@ impl ModelExecutor for WgpuExecutor {
         if !scored.rows.is_empty() {
             self.gather_prompt_logprobs(&scored)?;
         }
-        let mut result = ModelRunnerOutput::default();
+        timing.compute_tokens = batch.input_ids.len();
+        timing.compute_s = forward_started.elapsed().as_secs_f64();
+        self.last_timing = Some(timing);
+        let mut result = result;
         // Each sampling request's rows: its proposals' (speculative decoding), then its last.
         let mut row = 0;
         for s in scheduled.iter().filter(|s| s.samples) {
@@ -580,6 +619,10 @@ impl ModelExecutor for WgpuExecutor {
 
     fn supports_async_scheduling(&self) -> bool {
         true
+    }
+
+    fn last_step_timing(&self) -> Option<StepTiming> {
+        self.last_timing
     }
 
     fn device_counters(&self) -> Option<GpuCounters> {

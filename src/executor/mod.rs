@@ -2,6 +2,7 @@
 
 pub mod fault;
 pub mod gpu_runner;
+pub mod host_kv;
 pub mod masks;
 pub mod sim;
 pub mod step;
@@ -68,10 +69,8 @@ pub enum ExecutorError {
     /// The scheduler output asked for something the executor cannot do.
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
-    /// The executor cannot copy KV blocks to and from a host tier.
-    #[error(
-        "the wgpu executor does not copy KV blocks to host memory yet: --kv-offloading-size must be 0 (the simulated executor models the tier)"
-    )]
+    /// The step carries host KV copies but the executor was built without a host tier.
+    #[error("the step copies KV blocks to or from host memory but the executor has no host tier")]
     HostTierUnsupported,
     /// A constrained request came without its token mask.
     #[error("request {0} has structured outputs but no token mask this step")]

@@ -46,7 +46,9 @@ pub fn run_step<'a>(
             if let Some(timing) = executor.last_step_timing() {
                 scheduler.observe_step_timing(&timing);
             }
-            let outputs = scheduler.update_from_output(&scheduled, &runner_output);
+            let mut outputs = scheduler.update_from_output(&scheduled, &runner_output);
+            let failed = &runner_output.failed_kv_transfers;
+            outputs.extend(scheduler.handle_failed_transfers(&failed.stores, &failed.loads));
             Ok((scheduled, outputs))
         }
         Err(error) => Err(FailedStep { scheduled: Box::new(scheduled), error }),

@@ -702,6 +702,45 @@ impl Step<'_> {
         self.elementwise(KernelVariant::GatherRows, r * d, d, 0.0, bindings)
     }
 
+    /// `out[indices[r], :] = src[r, :] * scales[r]` for `src: f32 [R, D]`, `indices: u32 [R]`,
+    /// `scales: u32 [R]` (f32 bits), `out: f32 [N, D]`: an expert's output rows, weighted by
+    /// the router, put at their tokens' slots. Rows `indices` does not name keep their values.
+    pub fn scatter_rows(
+        &mut self,
+        src: &Tensor,
+        indices: &Tensor,
+        scales: &Tensor,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        let (r, d) = dims2(src, "scatter_rows src")?;
+        let (_, out_d) = dims2(out, "scatter_rows out")?;
+        indices.expect("scatter_rows indices", Elem::U32, &[r])?;
+        scales.expect("scatter_rows scales", Elem::U32, &[r])?;
+        if out_d != d {
+            return Err(GpuError::Shape(format!("scatter_rows: rows of {d} into rows of {out_d}")));
+        }
+        let bindings = [
+            Binding::tensor(slots::scatter_rows::SRC, src),
+            Binding::tensor(slots::scatter_rows::INDICES, indices),
+            Binding::tensor(slots::scatter_rows::SCALES, scales),
+            Binding::tensor(slots::scatter_rows::OUT, out),
+        ];
+        self.elementwise(KernelVariant::ScatterRows, r * d, d, 0.0, bindings)
+    }
+
+    /// `x += y[0] + y[1] + ... + y[k - 1]` for `x: f32 [T, D]` and `y: f32 [k * T, D]`
+    /// (slot-major: block `j` holds every token's `j`-th weighted expert output), each token's
+    /// sum in slot order.
+    pub fn moe_combine(&mut self, x: &Tensor, y: &Tensor, k: usize) -> Result<(), GpuError> {
+        let (t, d) = dims2(x, "moe_combine x")?;
+        y.expect("moe_combine y", Elem::F32, &[k * t, d])?;
+        if k == 0 {
+            return Err(GpuError::Shape("moe_combine: no expert slots".into()));
+        }
+        let bindings = [Binding::tensor(slots::moe_combine::X, x), Binding::tensor(slots::moe_combine::Y, y)];
+        self.elementwise(KernelVariant::MoeCombine, t * d, k, 0.0, bindings)
+    }
+
     /// RoPE and the paged K/V write on `qkv: f32 [T, (heads + 2 kv_heads) * head_dim]` (query
     /// heads, key heads, value heads): the query heads rotated in place, the key heads rotated
     /// and written with the value heads into the layer of the cache `rope` names, at its slots

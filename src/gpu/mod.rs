@@ -65,6 +65,7 @@ mod error_scopes;
 mod kernel_timer;
 mod kernels;
 mod kv_cache;
+mod kv_transfer;
 mod options;
 mod pool;
 mod resident;
@@ -84,6 +85,7 @@ pub use kernels::{
     linear_warm_up_rows,
 };
 pub use kv_cache::{KvCache, KvCacheShape};
+pub use kv_transfer::KvStore;
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuOptions, LinearStrategy,
     SubmitStrategy,

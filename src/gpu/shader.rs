@@ -497,7 +497,7 @@ pub const LINEAR_SEQ_ROW_TILES: [u32; 3] = [1, 4, 8];
 /// rows (8, 16 or 32: the adapter sets the largest, the batch picks one up to it).
 pub const LINEAR_KSPLIT_ROW_TILES: [u32; 4] = [1, 2, 4, 8];
 /// Weight element types the linear and embedding kernels read.
-pub const WEIGHT_DTYPES: [DType; 15] = [
+pub const WEIGHT_DTYPES: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -513,6 +513,7 @@ pub const WEIGHT_DTYPES: [DType; 15] = [
     DType::Q2K,
     DType::Q3K,
     DType::IQ4XS,
+    DType::MXFP4,
 ];
 
 /// Texels in a row of a weight texture ([`WeightSource::Texture`]), injected as `W_TEXELS`.
@@ -576,6 +577,11 @@ pub enum KernelVariant {
     AddInPlace,
     /// Rows of a matrix picked by an index list.
     GatherRows,
+    /// Rows of a matrix, each scaled, put at the rows an index list names (an expert's
+    /// outputs, weighted, into their tokens' slots).
+    ScatterRows,
+    /// `x += Σ_j y_j` over a token's expert slots, in slot order.
+    MoeCombine,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -656,6 +662,8 @@ impl KernelVariant {
             Self::Softcap => "softcap".into(),
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
+            Self::ScatterRows => "scatter_rows".into(),
+            Self::MoeCombine => "moe_combine".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
@@ -778,9 +786,13 @@ impl KernelVariant {
         match self {
             Self::Embed { .. } => EmbedParams::LAYOUT,
             Self::RmsNorm => RmsNormParams::LAYOUT,
-            Self::GatedMul { .. } | Self::Scale | Self::Softcap | Self::AddInPlace | Self::GatherRows => {
-                ElementwiseParams::LAYOUT
-            }
+            Self::GatedMul { .. }
+            | Self::Scale
+            | Self::Softcap
+            | Self::AddInPlace
+            | Self::GatherRows
+            | Self::ScatterRows
+            | Self::MoeCombine => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
@@ -798,6 +810,8 @@ impl KernelVariant {
             Self::Softcap => slots::softcap::ALL,
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
+            Self::ScatterRows => slots::scatter_rows::ALL,
+            Self::MoeCombine => slots::moe_combine::ALL,
             Self::TopK => slots::top_k::ALL,
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
@@ -852,6 +866,8 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::Softcap,
         KernelVariant::AddInPlace,
         KernelVariant::GatherRows,
+        KernelVariant::ScatterRows,
+        KernelVariant::MoeCombine,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];

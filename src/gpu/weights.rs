@@ -115,6 +115,7 @@ impl SplitBlock {
         let (quants, header): (_, &'static [_]) = match dtype {
             DType::Q8_0 => (2..34, &[(0, 2)]),
             DType::Q4_0 | DType::IQ4NL => (2..18, &[(0, 2)]),
+            DType::MXFP4 => (1..17, &[(0, 1)]),
             DType::Q4_1 => (4..20, &[(0, 4)]),
             DType::Q5_0 => (6..22, &[(0, 2), (2, 6)]),
             DType::Q5_1 => (8..24, &[(0, 4), (4, 8)]),
@@ -122,7 +123,7 @@ impl SplitBlock {
             DType::Q2K => (0..80, &[(80, 84)]),
             DType::Q3K => (0..96, &[(96, 108), (108, 110)]),
             DType::IQ4XS => (8..136, &[(0, 4), (4, 8)]),
-            DType::F32 | DType::F16 | DType::BF16 | DType::Q4K | DType::Q5K | DType::MXFP4 => return None,
+            DType::F32 | DType::F16 | DType::BF16 | DType::Q4K | DType::Q5K => return None,
         };
         Some(Self { quants, header })
     }

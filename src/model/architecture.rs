@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::gguf::{GgufError, GgufFile};
 use super::layer_pattern::{InvalidPattern, gguf_sliding_layers, period_flags, windows};
+use super::moe::MoeConfig;
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +95,8 @@ pub enum MlpActivation {
 /// | mistral | a sliding window on every layer (`sliding_window`) |
 /// | qwen2   | Q/K/V biases; a `sliding_window` it does not use (`use_sliding_window: false`) |
 /// | qwen3   | per-head RMSNorm of q and k before RoPE |
+/// | qwen3_moe | Qwen3 with a mixture of experts for every MLP ([`MoeConfig`]) |
+/// | mixtral | Mistral with a mixture of experts for every MLP, no sliding window |
 /// | gemma2  | `(1 + w)` norms, embeddings × √hidden, GELU-tanh MLP, norms after attention and MLP, soft-capped attention scores and final logits, `query_pre_attn_scalar`, sliding window on even layers, tied head |
 /// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full (or the file's own pattern) |
 /// | phi3    | fused `qkv_proj` and `gate_up_proj`; LongRoPE short/long factors on the long-context models |
@@ -119,7 +122,7 @@ fn traits(architecture: &str) -> FamilyTraits {
     };
     match architecture {
         "qwen2" => FamilyTraits { attention_bias: true, ..llama },
-        "qwen3" => FamilyTraits { qk_norm: true, ..llama },
+        "qwen3" | "qwen3moe" | "qwen3_moe" => FamilyTraits { qk_norm: true, ..llama },
         "phi3" => FamilyTraits { fused: true, ..llama },
         "gemma2" => FamilyTraits { gemma: true, sliding_pattern: Some(2), ..llama },
         "gemma3" | "gemma3_text" => {
@@ -192,6 +195,8 @@ pub struct ModelConfig {
     pub bos_token_id: Option<u32>,
     /// End-of-sequence tokens (the first is the model's main EOS).
     pub eos_token_ids: Vec<u32>,
+    /// Every layer's MLP is a mixture of these experts (Qwen3-MoE, Mixtral); `None`: dense.
+    pub moe: Option<MoeConfig>,
 }
 
 /// Why a model config could not be built.
@@ -234,7 +239,9 @@ pub enum ConfigError {
         reason: String,
     },
     /// An architecture pagoda does not run.
-    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)")]
+    #[error(
+        "unsupported architecture {0:?} (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3)"
+    )]
     UnsupportedArchitecture(String),
     /// Reading GGUF metadata failed.
     #[error(transparent)]
@@ -247,8 +254,19 @@ impl From<InvalidPattern> for ConfigError {
     }
 }
 
-const SUPPORTED: [&str; 8] =
-    ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text", "phi3"];
+const SUPPORTED: [&str; 11] = [
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3moe",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi3",
+];
 
 impl ModelConfig {
     /// `max_model_len` capped at the context the model was trained for.
@@ -329,6 +347,7 @@ impl ModelConfig {
             local_rope_theta: hf_local_rope_theta(config)?,
             bos_token_id,
             eos_token_ids,
+            moe: MoeConfig::from_hf(&architecture, config)?,
             architecture,
         };
         config.validate()?;
@@ -409,11 +428,12 @@ impl ModelConfig {
                 })
                 .transpose()
         };
+        let intermediate_size = req(&key("feed_forward_length"))?;
         let config = Self {
             architecture: architecture.to_owned(),
             vocab_size,
             hidden_size,
-            intermediate_size: req(&key("feed_forward_length"))?,
+            intermediate_size,
             num_hidden_layers,
             num_attention_heads,
             num_key_value_heads: int(&key("attention.head_count_kv"))?.unwrap_or(num_attention_heads),
@@ -424,7 +444,10 @@ impl ModelConfig {
                 as f32,
             rope_theta: gguf.get_float(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
             rope_scaling,
-            rope_variant: if matches!(architecture, "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3") {
+            rope_variant: if matches!(
+                architecture,
+                "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "phi3"
+            ) {
                 RopeVariant::HalfSplit
             } else {
                 RopeVariant::Interleaved
@@ -448,6 +471,7 @@ impl ModelConfig {
             local_rope_theta: gguf.get_float(&key("rope.freq_base_swa"))?.map(|t| t as f32),
             bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
             eos_token_ids: token_id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
+            moe: MoeConfig::from_gguf(architecture, gguf, intermediate_size)?,
         };
         config.validate()?;
         Ok(config)

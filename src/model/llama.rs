@@ -13,8 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant, interleave_rope_rows};
 use super::files::ModelFiles;
+use super::moe_layer::{MoeBuffers, MoeLayer};
 use super::tensor::TensorView;
-use super::weights::{LayerWeights, LlamaWeights, WeightError, WeightFile};
+use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
     Llama3RopeScaling, RopeCacheArgs, RopeMode, Step, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
@@ -50,8 +51,23 @@ struct GpuLayer {
     /// Gemma's sandwich: norms of the attention and the MLP outputs.
     post_attn_norm: Option<Tensor>,
     post_ffn_norm: Option<Tensor>,
-    gate_up: GateUp,
-    down_proj: Weight,
+    mlp: GpuMlp,
+}
+
+/// A layer's feed-forward on the GPU.
+#[derive(Debug)]
+enum GpuMlp {
+    /// One gated MLP.
+    Dense(GatedMlp),
+    /// A mixture of experts.
+    Experts(MoeLayer),
+}
+
+/// One gated MLP's weights (a dense layer's or one expert's).
+#[derive(Debug)]
+pub(super) struct GatedMlp {
+    pub(super) gate_up: GateUp,
+    pub(super) down_proj: Weight,
 }
 
 /// A projection writing columns `col0..` of the Q/K/V row, with its bias.
@@ -64,7 +80,7 @@ struct QkvProjection {
 
 /// The MLP's gate and up projections: one gated weight when they share a type, else two.
 #[derive(Debug)]
-enum GateUp {
+pub(super) enum GateUp {
     Gated(Weight),
     Split { gate: Weight, up: Weight },
 }
@@ -102,8 +118,12 @@ impl LlamaModel {
         let config = files.config.clone();
         let weights = files.llama_weights()?;
         let optional = [(config.attention_bias, 3), (config.qk_norm, 2), (config.sandwich_norms, 2)];
-        let per_layer = 9 + optional.iter().filter(|(on, _)| *on).map(|(_, n)| n).sum::<u64>();
-        let total = weights.layers.len() as u64 * per_layer + 3;
+        let per_layer = 6 + optional.iter().filter(|(on, _)| *on).map(|(_, n)| n).sum::<u64>();
+        let mlp_tensors = |w: &LayerWeights<'_>| match &w.mlp {
+            MlpWeights::Dense(_) => 3,
+            MlpWeights::Experts { experts, .. } => 1 + 3 * experts.len() as u64,
+        };
+        let total = weights.layers.iter().map(|w| per_layer + mlp_tensors(w)).sum::<u64>() + 3;
         let bar = if progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
         bar.set_style(
             ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} tensors")
@@ -180,7 +200,7 @@ impl LlamaModel {
             step.scale(&acts.x, scale)?;
         }
         for (index, layer) in self.layers.iter().enumerate() {
-            layer.record(&mut step, self, &inputs, &acts, cache, index)?;
+            step = layer.record(step, self, &inputs, &acts, cache, index)?;
         }
         self.record_head(step, &inputs, &acts, Readback { top_k, full_logits })
     }
@@ -331,6 +351,8 @@ struct Activations {
     att: Tensor,
     act: Tensor,
     gate_up: Option<[Tensor; 2]>,
+    /// A mixture-of-experts model's router logits and weighted expert outputs.
+    moe: Option<MoeBuffers>,
 }
 
 impl Activations {
@@ -341,7 +363,10 @@ impl Activations {
         let f = |width: usize| ctx.tensor(Elem::F32, &[max_tokens, width]);
         let (hd, q, kv, ff) =
             (config.hidden_size, config.q_size(), config.kv_size(), config.intermediate_size);
-        let split_mlp = model.layers.iter().any(|l| matches!(l.gate_up, GateUp::Split { .. }));
+        let split_mlp = model
+            .layers
+            .iter()
+            .any(|l| matches!(&l.mlp, GpuMlp::Dense(GatedMlp { gate_up: GateUp::Split { .. }, .. })));
         Ok(Self {
             x: f(hd)?,
             h: f(hd)?,
@@ -350,6 +375,7 @@ impl Activations {
             att: f(q)?,
             act: f(ff)?,
             gate_up: if split_mlp { Some([f(ff)?, f(ff)?]) } else { None },
+            moe: config.moe.as_ref().map(|moe| MoeBuffers::new(ctx, moe, hd, max_tokens)).transpose()?,
         })
     }
 
@@ -366,30 +392,45 @@ impl Activations {
                 Some([g, u]) => Some([g.rows(t)?, u.rows(t)?]),
                 None => None,
             },
+            moe: self.moe.as_ref().map(|m| m.rows(t)).transpose()?,
         })
     }
 }
 
 impl GpuLayer {
     /// Records decoder layer `index`: `x += attention(norm(x))`, then `x += mlp(norm(x))` (each
-    /// output normed once more first in Gemma's sandwich).
-    fn record(
+    /// output normed once more first in Gemma's sandwich). A mixture-of-experts layer submits
+    /// `step` to read its router's choices and goes on in the step it returns.
+    fn record<'c>(
         &self,
-        step: &mut Step<'_>,
+        mut step: Step<'c>,
         model: &LlamaModel,
         inputs: &Inputs,
         a: &Activations,
         cache: &KvCache,
         index: usize,
-    ) -> Result<(), LlamaError> {
+    ) -> Result<Step<'c>, LlamaError> {
         let eps = model.config.rms_norm_eps;
         let h = step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?;
-        self.attention(step, model, h, a, inputs, KvLayer { cache, index })?;
-        add_projection(step, a, &a.att, &self.o_proj, self.post_attn_norm.as_ref(), eps)?;
-        let h = step.rms_norm_input(&a.x, &self.ffn_norm, eps, &a.h)?;
-        self.gate_up(step, model, h, a)?;
-        add_projection(step, a, &a.act, &self.down_proj, self.post_ffn_norm.as_ref(), eps)?;
-        Ok(())
+        self.attention(&mut step, model, h, a, inputs, KvLayer { cache, index })?;
+        add_projection(&mut step, a, &a.att, &self.o_proj, self.post_attn_norm.as_ref(), eps)?;
+        match &self.mlp {
+            GpuMlp::Dense(mlp) => {
+                let h = step.rms_norm_input(&a.x, &self.ffn_norm, eps, &a.h)?;
+                let split = a.gate_up.as_ref();
+                record_gate_up(&mut step, &mlp.gate_up, activation(&model.config), h, &a.act, split)?;
+                add_projection(&mut step, a, &a.act, &mlp.down_proj, self.post_ffn_norm.as_ref(), eps)?;
+                Ok(step)
+            }
+            GpuMlp::Experts(moe) => {
+                step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
+                let buffers = a.moe.as_ref().ok_or_else(|| {
+                    LlamaError::InvalidBatch("a workspace made for another model: no expert buffers".into())
+                })?;
+                let act = activation(&model.config);
+                Ok(moe.record(step, &a.x, &a.h, buffers, act)?)
+            }
+        }
     }
 
     /// `att = attention(rope(q), rope(k), v)` for `q, k, v` projected from `h`, over the paged
@@ -436,34 +477,40 @@ impl GpuLayer {
         step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
         Ok(())
     }
+}
 
-    /// `act = act(gate_proj(h)) * up_proj(h)`, `act` SiLU or Gemma's GELU-tanh.
-    fn gate_up(
-        &self,
-        step: &mut Step<'_>,
-        model: &LlamaModel,
-        h: LinearInput<'_>,
-        a: &Activations,
-    ) -> Result<(), LlamaError> {
-        let act = match model.config.mlp_activation {
-            MlpActivation::Silu => GateActivation::Silu,
-            MlpActivation::GeluTanh => GateActivation::GeluTanh,
-        };
-        match (&self.gate_up, &a.gate_up) {
-            (GateUp::Gated(w), _) => step.linear_gated(h, w, act, &a.act)?,
-            (GateUp::Split { gate, up }, Some([gate_out, up_out])) => {
-                step.linear(h, gate, gate_out)?;
-                step.linear(h, up, up_out)?;
-                step.gated_mul(act, gate_out, up_out, &a.act)?;
-            }
-            (GateUp::Split { .. }, None) => {
-                return Err(LlamaError::InvalidBatch(
-                    "a workspace made for another model: no gate/up buffers for this split MLP".into(),
-                ));
-            }
-        }
-        Ok(())
+/// The gated MLP's activation: SiLU or Gemma's GELU-tanh.
+fn activation(c: &ModelConfig) -> GateActivation {
+    match c.mlp_activation {
+        MlpActivation::Silu => GateActivation::Silu,
+        MlpActivation::GeluTanh => GateActivation::GeluTanh,
     }
+}
+
+/// `out = act(gate_proj(h)) * up_proj(h)`; `split` holds the gate's and the up projection's
+/// outputs when they are two weights.
+pub(super) fn record_gate_up(
+    step: &mut Step<'_>,
+    gate_up: &GateUp,
+    act: GateActivation,
+    h: LinearInput<'_>,
+    out: &Tensor,
+    split: Option<&[Tensor; 2]>,
+) -> Result<(), LlamaError> {
+    match (gate_up, split) {
+        (GateUp::Gated(w), _) => step.linear_gated(h, w, act, out)?,
+        (GateUp::Split { gate, up }, Some([gate_out, up_out])) => {
+            step.linear(h, gate, gate_out)?;
+            step.linear(h, up, up_out)?;
+            step.gated_mul(act, gate_out, up_out, out)?;
+        }
+        (GateUp::Split { .. }, None) => {
+            return Err(LlamaError::InvalidBatch(
+                "a workspace made for another model: no gate/up buffers for this split MLP".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One layer of the paged KV cache.
@@ -563,8 +610,28 @@ impl Loader<'_> {
             ffn_norm: self.norm(&w.ffn_norm)?,
             post_attn_norm: w.post_norms.as_ref().map(|[attn, _]| self.norm(attn)).transpose()?,
             post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| self.norm(ffn)).transpose()?,
-            gate_up: self.gate_up(l, w)?,
-            down_proj: self.matrix(&format!("layers.{l}.down_proj"), &w.down_proj)?,
+            mlp: match &w.mlp {
+                MlpWeights::Dense(mlp) => GpuMlp::Dense(self.gated_mlp(&format!("layers.{l}"), mlp)?),
+                MlpWeights::Experts { router, experts } => GpuMlp::Experts(MoeLayer {
+                    router: self.matrix(&format!("layers.{l}.router"), router)?,
+                    experts: experts
+                        .iter()
+                        .enumerate()
+                        .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
+                        .collect::<Result<_, _>>()?,
+                    moe: self.config.moe.ok_or_else(|| {
+                        LlamaError::Unsupported("expert weights in a model without experts".into())
+                    })?,
+                }),
+            },
+        })
+    }
+
+    /// A gated MLP (a layer's, or one expert's), its weights named after `prefix`.
+    fn gated_mlp(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GatedMlp, LlamaError> {
+        Ok(GatedMlp {
+            gate_up: self.gate_up(prefix, w)?,
+            down_proj: self.matrix(&format!("{prefix}.down_proj"), &w.down_proj)?,
         })
     }
 
@@ -611,9 +678,9 @@ impl Loader<'_> {
     }
 
     /// The gate and up projections as one gated weight when they share a type, else two.
-    fn gate_up(&self, l: usize, w: &LayerWeights<'_>) -> Result<GateUp, LlamaError> {
+    fn gate_up(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GateUp, LlamaError> {
         if w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape {
-            let name = format!("layers.{l}.gate_up_proj");
+            let name = format!("{prefix}.gate_up_proj");
             let (rows, cols) = matrix_dims(&name, &w.gate_proj)?;
             let weight = self.ctx.upload_gated_weight(
                 &name,
@@ -627,8 +694,8 @@ impl Loader<'_> {
             return Ok(GateUp::Gated(weight));
         }
         Ok(GateUp::Split {
-            gate: self.matrix(&format!("layers.{l}.gate_proj"), &w.gate_proj)?,
-            up: self.matrix(&format!("layers.{l}.up_proj"), &w.up_proj)?,
+            gate: self.matrix(&format!("{prefix}.gate_proj"), &w.gate_proj)?,
+            up: self.matrix(&format!("{prefix}.up_proj"), &w.up_proj)?,
         })
     }
 }

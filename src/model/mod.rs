@@ -3,11 +3,14 @@
 pub mod architecture;
 pub mod chat;
 pub mod files;
+pub mod footprint;
 pub mod gguf;
 pub mod gguf_split;
 pub mod gguf_vocab;
 pub mod layer_pattern;
 pub mod llama;
+pub mod moe;
+mod moe_layer;
 pub mod random;
 pub mod reasoning;
 pub mod safetensors;

@@ -22,6 +22,8 @@ pub struct RandomShape {
     pub layers: usize,
     /// Query heads.
     pub heads: usize,
+    /// Width of one head (Qwen3's differ from hidden / heads).
+    pub head_dim: usize,
     /// Key/value heads.
     pub kv_heads: usize,
     /// MLP intermediate size.
@@ -34,21 +36,37 @@ pub struct RandomShape {
     pub rope_theta: f32,
     /// True when the LM head is the embedding table.
     pub tied: bool,
+    /// A mixture of experts in every layer instead of the dense MLP (written as `qwen3moe`).
+    pub experts: Option<RandomExperts>,
 }
 
-/// The shapes pagoda can write: the default model's, Llama 3.2 1B's and Llama 2 7B's.
-pub const SHAPES: [RandomShape; 3] = [
+/// The experts of a mixture-of-experts shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RandomExperts {
+    /// Experts a layer.
+    pub count: usize,
+    /// Experts a token uses.
+    pub used: usize,
+    /// One expert's intermediate size.
+    pub ffn: usize,
+}
+
+/// The shapes pagoda can write: the default model's, Llama 3.2 1B's, Llama 2 7B's,
+/// Qwen3-30B-A3B's and a dense model of its active parameters.
+pub const SHAPES: [RandomShape; 5] = [
     RandomShape {
         name: "smollm2-135m",
         hidden: 576,
         layers: 30,
         heads: 9,
         kv_heads: 3,
+        head_dim: 64,
         ffn: 1536,
         vocab: 49152,
         context: 8192,
         rope_theta: 100000.0,
         tied: true,
+        experts: None,
     },
     RandomShape {
         name: "llama-3.2-1b",
@@ -56,11 +74,13 @@ pub const SHAPES: [RandomShape; 3] = [
         layers: 16,
         heads: 32,
         kv_heads: 8,
+        head_dim: 64,
         ffn: 8192,
         vocab: 128256,
         context: 8192,
         rope_theta: 500000.0,
         tied: true,
+        experts: None,
     },
     RandomShape {
         name: "llama-2-7b",
@@ -68,19 +88,42 @@ pub const SHAPES: [RandomShape; 3] = [
         layers: 32,
         heads: 32,
         kv_heads: 32,
+        head_dim: 128,
         ffn: 11008,
         vocab: 32000,
         context: 4096,
         rope_theta: 10000.0,
         tied: false,
+        experts: None,
     },
+    QWEN3_30B_A3B,
+    // Qwen3-30B-A3B's active parameters as one dense MLP: 8 experts of 768 make 6144 columns.
+    RandomShape { name: "qwen3-30b-a3b-dense", experts: None, ..QWEN3_30B_A3B },
 ];
+
+/// Qwen3-30B-A3B: 128 experts of 768 columns, 8 a token.
+const QWEN3_30B_A3B: RandomShape = RandomShape {
+    name: "qwen3-30b-a3b",
+    hidden: 2048,
+    layers: 48,
+    heads: 32,
+    kv_heads: 4,
+    head_dim: 128,
+    ffn: 6144,
+    vocab: 151936,
+    context: 40960,
+    rope_theta: 1_000_000.0,
+    tied: false,
+    experts: Some(RandomExperts { count: 128, used: 8, ffn: 768 }),
+};
 
 /// Why a random model could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum RandomModelError {
     /// No shape of that name.
-    #[error("unknown shape `{0}` (one of: smollm2-135m, llama-3.2-1b, llama-2-7b)")]
+    #[error(
+        "unknown shape `{0}` (one of: smollm2-135m, llama-3.2-1b, llama-2-7b, qwen3-30b-a3b, qwen3-30b-a3b-dense)"
+    )]
     UnknownShape(String),
     /// A weight type whose blocks do not divide the shape's rows.
     #[error("{dtype} blocks of {block} do not divide the {cols}-column matrices of {shape}")]
@@ -108,12 +151,24 @@ impl RandomShape {
         SHAPES.iter().find(|s| s.name == name).ok_or_else(|| RandomModelError::UnknownShape(name.to_owned()))
     }
 
-    /// Parameters of its matrices (embedding and LM head included).
+    /// Parameters of its matrices (embedding, LM head, routers and every expert included).
     pub fn matrix_params(&self) -> usize {
-        let hd = self.hidden / self.heads;
-        let per_layer = self.hidden * (self.heads + 2 * self.kv_heads) * hd
-            + self.heads * hd * self.hidden
-            + 3 * self.hidden * self.ffn;
+        self.params(self.experts.map(|e| e.count))
+    }
+
+    /// Parameters of the matrices one token uses (its experts only).
+    pub fn active_params(&self) -> usize {
+        self.params(self.experts.map(|e| e.used))
+    }
+
+    fn params(&self, experts: Option<usize>) -> usize {
+        let hd = self.head_dim;
+        let mlp = match (self.experts, experts) {
+            (Some(e), Some(n)) => self.hidden * e.count + n * 3 * self.hidden * e.ffn,
+            _ => 3 * self.hidden * self.ffn,
+        };
+        let per_layer =
+            self.hidden * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * self.hidden + mlp;
         let head = if self.tied { 0 } else { self.vocab * self.hidden };
         self.layers * per_layer + self.vocab * self.hidden + head
     }
@@ -177,13 +232,14 @@ fn byte_level_alphabet() -> Vec<String> {
 /// Writes a random model of `shape` with matrices in `dtype` to `path`; returns its bytes.
 pub fn write_random_model(
     path: &Path,
-    shape: &'static RandomShape,
+    shape: &RandomShape,
     dtype: DType,
     seed: u64,
 ) -> Result<u64, RandomModelError> {
     let s = shape;
-    let hd = s.hidden / s.heads;
-    for cols in [s.hidden, s.ffn] {
+    let hd = s.head_dim;
+    let ffn = s.experts.map_or(s.ffn, |e| e.ffn);
+    for cols in [s.hidden, ffn] {
         if cols % dtype.block_len() != 0 {
             return Err(RandomModelError::BlocksDoNotFit {
                 shape: s.name,
@@ -199,18 +255,22 @@ pub fn write_random_model(
     let mut tokens: Vec<String> = specials.iter().map(|t| t.to_string()).collect();
     tokens.extend(byte_level_alphabet());
     tokens.extend((tokens.len()..s.vocab).map(|i| format!("<r{i}>")));
-    w.metadata("general.architecture", MetadataValue::String("llama".into()))
+    let arch = if s.experts.is_some() { "qwen3moe" } else { "llama" };
+    let key = |k: &str| format!("{arch}.{k}");
+    w.metadata("general.architecture", MetadataValue::String(arch.into()))
         .metadata("general.name", MetadataValue::String(format!("pagoda random {}", s.name)))
-        .metadata("llama.context_length", u32v(s.context))
-        .metadata("llama.embedding_length", u32v(s.hidden))
-        .metadata("llama.feed_forward_length", u32v(s.ffn))
-        .metadata("llama.block_count", u32v(s.layers))
-        .metadata("llama.attention.head_count", u32v(s.heads))
-        .metadata("llama.attention.head_count_kv", u32v(s.kv_heads))
-        .metadata("llama.attention.layer_norm_rms_epsilon", MetadataValue::F32(1e-5))
-        .metadata("llama.rope.freq_base", MetadataValue::F32(s.rope_theta))
-        .metadata("llama.rope.dimension_count", u32v(hd))
-        .metadata("llama.vocab_size", u32v(s.vocab))
+        .metadata(&key("context_length"), u32v(s.context))
+        .metadata(&key("embedding_length"), u32v(s.hidden))
+        .metadata(&key("feed_forward_length"), u32v(s.ffn))
+        .metadata(&key("block_count"), u32v(s.layers))
+        .metadata(&key("attention.head_count"), u32v(s.heads))
+        .metadata(&key("attention.head_count_kv"), u32v(s.kv_heads))
+        .metadata(&key("attention.key_length"), u32v(hd))
+        .metadata(&key("attention.value_length"), u32v(hd))
+        .metadata(&key("attention.layer_norm_rms_epsilon"), MetadataValue::F32(1e-5))
+        .metadata(&key("rope.freq_base"), MetadataValue::F32(s.rope_theta))
+        .metadata(&key("rope.dimension_count"), u32v(hd))
+        .metadata(&key("vocab_size"), u32v(s.vocab))
         .metadata("tokenizer.ggml.model", MetadataValue::String("gpt2".into()))
         .metadata("tokenizer.ggml.pre", MetadataValue::String("default".into()))
         .metadata(
@@ -221,29 +281,54 @@ pub fn write_random_model(
         .metadata("tokenizer.ggml.merges", MetadataValue::strings(Vec::<String>::new()))
         .metadata("tokenizer.ggml.bos_token_id", MetadataValue::U32(0))
         .metadata("tokenizer.ggml.eos_token_id", MetadataValue::U32(1));
+    if let Some(e) = s.experts {
+        w.metadata(&key("expert_count"), u32v(e.count))
+            .metadata(&key("expert_used_count"), u32v(e.used))
+            .metadata(&key("expert_feed_forward_length"), u32v(e.ffn));
+    }
     let mut rng = Rng(seed);
-    let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, scale: f32| {
-        let data = random_matrix(&mut rng, dtype, rows, cols, scale);
+    let matrix = |rng: &mut Rng, w: &mut GgufWriter, name: &str, rows: usize, cols: usize, scale: f32| {
+        let data = random_matrix(rng, dtype, rows, cols, scale);
         w.tensor(name, dtype, &[rows, cols], data).map(|_| ())
     };
     let inv_sqrt = |n: usize| 1.0 / (n as f32).sqrt();
     let ones = |n: usize| quantize(DType::F32, &vec![1.0; n]);
-    matrix(&mut w, "token_embd.weight", s.vocab, s.hidden, 1.0)?;
+    matrix(&mut rng, &mut w, "token_embd.weight", s.vocab, s.hidden, 1.0)?;
     for l in 0..s.layers {
         let name = |t: &str| format!("blk.{l}.{t}.weight");
         w.tensor(&name("attn_norm"), DType::F32, &[s.hidden], ones(s.hidden))?;
-        matrix(&mut w, &name("attn_q"), s.heads * hd, s.hidden, inv_sqrt(s.hidden))?;
-        matrix(&mut w, &name("attn_k"), s.kv_heads * hd, s.hidden, inv_sqrt(s.hidden))?;
-        matrix(&mut w, &name("attn_v"), s.kv_heads * hd, s.hidden, inv_sqrt(s.hidden))?;
-        matrix(&mut w, &name("attn_output"), s.hidden, s.heads * hd, inv_sqrt(s.hidden))?;
+        matrix(&mut rng, &mut w, &name("attn_q"), s.heads * hd, s.hidden, inv_sqrt(s.hidden))?;
+        matrix(&mut rng, &mut w, &name("attn_k"), s.kv_heads * hd, s.hidden, inv_sqrt(s.hidden))?;
+        matrix(&mut rng, &mut w, &name("attn_v"), s.kv_heads * hd, s.hidden, inv_sqrt(s.hidden))?;
+        matrix(&mut rng, &mut w, &name("attn_output"), s.hidden, s.heads * hd, inv_sqrt(s.hidden))?;
+        if s.experts.is_some() {
+            // Qwen3's per-head norms of queries and keys
+            w.tensor(&name("attn_q_norm"), DType::F32, &[hd], ones(hd))?;
+            w.tensor(&name("attn_k_norm"), DType::F32, &[hd], ones(hd))?;
+        }
         w.tensor(&name("ffn_norm"), DType::F32, &[s.hidden], ones(s.hidden))?;
-        matrix(&mut w, &name("ffn_gate"), s.ffn, s.hidden, inv_sqrt(s.hidden))?;
-        matrix(&mut w, &name("ffn_up"), s.ffn, s.hidden, inv_sqrt(s.hidden))?;
-        matrix(&mut w, &name("ffn_down"), s.hidden, s.ffn, inv_sqrt(s.ffn))?;
+        match s.experts {
+            None => {
+                matrix(&mut rng, &mut w, &name("ffn_gate"), s.ffn, s.hidden, inv_sqrt(s.hidden))?;
+                matrix(&mut rng, &mut w, &name("ffn_up"), s.ffn, s.hidden, inv_sqrt(s.hidden))?;
+                matrix(&mut rng, &mut w, &name("ffn_down"), s.hidden, s.ffn, inv_sqrt(s.ffn))?;
+            }
+            Some(e) => {
+                // the router in f32, as llama.cpp's converter keeps it
+                let router = random_matrix(&mut rng, DType::F32, e.count, s.hidden, inv_sqrt(s.hidden));
+                w.tensor(&name("ffn_gate_inp"), DType::F32, &[e.count, s.hidden], router)?;
+                for (part, rows, cols) in
+                    [("gate", e.ffn, s.hidden), ("up", e.ffn, s.hidden), ("down", s.hidden, e.ffn)]
+                {
+                    let data = random_matrix(&mut rng, dtype, e.count * rows, cols, inv_sqrt(cols));
+                    w.tensor(&name(&format!("ffn_{part}_exps")), dtype, &[e.count, rows, cols], data)?;
+                }
+            }
+        }
     }
     w.tensor("output_norm.weight", DType::F32, &[s.hidden], ones(s.hidden))?;
     if !s.tied {
-        matrix(&mut w, "output.weight", s.vocab, s.hidden, inv_sqrt(s.hidden))?;
+        matrix(&mut rng, &mut w, "output.weight", s.vocab, s.hidden, inv_sqrt(s.hidden))?;
     }
     w.write(path)?;
     Ok(std::fs::metadata(path)?.len())
@@ -253,6 +338,36 @@ pub fn write_random_model(
 mod tests {
     use super::*;
     use crate::model::ModelFiles;
+
+    #[test]
+    fn a_random_mixture_of_experts_loads_with_its_experts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("moe.gguf");
+        let experts = RandomExperts { count: 8, used: 2, ffn: 64 };
+        let shape = RandomShape {
+            name: "tiny-moe",
+            hidden: 128,
+            layers: 2,
+            head_dim: 64,
+            vocab: 600,
+            experts: Some(experts),
+            ..QWEN3_30B_A3B
+        };
+        write_random_model(&path, &shape, DType::Q4_0, 3).unwrap();
+        let files = ModelFiles::open(&path).unwrap();
+        let moe = files.config.moe.unwrap();
+        assert_eq!((moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size), (8, 2, 64));
+        assert_eq!((files.config.architecture.as_str(), files.config.head_dim), ("qwen3moe", 64));
+        let w = files.llama_weights().unwrap();
+        let crate::model::weights::MlpWeights::Experts { router, experts } = &w.layers[1].mlp else {
+            panic!("a mixture of experts")
+        };
+        assert_eq!((router.dtype, experts.len(), experts[7].down_proj.dtype), (DType::F32, 8, DType::Q4_0));
+        let footprint = crate::model::footprint::Footprint::of(&w, 2);
+        assert_eq!(footprint.parameters as usize, shape.matrix_params() + (1 + 2 * 2) * 128 + 2 * 2 * 64);
+        assert_eq!(footprint.parameters - footprint.active_parameters, 2 * 6 * 3 * 128 * 64);
+        assert_eq!(shape.matrix_params() - shape.active_params(), 2 * 6 * 3 * 128 * 64);
+    }
 
     #[test]
     fn a_random_model_loads_with_its_shape() {
@@ -268,7 +383,7 @@ mod tests {
         assert_eq!((c.intermediate_size, c.vocab_size), (1536, 49152));
         assert_eq!(files.tokenizer.vocab_size(), 49152);
         let w = files.llama_weights().unwrap();
-        assert_eq!(w.layers[0].gate_proj.dtype, DType::Q8_0);
+        assert_eq!(w.layers[0].dense_mlp().unwrap().gate_proj.dtype, DType::Q8_0);
         assert_eq!(w.lm_head.data.as_ptr(), w.embed_tokens.data.as_ptr(), "tied");
     }
 

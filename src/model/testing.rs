@@ -151,6 +151,7 @@ impl TinyLlama {
             local_rope_theta: None,
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
+            moe: None,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut matrix = |name: String, rows: usize, cols: usize| {

@@ -4,6 +4,7 @@
 use super::architecture::ModelConfig;
 use super::gguf::GgufError;
 use super::gguf_split::GgufModel;
+use super::moe::MoeConfig;
 use super::safetensors::{SafetensorsError, SafetensorsFiles};
 use super::tensor::TensorView;
 
@@ -182,6 +183,89 @@ impl WeightFile {
         }
     }
 
+    /// A mixture-of-experts layer's router and experts: GGUF's stacked `ffn_{gate,up,down}_exps`
+    /// cut per expert; HF's per-expert tensors (Qwen3-MoE's `mlp.experts.E.gate_proj`,
+    /// Mixtral's `block_sparse_moe.experts.E.w1`), or transformers 5's stacked
+    /// `mlp.experts.gate_up_proj` and `mlp.experts.down_proj`.
+    fn experts(
+        &self,
+        l: usize,
+        config: &ModelConfig,
+        moe: &MoeConfig,
+    ) -> Result<MlpWeights<'_>, WeightError> {
+        let (h, e, ff) = (config.hidden_size, moe.num_experts, moe.expert_intermediate_size);
+        let mixtral = config.architecture == "mixtral";
+        let (router, experts) = match self {
+            Self::Gguf(_) => {
+                let p = format!("blk.{l}.");
+                let router = self.checked(&format!("{p}ffn_gate_inp.weight"), &[e, h])?;
+                let gate = self.checked(&format!("{p}ffn_gate_exps.weight"), &[e, ff, h])?;
+                let up = self.checked(&format!("{p}ffn_up_exps.weight"), &[e, ff, h])?;
+                let down_name = format!("{p}ffn_down_exps.weight");
+                let down = self.checked(&down_name, &[e, h, ff])?;
+                let experts = (0..e)
+                    .map(|x| {
+                        Ok(ExpertWeights {
+                            gate_proj: expert(&gate, &format!("{p}ffn_gate_exps.weight"), x)?,
+                            up_proj: expert(&up, &format!("{p}ffn_up_exps.weight"), x)?,
+                            down_proj: expert(&down, &down_name, x)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, WeightError>>()?;
+                (router, experts)
+            }
+            Self::Safetensors(_) if mixtral => {
+                let p = format!("model.layers.{l}.block_sparse_moe.");
+                let router = self.checked(&format!("{p}gate.weight"), &[e, h])?;
+                let experts = (0..e)
+                    .map(|x| {
+                        Ok(ExpertWeights {
+                            gate_proj: self.checked(&format!("{p}experts.{x}.w1.weight"), &[ff, h])?,
+                            up_proj: self.checked(&format!("{p}experts.{x}.w3.weight"), &[ff, h])?,
+                            down_proj: self.checked(&format!("{p}experts.{x}.w2.weight"), &[h, ff])?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, WeightError>>()?;
+                (router, experts)
+            }
+            Self::Safetensors(_) => {
+                let p = format!("model.layers.{l}.mlp.");
+                let router = self.checked(&format!("{p}gate.weight"), &[e, h])?;
+                let stacked = format!("{p}experts.gate_up_proj");
+                let experts = if self.has_tensor(&stacked) {
+                    let gate_up = self.checked(&stacked, &[e, 2 * ff, h])?;
+                    let down_name = format!("{p}experts.down_proj");
+                    let down = self.checked(&down_name, &[e, h, ff])?;
+                    (0..e)
+                        .map(|x| {
+                            let both = expert(&gate_up, &stacked, x)?;
+                            Ok(ExpertWeights {
+                                gate_proj: cut(&both, &stacked, 0, ff)?,
+                                up_proj: cut(&both, &stacked, ff, ff)?,
+                                down_proj: expert(&down, &down_name, x)?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, WeightError>>()?
+                } else {
+                    (0..e)
+                        .map(|x| {
+                            let get = |w: &str, shape: &[usize]| {
+                                self.checked(&format!("{p}experts.{x}.{w}.weight"), shape)
+                            };
+                            Ok(ExpertWeights {
+                                gate_proj: get("gate_proj", &[ff, h])?,
+                                up_proj: get("up_proj", &[ff, h])?,
+                                down_proj: get("down_proj", &[h, ff])?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, WeightError>>()?
+                };
+                (router, experts)
+            }
+        };
+        Ok(MlpWeights::Experts { router, experts })
+    }
+
     fn checked(&self, name: &str, expected: &[usize]) -> Result<TensorView<'_>, WeightError> {
         let t = self.tensor(name)?;
         if *t.shape != *expected {
@@ -209,6 +293,16 @@ fn cut<'a>(
     })
 }
 
+/// Expert `x` of a stacked `[experts, rows, cols]` tensor, as a `[rows, cols]` matrix.
+fn expert<'a>(stacked: &TensorView<'a>, name: &str, x: usize) -> Result<TensorView<'a>, WeightError> {
+    let one = cut(stacked, name, x, 1)?;
+    Ok(TensorView {
+        dtype: one.dtype,
+        shape: std::borrow::Cow::Owned(one.shape[1..].to_vec()),
+        data: one.data,
+    })
+}
+
 /// The weights of one decoder layer. Matrices are `[out_features, in_features]`.
 #[derive(Debug, Clone)]
 pub struct LayerWeights<'a> {
@@ -231,12 +325,43 @@ pub struct LayerWeights<'a> {
     /// RMSNorms after attention and after the feed-forward, before each residual add (Gemma's
     /// sandwich), `[hidden]` each.
     pub post_norms: Option<[TensorView<'a>; 2]>,
+    /// The feed-forward: one gated MLP, or a mixture of experts.
+    pub mlp: MlpWeights<'a>,
+}
+
+/// A layer's feed-forward weights.
+#[derive(Debug, Clone)]
+pub enum MlpWeights<'a> {
+    /// One gated MLP.
+    Dense(ExpertWeights<'a>),
+    /// A router, `[experts, hidden]`, and the experts' gated MLPs in expert order.
+    Experts {
+        /// The router's matrix.
+        router: TensorView<'a>,
+        /// Each expert's MLP.
+        experts: Vec<ExpertWeights<'a>>,
+    },
+}
+
+/// One gated MLP (a dense layer's, or one expert's).
+#[derive(Debug, Clone)]
+pub struct ExpertWeights<'a> {
     /// SwiGLU gate, `[intermediate, hidden]`.
     pub gate_proj: TensorView<'a>,
     /// SwiGLU up, `[intermediate, hidden]`.
     pub up_proj: TensorView<'a>,
     /// SwiGLU down, `[hidden, intermediate]`.
     pub down_proj: TensorView<'a>,
+}
+
+impl<'a> LayerWeights<'a> {
+    /// The layer's one gated MLP; `None` for a mixture of experts.
+    pub fn dense_mlp(&self) -> Option<&ExpertWeights<'a>> {
+        match &self.mlp {
+            MlpWeights::Dense(mlp) => Some(mlp),
+            MlpWeights::Experts { .. } => None,
+        }
+    }
 }
 
 /// Every weight of a Llama-family model, shape-checked against its config.
@@ -275,12 +400,22 @@ impl<'a> LlamaWeights<'a> {
                 } else {
                     [get(Q, &[q, h])?, get(K, &[kv, h])?, get(V, &[kv, h])?]
                 };
-                let [gate_proj, up_proj] = if config.fused_projections {
-                    let gate_up = get(GateUp, &[2 * ff, h])?;
-                    let name = file.layer_name(l, GateUp, false);
-                    [cut(&gate_up, &name, 0, ff)?, cut(&gate_up, &name, ff, ff)?]
-                } else {
-                    [get(Gate, &[ff, h])?, get(Up, &[ff, h])?]
+                let mlp = match &config.moe {
+                    Some(moe) => file.experts(l, config, moe)?,
+                    None => {
+                        let [gate_proj, up_proj] = if config.fused_projections {
+                            let gate_up = get(GateUp, &[2 * ff, h])?;
+                            let name = file.layer_name(l, GateUp, false);
+                            [cut(&gate_up, &name, 0, ff)?, cut(&gate_up, &name, ff, ff)?]
+                        } else {
+                            [get(Gate, &[ff, h])?, get(Up, &[ff, h])?]
+                        };
+                        MlpWeights::Dense(ExpertWeights {
+                            gate_proj,
+                            up_proj,
+                            down_proj: get(Down, &[h, ff])?,
+                        })
+                    }
                 };
                 Ok(LayerWeights {
                     attn_norm: get(AttnNorm, &[h])?,
@@ -304,9 +439,7 @@ impl<'a> LlamaWeights<'a> {
                     } else {
                         None
                     },
-                    gate_proj,
-                    up_proj,
-                    down_proj: get(Down, &[h, ff])?,
+                    mlp,
                 })
             })
             .collect::<Result<Vec<_>, WeightError>>()?;

@@ -74,6 +74,11 @@ fn render_host_tier(out: &mut Writer, host: &HostTierStats, block_size: u64) {
         ("kv_offload_evicted_blocks", "KV blocks evicted from the host tier.", host.num_evicted_blocks),
         ("kv_offload_loaded_bytes", "Bytes copied from the host tier to the GPU.", host.load_bytes),
         ("kv_offload_stored_bytes", "Bytes copied from the GPU to the host tier.", host.store_bytes),
+        (
+            "kv_offload_failed_copies",
+            "Host KV tier copies that failed (their blocks are recomputed).",
+            host.num_failed_copies,
+        ),
     ];
     for (name, help, value) in counters {
         out.counter(name, help, value);

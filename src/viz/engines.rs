@@ -77,6 +77,7 @@ pub fn wgpu_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver<WgpuE
     let context = GpuContext::new(&options).map_err(|e| VizError::Device(e.to_string()))?;
     let executor = WgpuExecutor::new(context, &files, &cache, &scheduler, true).map_err(engine_error)?;
     cache.num_gpu_blocks = executor.num_gpu_blocks();
+    cache.kv_block_bytes = executor.kv_block_bytes();
     let scheduler = Scheduler::new(scheduler, cache).map_err(engine_error)?;
     let start = Instant::now();
     let clock = Box::new(move |_: &WgpuExecutor| start.elapsed().as_secs_f64());

@@ -101,6 +101,24 @@ pub struct Counters {
     pub num_waiting: usize,
     /// Requests finished, cumulative.
     pub num_finished: u64,
+    /// The host KV tier, when it is on.
+    #[serde(default)]
+    pub host: Option<HostTierView>,
+}
+
+/// The host KV tier after one step: its slots and what moved, cumulative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostTierView {
+    /// Host slots.
+    pub num_blocks: usize,
+    /// Slots holding a block.
+    pub num_used_blocks: usize,
+    /// Blocks loaded back into the pool.
+    pub num_loaded_blocks: u64,
+    /// Blocks stored from the pool.
+    pub num_stored_blocks: u64,
+    /// Blocks evicted from the tier.
+    pub num_evicted_blocks: u64,
 }
 
 impl Counters {

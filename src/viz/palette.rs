@@ -26,6 +26,8 @@ pub const PREEMPT: Color32 = Color32::from_rgb(255, 92, 92);
 pub const EVICT: Color32 = Color32::from_rgb(255, 160, 64);
 /// Cache hits.
 pub const HIT: Color32 = Color32::from_rgb(96, 220, 140);
+/// The host KV tier's used slots.
+pub const HOST_USED: Color32 = Color32::from_rgb(72, 168, 200);
 /// Ordinary text.
 pub const TEXT: Color32 = Color32::from_rgb(210, 214, 222);
 /// Secondary text.

@@ -31,6 +31,8 @@ pub fn preset(workload: BuiltinWorkload) -> VizPreset {
         BuiltinWorkload::LongPrompt => (12, 384, 512, 8, 4224),
         // Prompts of 9..18 blocks that the answers copy, outputs of 2..8 blocks.
         BuiltinWorkload::InputGrounded => (16, 320, 512, 16, 1024),
+        // Twelve conversations of up to 30 blocks coming back four times, in 96 blocks.
+        BuiltinWorkload::MultiTurnChat => (48, 96, 512, 8, 1024),
     };
     VizPreset {
         num_requests,

@@ -6,7 +6,9 @@ use crate::core::metrics::SchedulerStats;
 use crate::core::request::RequestStatus;
 use crate::core::scheduler::Scheduler;
 use crate::core::snapshot::KvSnapshot;
-use crate::viz::model::{BlockView, Counters, KvView, RequestPhase, RequestView, StepRecord, VizEvent};
+use crate::viz::model::{
+    BlockView, Counters, HostTierView, KvView, RequestPhase, RequestView, StepRecord, VizEvent,
+};
 
 /// What the engine hands over since its previous report (one step or many), unconverted:
 /// building it costs the engine a copy of its stats and a move of the events (plus a
@@ -95,6 +97,13 @@ pub fn counters(stats: &SchedulerStats, computed_tokens: u64) -> Counters {
         num_running: stats.num_running,
         num_waiting: stats.num_waiting,
         num_finished: stats.num_finished,
+        host: stats.host_tier.map(|host| HostTierView {
+            num_blocks: host.num_blocks,
+            num_used_blocks: host.num_used_blocks,
+            num_loaded_blocks: host.num_loaded_blocks,
+            num_stored_blocks: host.num_stored_blocks,
+            num_evicted_blocks: host.num_evicted_blocks,
+        }),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The drawing code, shared by the window and the offscreen snapshot: a top bar (title,
 //! legend, playback controls), the block pool grid, each running request's block table, the
 //! waiting queue, counters with time plots, the event log and a details line for the block
-//! under the pointer.
+//! under the pointer; beside the pool, the host KV tier's fill and traffic when it is on.
 
 use egui::{
     Align2, Color32, CornerRadius, FontId, Frame, Id, Margin, Pos2, Rect, RichText, Sense, Shape, Stroke,
@@ -11,7 +11,7 @@ use egui::{
 use crate::core::snapshot::BlockState;
 use crate::ids::{BlockId, RequestId};
 use crate::viz::control::{MAX_SPEED, MIN_SPEED, SimControl};
-use crate::viz::model::{BlockView, KvView, RequestPhase, RequestView, VizEvent};
+use crate::viz::model::{BlockView, HostTierView, KvView, RequestPhase, RequestView, VizEvent};
 use crate::viz::palette;
 use crate::viz::state::{BlockMark, Sample, VizState};
 
@@ -25,6 +25,8 @@ pub const DETAILS_HEIGHT: f32 = 30.0;
 pub const MAX_CELL: f32 = 28.0;
 /// Gap between grid cells, points.
 pub const CELL_GAP: f32 = 2.0;
+/// Width of the host tier's column beside the pool grid, points.
+pub const HOST_COLUMN_WIDTH: f32 = 150.0;
 
 /// Where things were drawn in the last frame, in points; tests probe pixels through it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,6 +35,8 @@ pub struct FrameLayout {
     pub block_rects: Vec<Rect>,
     /// Each drawn running-request row: the request and the cells of its block table.
     pub table_rows: Vec<(RequestId, Vec<Rect>)>,
+    /// The host tier's fill bar (filled from the bottom), when the tier is on.
+    pub host_bar: Option<Rect>,
 }
 
 /// UI state that outlives a frame.
@@ -161,10 +165,15 @@ fn central(ui: &mut Ui, state: &VizState, ui_state: &mut UiState, layout: &mut F
         heading_font.clone(),
         palette::TEXT,
     );
+    let host_width = if state.counters.host.is_some() { HOST_COLUMN_WIDTH } else { 0.0 };
     let grid_area = Rect::from_min_max(
         pos2(area.left(), area.top() + 24.0),
-        pos2(area.right(), area.top() + 24.0 + area.height() * 0.5),
+        pos2(area.right() - host_width, area.top() + 24.0 + area.height() * 0.5),
     );
+    if let Some(host) = &state.counters.host {
+        let column = Rect::from_min_max(pos2(grid_area.right() + 12.0, area.top()), grid_area.right_bottom());
+        layout.host_bar = Some(host_column(&painter, column, host));
+    }
     layout.block_rects = grid_cells(grid_area, kv.blocks.len());
     let grid_response = ui.interact(grid_area, Id::unique("pagoda-grid"), Sense::click());
     ui_state.hovered = grid_response
@@ -233,6 +242,46 @@ fn central(ui: &mut Ui, state: &VizState, ui_state: &mut UiState, layout: &mut F
     );
     y += 22.0;
     waiting_chips(&painter, Rect::from_min_max(pos2(area.left(), y), area.right_bottom()), kv);
+}
+
+/// The host tier's column: its heading, a bar filled from the bottom as its slots are
+/// used, and [`host_tier_lines`] under it; returns the bar.
+fn host_column(painter: &egui::Painter, column: Rect, host: &HostTierView) -> Rect {
+    let small = FontId::proportional(12.0);
+    painter.text(
+        column.left_top(),
+        Align2::LEFT_TOP,
+        "Host tier (CPU)",
+        FontId::proportional(14.0),
+        palette::TEXT,
+    );
+    let lines = host_tier_lines(host);
+    let text_height = 16.0 * lines.len() as f32;
+    let bar = Rect::from_min_max(
+        pos2(column.left(), column.top() + 24.0),
+        pos2(column.left() + 36.0, (column.bottom() - text_height - 6.0).max(column.top() + 40.0)),
+    );
+    painter.rect_filled(bar, CornerRadius::same(2), palette::FREE_BLOCK);
+    let usage = if host.num_blocks == 0 { 0.0 } else { host.num_used_blocks as f32 / host.num_blocks as f32 };
+    let filled =
+        Rect::from_min_max(pos2(bar.left(), bar.bottom() - bar.height() * usage), bar.right_bottom());
+    painter.rect_filled(filled, CornerRadius::same(2), palette::HOST_USED);
+    for (i, line) in lines.iter().enumerate() {
+        let at = pos2(column.left(), bar.bottom() + 6.0 + 16.0 * i as f32);
+        painter.text(at, Align2::LEFT_TOP, line, small.clone(), palette::TEXT_DIM);
+    }
+    bar
+}
+
+/// The host tier's numbers as the column prints them: slots used, then blocks loaded,
+/// stored and evicted so far.
+pub fn host_tier_lines(host: &HostTierView) -> Vec<String> {
+    vec![
+        format!("{} / {} blocks", host.num_used_blocks, host.num_blocks),
+        format!("loaded {}", host.num_loaded_blocks),
+        format!("stored {}", host.num_stored_blocks),
+        format!("evicted {}", host.num_evicted_blocks),
+    ]
 }
 
 /// Lays out `count` square cells row by row inside `area`, as large as fits (at most

@@ -76,6 +76,22 @@ impl Workload {
             .collect()
     }
 
+    /// For each arrival, whether an earlier arrival's prompt is a strict prefix of its own:
+    /// a conversation returning with its history.
+    pub fn returning(&self) -> Vec<bool> {
+        self.arrivals
+            .iter()
+            .map(|arrival| {
+                let prompt = &arrival.prompt_token_ids;
+                self.arrivals.iter().any(|earlier| {
+                    earlier.time_s <= arrival.time_s
+                        && earlier.prompt_token_ids.len() < prompt.len()
+                        && prompt.starts_with(&earlier.prompt_token_ids)
+                })
+            })
+            .collect()
+    }
+
     /// The same arrivals with every prompt made `input_len` tokens long (cut, or repeated
     /// from its start) and every request generating `output_len` tokens at most; `None`
     /// keeps what the workload drew.
@@ -112,17 +128,31 @@ pub enum BuiltinWorkload {
     /// then its first quarter, so the answer copies the rest of the passage; 32..128 output
     /// tokens, 4 requests/s, EOS honoured.
     InputGrounded,
+    /// Conversations of four turns that come back: each starts with a 192..320-token
+    /// prompt, each later turn is the previous prompt plus a 24..48-token reply and question;
+    /// 16..32 output tokens, every conversation's first turn, then every second one, and so
+    /// on, 1 request/s. Enough conversations overflow a small KV pool, so a returning one
+    /// finds its history evicted (a host KV tier keeps it).
+    MultiTurnChat,
 }
 
 /// A workload name that is not built in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?}; known: random, shared-prefix, memory-pressure, long-prompt, input-grounded")]
+#[error(
+    "unknown workload {0:?}; known: random, shared-prefix, memory-pressure, long-prompt, input-grounded, multi-turn-chat"
+)]
 pub struct UnknownWorkload(pub String);
 
 impl BuiltinWorkload {
     /// Every built-in workload.
-    pub const ALL: [Self; 5] =
-        [Self::Random, Self::SharedPrefix, Self::MemoryPressure, Self::LongPrompt, Self::InputGrounded];
+    pub const ALL: [Self; 6] = [
+        Self::Random,
+        Self::SharedPrefix,
+        Self::MemoryPressure,
+        Self::LongPrompt,
+        Self::InputGrounded,
+        Self::MultiTurnChat,
+    ];
 
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
@@ -132,6 +162,7 @@ impl BuiltinWorkload {
             Self::MemoryPressure => "memory-pressure",
             Self::LongPrompt => "long-prompt",
             Self::InputGrounded => "input-grounded",
+            Self::MultiTurnChat => "multi-turn-chat",
         }
     }
 
@@ -142,6 +173,12 @@ impl BuiltinWorkload {
         let tokens = |rng: &mut ChaCha8Rng, len: usize| -> Vec<TokenId> {
             (0..len).map(|_| rng.random_range(low..vocab_size.max(low + 1))).collect()
         };
+        if self == Self::MultiTurnChat {
+            return Workload {
+                name: self.name().to_owned(),
+                arrivals: multi_turn_chat(num_requests, &mut rng, tokens),
+            };
+        }
         let system_prompts: Vec<Vec<TokenId>> = (0..4).map(|_| tokens(&mut rng, 256)).collect();
         let mut time_s = 0.0;
         let arrivals = (0..num_requests)
@@ -171,6 +208,7 @@ impl BuiltinWorkload {
                         let prompt = [passage.clone(), passage.clone(), passage[..len / 4].to_vec()].concat();
                         (4.0, prompt, rng.random_range(32..=128), 0)
                     }
+                    Self::MultiTurnChat => unreachable!("drawn by multi_turn_chat"),
                 };
                 let ignore_eos = self != Self::InputGrounded;
                 let arrival = Arrival { time_s, prompt_token_ids: prompt, max_tokens, priority, ignore_eos };
@@ -181,6 +219,41 @@ impl BuiltinWorkload {
             .collect();
         Workload { name: self.name().to_owned(), arrivals }
     }
+}
+
+/// Turns of each [`BuiltinWorkload::MultiTurnChat`] conversation.
+const CHAT_TURNS: usize = 4;
+
+/// [`BuiltinWorkload::MultiTurnChat`]'s arrivals: `num_requests` turns of
+/// `num_requests / 4` (rounded up) conversations, turn by turn.
+fn multi_turn_chat(
+    num_requests: usize,
+    rng: &mut ChaCha8Rng,
+    tokens: impl Fn(&mut ChaCha8Rng, usize) -> Vec<TokenId>,
+) -> Vec<Arrival> {
+    let num_conversations = num_requests.div_ceil(CHAT_TURNS);
+    let mut histories: Vec<Vec<TokenId>> = Vec::with_capacity(num_conversations);
+    let mut arrivals = Vec::with_capacity(num_requests);
+    let mut time_s = 0.0;
+    for index in 0..num_requests {
+        let conversation = index % num_conversations.max(1);
+        let added = match histories.get(conversation) {
+            None => rng.random_range(192..=320),
+            Some(_) => rng.random_range(24..=48),
+        };
+        let turn = tokens(rng, added);
+        if conversation == histories.len() {
+            histories.push(turn);
+        } else {
+            histories[conversation].extend(turn);
+        }
+        let prompt_token_ids = histories[conversation].clone();
+        let max_tokens = rng.random_range(16..=32);
+        arrivals.push(Arrival { time_s, prompt_token_ids, max_tokens, priority: 0, ignore_eos: true });
+        let uniform: f64 = rng.random_range(f64::EPSILON..1.0);
+        time_s += -uniform.ln();
+    }
+    arrivals
 }
 
 impl FromStr for BuiltinWorkload {
@@ -206,6 +279,22 @@ mod tests {
             assert_eq!(prompt[..len / 4], prompt[2 * len..]);
             assert!(!arrival.ignore_eos);
         }
+    }
+
+    #[test]
+    fn multi_turn_chats_return_with_their_history_turn_by_turn() {
+        let workload = BuiltinWorkload::MultiTurnChat.generate(10, 1000, 4);
+        let prompts: Vec<&Vec<TokenId>> = workload.arrivals.iter().map(|a| &a.prompt_token_ids).collect();
+        // Three conversations: turns 0..2 open them, 3..5 return to them, then 6..8, then 9.
+        for (index, prompt) in prompts.iter().enumerate().skip(3) {
+            let previous = prompts[index - 3];
+            assert!(prompt.starts_with(previous), "turn {index} extends turn {}", index - 3);
+            assert!((24..=48).contains(&(prompt.len() - previous.len())));
+        }
+        assert!(prompts[..3].iter().all(|p| (192..=320).contains(&p.len())));
+        let returning = workload.returning();
+        assert_eq!(returning, [vec![false; 3], vec![true; 7]].concat());
+        assert!(workload.arrivals.windows(2).all(|w| w[0].time_s < w[1].time_s));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a workload run measured, and the latency bookkeeping every runner shares.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -40,6 +40,9 @@ pub struct WorkloadReport {
     pub ttft_p50_s: f64,
     /// Time to first token, 99th percentile, seconds.
     pub ttft_p99_s: f64,
+    /// Median TTFT of returning conversations' requests (a prompt extending an earlier
+    /// one's), when the workload has any.
+    pub ttft_p50_returning_s: Option<f64>,
     /// Inter-token latency, mean, seconds.
     pub itl_mean_s: f64,
     /// Inter-token latency, median, seconds.
@@ -253,6 +256,8 @@ impl WorkloadReport {
             total_throughput: per_second((counts.prompt_tokens + counts.output_tokens) as f64),
             ttft_p50_s: percentile(&mut ttfts, 0.50),
             ttft_p99_s: percentile(&mut ttfts, 0.99),
+            ttft_p50_returning_s: (!latencies.returning_ttfts.is_empty())
+                .then(|| percentile(&mut latencies.returning_ttfts.clone(), 0.50)),
             itl_mean_s: mean(&itls),
             itl_p50_s: percentile(&mut itls, 0.50),
             itl_p99_s: percentile(&mut itls, 0.99),
@@ -288,6 +293,9 @@ pub struct Latencies {
     first_arrival_s: Option<f64>,
     ttfts: Vec<f64>,
     itls: Vec<f64>,
+    /// Requests of conversations coming back ([`Latencies::returning`]), and their TTFTs.
+    returning: HashSet<RequestId>,
+    returning_ttfts: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -313,10 +321,20 @@ impl Latencies {
         };
         clock.last_tokens_s = Some(now_s);
         match latency {
+            Latency::FirstToken(seconds) if self.returning.contains(&request_id) => {
+                self.ttfts.push(seconds);
+                self.returning_ttfts.push(seconds);
+            }
             Latency::FirstToken(seconds) => self.ttfts.push(seconds),
             Latency::InterToken(seconds) => self.itls.push(seconds),
         }
         Some(latency)
+    }
+
+    /// Marks `request_id` as a returning conversation's (see `Workload::returning`): its
+    /// TTFT is also reported on its own.
+    pub fn returning(&mut self, request_id: RequestId) {
+        self.returning.insert(request_id);
     }
 
     /// Stops the clock of a finished request.

@@ -41,6 +41,8 @@ pub struct WorkloadRunner {
     scheduler: Scheduler,
     executor: SimExecutor,
     pending: Vec<(RequestId, Arrival)>,
+    /// Per request id, whether it is a returning conversation's (`Workload::returning`).
+    returning: Vec<bool>,
     eos_token_id: Option<TokenId>,
     clock_s: f64,
     latencies: Latencies,
@@ -83,6 +85,7 @@ impl WorkloadRunner {
             executor: SimExecutor::new(sim_config)?.with_kv_block_bytes(cache_config.kv_block_bytes),
             scheduler: Scheduler::new(scheduler_config, cache_config)?,
             pending,
+            returning: workload.returning(),
             eos_token_id: sim_config.eos_token_id,
             clock_s: 0.0,
             latencies: Latencies::default(),
@@ -136,7 +139,9 @@ impl WorkloadRunner {
         else {
             return Ok(!self.is_done());
         };
-        let outputs = self.scheduler.update_from_output(&scheduler_output, &output);
+        let mut outputs = self.scheduler.update_from_output(&scheduler_output, &output);
+        let failed = &output.failed_kv_transfers;
+        outputs.extend(self.scheduler.handle_failed_transfers(&failed.stores, &failed.loads));
         if scheduler_output.is_empty() && scheduler_output.preempted_req_ids.is_empty() {
             self.empty_steps += 1;
             if self.empty_steps >= MAX_EMPTY_STEPS {
@@ -216,6 +221,9 @@ impl WorkloadRunner {
                 Ok(()) => {
                     self.counts.prompt_tokens += arrival.prompt_token_ids.len() as u64;
                     self.latencies.arrive(request_id, arrival.time_s);
+                    if self.returning.get(request_id as usize) == Some(&true) {
+                        self.latencies.returning(request_id);
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(%error, "workload request rejected");

@@ -11,8 +11,8 @@ use crate::engine::{Engine, EngineError};
 /// Adds each arrival when its time comes, steps until every request finished, and reports
 /// throughput and latencies in seconds (an arrival's clock starts at its scheduled time).
 pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<WorkloadReport, EngineError> {
-    let mut pending: Vec<_> = workload.arrivals.iter().collect();
-    pending.sort_by(|a, b| b.time_s.total_cmp(&a.time_s));
+    let mut pending: Vec<_> = workload.arrivals.iter().zip(workload.returning()).collect();
+    pending.sort_by(|(a, _), (b, _)| b.time_s.total_cmp(&a.time_s));
     let before = engine.metrics().scheduler;
     let overlap_before = engine.metrics().host_overlap;
     let device_before = engine.device_counters();
@@ -25,10 +25,13 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let mut peak_usage: f64 = 0.0;
     loop {
         let now = start.elapsed().as_secs_f64();
-        while let Some(arrival) = pending.pop_if(|arrival| arrival.time_s <= now) {
+        while let Some((arrival, returning)) = pending.pop_if(|(arrival, _)| arrival.time_s <= now) {
             match engine.add_tokens_request(arrival.prompt_token_ids.clone(), arrival.sampling_params()) {
                 Ok(request_id) => {
                     latencies.arrive(request_id, arrival.time_s);
+                    if returning {
+                        latencies.returning(request_id);
+                    }
                     counts.prompt_tokens += arrival.prompt_token_ids.len() as u64;
                 }
                 Err(error) => {
@@ -56,7 +59,7 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
                     counts.num_finished += 1;
                 }
             }
-        } else if let Some(next) = pending.last() {
+        } else if let Some((next, _)) = pending.last() {
             std::thread::sleep(Duration::from_secs_f64((next.time_s - now).max(0.0)));
         } else {
             break;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::cost::{StepTiming, TransferCost};
 pub use self::store::{HostBlockStore, HostSlot};
+use crate::core::events::{CacheEvent, EventLog};
 use crate::ids::{BlockHash, BlockId};
 
 /// One block copied between the GPU pool and a host slot.
@@ -114,6 +115,8 @@ pub struct HostTierStats {
     pub store_bytes: u64,
     /// Seconds the executor spent on host copies.
     pub copy_seconds: f64,
+    /// Copies the executor could not make (stores and loads); their blocks are recomputed.
+    pub num_failed_copies: u64,
 }
 
 impl HostTierStats {
@@ -134,15 +137,6 @@ pub struct LoadPlan {
     pub slots: Vec<HostSlot>,
 }
 
-/// A change to the host store's set of hashes (medium `CPU` in vLLM's KV events).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostEvent {
-    /// The hash entered the host store.
-    Stored(BlockHash),
-    /// The hash left the host store.
-    Removed(BlockHash),
-}
-
 /// The host tier: the store, the load-or-recompute cost, this step's copies and counters.
 #[derive(Debug)]
 pub struct HostTier {
@@ -152,8 +146,8 @@ pub struct HostTier {
     pinned: HashSet<HostSlot>,
     transfers: KvTransfers,
     stats: HostTierStats,
-    events: Vec<HostEvent>,
-    record_events: bool,
+    /// Where its changes go (the prefix cache's log: one stream of KV events).
+    events: EventLog<CacheEvent>,
 }
 
 impl HostTier {
@@ -181,8 +175,7 @@ impl HostTier {
             pinned: HashSet::new(),
             transfers: KvTransfers::default(),
             stats: HostTierStats { num_blocks, ..HostTierStats::default() },
-            events: Vec::new(),
-            record_events: false,
+            events: EventLog::default(),
         }))
     }
 
@@ -224,9 +217,9 @@ impl HostTier {
             };
             if let Some(old) = inserted.evicted {
                 self.stats.num_evicted_blocks += 1;
-                self.record(HostEvent::Removed(old));
+                self.events.emit(|| CacheEvent::HostRemoved { block_hashes: vec![old] });
             }
-            self.record(HostEvent::Stored(hash));
+            self.events.emit(|| CacheEvent::HostStored { block_hashes: vec![hash] });
             self.pinned.insert(inserted.slot);
             self.transfers.stores.push(BlockCopy { block_id, slot: inserted.slot });
             self.stats.num_stored_blocks += 1;
@@ -246,9 +239,15 @@ impl HostTier {
         if let Some(hash) = self.store.hash_in(slot)
             && self.store.remove(hash)
         {
-            self.record(HostEvent::Removed(hash));
+            self.events.emit(|| CacheEvent::HostRemoved { block_hashes: vec![hash] });
             self.stats.num_used_blocks = self.store.len();
         }
+    }
+
+    /// A copy to or from `slot` failed: the slot is forgotten and the failure counted.
+    pub fn copy_failed(&mut self, slot: HostSlot) {
+        self.stats.num_failed_copies += 1;
+        self.forget_slot(slot);
     }
 
     /// The slot holding `hash`, if any.
@@ -272,20 +271,15 @@ impl HostTier {
         &self.cost
     }
 
-    /// Starts or stops recording [`HostEvent`]s.
-    pub fn record_events(&mut self, on: bool) {
-        self.record_events = on;
+    /// Sends its changes ([`CacheEvent::HostStored`], [`CacheEvent::HostRemoved`]) to
+    /// `log`, from now on.
+    pub fn set_event_log(&mut self, log: EventLog<CacheEvent>) {
+        self.events = log;
     }
 
-    /// The events recorded since the last call.
-    pub fn take_events(&mut self) -> Vec<HostEvent> {
-        std::mem::take(&mut self.events)
-    }
-
-    fn record(&mut self, event: HostEvent) {
-        if self.record_events {
-            self.events.push(event);
-        }
+    /// The hashes the store holds, in no order.
+    pub fn hashes(&self) -> Vec<BlockHash> {
+        self.store.hashes()
     }
 }
 
@@ -311,7 +305,9 @@ mod tests {
     #[test]
     fn stores_once_loads_the_leading_run_and_never_overwrites_a_slot_loaded_this_step() {
         let mut tier = tier(2);
-        tier.record_events(true);
+        let log = EventLog::default();
+        log.start();
+        tier.set_event_log(log.clone());
         tier.store_reclaimed([(7, 100), (8, 101), (9, 100)]);
         let stored = tier.take_transfers();
         assert_eq!(
@@ -326,22 +322,17 @@ mod tests {
         assert_eq!(step.loads, vec![BlockCopy { block_id: 3, slot: 0 }]);
         assert_eq!(step.stores, vec![BlockCopy { block_id: 4, slot: 1 }], "slot 0 is pinned by the load");
         assert_eq!(tier.slot_of(101), None);
-        assert_eq!(
-            tier.take_events(),
-            vec![
-                HostEvent::Stored(100),
-                HostEvent::Stored(101),
-                HostEvent::Removed(101),
-                HostEvent::Stored(103)
-            ]
-        );
+        let stored = |hash| CacheEvent::HostStored { block_hashes: vec![hash] };
+        let removed = |hash| CacheEvent::HostRemoved { block_hashes: vec![hash] };
+        assert_eq!(log.take(), vec![stored(100), stored(101), removed(101), stored(103)]);
         let stats = tier.stats();
         assert_eq!((stats.num_stored_blocks, stats.num_loaded_blocks, stats.num_evicted_blocks), (3, 1, 1));
         assert_eq!((stats.num_queried_blocks, stats.num_hit_blocks), (3, 1));
         assert_eq!((stats.store_bytes, stats.load_bytes), (3 * 1024, 1024));
         tier.forget_slot(0);
         assert_eq!(tier.slot_of(100), None);
-        assert_eq!(tier.take_events(), vec![HostEvent::Removed(100)]);
+        assert_eq!(log.take(), vec![removed(100)]);
+        assert_eq!(tier.hashes(), vec![103]);
         assert_eq!(tier.stats().num_used_blocks, 1);
     }
 }

@@ -103,6 +103,11 @@ impl HostBlockStore {
         true
     }
 
+    /// The hashes it holds, in no order.
+    pub fn hashes(&self) -> Vec<BlockHash> {
+        self.entries.keys().copied().collect()
+    }
+
     /// The hash `slot` holds, if any.
     pub fn hash_in(&self, slot: HostSlot) -> Option<BlockHash> {
         self.slot_hashes.get(slot as usize).copied().flatten()

@@ -90,9 +90,7 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
         DType::Q2K => vec![bits, split, shader_file!("wfmt_q2_k.wgsl"), runs],
         DType::Q3K => vec![bits, split, shader_file!("wfmt_q3_k.wgsl"), runs],
         DType::IQ4XS => vec![bits, split, iq4, shader_file!("wfmt_iq4_xs.wgsl"), runs],
-        // No format file yet: `GpuContext::upload_weight` refuses MXFP4 weights, so no kernel
-        // variant of it is ever composed.
-        DType::MXFP4 => Vec::new(),
+        DType::MXFP4 => vec![bits, split, shader_file!("wfmt_mxfp4.wgsl"), runs],
     }
 }
 
@@ -231,6 +229,8 @@ impl KernelVariant {
             Self::Softcap => vec![shader_file!("elementwise.wgsl"), shader_file!("softcap.wgsl")],
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
+            Self::ScatterRows => vec![shader_file!("elementwise.wgsl"), shader_file!("scatter_rows.wgsl")],
+            Self::MoeCombine => vec![shader_file!("elementwise.wgsl"), shader_file!("moe_combine.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
             Self::Linear { .. } => self.linear_files(),
             Self::RopeCache { kv, qk_norm } => {

@@ -112,12 +112,13 @@ kernel_params! {
 }
 
 kernel_params! {
-    /// `shaders/elementwise.wgsl`, shared by gated_mul, add_in_place, gather_rows, scale and
-    /// softcap.
+    /// `shaders/elementwise.wgsl`, shared by gated_mul, add_in_place, gather_rows,
+    /// scatter_rows, moe_combine, scale and softcap.
     ElementwiseParams {
         /// Values to compute.
         n: u32,
-        /// Row length (gather_rows); 1 where rows do not matter.
+        /// Row length (gather_rows, scatter_rows), or blocks of `n` values summed
+        /// (moe_combine); 1 where rows do not matter.
         d: u32,
         /// The scalar of scale (the factor) and softcap (the cap); 0 elsewhere.
         value: f32,

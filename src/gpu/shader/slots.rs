@@ -109,6 +109,18 @@ binding_slots! {
         INDICES = 2,
         OUT = 3,
     }
+    /// `shaders/scatter_rows.wgsl`.
+    scatter_rows {
+        SRC = 1,
+        INDICES = 2,
+        SCALES = 3,
+        OUT = 4,
+    }
+    /// `shaders/moe_combine.wgsl`.
+    moe_combine {
+        X = 1,
+        Y = 2,
+    }
     /// `shaders/top_k.wgsl`.
     top_k {
         LOGITS = 1,

@@ -13,8 +13,10 @@ use rmp::encode::{self as mp, ByteBuf, ValueWriteError};
 use crate::core::events::CacheEvent;
 use crate::ids::BlockHash;
 
-/// Where pagoda's blocks live, in vLLM's words.
+/// Where the prefix cache's blocks live, in vLLM's words.
 const MEDIUM: &str = "GPU";
+/// Where the host KV tier's blocks live.
+const HOST_MEDIUM: &str = "CPU";
 
 /// One engine step's prefix-cache changes and when they were handed over.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +67,23 @@ fn encode_event(out: &mut ByteBuf, event: &CacheEvent, block_size: usize) {
         CacheEvent::Cleared => {
             ok(mp::write_array_len(out, 1));
             ok(mp::write_str(out, "AllBlocksCleared"));
+        }
+        // As vLLM's offloading connector reports its blocks: no parent, no tokens.
+        CacheEvent::HostStored { block_hashes } => {
+            ok(mp::write_array_len(out, 7));
+            ok(mp::write_str(out, "BlockStored"));
+            write_hashes(out, block_hashes);
+            nil(out);
+            ok(mp::write_array_len(out, 0));
+            ok(mp::write_uint(out, block_size as u64));
+            nil(out);
+            ok(mp::write_str(out, HOST_MEDIUM));
+        }
+        CacheEvent::HostRemoved { block_hashes } => {
+            ok(mp::write_array_len(out, 3));
+            ok(mp::write_str(out, "BlockRemoved"));
+            write_hashes(out, block_hashes);
+            ok(mp::write_str(out, HOST_MEDIUM));
         }
     }
 }
@@ -131,6 +150,32 @@ mod tests {
         expected.extend(b"AllBlocksCleared");
         expected.push(0xc0);
         assert_eq!(encode_batch(&batch, 2), expected);
+    }
+
+    #[test]
+    fn host_blocks_are_stored_and_removed_on_the_cpu_medium_without_tokens() {
+        let batch = EventBatch {
+            timestamp: 1.5,
+            events: vec![
+                CacheEvent::HostStored { block_hashes: vec![7] },
+                CacheEvent::HostRemoved { block_hashes: vec![7] },
+            ],
+        };
+        let mut expected = vec![0x93, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x92];
+        expected.extend([0x97, 0xab]);
+        expected.extend(b"BlockStored");
+        expected.push(0x91);
+        expected.extend(hash_bytes(7));
+        expected.extend([0xc0, 0x90, 0x10, 0xc0, 0xa3]);
+        expected.extend(b"CPU");
+        expected.extend([0x93, 0xac]);
+        expected.extend(b"BlockRemoved");
+        expected.push(0x91);
+        expected.extend(hash_bytes(7));
+        expected.push(0xa3);
+        expected.extend(b"CPU");
+        expected.push(0xc0);
+        assert_eq!(encode_batch(&batch, 16), expected);
     }
 
     #[test]

@@ -1,0 +1,261 @@
+//! Mixture-of-experts layers: what a config says about its experts, and which experts each
+//! token of a batch goes to with what weight (the router's rule applied to its logits).
+//!
+//! The router's logits come from the GPU (a plain linear, so a token's logits do not depend on
+//! its batch); the choice is made here on the host, a row at a time, so a token's experts and
+//! weights depend on its own logits alone.
+
+use serde_json::Value;
+
+use super::architecture::ConfigError;
+use super::gguf::GgufFile;
+
+/// How a router turns a token's logits into its experts' weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouterRule {
+    /// Softmax over every expert, then the top k; with `renormalize` their probabilities are
+    /// divided by their sum (Mixtral always; Qwen3-MoE by `norm_topk_prob`).
+    SoftmaxTopK {
+        /// Divide the chosen probabilities by their sum.
+        renormalize: bool,
+    },
+    /// The top k logits, then a softmax over those k (gpt-oss).
+    TopKSoftmax,
+}
+
+/// A mixture-of-experts layer's shape and router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Experts in each layer.
+    pub num_experts: usize,
+    /// Experts each token uses.
+    pub experts_per_token: usize,
+    /// Intermediate width of one expert's gated MLP.
+    pub expert_intermediate_size: usize,
+    /// How the router picks and weighs them.
+    pub rule: RouterRule,
+}
+
+impl MoeConfig {
+    /// The experts of an HF config (`qwen3_moe`, `mixtral`), `None` for a dense family.
+    /// Qwen3-MoE's dense layers (`mlp_only_layers`, `decoder_sparse_step` > 1) are refused.
+    pub fn from_hf(architecture: &str, config: &Value) -> Result<Option<Self>, ConfigError> {
+        let field = |name: &str| config.get(name).filter(|v| !v.is_null());
+        let count = |name: &str| -> Result<usize, ConfigError> {
+            let v = field(name).ok_or_else(|| ConfigError::MissingField(name.into()))?;
+            v.as_u64().map(|n| n as usize).ok_or_else(|| invalid(name, format!("{v} is not a count")))
+        };
+        let moe = match architecture {
+            "qwen3_moe" => {
+                if field("mlp_only_layers").and_then(Value::as_array).is_some_and(|l| !l.is_empty()) {
+                    return Err(unsupported("mlp_only_layers", "dense MLP layers between expert layers"));
+                }
+                if field("decoder_sparse_step").is_some() && count("decoder_sparse_step")? != 1 {
+                    return Err(unsupported("decoder_sparse_step", "expert layers only every few layers"));
+                }
+                let renormalize = match field("norm_topk_prob") {
+                    None => false,
+                    Some(v) => {
+                        v.as_bool().ok_or_else(|| invalid("norm_topk_prob", format!("{v} is not a bool")))?
+                    }
+                };
+                Self {
+                    num_experts: count("num_experts")?,
+                    experts_per_token: count("num_experts_per_tok")?,
+                    expert_intermediate_size: count("moe_intermediate_size")?,
+                    rule: RouterRule::SoftmaxTopK { renormalize },
+                }
+            }
+            "mixtral" => Self {
+                num_experts: count("num_local_experts")?,
+                experts_per_token: count("num_experts_per_tok")?,
+                expert_intermediate_size: count("intermediate_size")?,
+                rule: RouterRule::SoftmaxTopK { renormalize: true },
+            },
+            _ => return Ok(None),
+        };
+        moe.validate().map(Some)
+    }
+
+    /// The experts of a GGUF file's metadata (`{arch}.expert_count` and the rest), `None` when
+    /// it has none. Qwen3-MoE and Mixtral (a `llama` file with experts) renormalise the
+    /// chosen weights, as llama.cpp does for them, unless `{arch}.expert_weights_norm` says
+    /// otherwise.
+    pub fn from_gguf(
+        architecture: &str,
+        gguf: &GgufFile,
+        feed_forward: usize,
+    ) -> Result<Option<Self>, ConfigError> {
+        let key = |k: &str| format!("{architecture}.{k}");
+        let count = |k: &str| -> Result<Option<usize>, ConfigError> {
+            match gguf.get_int(&key(k))? {
+                None => Ok(None),
+                Some(v) => {
+                    usize::try_from(v).map(Some).map_err(|_| invalid(&key(k), format!("{v} is negative")))
+                }
+            }
+        };
+        let Some(num_experts) = count("expert_count")?.filter(|&n| n > 0) else { return Ok(None) };
+        let experts_per_token =
+            count("expert_used_count")?.ok_or_else(|| ConfigError::MissingField(key("expert_used_count")))?;
+        let expert_intermediate_size = count("expert_feed_forward_length")?.unwrap_or(feed_forward);
+        let renormalize = gguf.get_bool(&key("expert_weights_norm"))?.unwrap_or(true);
+        let moe = Self {
+            num_experts,
+            experts_per_token,
+            expert_intermediate_size,
+            rule: RouterRule::SoftmaxTopK { renormalize },
+        };
+        moe.validate().map(Some)
+    }
+
+    fn validate(self) -> Result<Self, ConfigError> {
+        if self.num_experts == 0 || self.expert_intermediate_size == 0 {
+            return Err(invalid("num_experts", "experts and their width must be positive".into()));
+        }
+        if self.experts_per_token == 0 || self.experts_per_token > self.num_experts {
+            return Err(invalid(
+                "num_experts_per_tok",
+                format!("{} of {} experts", self.experts_per_token, self.num_experts),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// One token's experts and weights, from its router logits (`num_experts` of them): the
+    /// `experts_per_token` chosen, largest first (ties to the lower expert), each with its
+    /// weight. In f32, in one fixed order.
+    pub fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
+        let k = self.experts_per_token;
+        let by_logit = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(by_logit);
+        order.truncate(k);
+        match self.rule {
+            RouterRule::SoftmaxTopK { renormalize } => {
+                // softmax is monotonic: the top k logits are the top k probabilities
+                let probs = softmax(logits);
+                let chosen: Vec<(usize, f32)> = order.iter().map(|&e| (e, probs[e])).collect();
+                if !renormalize {
+                    return chosen;
+                }
+                let sum = chosen.iter().fold(0.0f32, |s, &(_, p)| s + p);
+                chosen.into_iter().map(|(e, p)| (e, p / sum)).collect()
+            }
+            RouterRule::TopKSoftmax => {
+                let top: Vec<f32> = order.iter().map(|&e| logits[e]).collect();
+                order.into_iter().zip(softmax(&top)).collect()
+            }
+        }
+    }
+}
+
+/// `exp(x - max) / sum`, the sum in index order.
+fn softmax(x: &[f32]) -> Vec<f32> {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = x.iter().map(|&v| (v - max).exp()).collect();
+    let sum = exps.iter().fold(0.0f32, |s, &e| s + e);
+    exps.into_iter().map(|e| e / sum).collect()
+}
+
+/// A batch's tokens grouped by expert: for each expert, the tokens that chose it (ascending),
+/// where each one's output goes among the `experts_per_token` rows of its token (`slot * T +
+/// token`, slot-major) and its weight.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExpertRows {
+    /// Tokens (rows of the batch).
+    pub tokens: Vec<u32>,
+    /// Output row of each: `slot * T + token`.
+    pub outputs: Vec<u32>,
+    /// Router weight of each.
+    pub weights: Vec<f32>,
+}
+
+/// Routes every row of `logits` (`[T, num_experts]`): one [`ExpertRows`] per expert.
+pub fn group_by_expert(moe: &MoeConfig, logits: &[f32]) -> Vec<ExpertRows> {
+    let e = moe.num_experts;
+    let tokens = logits.len() / e;
+    let mut groups = vec![ExpertRows::default(); e];
+    for (t, row) in logits.chunks_exact(e).enumerate() {
+        for (slot, (expert, weight)) in moe.route(row).into_iter().enumerate() {
+            let g = &mut groups[expert];
+            g.tokens.push(t as u32);
+            g.outputs.push((slot * tokens + t) as u32);
+            g.weights.push(weight);
+        }
+    }
+    groups
+}
+
+fn invalid(field: &str, reason: String) -> ConfigError {
+    ConfigError::InvalidField { field: field.into(), reason }
+}
+
+fn unsupported(field: &str, reason: &str) -> ConfigError {
+    ConfigError::Unsupported { field: field.into(), reason: reason.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moe(rule: RouterRule) -> MoeConfig {
+        MoeConfig { num_experts: 4, experts_per_token: 2, expert_intermediate_size: 8, rule }
+    }
+
+    #[test]
+    fn softmax_then_top_k_renormalised_weighs_the_two_largest() {
+        let logits = [0.0, 2.0, 1.0, -1.0];
+        let routed = moe(RouterRule::SoftmaxTopK { renormalize: true }).route(&logits);
+        assert_eq!(routed.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+        let e1 = 1.0f32.exp();
+        assert!((routed[0].1 - e1 / (e1 + 1.0)).abs() < 1e-6);
+        assert!((routed[0].1 + routed[1].1 - 1.0).abs() < 1e-6);
+        let plain = moe(RouterRule::SoftmaxTopK { renormalize: false }).route(&logits);
+        let all: f32 = logits.iter().map(|l| l.exp()).sum();
+        assert!((plain[0].1 - 2.0f32.exp() / all).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_k_then_softmax_equals_renormalised_softmax_and_ties_go_to_the_lower_expert() {
+        let logits = [0.5, 3.0, 0.5, 0.5];
+        let a = moe(RouterRule::TopKSoftmax).route(&logits);
+        assert_eq!(a.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 0]);
+        let b = moe(RouterRule::SoftmaxTopK { renormalize: true }).route(&logits);
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.0, y.0);
+            assert!((x.1 - y.1).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn rows_are_grouped_by_expert_with_slot_major_outputs() {
+        let logits = [0.0, 2.0, 1.0, -1.0, /* token 1 */ 5.0, 0.0, 0.0, 4.0];
+        let groups = group_by_expert(&moe(RouterRule::TopKSoftmax), &logits);
+        assert_eq!(groups[0].tokens, [1]);
+        assert_eq!(groups[0].outputs, [1]); // slot 0 of token 1
+        assert_eq!(groups[1].tokens, [0]);
+        assert_eq!(groups[1].outputs, [0]);
+        assert_eq!(groups[2].outputs, [2]); // slot 1 of token 0: 1 * 2 + 0
+        assert_eq!(groups[3].outputs, [3]);
+    }
+
+    #[test]
+    fn configs_are_read_and_bad_ones_refused() {
+        let q: Value = serde_json::json!({"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true});
+        let m = MoeConfig::from_hf("qwen3_moe", &q).unwrap().unwrap();
+        assert_eq!((m.num_experts, m.experts_per_token, m.expert_intermediate_size), (8, 2, 32));
+        assert_eq!(m.rule, RouterRule::SoftmaxTopK { renormalize: true });
+        let mut dense = q.clone();
+        dense["mlp_only_layers"] = serde_json::json!([0]);
+        assert!(matches!(MoeConfig::from_hf("qwen3_moe", &dense), Err(ConfigError::Unsupported { .. })));
+        let mut too_many = q.clone();
+        too_many["num_experts_per_tok"] = serde_json::json!(9);
+        assert!(matches!(MoeConfig::from_hf("qwen3_moe", &too_many), Err(ConfigError::InvalidField { .. })));
+        assert_eq!(MoeConfig::from_hf("qwen3", &q).unwrap(), None);
+        let x: Value =
+            serde_json::json!({"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 64});
+        let m = MoeConfig::from_hf("mixtral", &x).unwrap().unwrap();
+        assert_eq!((m.expert_intermediate_size, m.rule), (64, RouterRule::SoftmaxTopK { renormalize: true }));
+    }
+}

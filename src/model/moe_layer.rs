@@ -1,0 +1,122 @@
+//! A mixture-of-experts layer on the GPU. The router's logits are computed on the device and
+//! read back (the step is submitted there), the host groups the batch's tokens by expert
+//! ([`group_by_expert`]), and a new step runs each chosen expert once over the rows that chose
+//! it — gathered, the gated MLP (the GEMV for one row, the GEMM for more, every row with the
+//! bits of its plain GEMV), the down projection, the rows weighted and put at their tokens'
+//! slots — then adds each token's slots to the residual stream in slot order. Experts no token
+//! chose are not read. A token's output depends on its own row only: its experts come from its
+//! own logits, every linear's row is reduced in one order whatever the rows beside it, and its
+//! slots are added in its own routing's order.
+
+use super::llama::{GatedMlp, LlamaError, record_gate_up};
+use super::moe::{MoeConfig, group_by_expert};
+use crate::gpu::{Elem, GateActivation, GpuContext, GpuError, Step, Tensor, Weight};
+
+/// One mixture-of-experts layer's weights on the GPU.
+#[derive(Debug)]
+pub(super) struct MoeLayer {
+    /// The router, `[experts, hidden]`.
+    pub(super) router: Weight,
+    /// Each expert's gated MLP, in expert order.
+    pub(super) experts: Vec<GatedMlp>,
+    /// Its shape and routing rule.
+    pub(super) moe: MoeConfig,
+}
+
+/// The workspace's buffers of a mixture-of-experts model: each token's router logits and its
+/// weighted expert outputs (slot-major: `experts_per_token` blocks of `T` rows).
+#[derive(Debug)]
+pub(super) struct MoeBuffers {
+    logits: Tensor,
+    slots: Tensor,
+    experts_per_token: usize,
+}
+
+impl MoeBuffers {
+    /// The buffers for `max_tokens` tokens of `hidden` values.
+    pub(super) fn new(
+        ctx: &GpuContext,
+        moe: &MoeConfig,
+        hidden: usize,
+        max_tokens: usize,
+    ) -> Result<Self, GpuError> {
+        Ok(Self {
+            logits: ctx.tensor(Elem::F32, &[max_tokens, moe.num_experts])?,
+            slots: ctx.tensor(Elem::F32, &[moe.experts_per_token * max_tokens, hidden])?,
+            experts_per_token: moe.experts_per_token,
+        })
+    }
+
+    /// The same buffers viewed for `t` tokens.
+    pub(super) fn rows(&self, t: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            logits: self.logits.rows(t)?,
+            slots: self.slots.rows(self.experts_per_token * t)?,
+            experts_per_token: self.experts_per_token,
+        })
+    }
+}
+
+/// One chosen expert's rows in a step: which tokens, where their outputs go, their weights.
+struct ExpertInputs {
+    expert: usize,
+    tokens: Tensor,
+    outputs: Tensor,
+    scales: Tensor,
+}
+
+impl MoeLayer {
+    /// Records `x += moe(h)` for the normed rows `h` (`[T, hidden]`): submits `step` with the
+    /// router's logits and returns the step that runs the experts (and what follows).
+    pub(super) fn record<'c>(
+        &self,
+        mut step: Step<'c>,
+        x: &Tensor,
+        h: &Tensor,
+        buffers: &MoeBuffers,
+        act: GateActivation,
+    ) -> Result<Step<'c>, LlamaError> {
+        step.linear(h, &self.router, &buffers.logits)?;
+        let read = step.read(&buffers.logits);
+        let ctx = step.ctx;
+        let logits = step.submit()?.f32s(read);
+        let groups = group_by_expert(&self.moe, &logits);
+        let mut step = ctx.step();
+        // the step's inputs first, then its dispatches
+        let mut chosen = Vec::new();
+        for (expert, rows) in groups.iter().enumerate().filter(|(_, g)| !g.tokens.is_empty()) {
+            let n = rows.tokens.len();
+            let inputs = ExpertInputs {
+                expert,
+                tokens: step.scratch(Elem::U32, &[n])?,
+                outputs: step.scratch(Elem::U32, &[n])?,
+                scales: step.scratch(Elem::U32, &[n])?,
+            };
+            step.write_u32(&inputs.tokens, &rows.tokens)?;
+            step.write_u32(&inputs.outputs, &rows.outputs)?;
+            let bits: Vec<u32> = rows.weights.iter().map(|w| w.to_bits()).collect();
+            step.write_u32(&inputs.scales, &bits)?;
+            chosen.push(inputs);
+        }
+        let (hidden, ff) = (h.shape()[1], self.moe.expert_intermediate_size);
+        for inputs in &chosen {
+            let n = inputs.tokens.len();
+            let mlp = &self.experts[inputs.expert];
+            let rows = step.scratch(Elem::F32, &[n, hidden])?;
+            step.gather_rows(h, &inputs.tokens, &rows)?;
+            let act_out = step.scratch(Elem::F32, &[n, ff])?;
+            let split = match mlp.gate_up {
+                super::llama::GateUp::Split { .. } => {
+                    Some([step.scratch(Elem::F32, &[n, ff])?, step.scratch(Elem::F32, &[n, ff])?])
+                }
+                super::llama::GateUp::Gated(_) => None,
+            };
+            record_gate_up(&mut step, &mlp.gate_up, act, (&rows).into(), &act_out, split.as_ref())?;
+            let out = step.scratch(Elem::F32, &[n, hidden])?;
+            step.linear(&act_out, &mlp.down_proj, &out)?;
+            step.scatter_rows(&out, &inputs.outputs, &inputs.scales, &buffers.slots)?;
+        }
+        step.moe_combine(x, &buffers.slots, buffers.experts_per_token)?;
+        Ok(step)
+    }
+}
