@@ -93,3 +93,28 @@ fn fixed_lengths_cut_or_repeat_prompts_and_cap_outputs() {
         assert_eq!(after.max_tokens, before.max_tokens);
     }
 }
+
+#[test]
+fn multi_turn_chat_is_closed_loop_and_the_host_tier_speeds_up_returning_turns() {
+    // One conversation: each turn arrives 2 s (think time) after the previous one finished,
+    // so the run lasts three think times plus four short turns, and nobody queues.
+    let single = BuiltinWorkload::MultiTurnChat.generate(4, 32_000, 2);
+    let report = run_workload(&single, SchedulerConfig::default(), cache(300), SimConfig::default()).unwrap();
+    assert_eq!(report.num_finished, 4);
+    assert!(report.duration_s > 6.0 && report.duration_s < 7.0, "{}", report.duration_s);
+    assert!(report.ttft_p99_s < 0.05, "{}", report.ttft_p99_s);
+    // Six conversations on a pool of 40 blocks of 16 tokens: returning turns find their
+    // history evicted from the GPU, and a host tier loads it back instead of recomputing it.
+    let chat = BuiltinWorkload::MultiTurnChat.generate(24, 32_000, 0);
+    let pool = CacheConfig { block_size: 16, num_gpu_blocks: 40, ..CacheConfig::default() };
+    let plain = run_workload(&chat, SchedulerConfig::default(), pool.clone(), SimConfig::default()).unwrap();
+    let tiered = CacheConfig { kv_offloading_size: 0.25, ..pool };
+    let tier = run_workload(&chat, SchedulerConfig::default(), tiered, SimConfig::default()).unwrap();
+    assert_eq!((plain.num_finished, tier.num_finished), (24, 24));
+    assert!(tier.host_tier.unwrap().num_loaded_blocks > 0);
+    let (plain_ttft, tier_ttft) = (plain.ttft_p50_returning_s.unwrap(), tier.ttft_p50_returning_s.unwrap());
+    assert!(
+        tier_ttft * 2.0 < plain_ttft,
+        "returning TTFT p50 {tier_ttft} s with the tier, {plain_ttft} s without"
+    );
+}

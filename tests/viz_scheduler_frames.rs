@@ -61,7 +61,17 @@ impl ModelExecutor for ConstantExecutor {
 }
 
 fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> (RequestId, Arrival) {
-    (id, Arrival { time_s: 0.0, prompt_token_ids: prompt, max_tokens, priority: 0, ignore_eos: true })
+    (
+        id,
+        Arrival {
+            time_s: 0.0,
+            prompt_token_ids: prompt,
+            max_tokens,
+            priority: 0,
+            ignore_eos: true,
+            follows: None,
+        },
+    )
 }
 
 fn driver(num_gpu_blocks: usize, arrivals: Vec<(RequestId, Arrival)>) -> Driver<ConstantExecutor> {

@@ -103,8 +103,14 @@ pub fn file_arrivals(
         if ids.is_empty() {
             return Err(bad_line("the prompt has no tokens".to_string()));
         }
-        let arrival =
-            Arrival { time_s: 0.0, prompt_token_ids: ids, max_tokens, priority: 0, ignore_eos: false };
+        let arrival = Arrival {
+            time_s: 0.0,
+            prompt_token_ids: ids,
+            max_tokens,
+            priority: 0,
+            ignore_eos: false,
+            follows: None,
+        };
         arrivals.push((arrivals.len() as RequestId, arrival));
     }
     if arrivals.is_empty() {

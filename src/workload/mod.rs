@@ -5,6 +5,7 @@
 //! admit arrivals the same way ([`Arrival::request`]) and keep latencies by one rule
 //! ([`report::Latencies`]).
 
+pub mod releases;
 pub mod report;
 pub mod sim;
 pub mod wall;
@@ -34,6 +35,19 @@ pub struct Arrival {
     pub priority: i32,
     /// Keep generating past EOS (benchmarks usually do, so output lengths are as asked).
     pub ignore_eos: bool,
+    /// A closed-loop turn: it arrives only after the turn it follows finished, plus a think
+    /// time (and not before `time_s`).
+    #[serde(default)]
+    pub follows: Option<FollowUp>,
+}
+
+/// The turn an arrival waits for, and how long after that turn finished it comes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FollowUp {
+    /// Index of the arrival it follows (in [`Workload::arrivals`]).
+    pub previous: usize,
+    /// Seconds between that turn's end and this one's arrival.
+    pub think_time_s: f64,
 }
 
 impl Arrival {
@@ -76,18 +90,19 @@ impl Workload {
             .collect()
     }
 
-    /// For each arrival, whether an earlier arrival's prompt is a strict prefix of its own:
-    /// a conversation returning with its history.
+    /// For each arrival, whether it follows another turn, or an earlier arrival's prompt is a
+    /// strict prefix of its own: a conversation returning with its history.
     pub fn returning(&self) -> Vec<bool> {
         self.arrivals
             .iter()
             .map(|arrival| {
                 let prompt = &arrival.prompt_token_ids;
-                self.arrivals.iter().any(|earlier| {
-                    earlier.time_s <= arrival.time_s
-                        && earlier.prompt_token_ids.len() < prompt.len()
-                        && prompt.starts_with(&earlier.prompt_token_ids)
-                })
+                arrival.follows.is_some()
+                    || self.arrivals.iter().any(|earlier| {
+                        earlier.time_s <= arrival.time_s
+                            && earlier.prompt_token_ids.len() < prompt.len()
+                            && prompt.starts_with(&earlier.prompt_token_ids)
+                    })
             })
             .collect()
     }
@@ -128,11 +143,12 @@ pub enum BuiltinWorkload {
     /// then its first quarter, so the answer copies the rest of the passage; 32..128 output
     /// tokens, 4 requests/s, EOS honoured.
     InputGrounded,
-    /// Conversations of four turns that come back: each starts with a 192..320-token
-    /// prompt, each later turn is the previous prompt plus a 24..48-token reply and question;
-    /// 16..32 output tokens, every conversation's first turn, then every second one, and so
-    /// on, 1 request/s. Enough conversations overflow a small KV pool, so a returning one
-    /// finds its history evicted (a host KV tier keeps it).
+    /// Conversations of four turns that come back, closed-loop as vLLM's multi-turn
+    /// benchmark runs them: each starts with a 192..320-token prompt (first turns arrive at
+    /// 1 request/s), each later turn is the previous prompt plus a 24..48-token reply and
+    /// question and arrives 2 s (think time) after the previous turn finished; 16..32 output
+    /// tokens. Enough conversations overflow a small KV pool, so a returning one finds its
+    /// history evicted (a host KV tier keeps it).
     MultiTurnChat,
 }
 
@@ -211,7 +227,14 @@ impl BuiltinWorkload {
                     Self::MultiTurnChat => unreachable!("drawn by multi_turn_chat"),
                 };
                 let ignore_eos = self != Self::InputGrounded;
-                let arrival = Arrival { time_s, prompt_token_ids: prompt, max_tokens, priority, ignore_eos };
+                let arrival = Arrival {
+                    time_s,
+                    prompt_token_ids: prompt,
+                    max_tokens,
+                    priority,
+                    ignore_eos,
+                    follows: None,
+                };
                 let uniform: f64 = rng.random_range(f64::EPSILON..1.0);
                 time_s += -uniform.ln() / rate;
                 arrival
@@ -224,8 +247,12 @@ impl BuiltinWorkload {
 /// Turns of each [`BuiltinWorkload::MultiTurnChat`] conversation.
 const CHAT_TURNS: usize = 4;
 
+/// Seconds a [`BuiltinWorkload::MultiTurnChat`] user thinks between a reply and the next turn.
+const CHAT_THINK_TIME_S: f64 = 2.0;
+
 /// [`BuiltinWorkload::MultiTurnChat`]'s arrivals: `num_requests` turns of
-/// `num_requests / 4` (rounded up) conversations, turn by turn.
+/// `num_requests / 4` (rounded up) conversations, turn by turn; first turns at Poisson
+/// times, later ones following the conversation's previous turn.
 fn multi_turn_chat(
     num_requests: usize,
     rng: &mut ChaCha8Rng,
@@ -249,9 +276,22 @@ fn multi_turn_chat(
         }
         let prompt_token_ids = histories[conversation].clone();
         let max_tokens = rng.random_range(16..=32);
-        arrivals.push(Arrival { time_s, prompt_token_ids, max_tokens, priority: 0, ignore_eos: true });
+        let follows = index
+            .checked_sub(num_conversations)
+            .map(|previous| FollowUp { previous, think_time_s: CHAT_THINK_TIME_S });
+        let arrival_s = if follows.is_some() { 0.0 } else { time_s };
+        arrivals.push(Arrival {
+            time_s: arrival_s,
+            prompt_token_ids,
+            max_tokens,
+            priority: 0,
+            ignore_eos: true,
+            follows,
+        });
         let uniform: f64 = rng.random_range(f64::EPSILON..1.0);
-        time_s += -uniform.ln();
+        if follows.is_none() {
+            time_s += -uniform.ln();
+        }
     }
     arrivals
 }
@@ -294,7 +334,12 @@ mod tests {
         assert!(prompts[..3].iter().all(|p| (192..=320).contains(&p.len())));
         let returning = workload.returning();
         assert_eq!(returning, [vec![false; 3], vec![true; 7]].concat());
-        assert!(workload.arrivals.windows(2).all(|w| w[0].time_s < w[1].time_s));
+        let first_turns = &workload.arrivals[..3];
+        assert!(first_turns.windows(2).all(|w| w[0].time_s < w[1].time_s));
+        assert!(first_turns.iter().all(|a| a.follows.is_none()));
+        for (index, arrival) in workload.arrivals.iter().enumerate().skip(3) {
+            assert_eq!(arrival.follows, Some(FollowUp { previous: index - 3, think_time_s: 2.0 }));
+        }
     }
 
     #[test]

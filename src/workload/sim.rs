@@ -5,8 +5,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::Workload;
+use super::releases::Releases;
 use super::report::{HostOverlapReport, Latencies, RunCounts, WorkloadReport};
-use super::{Arrival, Workload};
 use crate::core::cache_config::CacheConfig;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::core::scheduler::{Scheduler, SchedulerConfigError};
@@ -40,7 +41,7 @@ pub struct WorkloadRunner {
     name: String,
     scheduler: Scheduler,
     executor: SimExecutor,
-    pending: Vec<(RequestId, Arrival)>,
+    pending: Releases,
     /// Per request id, whether it is a returning conversation's (`Workload::returning`).
     returning: Vec<bool>,
     eos_token_id: Option<TokenId>,
@@ -78,8 +79,7 @@ impl WorkloadRunner {
         if cache_config.kv_block_bytes == 0 {
             cache_config.kv_block_bytes = sim_config.cost.kv_bytes_per_token * cache_config.block_size as u64;
         }
-        let mut pending = workload.numbered();
-        pending.sort_by(|a, b| b.1.time_s.total_cmp(&a.1.time_s).then(b.0.cmp(&a.0)));
+        let pending = Releases::new(workload.numbered());
         Ok(Self {
             name: workload.name.clone(),
             executor: SimExecutor::new(sim_config)?.with_kv_block_bytes(cache_config.kv_block_bytes),
@@ -121,9 +121,9 @@ impl WorkloadRunner {
     /// Admits what has arrived and runs one step; returns false once everything is done.
     pub fn step(&mut self) -> Result<bool, WorkloadError> {
         if !self.scheduler.has_unfinished_requests()
-            && let Some((_, next)) = self.pending.last()
+            && let Some(next_s) = self.pending.next_due_s()
         {
-            self.clock_s = self.clock_s.max(next.time_s);
+            self.clock_s = self.clock_s.max(next_s);
         }
         self.admit_arrivals();
         if self.is_done() {
@@ -161,6 +161,7 @@ impl WorkloadRunner {
             if output.finish_reason.is_some() {
                 self.latencies.finish(output.request_id);
                 self.counts.num_finished += 1;
+                self.pending.finished(output.request_id, self.clock_s);
             }
         }
         Ok(!self.is_done())
@@ -213,10 +214,7 @@ impl WorkloadRunner {
 
     /// Adds every arrival whose time has come.
     fn admit_arrivals(&mut self) {
-        while self.pending.last().is_some_and(|(_, arrival)| arrival.time_s <= self.clock_s) {
-            let Some((request_id, arrival)) = self.pending.pop() else {
-                break;
-            };
+        while let Some((request_id, arrival)) = self.pending.pop_due(self.clock_s) {
             match self.scheduler.add_request(arrival.request(request_id, self.eos_token_id)) {
                 Ok(()) => {
                     self.counts.prompt_tokens += arrival.prompt_token_ids.len() as u64;
@@ -228,6 +226,7 @@ impl WorkloadRunner {
                 Err(error) => {
                     tracing::warn!(%error, "workload request rejected");
                     self.counts.num_rejected += 1;
+                    self.pending.finished(request_id, self.clock_s);
                 }
             }
         }

@@ -1,18 +1,23 @@
 //! A workload run through a whole [`Engine`] on wall-clock time: what `pagoda bench`
 //! measures on a real executor.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::Workload;
+use super::releases::Releases;
 use super::report::{DeviceReport, HostOverlapReport, KernelReport, Latencies, RunCounts, WorkloadReport};
 use crate::core::metrics::{PrefixCacheStats, SchedulerStats};
 use crate::engine::{Engine, EngineError};
 
-/// Adds each arrival when its time comes, steps until every request finished, and reports
-/// throughput and latencies in seconds (an arrival's clock starts at its scheduled time).
+/// Adds each arrival when its time comes (a follow-up turn: its think time after the turn
+/// it follows finished), steps until every request finished, and reports throughput and
+/// latencies in seconds (an arrival's clock starts at its release time).
 pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<WorkloadReport, EngineError> {
-    let mut pending: Vec<_> = workload.arrivals.iter().zip(workload.returning()).collect();
-    pending.sort_by(|(a, _), (b, _)| b.time_s.total_cmp(&a.time_s));
+    let mut pending = Releases::new(workload.numbered());
+    let returning = workload.returning();
+    // The engine's request ids -> arrival indices.
+    let mut arrival_of = HashMap::new();
     let before = engine.metrics().scheduler;
     let overlap_before = engine.metrics().host_overlap;
     let device_before = engine.device_counters();
@@ -25,18 +30,20 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let mut peak_usage: f64 = 0.0;
     loop {
         let now = start.elapsed().as_secs_f64();
-        while let Some((arrival, returning)) = pending.pop_if(|(arrival, _)| arrival.time_s <= now) {
+        while let Some((index, arrival)) = pending.pop_due(now) {
             match engine.add_tokens_request(arrival.prompt_token_ids.clone(), arrival.sampling_params()) {
                 Ok(request_id) => {
                     latencies.arrive(request_id, arrival.time_s);
-                    if returning {
+                    if returning.get(index as usize) == Some(&true) {
                         latencies.returning(request_id);
                     }
                     counts.prompt_tokens += arrival.prompt_token_ids.len() as u64;
+                    arrival_of.insert(request_id, index);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "benchmark request rejected");
                     counts.num_rejected += 1;
+                    pending.finished(index, now);
                 }
             }
         }
@@ -57,10 +64,13 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
                 if output.finished() {
                     latencies.finish(output.request_id);
                     counts.num_finished += 1;
+                    if let Some(index) = arrival_of.remove(&output.request_id) {
+                        pending.finished(index, now);
+                    }
                 }
             }
-        } else if let Some((next, _)) = pending.last() {
-            std::thread::sleep(Duration::from_secs_f64((next.time_s - now).max(0.0)));
+        } else if let Some(next_s) = pending.next_due_s() {
+            std::thread::sleep(Duration::from_secs_f64((next_s - now).max(0.0)));
         } else {
             break;
         }
