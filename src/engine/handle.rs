@@ -27,6 +27,7 @@ enum Command {
     Add {
         prompt: Prompt,
         params: Box<SamplingParams>,
+        lora: Option<String>,
         outputs: tokio_mpsc::UnboundedSender<RequestOutput>,
         reply: oneshot::Sender<Result<(RequestId, Vec<TokenId>), EngineError>>,
     },
@@ -103,9 +104,20 @@ impl AsyncEngine {
         prompt: impl Into<Prompt>,
         params: SamplingParams,
     ) -> Result<RequestStream, EngineError> {
+        self.add_request_with_lora(prompt, params, None).await
+    }
+
+    /// [`AsyncEngine::add_request`] run with the LoRA adapter named `lora`
+    /// ([`Engine::load_lora`]); `None` runs the base model.
+    pub async fn add_request_with_lora(
+        &self,
+        prompt: impl Into<Prompt>,
+        params: SamplingParams,
+        lora: Option<String>,
+    ) -> Result<RequestStream, EngineError> {
         let (outputs, receiver) = tokio_mpsc::unbounded_channel();
         let (reply, answer) = oneshot::channel();
-        let command = Command::Add { prompt: prompt.into(), params: Box::new(params), outputs, reply };
+        let command = Command::Add { prompt: prompt.into(), params: Box::new(params), lora, outputs, reply };
         self.commands.send(command).map_err(|_| EngineError::Stopped)?;
         let (request_id, prompt_token_ids) = answer.await.map_err(|_| EngineError::Stopped)??;
         Ok(RequestStream {
@@ -329,9 +341,13 @@ impl EngineThread {
     /// Applies one command; false on shutdown.
     fn handle(&mut self, command: Command) -> bool {
         match command {
-            Command::Add { prompt, params, outputs, reply } => {
+            Command::Add { prompt, params, lora, outputs, reply } => {
                 let added = self.engine.encode_prompt(&prompt).and_then(|prompt_token_ids| {
-                    let request_id = self.engine.add_tokens_request(prompt_token_ids.clone(), *params)?;
+                    let request_id = self.engine.add_tokens_request_with_lora(
+                        prompt_token_ids.clone(),
+                        *params,
+                        lora.as_deref(),
+                    )?;
                     Ok((request_id, prompt_token_ids))
                 });
                 let request_id = added.as_ref().ok().map(|&(id, _)| id);

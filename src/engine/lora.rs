@@ -105,7 +105,7 @@ pub struct LoraArgs {
     enable_lora: bool,
     /// LoRA adapters to load at start: NAME=PATH (a PEFT directory or a LoRA GGUF), or vLLM's
     /// JSON '{"name": NAME, "path": PATH}' (repeatable). `generate` and `chat` run their
-    /// prompts with the first.
+    /// prompts with the first; `serve` answers to each name as a `model`.
     #[arg(long, visible_alias = "lora", value_name = "NAME=PATH", value_parser = parse_lora_module)]
     lora_modules: Vec<(String, std::path::PathBuf)>,
     /// Adapters on the GPU at once: the most distinct adapters in one step [default: 1].
@@ -149,6 +149,11 @@ impl LoraArgs {
             max_lora_rank: self.max_lora_rank.unwrap_or(d.max_lora_rank),
             max_cpu_loras: self.max_cpu_loras.unwrap_or(max_loras),
         })
+    }
+
+    /// `--lora-modules`: `(name, path)`.
+    pub fn modules(&self) -> &[(String, std::path::PathBuf)] {
+        &self.lora_modules
     }
 
     /// Loads `--lora-modules` into `engine`; returns the first one's name.
