@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP server (feature `server`): `/v1/completions`,
 //! `/v1/chat/completions` (JSON or server-sent events), `/v1/models`, vLLM's `/tokenize` and
-//! `/detokenize`, `/health`, and `/metrics` in the Prometheus text format. With a reasoning
+//! `/detokenize`, `/health`, and `/metrics` in the Prometheus text format; LoRA adapters named
+//! by `model` and vLLM's `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` ([`lora`]). With a reasoning
 //! parser ([`ServerOptions::reasoning_parser`]), chat replies carry the model's reasoning in
 //! `reasoning_content` (and `reasoning`) apart from `content`.
 //!
