@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 
+use super::lora::LoraUsage;
 use super::metrics::EngineMetrics;
 use super::{CompletionOutput, Engine, EngineError, Prompt, RequestOutput};
 use crate::core::events::{CacheEvent, EventLog};
@@ -46,6 +47,7 @@ pub type CacheEventSink = Box<dyn FnMut(Vec<CacheEvent>) + Send>;
 pub struct AsyncEngine {
     commands: mpsc::Sender<Command>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    loras: Arc<Mutex<LoraUsage>>,
     live: Arc<AtomicUsize>,
     device_lost: watch::Receiver<Option<String>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -68,6 +70,7 @@ impl AsyncEngine {
     fn start(engine: Engine, sink: Option<CacheEventSink>) -> std::io::Result<Self> {
         let (commands, receiver) = mpsc::channel();
         let metrics = Arc::new(Mutex::new(engine.metrics()));
+        let loras = Arc::new(Mutex::new(engine.lora_usage()));
         let live = Arc::new(AtomicUsize::new(0));
         let engine_log = engine.scheduler().cache_event_log();
         let (lost_sender, device_lost) = watch::channel(engine.device_lost().map(str::to_owned));
@@ -75,13 +78,14 @@ impl AsyncEngine {
             engine,
             streams: HashMap::new(),
             metrics: Arc::clone(&metrics),
+            loras: Arc::clone(&loras),
             live: Arc::clone(&live),
             cache_events: sink.map(|sink| (engine_log, sink)),
             device_lost: lost_sender,
         };
         let thread =
             std::thread::Builder::new().name("pagoda-engine".into()).spawn(move || thread.run(&receiver))?;
-        Ok(Self { commands, metrics, live, device_lost, thread: Mutex::new(Some(thread)) })
+        Ok(Self { commands, metrics, loras, live, device_lost, thread: Mutex::new(Some(thread)) })
     }
 
     /// Why the engine stopped for good (its device was lost), if it did; new requests
@@ -162,6 +166,12 @@ impl AsyncEngine {
     /// The metrics after the engine thread's latest step or command.
     pub fn metrics(&self) -> EngineMetrics {
         self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// The LoRA adapters of the running and waiting requests after the engine thread's latest
+    /// step or command.
+    pub fn lora_usage(&self) -> LoraUsage {
+        self.loras.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Stops the engine thread (live requests' streams end) and waits for it.
@@ -269,6 +279,7 @@ struct EngineThread {
     engine: Engine,
     streams: HashMap<RequestId, tokio_mpsc::UnboundedSender<RequestOutput>>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    loras: Arc<Mutex<LoraUsage>>,
     live: Arc<AtomicUsize>,
     cache_events: Option<(EventLog<CacheEvent>, CacheEventSink)>,
     device_lost: watch::Sender<Option<String>>,
@@ -336,6 +347,7 @@ impl EngineThread {
     /// Makes the engine's current metrics the ones handles read.
     fn publish_metrics(&self) {
         *self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = self.engine.metrics();
+        *self.loras.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = self.engine.lora_usage();
     }
 
     /// Applies one command; false on shutdown.

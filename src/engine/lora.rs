@@ -78,8 +78,11 @@ impl Engine {
         self.loras.by_name.values().cloned().collect()
     }
 
-    /// Which adapters the running and waiting requests use.
+    /// Which adapters the running and waiting requests use (nothing to look up without LoRA).
     pub fn lora_usage(&self) -> LoraUsage {
+        if self.loras.limits.is_none() {
+            return LoraUsage::default();
+        }
         let names = |ids: &[crate::RequestId]| {
             let mut names: Vec<String> = ids
                 .iter()

@@ -282,8 +282,7 @@ pub async fn health(State(state): State<Arc<ServerState>>) -> Result<StatusCode,
 
 /// `GET /metrics`.
 pub async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
-    // Between two steps, so the adapters are those of the latest step's running and waiting.
-    let lora = state.engine.call(|engine| engine.lora_usage()).await.unwrap_or_default();
+    let lora = state.engine.lora_usage();
     let exposition = prometheus::Exposition {
         lora: &lora,
         prefix: state.metrics_prefix,
