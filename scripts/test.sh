@@ -96,6 +96,10 @@ python3 tests/openai_reasoning.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # `--speculative-config` (n-gram) through it: the same greedy replies as without, proposals
 # accepted on /metrics, an unknown field refused by name.
 python3 tests/openai_speculative.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
+# LoRA serving (`--enable-lora`, two tiny adapters and the base): replies differ per adapter and
+# equal their runs alone when batched, vllm:lora_requests_info names both adapters while they
+# run, runtime load/unload (about 25 s on lavapipe).
+python3 tests/openai_lora.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # vLLM's metric names through prometheus_client's parser.
 python3 tests/prometheus_metrics.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 # lm-evaluation-harness's local-completions model on a local loglikelihood task: each choice's

@@ -738,11 +738,6 @@ fn parse_template_kwargs(text: &str) -> Result<TemplateKwargs, String> {
 
 #[cfg(feature = "server")]
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    if args.engine.lora.config().is_some() {
-        anyhow::bail!(
-            "pagoda serve does not serve LoRA adapters yet (generate, chat and the library do): drop --enable-lora and --lora-modules"
-        );
-    }
     let mut config = engine_config(&args.engine, args.seed)?;
     config.max_waiting_requests = Some(args.max_waiting_requests);
     if let Some(model) = &args.model_arg {
@@ -767,6 +762,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics_prefix: args.metrics_prefix,
         kv_events: args.kv_events_config.clone().unwrap_or_default(),
         reasoning_parser: args.reasoning_parser,
+        lora_modules: args.engine.lora.modules().to_vec(),
     };
     let shutdown_timeout = std::time::Duration::from_secs(args.shutdown_timeout);
     let runtime = tokio::runtime::Runtime::new()?;

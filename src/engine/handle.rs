@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 
+use super::lora::LoraUsage;
 use super::metrics::EngineMetrics;
 use super::{CompletionOutput, Engine, EngineError, Prompt, RequestOutput};
 use crate::core::events::{CacheEvent, EventLog};
@@ -27,6 +28,7 @@ enum Command {
     Add {
         prompt: Prompt,
         params: Box<SamplingParams>,
+        lora: Option<String>,
         outputs: tokio_mpsc::UnboundedSender<RequestOutput>,
         reply: oneshot::Sender<Result<(RequestId, Vec<TokenId>), EngineError>>,
     },
@@ -45,6 +47,7 @@ pub type CacheEventSink = Box<dyn FnMut(Vec<CacheEvent>) + Send>;
 pub struct AsyncEngine {
     commands: mpsc::Sender<Command>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    loras: Arc<Mutex<LoraUsage>>,
     live: Arc<AtomicUsize>,
     device_lost: watch::Receiver<Option<String>>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -67,6 +70,7 @@ impl AsyncEngine {
     fn start(engine: Engine, sink: Option<CacheEventSink>) -> std::io::Result<Self> {
         let (commands, receiver) = mpsc::channel();
         let metrics = Arc::new(Mutex::new(engine.metrics()));
+        let loras = Arc::new(Mutex::new(engine.lora_usage()));
         let live = Arc::new(AtomicUsize::new(0));
         let engine_log = engine.scheduler().cache_event_log();
         let (lost_sender, device_lost) = watch::channel(engine.device_lost().map(str::to_owned));
@@ -74,13 +78,14 @@ impl AsyncEngine {
             engine,
             streams: HashMap::new(),
             metrics: Arc::clone(&metrics),
+            loras: Arc::clone(&loras),
             live: Arc::clone(&live),
             cache_events: sink.map(|sink| (engine_log, sink)),
             device_lost: lost_sender,
         };
         let thread =
             std::thread::Builder::new().name("pagoda-engine".into()).spawn(move || thread.run(&receiver))?;
-        Ok(Self { commands, metrics, live, device_lost, thread: Mutex::new(Some(thread)) })
+        Ok(Self { commands, metrics, loras, live, device_lost, thread: Mutex::new(Some(thread)) })
     }
 
     /// Why the engine stopped for good (its device was lost), if it did; new requests
@@ -103,9 +108,20 @@ impl AsyncEngine {
         prompt: impl Into<Prompt>,
         params: SamplingParams,
     ) -> Result<RequestStream, EngineError> {
+        self.add_request_with_lora(prompt, params, None).await
+    }
+
+    /// [`AsyncEngine::add_request`] run with the LoRA adapter named `lora`
+    /// ([`Engine::load_lora`]); `None` runs the base model.
+    pub async fn add_request_with_lora(
+        &self,
+        prompt: impl Into<Prompt>,
+        params: SamplingParams,
+        lora: Option<String>,
+    ) -> Result<RequestStream, EngineError> {
         let (outputs, receiver) = tokio_mpsc::unbounded_channel();
         let (reply, answer) = oneshot::channel();
-        let command = Command::Add { prompt: prompt.into(), params: Box::new(params), outputs, reply };
+        let command = Command::Add { prompt: prompt.into(), params: Box::new(params), lora, outputs, reply };
         self.commands.send(command).map_err(|_| EngineError::Stopped)?;
         let (request_id, prompt_token_ids) = answer.await.map_err(|_| EngineError::Stopped)??;
         Ok(RequestStream {
@@ -150,6 +166,12 @@ impl AsyncEngine {
     /// The metrics after the engine thread's latest step or command.
     pub fn metrics(&self) -> EngineMetrics {
         self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// The LoRA adapters of the running and waiting requests after the engine thread's latest
+    /// step or command.
+    pub fn lora_usage(&self) -> LoraUsage {
+        self.loras.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Stops the engine thread (live requests' streams end) and waits for it.
@@ -257,6 +279,7 @@ struct EngineThread {
     engine: Engine,
     streams: HashMap<RequestId, tokio_mpsc::UnboundedSender<RequestOutput>>,
     metrics: Arc<Mutex<EngineMetrics>>,
+    loras: Arc<Mutex<LoraUsage>>,
     live: Arc<AtomicUsize>,
     cache_events: Option<(EventLog<CacheEvent>, CacheEventSink)>,
     device_lost: watch::Sender<Option<String>>,
@@ -324,14 +347,19 @@ impl EngineThread {
     /// Makes the engine's current metrics the ones handles read.
     fn publish_metrics(&self) {
         *self.metrics.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = self.engine.metrics();
+        *self.loras.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = self.engine.lora_usage();
     }
 
     /// Applies one command; false on shutdown.
     fn handle(&mut self, command: Command) -> bool {
         match command {
-            Command::Add { prompt, params, outputs, reply } => {
+            Command::Add { prompt, params, lora, outputs, reply } => {
                 let added = self.engine.encode_prompt(&prompt).and_then(|prompt_token_ids| {
-                    let request_id = self.engine.add_tokens_request(prompt_token_ids.clone(), *params)?;
+                    let request_id = self.engine.add_tokens_request_with_lora(
+                        prompt_token_ids.clone(),
+                        *params,
+                        lora.as_deref(),
+                    )?;
                     Ok((request_id, prompt_token_ids))
                 });
                 let request_id = added.as_ref().ok().map(|&(id, _)| id);

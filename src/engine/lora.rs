@@ -87,8 +87,11 @@ impl Engine {
         self.loras.by_name.values().cloned().collect()
     }
 
-    /// Which adapters the running and waiting requests use.
+    /// Which adapters the running and waiting requests use (nothing to look up without LoRA).
     pub fn lora_usage(&self) -> LoraUsage {
+        if self.loras.limits.is_none() {
+            return LoraUsage::default();
+        }
         let names = |ids: &[crate::RequestId]| {
             let mut names: Vec<String> = ids
                 .iter()
@@ -114,7 +117,7 @@ pub struct LoraArgs {
     enable_lora: bool,
     /// LoRA adapters to load at start: NAME=PATH (a PEFT directory or a LoRA GGUF), or vLLM's
     /// JSON '{"name": NAME, "path": PATH}' (repeatable). `generate` and `chat` run their
-    /// prompts with the first.
+    /// prompts with the first; `serve` answers to each name as a `model`.
     #[arg(long, visible_alias = "lora", value_name = "NAME=PATH", value_parser = parse_lora_module)]
     lora_modules: Vec<(String, std::path::PathBuf)>,
     /// Adapters on the GPU at once: the most distinct adapters in one step [default: 1].
@@ -158,6 +161,11 @@ impl LoraArgs {
             max_lora_rank: self.max_lora_rank.unwrap_or(d.max_lora_rank),
             max_cpu_loras: self.max_cpu_loras.unwrap_or(max_loras),
         })
+    }
+
+    /// `--lora-modules`: `(name, path)`.
+    pub fn modules(&self) -> &[(String, std::path::PathBuf)] {
+        &self.lora_modules
     }
 
     /// Loads `--lora-modules` into `engine`; returns the first one's name.

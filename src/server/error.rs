@@ -20,18 +20,28 @@ pub struct ApiError {
 
 /// Every status the API answers an error with, and when: the table of the server reference
 /// (`docs/src/reference/server.md`, checked current by `tests/docs_reference.rs`).
-pub const ERROR_STATUSES: [(StatusCode, &str); 6] = [
+pub const ERROR_STATUSES: [(StatusCode, &str); 7] = [
     (
         StatusCode::BAD_REQUEST,
         "A body that is not JSON or does not fit the request type, a bad parameter, a \
          constraint that does not compile, a prompt longer than `max_model_len`, a request over \
-         a per-request limit; `param` names the field to blame.",
+         a per-request limit, a LoRA adapter that cannot be loaded or is loaded already, LoRA not \
+         enabled; `param` names the field to blame.",
     ),
     (
         StatusCode::UNAUTHORIZED,
         "`--api-key` is set and the request has no `Authorization: Bearer KEY` with it.",
     ),
-    (StatusCode::NOT_FOUND, "`model` names another model than the one served (`param` is `model`)."),
+    (
+        StatusCode::NOT_FOUND,
+        "`model` names neither the served model nor a loaded LoRA adapter (`param` is `model`); \
+         `/v1/load_lora_adapter`'s `lora_path` or `/v1/unload_lora_adapter`'s `lora_name` does not \
+         exist.",
+    ),
+    (
+        StatusCode::CONFLICT,
+        "`/v1/unload_lora_adapter` names an adapter that running or waiting requests use.",
+    ),
     (StatusCode::PAYLOAD_TOO_LARGE, "The body is larger than `--max-request-body-bytes`."),
     (
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -73,9 +83,10 @@ impl ApiError {
     /// OpenAI's error type name for the status.
     fn kind(&self) -> &'static str {
         match self.status {
-            StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED | StatusCode::PAYLOAD_TOO_LARGE => {
-                "invalid_request_error"
-            }
+            StatusCode::BAD_REQUEST
+            | StatusCode::UNAUTHORIZED
+            | StatusCode::CONFLICT
+            | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::SERVICE_UNAVAILABLE => "service_unavailable_error",
             _ => "server_error",

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP server (feature `server`): `/v1/completions`,
 //! `/v1/chat/completions` (JSON or server-sent events), `/v1/models`, vLLM's `/tokenize` and
-//! `/detokenize`, `/health`, and `/metrics` in the Prometheus text format. With a reasoning
+//! `/detokenize`, `/health`, and `/metrics` in the Prometheus text format; LoRA adapters named
+//! by `model` and vLLM's `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` ([`lora`]). With a reasoning
 //! parser ([`ServerOptions::reasoning_parser`]), chat replies carry the model's reasoning in
 //! `reasoning_content` (and `reasoning`) apart from `content`.
 //!
@@ -21,6 +22,7 @@ pub mod error;
 mod gate;
 pub mod kv_events;
 pub mod limits;
+pub mod lora;
 pub mod openai;
 pub mod prometheus;
 mod responses;
@@ -62,6 +64,9 @@ pub struct ServerOptions {
     /// Splits chat replies into `reasoning_content` and `content` (vLLM's
     /// `--reasoning-parser`); `None` leaves replies whole.
     pub reasoning_parser: Option<ReasoningParser>,
+    /// LoRA adapters to load before serving, `(name, path)` (`--lora-modules`); the engine
+    /// must have LoRA enabled.
+    pub lora_modules: Vec<(String, std::path::PathBuf)>,
 }
 
 /// Why the server could not start.
@@ -76,6 +81,14 @@ pub enum ServerError {
     /// The KV event sockets could not be set up.
     #[error(transparent)]
     KvEvents(#[from] KvEventsError),
+    /// A `--lora-modules` adapter could not be loaded.
+    #[error("cannot load LoRA adapter {name:?}: {error}")]
+    Lora {
+        /// The adapter's name.
+        name: String,
+        /// Why.
+        error: crate::engine::EngineError,
+    },
 }
 
 /// Everything the handlers share.
@@ -99,6 +112,8 @@ pub struct ServerState {
     tool_format: ToolFormat,
     /// How chat replies are split into reasoning and answer, if they are.
     reasoning_parser: Option<ReasoningParser>,
+    /// The LoRA adapters requests may name as `model`.
+    loras: lora::ServedAdapters,
 }
 
 impl ServerState {
@@ -111,10 +126,13 @@ impl ServerState {
     /// Like [`ServerState::new`] with `options`; starts the KV event publisher when they
     /// ask for one (so it must run inside a Tokio runtime).
     pub async fn with_options(
-        engine: Engine,
+        mut engine: Engine,
         model_name: impl Into<String>,
         options: ServerOptions,
     ) -> Result<Self, ServerError> {
+        for (name, path) in &options.lora_modules {
+            engine.load_lora(name, path).map_err(|error| ServerError::Lora { name: name.clone(), error })?;
+        }
         let publisher = match options.kv_events.kind()? {
             PublisherKind::Zmq => {
                 let block_size = engine.scheduler().kv_cache_manager().block_size();
@@ -145,6 +163,7 @@ impl ServerState {
             tracing::info!(%capabilities, ?tool_format, "chat template");
         }
         let max_model_len = engine.scheduler().config().max_model_len;
+        let loras = lora::ServedAdapters::new(&engine, &options.lora_modules);
         let kv = engine.scheduler().kv_cache_manager();
         let cache_info = CacheInfo {
             block_size: kv.block_size(),
@@ -172,6 +191,7 @@ impl ServerState {
             admitting: AtomicUsize::new(0),
             tool_format,
             reasoning_parser: options.reasoning_parser,
+            loras,
         })
     }
 
@@ -271,6 +291,8 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/v1/models", get(routes::models))
+        .route("/v1/load_lora_adapter", post(lora::load_lora_adapter))
+        .route("/v1/unload_lora_adapter", post(lora::unload_lora_adapter))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/tokenizer_info", get(tokenize::tokenizer_info))

@@ -680,6 +680,11 @@ pub struct ModelCard {
     pub created: u64,
     /// `pagoda`.
     pub owned_by: &'static str,
+    /// What the model was read from: the served name for the base model, the path for a
+    /// LoRA adapter.
+    pub root: String,
+    /// The base model's name for a LoRA adapter; `null` for the base model.
+    pub parent: Option<String>,
     /// Longest prompt + output.
     pub max_model_len: usize,
 }
@@ -689,7 +694,7 @@ pub struct ModelCard {
 pub struct ModelList {
     /// `list`.
     pub object: &'static str,
-    /// The one served model.
+    /// The served model, then its LoRA adapters.
     pub data: Vec<ModelCard>,
 }
 

@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::core::host_tier::HostTierStats;
 use crate::core::metrics::SpecDecodingStats;
+use crate::engine::lora::LoraUsage;
 use crate::engine::metrics::{EngineMetrics, Histogram};
 
 /// The prefix of every metric name.
@@ -53,6 +54,8 @@ pub struct Exposition<'a> {
     pub cache: CacheInfo,
     /// KV event batches dropped because the publisher lagged, when events are published.
     pub kv_events_dropped: Option<u64>,
+    /// The LoRA adapters of the running and waiting requests (`max_loras` 0: LoRA is off).
+    pub lora: &'a LoraUsage,
 }
 
 /// The host KV tier's series: vLLM's external prefix cache counters (tokens looked up and
@@ -214,11 +217,16 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
         cache.num_gpu_blocks,
     );
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |elapsed| elapsed.as_secs_f64());
+    // vLLM's gauge: the adapters as comma-separated labels, the value the time of the reading.
+    let lora = exposition.lora;
+    let max_lora = if lora.max_loras > 0 { lora.max_loras.to_string() } else { String::new() };
     out.header("lora_requests_info", "Running stats on lora requests.", "gauge");
     let _ = writeln!(
         out.out,
-        "{}:lora_requests_info{{max_lora=\"\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"}} {now:?}",
+        "{}:lora_requests_info{{max_lora=\"{max_lora}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {now:?}",
         out.prefix,
+        escape_label(&lora.running.join(",")),
+        escape_label(&lora.waiting.join(",")),
     );
     out.out
 }
@@ -299,7 +307,30 @@ mod tests {
             model_name: "m\"x",
             cache: CacheInfo { block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: true },
             kv_events_dropped: Some(2),
+            lora: &NO_LORA,
         }
+    }
+
+    static NO_LORA: LoraUsage = LoraUsage { max_loras: 0, running: Vec::new(), waiting: Vec::new() };
+
+    #[test]
+    fn lora_requests_info_names_the_adapters_as_vllm_does() {
+        let usage = LoraUsage {
+            max_loras: 2,
+            running: vec!["chat".into(), "sql".into()],
+            waiting: vec!["math".into()],
+        };
+        let text = render(
+            &EngineMetrics::default(),
+            &Exposition { lora: &usage, ..exposition(MetricsPrefix::Vllm) },
+        );
+        let line = text.lines().find(|l| l.starts_with("vllm:lora_requests_info{")).unwrap();
+        let (labels, value) = line.split_once("} ").unwrap();
+        assert_eq!(
+            labels,
+            "vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"chat,sql\",waiting_lora_adapters=\"math\""
+        );
+        assert!(value.parse::<f64>().unwrap() > 1.7e9, "{line}");
     }
 
     #[test]

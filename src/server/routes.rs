@@ -36,7 +36,7 @@ pub async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: CompletionRequest = parse_body(&state, body)?;
-    check_model(&state, request.model.as_deref())?;
+    let lora = check_model(&state, request.model.as_deref())?;
     unknown_fields::check(Endpoint::Completions, &request.sampling.extra)?;
     request.check_unsupported()?;
     let prompts: Vec<Prompt> = match request.prompt {
@@ -70,7 +70,7 @@ pub async fn completions(
             .collect::<Result<_, _>>()?,
         false => Vec::new(),
     };
-    let streams = start(&state, prompts, &params, n, &request.sampling).await?;
+    let streams = start(&state, prompts, &params, n, &request.sampling, lora.as_deref()).await?;
     let id = state.next_response_id("cmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
@@ -117,7 +117,7 @@ pub async fn completions(
         id,
         object: "text_completion",
         created: unix_seconds(),
-        model: state.model_name.clone(),
+        model: lora.clone().unwrap_or_else(|| state.model_name.clone()),
         choices,
         usage: Some(usage),
     };
@@ -130,7 +130,7 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: ChatCompletionRequest = parse_body(&state, body)?;
-    check_model(&state, request.model.as_deref())?;
+    let lora = check_model(&state, request.model.as_deref())?;
     unknown_fields::check(Endpoint::ChatCompletions, &request.sampling.extra)?;
     if request.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty", "messages"));
@@ -167,7 +167,7 @@ pub async fn chat_completions(
         tools: calls.is_some().then(|| tool_values(&request.tools)),
         kwargs,
     };
-    let streams = start(&state, vec![prompt], &params, n, &request.sampling).await?;
+    let streams = start(&state, vec![prompt], &params, n, &request.sampling, lora.as_deref()).await?;
     let id = state.next_response_id("chatcmpl");
     if request.stream {
         let include_usage = request.stream_options.is_some_and(|options| options.include_usage);
@@ -196,7 +196,7 @@ pub async fn chat_completions(
         id,
         object: "chat.completion",
         created: unix_seconds(),
-        model: state.model_name.clone(),
+        model: lora.clone().unwrap_or_else(|| state.model_name.clone()),
         usage: total_usage(&completions, n),
         prompt_logprobs: params.prompt_logprobs.map(|top_n| {
             let prompt = completions.first().and_then(|c| c.prompt_logprobs.as_deref()).unwrap_or_default();
@@ -251,16 +251,21 @@ fn forced_calls(
 
 /// `GET /v1/models`.
 pub async fn models(State(state): State<Arc<ServerState>>) -> Json<ModelList> {
-    Json(ModelList {
-        object: "list",
-        data: vec![ModelCard {
-            id: state.model_name.clone(),
-            object: "model",
-            created: state.created,
-            owned_by: "pagoda",
-            max_model_len: state.max_model_len,
-        }],
-    })
+    let card = |id: String, root: String, parent: Option<String>| ModelCard {
+        id,
+        object: "model",
+        created: state.created,
+        owned_by: "pagoda",
+        root,
+        parent,
+        max_model_len: state.max_model_len,
+    };
+    let base = card(state.model_name.clone(), state.model_name.clone(), None);
+    let adapters =
+        state.loras.list().into_iter().map(|(name, path)| {
+            card(name, path.to_string_lossy().into_owned(), Some(state.model_name.clone()))
+        });
+    Json(ModelList { object: "list", data: std::iter::once(base).chain(adapters).collect() })
 }
 
 /// `GET /health`: 200 while the engine serves; 503 once a drain has begun (so routers stop
@@ -277,7 +282,9 @@ pub async fn health(State(state): State<Arc<ServerState>>) -> Result<StatusCode,
 
 /// `GET /metrics`.
 pub async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+    let lora = state.engine.lora_usage();
     let exposition = prometheus::Exposition {
+        lora: &lora,
         prefix: state.metrics_prefix,
         model_name: &state.model_name,
         cache: state.cache_info,
@@ -301,40 +308,44 @@ pub(super) fn parse_body<T: DeserializeOwned>(
         .map_err(|error| ApiError::bad_request(format!("invalid request body: {error}"), "body"))
 }
 
-/// A request for another model is a 404, as OpenAI and vLLM answer it.
-pub(super) fn check_model(state: &ServerState, model: Option<&str>) -> Result<(), ApiError> {
+/// The LoRA adapter a request's `model` names (`None` for the base model); a request for
+/// another model is a 404, as OpenAI and vLLM answer it.
+pub(super) fn check_model(state: &ServerState, model: Option<&str>) -> Result<Option<String>, ApiError> {
     match model {
-        Some(model) if model != state.model_name => Err(ApiError {
+        Some(model) if model == state.model_name => Ok(None),
+        Some(model) if state.loras.contains(model) => Ok(Some(model.to_owned())),
+        Some(model) => Err(ApiError {
             status: StatusCode::NOT_FOUND,
             message: format!("the model {model:?} does not exist; this server serves {:?}", state.model_name),
             param: Some("model".into()),
         }),
-        _ => Ok(()),
+        None => Ok(None),
     }
 }
 
 /// Adds `n` requests per prompt, prompt by prompt (choice `i` of a seeded request draws
-/// from `seed + i`); on any error the ones already added are aborted (their streams are
-/// dropped). A constraint that does not compile is a 400 blaming the field that set it.
+/// from `seed + i`), run with LoRA adapter `lora` if one is named; on any error the ones
+/// already added are aborted (their streams are dropped). A constraint that does not compile
+/// is a 400 blaming the field that set it.
 async fn start(
     state: &ServerState,
     prompts: Vec<Prompt>,
     params: &SamplingParams,
     n: usize,
     fields: &SamplingFields,
+    lora: Option<&str>,
 ) -> Result<Vec<RequestStream>, ApiError> {
     let mut streams = Vec::with_capacity(prompts.len() * n);
     for prompt in prompts {
         for choice in 0..n as u64 {
             let params =
                 SamplingParams { seed: params.seed.map(|seed| seed.wrapping_add(choice)), ..params.clone() };
-            let stream = state.engine.add_request(prompt.clone(), params).await.map_err(|error| {
-                match (&error, fields.constraint()) {
-                    (EngineError::Constraint(e), Ok(Some((_, field)))) => {
-                        ApiError::bad_request(e.to_string(), field)
-                    }
-                    _ => ApiError::from(error),
+            let added = state.engine.add_request_with_lora(prompt.clone(), params, lora.map(str::to_owned));
+            let stream = added.await.map_err(|error| match (&error, fields.constraint()) {
+                (EngineError::Constraint(e), Ok(Some((_, field)))) => {
+                    ApiError::bad_request(e.to_string(), field)
                 }
+                _ => ApiError::from(error),
             })?;
             streams.push(stream);
         }

@@ -54,6 +54,7 @@ pub fn page() -> String {
         model_name: "model",
         cache: CacheInfo { block_size: 16, num_gpu_blocks: 1024, enable_prefix_caching: true },
         kv_events_dropped: Some(0),
+        lora: &pagoda::engine::lora::LoraUsage::default(),
     };
     let text = render(&EngineMetrics::default(), &exposition);
     let mut page = format!(
