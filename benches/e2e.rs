@@ -58,6 +58,7 @@ fn run(
             sampling_params: SamplingParams::greedy(sizes.decode_steps + 1),
             block_ids: blocks,
             num_computed_tokens: 0,
+            lora_id: None,
         });
         lens.push(sizes.prompt);
     }

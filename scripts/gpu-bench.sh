@@ -51,6 +51,9 @@
 # One model (HOST_TIER, default llama-3.2-1b:q4_k; empty for none) also runs the multi-turn-chat
 # workload on a small pool with a host KV tier: the copy bandwidth the tier achieved (bytes moved
 # over the host time of its copies) beside the adapter's, and the returning conversations' TTFT.
+# One model (SPEC_MODEL, default llama-3.2-1b:q4_k; empty for none) also runs the input-grounded
+# workload at 1 and 32 requests with and without n-gram speculation (rows "spec B=N off|ngram",
+# see spec_rows; SPEC_GGUF=PATH runs a real model there instead).
 #
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan, its shaders
 # compiled with a glslc that has cooperative matrices (KHR and NVIDIA's coopmat2) and integer dot
@@ -347,7 +350,30 @@ model_weight() {
     [[ $1 == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${PROFILE-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${HOST_TIER-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
+    [[ $1 == "${SPEC_MODEL-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     echo "$w"
+}
+
+# Prints speculative decoding's pair (issue 52's targets) for the caller's model: the
+# input-grounded workload (each prompt a passage twice, then its first quarter; 32 tokens out)
+# at 1 and 32 requests, without speculation ("spec B=N off") and with n-gram speculation
+# ("spec B=N ngram", its acceptance rate after the row). A random-weight model copies nothing,
+# so its proposals are mostly rejected: its rows price speculation under load (target: ngram
+# at 32 requests not below 0.9x off). SPEC_GGUF names a real model to run instead (the default
+# model copies its prompt: target ngram at 1 request >= 1.5x off).
+spec_rows() {
+    local mode report rate
+    local ngram='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    for mode in off ngram; do
+        spent && return
+        local extra=()
+        [[ $mode == ngram ]] && extra=(--speculative-config "$ngram")
+        while read -r report; do
+            rate=$(grep -o '"acceptance_rate": *[0-9.eE+-]*' <<<"$report" | grep -o '[0-9.eE+-]*$' || echo -)
+            echo "$(decode_row " spec $mode" "$report")  acceptance ${rate:--}"
+        done < <(timeout "$(cap)" "$bin" bench --executor wgpu --workload input-grounded --json \
+            --model "${SPEC_GGUF:-$file}" --num-requests 1,32 --output-len 32 "${extra[@]}")
+    done
 }
 
 run() {
@@ -457,6 +483,11 @@ run() {
             done
             took "tile sweep"
         fi
+        if [[ $spec == "${SPEC_MODEL-llama-3.2-1b:q4_k}" ]]; then
+            job 1
+            spec_rows
+            took "speculative decoding"
+        fi
         if [[ $spec == "${PROFILE-llama-3.2-1b:q4_k}" ]]; then
             job 1
             if ! spent; then
@@ -504,7 +535,7 @@ check() {
         ${MESA_SHADER_CACHE_DIR:+MESA_SHADER_CACHE_DIR=$MESA_SHADER_CACHE_DIR} GGML_VK_VISIBLE_DEVICES=0 \
         PAGODA_BENCH_DIR="$dir/models" MODELS=smollm2-135m:q4_0 DECODE_BATCHES=1 PREFILL_LENS=64 \
         AB_MODEL=smollm2-135m:q4_0 AB_SETTINGS=PAGODA_GEMM_ROWS=8+PAGODA_SUBMIT=whole AB_BATCHES=1 AB_PREFILL=64 \
-        TILE_SWEEP= PROFILE= KERNEL_TESTS_S=20 KERNEL_BENCH_FILTER=dispatch/ KERNEL_BENCH_S=30 TOTAL_S=400 \
+        TILE_SWEEP= PROFILE= SPEC_MODEL=smollm2-135m:q4_0 KERNEL_TESTS_S=20 KERNEL_BENCH_FILTER=dispatch/ KERNEL_BENCH_S=30 TOTAL_S=400 \
         scripts/gpu-bench.sh run 50)
 }
 

@@ -573,8 +573,9 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         .collect();
     let params = SamplingParams { prompt_logprobs: args.prompt_logprobs, ..args.sampling.params()? };
     let mut engine = Engine::new(engine_config(&args.engine, args.sampling.seed.unwrap_or(0))?)?;
+    let lora = args.engine.lora.load(&mut engine)?;
     let started = std::time::Instant::now();
-    let completions = engine.generate(prompts, &params)?;
+    let completions = engine.generate_with_lora(prompts, &params, lora.as_deref())?;
     let seconds = started.elapsed().as_secs_f64();
     let prompt_tokens: usize = completions.iter().map(|c| c.prompt_token_ids.len()).sum();
     let output_tokens: usize = completions.iter().map(|c| c.token_ids.len()).sum();
@@ -669,6 +670,7 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
         params.skip_special_tokens = false;
     }
     let mut engine = Engine::new(engine_config(&args.engine, args.sampling.seed.unwrap_or(0))?)?;
+    let lora = args.engine.lora.load(&mut engine)?;
     let mut history: Vec<ChatMessage> =
         args.system.iter().map(|s| ChatMessage::new("system", s.as_str())).collect();
     eprintln!("Chatting with the model; an empty line or end of input quits, /reset starts over.");
@@ -689,7 +691,8 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
         history.push(ChatMessage::new("user", line.trim_end()));
         let prompt =
             Prompt::ChatWithKwargs { messages: history.clone(), tools: None, kwargs: kwargs.clone() };
-        let id = engine.add_request(prompt, params.clone())?;
+        let prompt_ids = engine.encode_prompt(&prompt)?;
+        let id = engine.add_tokens_request_with_lora(prompt_ids, params.clone(), lora.as_deref())?;
         let mut split = args.reasoning_parser.map(|parser| parser.stream(thinking));
         let mut reply = Split::default();
         let mut finished = false;
@@ -735,6 +738,11 @@ fn parse_template_kwargs(text: &str) -> Result<TemplateKwargs, String> {
 
 #[cfg(feature = "server")]
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    if args.engine.lora.config().is_some() {
+        anyhow::bail!(
+            "pagoda serve does not serve LoRA adapters yet (generate, chat and the library do): drop --enable-lora and --lora-modules"
+        );
+    }
     let mut config = engine_config(&args.engine, args.seed)?;
     config.max_waiting_requests = Some(args.max_waiting_requests);
     if let Some(model) = &args.model_arg {

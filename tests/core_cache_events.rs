@@ -28,7 +28,7 @@ impl Replica {
     fn apply(&mut self, events: Vec<CacheEvent>) {
         for event in events {
             match event {
-                CacheEvent::Stored { block_hashes, parent_block_hash, token_ids } => {
+                CacheEvent::Stored { block_hashes, parent_block_hash, token_ids, .. } => {
                     assert_eq!(token_ids.len(), block_hashes.len() * BLOCK_SIZE);
                     let mut parent = parent_block_hash.unwrap_or(ROOT_BLOCK_HASH);
                     if let Some(hash) = parent_block_hash {
@@ -129,7 +129,7 @@ fn a_shared_prefix_is_announced_once_with_its_tokens_and_no_parent() {
     let stored: Vec<usize> = events
         .iter()
         .map(|event| match event {
-            CacheEvent::Stored { block_hashes, parent_block_hash: None, token_ids } => {
+            CacheEvent::Stored { block_hashes, parent_block_hash: None, token_ids, .. } => {
                 assert_eq!(token_ids, &tokens(0, 32));
                 block_hashes.len()
             }

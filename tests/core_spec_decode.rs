@@ -197,7 +197,7 @@ fn cache_trace(s: &Scheduler) -> (HashSet<BlockHash>, HashSet<BlockHash>) {
 }
 
 #[test]
-fn rejected_tokens_leave_no_hash_in_the_prefix_cache() {
+fn rejected_tokens_leave_no_hash_in_the_prefix_cache_and_no_mark_on_the_metrics() {
     let prompts = prompts();
     let (plain, plain_s) = run(&prompts, 40, 64, cache_blocks(400), None);
     let (spec, spec_s) = run(&prompts, 40, 64, cache_blocks(400), Some(SpeculativeConfig::ngram(4, 1, 3)));
@@ -205,6 +205,14 @@ fn rejected_tokens_leave_no_hash_in_the_prefix_cache() {
     assert!(spec_s.stats().spec_decoding.num_draft_tokens > spec_s.stats().spec_decoding.num_accepted_tokens);
     assert_eq!(cache_trace(&spec_s), cache_trace(&plain_s));
     assert!(spec_s.stats().num_steps < plain_s.stats().num_steps, "accepted proposals save steps");
+    // The metrics are plain decode's plus the speculation counters (fewer steps, and the peak
+    // usage of the slots proposals took).
+    let plain_stats = plain_s.stats();
+    let mut spec_stats = spec_s.stats();
+    spec_stats.spec_decoding = Default::default();
+    spec_stats.num_steps = plain_stats.num_steps;
+    spec_stats.peak_kv_cache_usage = plain_stats.peak_kv_cache_usage;
+    assert_eq!(spec_stats, plain_stats);
 }
 
 #[test]

@@ -299,6 +299,7 @@ fn run_greedy(
                     sampling_params: SamplingParams::greedy(max_tokens),
                     block_ids: r.blocks.clone(),
                     num_computed_tokens: 0,
+                    lora_id: None,
                 });
             }
         }

@@ -126,6 +126,7 @@ fn greedy(cases: &[GreedyCase], kv_cache_dtype: KvCacheDtype, max_tokens: &[usiz
                     sampling_params: SamplingParams::greedy(max_tokens[i]),
                     block_ids: blocks[i].clone(),
                     num_computed_tokens: 0,
+                    lora_id: None,
                 });
             } else {
                 out.scheduled_cached_reqs.push(CachedRequestData {

@@ -7,14 +7,12 @@ mod smollm2_support;
 use std::collections::HashMap;
 
 use pagoda::core::metrics::SchedulerStats;
-use pagoda::core::request::Request;
 use pagoda::core::scheduler::Scheduler;
 use pagoda::executor::gpu_runner::WgpuExecutor;
-use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::sampling::{PromptLogprobs, SamplingParams, TokenLogprobs};
-use smollm2_support::{EXECUTOR_BLOCKS, MAX_SEQS, executor, greedy_cases, scheduler};
-
-const EOS: u32 = 2;
+use smollm2_support::{
+    EXECUTOR_BLOCKS, MAX_SEQS, add_requests, executor, greedy_cases, run_to_completion, scheduler,
+};
 
 /// What one request produced.
 #[derive(Debug, Default)]
@@ -35,29 +33,18 @@ fn run(
     requests: &[(Vec<u32>, SamplingParams)],
     first_id: u64,
 ) -> Vec<Run> {
-    for (i, (prompt, params)) in requests.iter().enumerate() {
-        let request = Request::new(first_id + i as u64, prompt.clone(), params.clone(), Some(EOS), i as f64);
-        scheduler.add_request(request).unwrap();
-    }
+    add_requests(scheduler, requests, first_id);
     let mut runs: HashMap<u64, Run> = HashMap::new();
-    while scheduler.has_unfinished_requests() {
-        let plan = scheduler.schedule();
-        let result = if plan.is_empty() {
-            Default::default()
-        } else {
-            exec.execute(&plan, &mut StepMasks::none()).unwrap()
-        };
-        for out in scheduler.update_from_output(&plan, &result) {
-            let run = runs.entry(out.request_id).or_default();
-            run.tokens.extend(out.new_token_ids);
-            run.logprobs.extend(out.new_logprobs);
-            run.num_cached_tokens = out.num_cached_tokens;
-            if let Some(prompt_logprobs) = out.prompt_logprobs {
-                run.prompt_logprob_outputs += 1;
-                run.prompt_logprobs = Some(prompt_logprobs);
-            }
+    run_to_completion(exec, scheduler, |out| {
+        let run = runs.entry(out.request_id).or_default();
+        run.tokens.extend(out.new_token_ids);
+        run.logprobs.extend(out.new_logprobs);
+        run.num_cached_tokens = out.num_cached_tokens;
+        if let Some(prompt_logprobs) = out.prompt_logprobs {
+            run.prompt_logprob_outputs += 1;
+            run.prompt_logprobs = Some(prompt_logprobs);
         }
-    }
+    });
     (0..requests.len() as u64).map(|i| runs.remove(&(first_id + i)).unwrap_or_default()).collect()
 }
 

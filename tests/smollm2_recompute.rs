@@ -7,14 +7,13 @@ mod smollm2_support;
 use std::collections::HashMap;
 
 use pagoda::core::metrics::SchedulerStats;
-use pagoda::core::request::Request;
 use pagoda::executor::gpu_runner::WgpuExecutor;
-use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::sampling::SamplingParams;
-use smollm2_support::{BLOCK, EXECUTOR_BLOCKS, executor, greedy_cases, scheduler, smollm2};
+use smollm2_support::{
+    BLOCK, EXECUTOR_BLOCKS, add_requests, executor, greedy_cases, run_to_completion, scheduler, smollm2,
+};
 
 const MAX_TOKENS: usize = 8;
-const EOS: u32 = 2;
 
 /// The fixture's `greedy_fp32` prompts and their reference continuations.
 fn fixture_prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
@@ -32,30 +31,12 @@ fn run(
     prefix_caching: bool,
 ) -> (Vec<Vec<u32>>, SchedulerStats, usize) {
     let mut scheduler = scheduler(num_blocks, budget, prefix_caching);
-    for (i, p) in prompts.iter().enumerate() {
-        let request = Request::new(
-            first_id + i as u64,
-            p.clone(),
-            SamplingParams::greedy(MAX_TOKENS),
-            Some(EOS),
-            i as f64,
-        );
-        scheduler.add_request(request).unwrap();
-    }
+    let requests: Vec<_> = prompts.iter().map(|p| (p.clone(), SamplingParams::greedy(MAX_TOKENS))).collect();
+    add_requests(&mut scheduler, &requests, first_id);
     let mut tokens: HashMap<u64, Vec<u32>> = HashMap::new();
-    let mut computed = 0;
-    while scheduler.has_unfinished_requests() {
-        let plan = scheduler.schedule();
-        computed += plan.total_num_scheduled_tokens;
-        let result = if plan.is_empty() {
-            Default::default()
-        } else {
-            exec.execute(&plan, &mut StepMasks::none()).unwrap()
-        };
-        for out in scheduler.update_from_output(&plan, &result) {
-            tokens.entry(out.request_id).or_default().extend(out.new_token_ids);
-        }
-    }
+    let computed = run_to_completion(exec, &mut scheduler, |out| {
+        tokens.entry(out.request_id).or_default().extend(out.new_token_ids);
+    });
     let outputs =
         (0..prompts.len() as u64).map(|i| tokens.remove(&(first_id + i)).unwrap_or_default()).collect();
     (outputs, scheduler.stats(), computed)

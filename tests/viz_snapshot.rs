@@ -46,6 +46,8 @@ fn request(id: u64, block_ids: Vec<u32>) -> RequestView {
         num_computed_tokens: n,
         num_cached_tokens: 0,
         num_preemptions: 0,
+        num_spec_tokens: 0,
+        num_rejected_tokens: 0,
     }
 }
 

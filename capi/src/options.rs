@@ -40,7 +40,9 @@ pub struct EngineOptions {
     max_model_len: Option<usize>,
     enable_chunked_prefill: Option<bool>,
     scheduling_policy: Option<SchedulingPolicy>,
-    speculative_config: Option<SpeculativeConfig>,
+    /// Kept as its JSON text: [`SpeculativeConfig::from_json`] parses it, as it does the
+    /// CLI flag's.
+    speculative_config: Option<Box<serde_json::value::RawValue>>,
     executor: Option<ExecutorKind>,
     seed: Option<u64>,
     backend: Option<String>,
@@ -98,9 +100,9 @@ impl EngineOptions {
                 policy: self.scheduling_policy.unwrap_or(scheduler_defaults.policy),
                 speculative_config: self
                     .speculative_config
-                    .map(SpeculativeConfig::validated)
+                    .map(|json| SpeculativeConfig::from_json(json.get()))
                     .transpose()
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| format!("engine options: `speculative_config`: {e}"))?,
                 ..scheduler_defaults
             },
             executor: self.executor.unwrap_or_default(),
@@ -126,17 +128,18 @@ mod tests {
         .unwrap();
         let config = options.into_config().unwrap();
         assert_eq!(config.scheduler.speculative_config, Some(SpeculativeConfig::ngram(3, 2, 2)));
-        let error = EngineOptions::from_json(
-            r#"{"speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "k": 1}}"#,
-        )
-        .unwrap_err();
-        assert!(error.contains("speculative_config") && error.contains("unknown field `k`"), "{error}");
-        let error = EngineOptions::from_json(
-            r#"{"speculative_config": {"method": "ngram", "num_speculative_tokens": 0}}"#,
-        )
-        .unwrap()
-        .into_config()
-        .unwrap_err();
-        assert!(error.contains("num_speculative_tokens=0"), "{error}");
+        // The CLI flag's parser, with its errors: the options name the field before them.
+        for bad in [
+            r#"{"method": "ngram", "num_speculative_tokens": 3, "k": 1}"#,
+            r#"{"method": "ngram", "num_speculative_tokens": 0}"#,
+            r#"{"method": "eagle", "num_speculative_tokens": 2}"#,
+        ] {
+            let expected = SpeculativeConfig::from_json(bad).unwrap_err();
+            let error = EngineOptions::from_json(&format!(r#"{{"speculative_config": {bad}}}"#))
+                .unwrap()
+                .into_config()
+                .unwrap_err();
+            assert_eq!(error, format!("engine options: `speculative_config`: {expected}"));
+        }
     }
 }

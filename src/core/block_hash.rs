@@ -1,9 +1,9 @@
 //! Chained 128-bit hashes of full KV blocks.
 //!
 //! A block's hash covers its parent block's hash (a fixed root for the first block), its
-//! token ids and its extra keys (the request's `cache_salt`, on the first block only). Two
-//! requests share a block exactly when their token prefixes up to and including that block
-//! are equal and their salts are equal.
+//! token ids and its extra keys (the request's `cache_salt` and LoRA adapter name, on the first
+//! block only). Two requests share a block exactly when their token prefixes up to and
+//! including that block are equal and their salts and adapters are equal.
 
 use xxhash_rust::xxh3::Xxh3Default;
 
@@ -18,6 +18,17 @@ pub fn hash_block(
     parent: BlockHash,
     token_ids: impl IntoIterator<Item = TokenId>,
     salt: Option<&str>,
+) -> BlockHash {
+    hash_block_with_lora(parent, token_ids, salt, None)
+}
+
+/// [`hash_block`] with the name of the LoRA adapter the block's keys and values were computed
+/// with (`None`: the base model, the same hash as [`hash_block`]).
+pub fn hash_block_with_lora(
+    parent: BlockHash,
+    token_ids: impl IntoIterator<Item = TokenId>,
+    salt: Option<&str>,
+    lora: Option<&str>,
 ) -> BlockHash {
     let mut hasher = Xxh3Default::new();
     hasher.update(&parent.to_le_bytes());
@@ -35,6 +46,11 @@ pub fn hash_block(
         }
         None => hasher.update(&[0]),
     }
+    if let Some(name) = lora {
+        hasher.update(&[2]);
+        hasher.update(&(name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+    }
     hasher.digest128()
 }
 
@@ -46,9 +62,10 @@ pub fn extend_block_hashes(request: &mut Request, block_size: usize) -> usize {
     for block_index in before..num_full_blocks {
         let parent = if block_index == 0 { ROOT_BLOCK_HASH } else { request.block_hashes[block_index - 1] };
         let salt = if block_index == 0 { request.cache_salt.as_deref() } else { None };
+        let lora = if block_index == 0 { request.lora.as_ref().map(|l| l.name.as_str()) } else { None };
         let start = block_index * block_size;
         let tokens = (start..start + block_size).map(|i| request.token(i));
-        let hash = hash_block(parent, tokens, salt);
+        let hash = hash_block_with_lora(parent, tokens, salt, lora);
         request.block_hashes.push(hash);
     }
     num_full_blocks - before

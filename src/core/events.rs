@@ -111,6 +111,8 @@ pub enum CacheEvent {
         parent_block_hash: Option<BlockHash>,
         /// Their tokens, `block_size` per block, in order.
         token_ids: Vec<TokenId>,
+        /// The id of the LoRA adapter they were computed with (vLLM's `lora_id`).
+        lora_id: Option<u32>,
     },
     /// These hashes left the prefix cache.
     Removed {

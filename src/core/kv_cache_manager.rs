@@ -250,9 +250,23 @@ impl KvCacheManager {
         num_new_tokens: usize,
         computed: &ComputedBlocks,
     ) -> Option<Vec<BlockId>> {
+        self.allocate_slots_with_lookahead(request, num_new_tokens, 0, computed)
+    }
+
+    /// [`Self::allocate_slots`], with blocks for `num_lookahead_tokens` slots past the new
+    /// tokens too (vLLM's `num_lookahead_tokens`: where a draft model writes the KV of its
+    /// proposals in the same step); those slots are never cached.
+    pub fn allocate_slots_with_lookahead(
+        &mut self,
+        request: &Request,
+        num_new_tokens: usize,
+        num_lookahead_tokens: usize,
+        computed: &ComputedBlocks,
+    ) -> Option<Vec<BlockId>> {
         let num_total_tokens = request.num_computed_tokens + computed.num_computed_tokens + num_new_tokens;
         self.remove_skipped_blocks(request.request_id, request.num_computed_tokens);
-        let num_new_blocks = self.num_new_blocks_needed(request, num_total_tokens, computed)?;
+        let num_new_blocks =
+            self.num_new_blocks_needed(request, num_total_tokens + num_lookahead_tokens, computed)?;
         let request_id = request.request_id;
         if !computed.block_ids.is_empty() {
             self.pool.touch(&computed.block_ids);
@@ -407,6 +421,7 @@ fn record_stored(pool: &BlockPool, request: &Request, range: std::ops::Range<usi
             block_hashes: request.block_hashes[start..end].to_vec(),
             parent_block_hash: start.checked_sub(1).map(|parent| request.block_hashes[parent]),
             token_ids: request.tokens(start * block_size..end * block_size),
+            lora_id: request.lora.as_ref().map(|l| l.id),
         });
         start = end;
     }

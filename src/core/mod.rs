@@ -7,6 +7,7 @@ pub mod events;
 pub mod host_tier;
 pub mod id_map;
 pub mod kv_cache_manager;
+pub mod lora;
 pub mod metrics;
 pub mod output;
 pub mod request;

@@ -19,6 +19,8 @@ pub struct NewRequestData {
     pub block_ids: Vec<BlockId>,
     /// Tokens already in the cache (prefix hits); this step computes from here.
     pub num_computed_tokens: usize,
+    /// The id of its LoRA adapter; `None` for the base model.
+    pub lora_id: Option<u32>,
 }
 
 /// A request that was scheduled before: running, or resumed after preemption.
@@ -88,6 +90,9 @@ pub struct ModelRunnerOutput {
     /// scheduler forgets those host blocks and recomputes the unloaded ones, whose requests
     /// the executor left out of the step.
     pub failed_kv_transfers: crate::core::host_tier::KvTransfers,
+    /// Tokens a draft model proposes to follow each request's sampled ones (draft-model
+    /// speculation; vLLM's `spec_token_ids`): the scheduler schedules them for verification.
+    pub draft_token_ids: HashMap<RequestId, Vec<TokenId>>,
 }
 
 /// What one step produced for one request.

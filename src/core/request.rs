@@ -106,6 +106,10 @@ pub struct Request {
     /// Tokens proposed to follow its known ones (speculative decoding), to be verified by
     /// the next step that schedules it; never hashed, cached or counted as output.
     pub spec_token_ids: Vec<TokenId>,
+    /// The LoRA adapter it runs with; `None` for the base model.
+    pub lora: Option<crate::core::lora::LoraRequest>,
+    /// Proposed tokens its latest verification rejected.
+    pub num_rejected_tokens: usize,
 }
 
 impl Request {
@@ -133,6 +137,8 @@ impl Request {
             block_hashes: Vec::new(),
             stop_token: None,
             spec_token_ids: Vec::new(),
+            lora: None,
+            num_rejected_tokens: 0,
         }
     }
 

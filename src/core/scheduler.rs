@@ -1,6 +1,7 @@
 //! The unified token-budget scheduler: running requests first, then waiting ones, chunked
 //! prefill, whole-prompt admission, and RECOMPUTE preemption (vLLM V1 semantics).
 
+use crate::core::lora::StepLoras;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -18,8 +19,8 @@ use crate::core::request::{Request, RequestStatus};
 use crate::core::request_queue::{PriorityKey, WaitingQueue};
 use crate::core::scheduler_config::{InvalidBlockPolicy, SchedulerConfig, SchedulingPolicy};
 use crate::core::snapshot::KvSnapshot;
-use crate::core::spec_decode::{NgramProposer, SpeculativeConfigError};
-use crate::ids::{BlockHash, BlockId, RequestId, TokenId};
+use crate::core::spec_decode::{NgramIndex, NgramProposer, SpeculativeConfigError};
+use crate::ids::{BlockHash, BlockId, RequestId};
 
 /// A configuration the scheduler cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,9 +130,16 @@ pub struct Scheduler {
     preemption_warning: PreemptionWarning,
     host: Option<HostTier>,
     proposer: Option<NgramProposer>,
+    /// Slots past a decoding request's new tokens that its step's draft model writes
+    /// (`num_speculative_tokens` under draft-model speculation, else 0).
+    draft_lookahead: usize,
+    /// Per request, its n-grams so far (n-gram speculation).
+    ngram_indexes: IdMap<NgramIndex>,
     /// Per request, blocks freed off the end of its table (rejected proposals') that the
     /// executor has not heard of yet.
     freed_tail_blocks: IdMap<usize>,
+    /// Most distinct LoRA adapters in one step (`--max-loras`); `None` without LoRA.
+    max_loras: Option<usize>,
 }
 
 impl Scheduler {
@@ -152,15 +160,19 @@ impl Scheduler {
                 max_model_len: config.max_model_len,
             });
         }
-        let proposer = match &config.speculative_config {
-            Some(spec) => NgramProposer::from_config(&spec.clone().validated()?),
-            None => None,
-        };
+        let spec = config.speculative_config.clone().map(|spec| spec.validated()).transpose()?;
+        let proposer = spec.as_ref().and_then(NgramProposer::from_config);
+        let draft_lookahead = spec
+            .as_ref()
+            .filter(|spec| spec.draft_model_path().is_some())
+            .map_or(0, |spec| spec.num_speculative_tokens);
         let events = EventLog::default();
         let mut kv = KvCacheManager::new(&cache_config, events.clone())?;
         let host = host_tier(&cache_config, &mut kv)?;
         Ok(Self {
             proposer,
+            draft_lookahead,
+            ngram_indexes: IdMap::default(),
             freed_tail_blocks: IdMap::default(),
             waiting: WaitingQueue::new(config.policy),
             config,
@@ -174,7 +186,15 @@ impl Scheduler {
             events,
             preemption_warning: PreemptionWarning::default(),
             host,
+            max_loras: None,
         })
+    }
+
+    /// Holds steps to at most `max_loras` distinct LoRA adapters (vLLM's `--max-loras`): a
+    /// waiting request of another adapter waits while the running ones hold that many, and
+    /// the requests behind it may go first.
+    pub fn set_max_loras(&mut self, max_loras: usize) {
+        self.max_loras = Some(max_loras);
     }
 
     /// The scheduler's configuration.
@@ -307,6 +327,7 @@ impl Scheduler {
                 // Only the accepted proposals stay computed: the rest roll back.
                 let num_accepted = sampled.len().saturating_sub(1).min(proposed.len());
                 request.num_computed_tokens -= proposed.len() - num_accepted;
+                request.num_rejected_tokens = proposed.len() - num_accepted;
                 request.spec_token_ids.clear();
                 if !sampled.is_empty() {
                     self.stats.spec_decoding.record(proposed.len(), num_accepted);
@@ -341,13 +362,25 @@ impl Scheduler {
             let finish_reason = request.status.finish_reason();
             if finish_reason.is_some() {
                 stopped.push(request_id);
-            } else if let Some(proposer) = &self.proposer {
-                // Blocks that hold only rejected proposals go back to the pool.
+            } else if self.config.speculative_config.is_some() {
+                // Blocks that hold only rejected proposals (or the draft's lookahead) go back
+                // to the pool.
                 let freed = self.kv.free_blocks_past(request_id, request.num_computed_tokens);
                 if freed > 0 {
                     *self.freed_tail_blocks.entry(request_id).or_default() += freed;
                 }
-                request.spec_token_ids = propose(proposer, request, self.config.max_model_len);
+                let room = room_for_proposals(request, self.config.max_model_len);
+                request.spec_token_ids = match &self.proposer {
+                    Some(proposer) => {
+                        let index = self.ngram_indexes.entry(request_id).or_default();
+                        let output = &request.output_token_ids;
+                        proposer.propose(index, &request.prompt_token_ids, output, room)
+                    }
+                    None => {
+                        let drafted = model_runner_output.draft_token_ids.get(&request_id);
+                        drafted.map_or_else(Vec::new, |drafted| drafted[..drafted.len().min(room)].to_vec())
+                    }
+                };
             }
             outputs.push(EngineCoreOutput {
                 request_id,
@@ -641,14 +674,21 @@ impl Scheduler {
                 index += 1;
                 continue;
             }
+            let mut lookahead = self.lookahead(&self.requests[&request_id], num_tokens);
             let new_block_ids = loop {
                 let request = &self.requests[&request_id];
+                let none = ComputedBlocks::default();
                 if let Some(new_blocks) =
-                    self.kv.allocate_slots(request, num_tokens, &ComputedBlocks::default())
+                    self.kv.allocate_slots_with_lookahead(request, num_tokens, lookahead, &none)
                 {
                     break Some(new_blocks);
                 }
-                // Proposals are dropped before anybody is preempted for their slots.
+                // The draft's lookahead, then proposals, are dropped before anybody is
+                // preempted for their slots.
+                if lookahead > 0 {
+                    lookahead = 0;
+                    continue;
+                }
                 if !request.spec_token_ids.is_empty() {
                     let request = self.requests.get_mut(&request_id).expect("running requests are live");
                     request.spec_token_ids.clear();
@@ -693,11 +733,21 @@ impl Scheduler {
     /// window, whose blocks are freed as it goes). Stops at the first request that cannot be admitted, so the
     /// queue order holds.
     fn schedule_waiting(&mut self, budget: &mut usize, output: &mut SchedulerOutput) {
+        let mut loras = StepLoras::new(self.max_loras.unwrap_or(usize::MAX));
+        for id in &self.running {
+            loras.add(self.requests[id].lora.as_ref());
+        }
+        let mut skipped = Vec::new();
         while let Some(request_id) = self.waiting.peek() {
             if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
                 break;
             }
             let request = &self.requests[&request_id];
+            if !loras.admits(request.lora.as_ref()) {
+                self.waiting.pop();
+                skipped.push(request_id);
+                continue;
+            }
             let computed = self.kv.get_computed_blocks(request);
             let (load_hashes, load) = self.plan_host_load(request, &computed);
             let num_loaded_tokens = load.slots.len() * self.kv.block_size();
@@ -759,11 +809,16 @@ impl Scheduler {
                     sampling_params: request.sampling_params.clone(),
                     block_ids: self.kv.get_block_ids(request_id).to_vec(),
                     num_computed_tokens: num_hit_tokens,
+                    lora_id: request.lora.as_ref().map(|l| l.id),
                 });
             }
             output.num_scheduled_tokens.insert(request_id, num_tokens);
+            loras.add(self.requests[&request_id].lora.as_ref());
             self.running.push(request_id);
             *budget -= num_tokens;
+        }
+        for request_id in skipped.into_iter().rev() {
+            self.waiting.push_front(&self.requests[&request_id]);
         }
     }
 
@@ -794,6 +849,17 @@ impl Scheduler {
         } else {
             remaining.min(budget)
         }
+    }
+
+    /// Slots the draft model writes past `request`'s `num_tokens` new ones this step: its
+    /// `num_speculative_tokens` when the step samples it (it proposes after the step), within
+    /// `max_model_len`; none without draft-model speculation.
+    fn lookahead(&self, request: &Request, num_tokens: usize) -> usize {
+        let end = request.num_computed_tokens + num_tokens;
+        if self.draft_lookahead == 0 || end < request.num_tokens_with_spec() {
+            return 0;
+        }
+        self.draft_lookahead.min(self.config.max_model_len.saturating_sub(end))
     }
 
     /// A prefill chunk: `remaining` capped by `long_prefill_token_threshold` (when set) and
@@ -888,6 +954,7 @@ impl Scheduler {
         self.kv.free(request_id);
         self.computed_before_preemption.remove(&request_id);
         self.freed_tail_blocks.remove(&request_id);
+        self.ngram_indexes.remove(&request_id);
         let Some(request) = self.requests.remove(&request_id) else {
             return;
         };
@@ -907,22 +974,19 @@ impl Scheduler {
     }
 }
 
-/// The tokens `proposer` proposes to follow a running `request` whose known tokens are all
-/// computed but its last: none for a constrained request (its mask follows one token at a
-/// time), none past `max_model_len`, and no more than its `max_tokens` leave room for (the
-/// verify pass adds one token of its own).
-fn propose(proposer: &NgramProposer, request: &Request, max_model_len: usize) -> Vec<TokenId> {
-    let decoding = request.num_computed_tokens + 1 == request.num_tokens();
-    if !decoding || request.sampling_params.structured_outputs.is_some() {
-        return Vec::new();
+/// How many proposed tokens may follow a running `request` whose known tokens are all
+/// computed but its last: none while it is not decoding, none past `max_model_len`, and no
+/// more than its `max_tokens` leave room for (the verify pass adds one token of its own).
+/// A constrained request is speculated too: the engine gives the verify pass a mask per
+/// position, advanced along the proposals.
+fn room_for_proposals(request: &Request, max_model_len: usize) -> usize {
+    if request.num_computed_tokens + 1 != request.num_tokens() {
+        return 0;
     }
     let room_in_model = max_model_len.saturating_sub(request.num_tokens());
     let room_in_output =
         request.sampling_params.max_tokens.saturating_sub(request.output_token_ids.len() + 1);
-    let mut tokens = Vec::with_capacity(request.num_tokens());
-    tokens.extend_from_slice(&request.prompt_token_ids);
-    tokens.extend_from_slice(&request.output_token_ids);
-    proposer.propose(&tokens, room_in_model.min(room_in_output))
+    room_in_model.min(room_in_output)
 }
 
 /// The host tier `cache_config` asks for (none at size 0), after checking the cache can

@@ -61,6 +61,11 @@ pub struct RequestSnapshot {
     pub num_preemptions: usize,
     /// Its priority (lower runs first under PRIORITY).
     pub priority: i32,
+    /// Proposed tokens waiting for verification (speculative decoding): the slots its next
+    /// step computes past its known tokens.
+    pub num_spec_tokens: usize,
+    /// Proposed tokens its latest verification rejected.
+    pub num_rejected_tokens: usize,
 }
 
 /// A hash in the prefix cache and the blocks that hold it.
@@ -152,6 +157,8 @@ impl RequestSnapshot {
             num_cached_tokens: request.num_cached_tokens,
             num_preemptions: request.num_preemptions,
             priority: request.priority,
+            num_spec_tokens: request.spec_token_ids.len(),
+            num_rejected_tokens: request.num_rejected_tokens,
         }
     }
 }

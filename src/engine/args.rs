@@ -74,6 +74,7 @@ pub struct EngineArgs {
     scheduling_policy: Option<SchedulingPolicy>,
     /// Speculative decoding, as vLLM's JSON object, e.g.
     /// '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    /// or '{"method": "draft_model", "model": "draft.gguf", "num_speculative_tokens": 4}'
     /// [default: off].
     #[arg(long, value_name = "JSON", value_parser = SpeculativeConfig::from_json)]
     speculative_config: Option<SpeculativeConfig>,
@@ -89,6 +90,9 @@ pub struct EngineArgs {
     sim_fault: Vec<Fault>,
     #[command(flatten)]
     gpu: GpuArgs,
+    /// LoRA adapters.
+    #[command(flatten)]
+    pub lora: crate::engine::lora::LoraArgs,
 }
 
 impl EngineArgs {
@@ -132,6 +136,7 @@ impl EngineArgs {
             gpu: self.gpu.options()?,
             sim_realtime: self.sim_realtime || base.sim_realtime,
             sim_faults,
+            lora: self.lora.config().or(base.lora),
             ..base
         })
     }

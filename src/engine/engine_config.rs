@@ -52,6 +52,9 @@ pub struct EngineConfig {
     /// Steps the simulated executor fails (fault injection; ignored by the wgpu executor).
     #[serde(default)]
     pub sim_faults: Vec<Fault>,
+    /// Serve LoRA adapters within these limits (`--enable-lora`); `None` serves the base only.
+    #[serde(default)]
+    pub lora: Option<crate::executor::lora::LoraConfig>,
 }
 
 /// Builds an [`EngineConfig`] knob by knob; `Engine::builder()` starts one.

@@ -12,6 +12,7 @@ pub mod detokenizer;
 pub mod engine_config;
 #[cfg(feature = "server")]
 pub mod handle;
+pub mod lora;
 pub mod metrics;
 pub mod output;
 pub mod perplexity;
@@ -161,6 +162,9 @@ pub enum EngineError {
     /// The device was lost at an earlier step; the engine can do nothing more.
     #[error("the engine stopped: {0}")]
     DeviceLost(String),
+    /// An unknown LoRA adapter name, an adapter refused, or LoRA not enabled.
+    #[error("{0}")]
+    Lora(String),
     /// The GPU could not be set up.
     #[error(transparent)]
     Gpu(#[from] GpuError),
@@ -224,6 +228,8 @@ pub struct Engine {
     /// Zero of the engine's clock.
     started: Instant,
     device_lost: Option<String>,
+    /// The LoRA adapters requests may name.
+    loras: lora::LoraRegistry,
 }
 
 impl std::fmt::Debug for Engine {
@@ -272,12 +278,13 @@ impl Engine {
             }
             ExecutorKind::Wgpu => {
                 let context = GpuContext::new(&engine_config::gpu_options_from_env(&config.gpu)?)?;
-                let executor = WgpuExecutor::new(
+                let executor = WgpuExecutor::with_lora(
                     context,
                     &model,
                     &config.cache,
                     &config.scheduler,
                     config.show_progress,
+                    config.lora,
                 )?;
                 config.cache.num_gpu_blocks = executor.num_gpu_blocks();
                 config.cache.kv_block_bytes = executor.kv_block_bytes();
@@ -295,7 +302,11 @@ impl Engine {
         executor: Box<dyn ModelExecutor + Send>,
     ) -> Result<Self, EngineError> {
         fit_to_model(&mut config, &model);
-        let scheduler = Scheduler::new(config.scheduler, config.cache)?;
+        let mut scheduler = Scheduler::new(config.scheduler, config.cache)?;
+        if let Some(lora) = &config.lora {
+            scheduler.set_max_loras(lora.max_loras);
+        }
+        let lora_limits = config.lora;
         let eos_token_id = model.eos_token_id();
         let extra_eos_token_ids: Vec<TokenId> =
             model.config.eos_token_ids.iter().copied().filter(|&id| Some(id) != eos_token_id).collect();
@@ -318,6 +329,7 @@ impl Engine {
             latencies: Latencies::default(),
             started: Instant::now(),
             device_lost: None,
+            loras: lora::LoraRegistry::new(lora_limits),
         })
     }
 
@@ -434,11 +446,23 @@ impl Engine {
     pub fn add_tokens_request(
         &mut self,
         prompt_token_ids: Vec<TokenId>,
+        params: SamplingParams,
+    ) -> Result<RequestId, EngineError> {
+        self.add_tokens_request_with_lora(prompt_token_ids, params, None)
+    }
+
+    /// [`Self::add_tokens_request`] run with the LoRA adapter named `lora` (loaded with
+    /// [`Self::load_lora`]); `None` runs the base model.
+    pub fn add_tokens_request_with_lora(
+        &mut self,
+        prompt_token_ids: Vec<TokenId>,
         mut params: SamplingParams,
+        lora: Option<&str>,
     ) -> Result<RequestId, EngineError> {
         if let Some(reason) = &self.device_lost {
             return Err(EngineError::DeviceLost(reason.clone()));
         }
+        let lora = lora.map(|name| self.loras.get(name)).transpose()?;
         params.validate()?;
         if params.prompt_logprobs.is_some() && !self.executor.computes_prompt_logprobs() {
             return Err(EngineError::PromptLogprobsUnsupported);
@@ -475,8 +499,9 @@ impl Engine {
             constraint_error: None,
         };
         let request_id = self.next_request_id;
-        let request =
+        let mut request =
             Request::new(request_id, prompt_token_ids, params, self.text.eos_token_id, request_id as f64);
+        request.lora = lora;
         self.scheduler.add_request(request)?;
         self.next_request_id += 1;
         self.requests.insert(request_id, state);
@@ -540,11 +565,22 @@ impl Engine {
         prompts: impl IntoIterator<Item = impl Into<Prompt>>,
         params: &SamplingParams,
     ) -> Result<Vec<CompletionOutput>, EngineError> {
+        self.generate_with_lora(prompts, params, None)
+    }
+
+    /// [`Self::generate`] with the LoRA adapter named `lora` ([`Self::load_lora`]).
+    pub fn generate_with_lora(
+        &mut self,
+        prompts: impl IntoIterator<Item = impl Into<Prompt>>,
+        params: &SamplingParams,
+        lora: Option<&str>,
+    ) -> Result<Vec<CompletionOutput>, EngineError> {
         let mut completions = Vec::new();
         let mut index_of = HashMap::new();
         for prompt in prompts {
             let prompt_token_ids = self.encode_prompt(&prompt.into())?;
-            let request_id = self.add_tokens_request(prompt_token_ids.clone(), params.clone())?;
+            let request_id =
+                self.add_tokens_request_with_lora(prompt_token_ids.clone(), params.clone(), lora)?;
             index_of.insert(request_id, completions.len());
             completions.push(CompletionOutput::new(request_id, prompt_token_ids));
         }
@@ -676,45 +712,53 @@ impl Engine {
     }
 }
 
+/// A constrained request that samples this step: the output tokens its constraint has not
+/// consumed yet, and the proposals the step verifies.
+type ConstrainedSampler = (RequestId, Vec<TokenId>, Vec<TokenId>);
+
 /// The constrained requests that sample in step `scheduled`, with the output tokens their
-/// constraint has not consumed yet.
+/// constraint has not consumed yet and the proposed tokens verified after them.
 fn constrained_samplers(
     scheduler: &Scheduler,
     requests: &HashMap<RequestId, RequestState>,
     scheduled: &SchedulerOutput,
-) -> Vec<(RequestId, Vec<TokenId>)> {
+) -> Vec<ConstrainedSampler> {
     let mut samplers = Vec::new();
     for &id in scheduled.num_scheduled_tokens.keys() {
         let Some(consumed) = requests.get(&id).and_then(|s| s.constraint.as_ref()).map(|c| c.consumed())
         else {
             continue;
         };
-        if let Some(request) = scheduler.get_request(id).filter(|r| r.num_computed_tokens == r.num_tokens()) {
-            samplers.push((id, request.output_token_ids.get(consumed..).unwrap_or_default().to_vec()));
+        let samples = |r: &&Request| r.num_computed_tokens == r.num_tokens_with_spec();
+        if let Some(request) = scheduler.get_request(id).filter(samples) {
+            let new_tokens = request.output_token_ids.get(consumed..).unwrap_or_default().to_vec();
+            let proposals = scheduled.scheduled_spec_decode_tokens.get(&id).cloned().unwrap_or_default();
+            samplers.push((id, new_tokens, proposals));
         }
     }
     samplers
 }
 
-/// The masks of `samplers` (request, output tokens its constraint has not consumed): each
-/// constraint follows its new tokens, then gives its mask. A constraint that fails moves
-/// its error into its request, which ends with it after this step (whatever the executor
-/// samples under the empty mask it gets is dropped).
+/// The masks of `samplers` (request, output tokens its constraint has not consumed,
+/// proposals): each constraint follows its new tokens, then gives the mask of each position
+/// the step samples at ([`crate::structured::ConstraintState::masks_along`]). A constraint
+/// that fails moves its error into its request, which ends with it after this step
+/// (whatever the executor samples under the empty mask it gets is dropped).
 fn constraint_masks(
     requests: &mut HashMap<RequestId, RequestState>,
-    samplers: Vec<(RequestId, Vec<TokenId>)>,
-) -> HashMap<RequestId, TokenMask> {
+    samplers: Vec<ConstrainedSampler>,
+) -> HashMap<RequestId, Vec<TokenMask>> {
     let mut masks = HashMap::with_capacity(samplers.len());
-    for (id, new_tokens) in samplers {
+    for (id, new_tokens, proposals) in samplers {
         let Some(state) = requests.get_mut(&id) else { continue };
         let Some(constraint) = state.constraint.as_mut() else { continue };
-        match constraint.follow(&new_tokens).and_then(|()| constraint.mask()) {
-            Ok(mask) => {
-                masks.insert(id, mask);
+        match constraint.follow(&new_tokens).and_then(|()| constraint.masks_along(&proposals)) {
+            Ok(request_masks) => {
+                masks.insert(id, request_masks);
             }
             Err(error) => {
                 state.constraint_error = Some(error);
-                masks.insert(id, TokenMask::from_ids([]));
+                masks.insert(id, vec![TokenMask::from_ids([])]);
             }
         }
     }

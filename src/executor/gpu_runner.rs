@@ -7,10 +7,13 @@
 //! rows at a time); they are gathered chunk by chunk and handed back whole with its first
 //! token.
 
+use super::lora::{ExecutorLora, LoraConfig};
+use crate::model::llama::LoraRows;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::time::Instant;
 
+use super::draft::{DraftModel, DraftSeq};
 use super::fault::{FaultKind, FaultPlan};
 use super::host_kv::HostKv;
 use super::{ExecutorError, ModelExecutor, StepMasks};
@@ -50,6 +53,8 @@ struct RequestState {
     prompt_logprobs: Option<PromptLogprobsState>,
     /// Proposed tokens at the end of `tokens` this step verifies (speculative decoding).
     num_spec: usize,
+    /// Its LoRA adapter's id.
+    lora: Option<u32>,
 }
 
 /// A request's prompt logprobs while its prompt is computed.
@@ -159,6 +164,11 @@ pub struct WgpuExecutor {
     host: Option<HostKv>,
     /// What the last step's forward pass and host copies took.
     last_timing: Option<StepTiming>,
+    /// LoRA adapters, when serving them.
+    lora: Option<ExecutorLora>,
+    /// The draft model and how many tokens it proposes (draft-model speculation).
+    draft: Option<(DraftModel, usize)>,
+    max_model_len: usize,
 }
 
 impl std::fmt::Debug for WgpuExecutor {
@@ -207,15 +217,37 @@ impl WgpuExecutor {
         scheduler: &SchedulerConfig,
         progress: bool,
     ) -> Result<Self, ExecutorError> {
-        let model = LlamaModel::load_for_context(&ctx, files, scheduler.max_model_len, progress)
-            .map_err(from_llama)?;
+        Self::with_lora(ctx, files, cache, scheduler, progress, None)
+    }
+
+    /// [`Self::new`], serving LoRA adapters within `lora`'s limits when it is set.
+    pub fn with_lora(
+        ctx: GpuContext,
+        files: &ModelFiles,
+        cache: &CacheConfig,
+        scheduler: &SchedulerConfig,
+        progress: bool,
+        lora: Option<LoraConfig>,
+    ) -> Result<Self, ExecutorError> {
+        let model = match lora {
+            Some(_) => LlamaModel::load_for_lora(&ctx, files, scheduler.max_model_len, progress),
+            None => LlamaModel::load_for_context(&ctx, files, scheduler.max_model_len, progress),
+        }
+        .map_err(from_llama)?;
+        let spec = scheduler.speculative_config.as_ref();
+        let draft_files = match spec.and_then(|spec| spec.draft_model_path()) {
+            Some(path) => Some(DraftModel::open(path, files.config.vocab_size)?),
+            None => None,
+        };
         let c = model.config();
         let precision = kv_precision(cache.kv_cache_dtype);
         let format = ctx.capabilities().kv_format(precision);
         let num_gpu_blocks = match cache.kv_cache_memory {
             Some(bytes) => {
-                let per_block =
-                    2 * c.num_hidden_layers * cache.block_size * c.kv_size() * format.elem_bytes();
+                // A block holds the draft model's KV of its tokens too.
+                let layer_kv = |c: &crate::model::ModelConfig| c.num_hidden_layers * c.kv_size();
+                let per_token = layer_kv(c) + draft_files.as_ref().map_or(0, |d| layer_kv(&d.config));
+                let per_block = 2 * per_token * cache.block_size * format.elem_bytes();
                 (bytes / per_block.max(1) as u64) as usize
             }
             None => cache.num_gpu_blocks,
@@ -250,7 +282,26 @@ impl WgpuExecutor {
         let workspace = Workspace::new(&ctx, &model, limits).map_err(|e| {
             device(e, "allocating the step workspace (lower --max-num-batched-tokens or --max-num-seqs)")
         })?;
+        let lora = lora.map(|l| ExecutorLora::new(&ctx, &model, l, limits.max_tokens)).transpose()?;
+        let draft = match (draft_files, spec) {
+            (Some(files), Some(spec)) => {
+                let draft = DraftModel::load(
+                    &ctx,
+                    &files,
+                    shape,
+                    precision,
+                    limits,
+                    scheduler.max_model_len,
+                    progress,
+                )?;
+                Some((draft, spec.num_speculative_tokens))
+            }
+            _ => None,
+        };
         let executor = Self {
+            lora,
+            draft,
+            max_model_len: scheduler.max_model_len,
             ctx,
             model,
             workspace,
@@ -362,6 +413,7 @@ impl WgpuExecutor {
                         sent: false,
                     }),
                     num_spec: 0,
+                    lora: r.lora_id,
                 },
             );
             order.push((r.req_id, r.num_computed_tokens, n_sched(r.req_id)?));
@@ -495,7 +547,58 @@ impl WgpuExecutor {
     }
 }
 
+impl WgpuExecutor {
+    /// Draft-model speculation after a step: the draft computes the step's tokens too, then
+    /// proposes what follows each sampling request's last token — as many as
+    /// `num_speculative_tokens`, `max_model_len`, the request's `max_tokens` and the blocks
+    /// its table holds (the scheduler's lookahead slots) leave room for.
+    fn draft(
+        &self,
+        batch: &ForwardBatch,
+        scheduled: &[Scheduled],
+    ) -> Result<HashMap<RequestId, Vec<TokenId>>, ExecutorError> {
+        let Some((draft, k)) = &self.draft else {
+            return Ok(HashMap::new());
+        };
+        draft.follow(&self.ctx, batch)?;
+        let mut ids = Vec::new();
+        let mut seqs = Vec::new();
+        for s in scheduled.iter().filter(|s| s.samples) {
+            let state = &self.requests[&s.req_id];
+            let position = state.tokens.len() - 1;
+            let room_in_model = self.max_model_len.saturating_sub(state.tokens.len());
+            let num_output = state.tokens.len() - state.prompt_len;
+            let room_in_output = state.params.max_tokens.saturating_sub(num_output + 1);
+            let room_in_table = (state.block_ids.len() * self.block_size).saturating_sub(position);
+            let num_proposals = (*k).min(room_in_model).min(room_in_output).min(room_in_table);
+            if num_proposals > 0 {
+                ids.push(s.req_id);
+                let token = state.tokens[position];
+                seqs.push(DraftSeq { token, position, num_proposals, block_ids: &state.block_ids });
+            }
+        }
+        let proposals = draft.propose(&self.ctx, &seqs)?;
+        Ok(ids.into_iter().zip(proposals).collect())
+    }
+}
+
 impl ModelExecutor for WgpuExecutor {
+    fn load_lora(&mut self, id: u32, path: &std::path::Path) -> Result<(), ExecutorError> {
+        let lora = self
+            .lora
+            .as_mut()
+            .ok_or_else(|| ExecutorError::Config("LoRA is not enabled (--enable-lora)".into()))?;
+        lora.register(id, path.to_owned(), self.model.config())
+    }
+
+    fn unload_lora(&mut self, id: u32) -> Result<(), ExecutorError> {
+        let lora = self
+            .lora
+            .as_mut()
+            .ok_or_else(|| ExecutorError::Config("LoRA is not enabled (--enable-lora)".into()))?;
+        lora.unregister(&self.ctx, id)
+    }
+
     fn execute(
         &mut self,
         scheduler_output: &SchedulerOutput,
@@ -538,10 +641,24 @@ impl ModelExecutor for WgpuExecutor {
             .max()
             .unwrap_or(1)
             .min(vocab);
-        let out = self
-            .model
-            .forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits)
-            .map_err(from_llama)?;
+        let out = match &mut self.lora {
+            Some(lora) => {
+                let seqs: Vec<_> = scheduled.iter().map(|s| (self.requests[&s.req_id].lora, s.len)).collect();
+                let rows = lora.rows(&self.ctx, self.model.config(), &seqs)?;
+                let lora = LoraRows { slots: lora.slots(), rows: &rows };
+                self.model.forward_with_lora(
+                    &self.ctx,
+                    &self.workspace,
+                    &self.cache,
+                    &batch,
+                    lora,
+                    top_k,
+                    needs_logits,
+                )
+            }
+            None => self.model.forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits),
+        }
+        .map_err(from_llama)?;
         if !scored.rows.is_empty() {
             self.gather_prompt_logprobs(&scored)?;
         }
@@ -556,7 +673,7 @@ impl ModelExecutor for WgpuExecutor {
                 .requests
                 .get_mut(&s.req_id)
                 .ok_or_else(|| ExecutorError::InvalidBatch(format!("request {} lost its state", s.req_id)))?;
-            let mask = match state.params.structured_outputs {
+            let request_masks = match state.params.structured_outputs {
                 Some(_) => Some(masks.get(s.req_id).ok_or(ExecutorError::MissingMask(s.req_id))?),
                 None => None,
             };
@@ -566,6 +683,11 @@ impl ModelExecutor for WgpuExecutor {
             let mut sampled = Vec::with_capacity(s.num_spec + 1);
             let mut token_logprobs = Vec::new();
             for i in 0..=s.num_spec {
+                // Position `i`'s mask follows the proposals before it (all accepted to get here).
+                let mask = match request_masks {
+                    Some(all) => Some(all.get(i).ok_or(ExecutorError::MissingMask(s.req_id))?),
+                    None => None,
+                };
                 let ctx = state.sampling_context(self.eos_token_id, mask, base + i);
                 let row = row + i;
                 let SampledToken { token_id, logprobs } = match &out.logits {
@@ -609,6 +731,9 @@ impl ModelExecutor for WgpuExecutor {
             state.num_spec = 0;
             result.sampled_token_ids.insert(s.req_id, sampled);
         }
+        if self.draft.is_some() {
+            result.draft_token_ids = self.draft(&batch, &scheduled)?;
+        }
         Ok(result)
     }
 
@@ -648,6 +773,7 @@ mod tests {
             seed: 0,
             prompt_logprobs: None,
             num_spec: 0,
+            lora: None,
         }
     }
 

@@ -1,8 +1,10 @@
 //! Executors turn a `SchedulerOutput` into sampled tokens.
 
+pub mod draft;
 pub mod fault;
 pub mod gpu_runner;
 pub mod host_kv;
+pub mod lora;
 pub mod masks;
 pub mod sim;
 pub mod step;
@@ -44,6 +46,20 @@ pub trait ModelExecutor {
     fn kernel_times(&self) -> Option<crate::gpu::KernelTimes> {
         None
     }
+
+    /// Reads the LoRA adapter at `path` as adapter `id`, for requests that name it.
+    fn load_lora(&mut self, id: u32, path: &std::path::Path) -> Result<(), ExecutorError> {
+        let _ = (id, path);
+        Err(ExecutorError::Config(
+            "this executor does not serve LoRA adapters (start it with LoRA enabled)".into(),
+        ))
+    }
+
+    /// Forgets LoRA adapter `id`.
+    fn unload_lora(&mut self, id: u32) -> Result<(), ExecutorError> {
+        let _ = id;
+        Err(ExecutorError::Config("this executor does not serve LoRA adapters".into()))
+    }
 }
 
 /// Why a step could not be executed.
@@ -65,6 +81,10 @@ pub enum ExecutorError {
     /// The step carries host KV copies but the executor was built without a host tier.
     #[error("the step copies KV blocks to or from host memory but the executor has no host tier")]
     HostTierUnsupported,
+    /// The draft model (draft-model speculation) cannot be opened or loaded, or does not fit
+    /// the model.
+    #[error("draft model: {0}")]
+    DraftModel(String),
     /// A constrained request came without its token mask.
     #[error("request {0} has structured outputs but no token mask this step")]
     MissingMask(crate::ids::RequestId),

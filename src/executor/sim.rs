@@ -241,29 +241,34 @@ impl SimExecutor {
         if sequence.num_computed_tokens < sequence.token_ids.len() {
             return Ok(Vec::new());
         }
-        if num_spec > 0 {
-            return Ok(verify(&self.config, sequence, num_spec));
-        }
-        let token = if sequence.constrained {
-            let mask = masks.get(request_id).ok_or(ExecutorError::MissingMask(request_id))?;
-            next_allowed_token(&self.config, &sequence.token_ids, mask)
-        } else {
-            next_token(&self.config, &sequence.token_ids)
+        let masks = match sequence.constrained {
+            true => Some(masks.get(request_id).ok_or(ExecutorError::MissingMask(request_id))?),
+            false => None,
         };
-        sequence.token_ids.push(token);
-        Ok(vec![token])
+        verify(&self.config, sequence, num_spec, masks).ok_or(ExecutorError::MissingMask(request_id))
     }
 }
 
-/// Verifies the last `num_spec` tokens of `sequence` (proposals): each is accepted while it
-/// is the token the model gives after the ones before it; the first it does not give is
-/// replaced by the model's token, and after all are accepted the model adds one more. The
-/// history keeps the accepted tokens and the model's; returns those.
-fn verify(config: &SimConfig, sequence: &mut SimSequence, num_spec: usize) -> Vec<TokenId> {
+/// Verifies the last `num_spec` tokens of `sequence` (proposals; none in plain decode): each
+/// is accepted while it is the token the model gives after the ones before it (under that
+/// position's mask, for a constrained request); the first it does not give is replaced by
+/// the model's token, and after all are accepted the model adds one more. The history keeps
+/// the accepted tokens and the model's; returns those (`None` when a position it samples
+/// at has no mask).
+fn verify(
+    config: &SimConfig,
+    sequence: &mut SimSequence,
+    num_spec: usize,
+    masks: Option<&[TokenMask]>,
+) -> Option<Vec<TokenId>> {
     let base = sequence.token_ids.len() - num_spec;
     let mut accepted = 0;
     let token = loop {
-        let token = next_token(config, &sequence.token_ids[..base + accepted]);
+        let history = &sequence.token_ids[..base + accepted];
+        let token = match masks {
+            Some(masks) => next_allowed_token(config, history, masks.get(accepted)?),
+            None => next_token(config, history),
+        };
         if accepted == num_spec || token != sequence.token_ids[base + accepted] {
             break token;
         }
@@ -272,7 +277,7 @@ fn verify(config: &SimConfig, sequence: &mut SimSequence, num_spec: usize) -> Ve
     sequence.token_ids.truncate(base + accepted);
     sequence.num_computed_tokens = base + accepted;
     sequence.token_ids.push(token);
-    sequence.token_ids[base..].to_vec()
+    Some(sequence.token_ids[base..].to_vec())
 }
 
 impl ModelExecutor for SimExecutor {

@@ -9,8 +9,9 @@ use crate::core::scheduler::Scheduler;
 use crate::ids::RequestId;
 use crate::structured::TokenMask;
 
-/// Computes the token masks of a step's constrained requests (on a thread of its own).
-pub type MaskJob<'a> = Box<dyn FnOnce() -> HashMap<RequestId, TokenMask> + Send + 'a>;
+/// Computes the token masks of a step's constrained requests, one per sampled position (on a
+/// thread of its own).
+pub type MaskJob<'a> = Box<dyn FnOnce() -> HashMap<RequestId, Vec<TokenMask>> + Send + 'a>;
 
 /// A step whose executor failed: what was scheduled (the scheduler has not seen an output
 /// for it) and the error.

@@ -66,6 +66,7 @@ mod kernel_timer;
 mod kernels;
 mod kv_cache;
 mod kv_transfer;
+mod lora;
 mod options;
 mod pool;
 mod resident;
@@ -86,6 +87,7 @@ pub use kernels::{
 };
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use kv_transfer::KvStore;
+pub use lora::{LoraBank, LoraMatrices, LoraSite, NO_LORA};
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuOptions, LinearStrategy,
     SubmitStrategy,

@@ -96,8 +96,8 @@ pub mod slots;
 mod unroll;
 
 use params::{
-    AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, ParamsLayout, RmsNormParams,
-    RopeCacheParams, TopKParams,
+    AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, LoraParams, ParamsLayout,
+    RmsNormParams, RopeCacheParams, TopKParams,
 };
 use slots::KernelSlots;
 
@@ -582,6 +582,11 @@ pub enum KernelVariant {
     ScatterRows,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
+    /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
+    LoraShrink,
+    /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
+    /// (`lora_expand.wgsl`).
+    LoraExpand,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -664,6 +669,8 @@ impl KernelVariant {
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
             Self::MoeCombine => "moe_combine".into(),
+            Self::LoraShrink => "lora_shrink".into(),
+            Self::LoraExpand => "lora_expand".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
@@ -794,6 +801,7 @@ impl KernelVariant {
             | Self::ScatterRows
             | Self::MoeCombine => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
+            Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } => AttentionParams::LAYOUT,
@@ -812,6 +820,8 @@ impl KernelVariant {
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
+            Self::LoraShrink => slots::lora_shrink::ALL,
+            Self::LoraExpand => slots::lora_expand::ALL,
             Self::TopK => slots::top_k::ALL,
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
@@ -868,6 +878,8 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
         KernelVariant::MoeCombine,
+        KernelVariant::LoraShrink,
+        KernelVariant::LoraExpand,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];
@@ -953,7 +965,8 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 8 single kernels, 2
+    /// How many variants the portability and contract tests build: 10 single kernels (the
+    /// LoRA shrink and expand among them), 2
     /// embeddings and 924 linears for each of the 15 weight types (132 on each of the five
     /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
     /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
@@ -961,7 +974,7 @@ mod tests {
     /// formats. Adding an option multiplies this: a new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 8 + 15 * (2 + 924) + 3 * 50);
+        assert_eq!(all_variants().len(), 10 + 15 * (2 + 924) + 3 * 50);
     }
 
     #[test]

@@ -13,12 +13,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant, interleave_rope_rows};
 use super::files::ModelFiles;
+use super::lora::LoraTarget;
+use super::lora::bank::LoraSlots;
 use super::moe_layer::{MoeBuffers, MoeLayer};
 use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
-    Llama3RopeScaling, RopeCacheArgs, RopeMode, Step, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, RopeCacheArgs, RopeMode, Step, Tensor, Weight,
+    llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -115,6 +118,28 @@ impl LlamaModel {
         max_model_len: usize,
         progress: bool,
     ) -> Result<Self, LlamaError> {
+        Self::load_with(ctx, files, max_model_len, progress, false)
+    }
+
+    /// [`Self::load_for_context`] for serving LoRA adapters: the MLP's gate and up projections
+    /// kept apart (the same bits as the gated weight, [`Step::linear_gated`]'s promise), so a
+    /// row's adapter can add to each before the activation.
+    pub fn load_for_lora(
+        ctx: &GpuContext,
+        files: &ModelFiles,
+        max_model_len: usize,
+        progress: bool,
+    ) -> Result<Self, LlamaError> {
+        Self::load_with(ctx, files, max_model_len, progress, true)
+    }
+
+    fn load_with(
+        ctx: &GpuContext,
+        files: &ModelFiles,
+        max_model_len: usize,
+        progress: bool,
+        split_mlp: bool,
+    ) -> Result<Self, LlamaError> {
         let config = files.config.clone();
         let weights = files.llama_weights()?;
         let optional = [(config.attention_bias, 3), (config.qk_norm, 2), (config.sandwich_norms, 2)];
@@ -137,7 +162,7 @@ impl LlamaModel {
             RopeVariant::HalfSplit if !interleave_qk => RopeMode::HalfSplit,
             _ => RopeMode::Interleaved,
         };
-        let loader = Loader { ctx, config: &config, bar: &bar, interleave_qk };
+        let loader = Loader { ctx, config: &config, bar: &bar, interleave_qk, split_mlp };
         let embed_tokens = loader.matrix("embed_tokens", &weights.embed_tokens)?;
         let layers = weights
             .layers
@@ -179,6 +204,12 @@ impl LlamaModel {
         &self.config
     }
 
+    /// True when its Q and K rows are stored in interleaved RoPE order (a LoRA adapter's `B`
+    /// rows of Q and K must be too).
+    pub fn qk_interleaved(&self) -> bool {
+        self.rope_mode == RopeMode::Interleaved
+    }
+
     /// Run one step over `batch`, writing K/V into `cache`, and return the top `top_k`
     /// logits (at least 1: the argmax) of each logits row, plus the full logits rows when
     /// `full_logits`.
@@ -191,18 +222,55 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
+        self.forward_lora(ctx, ws, cache, batch, None, Readback { top_k, full_logits })
+    }
+
+    /// [`Self::forward`] with each token row's LoRA adapter: `lora.rows[t]` is the slot of
+    /// `lora.slots` that row `t` adds (or [`NO_LORA`]). A batch where some row has an adapter
+    /// runs the unfused linears (the same bits for the rows without one) with every adapted
+    /// linear's delta added after its base product, before RoPE, the activation and the
+    /// residual add.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_with_lora(
+        &self,
+        ctx: &GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        lora: LoraRows<'_>,
+        top_k: usize,
+        full_logits: bool,
+    ) -> Result<ForwardOutput, LlamaError> {
+        self.forward_lora(ctx, ws, cache, batch, Some(lora), Readback { top_k, full_logits })
+    }
+
+    fn forward_lora(
+        &self,
+        ctx: &GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        lora: Option<LoraRows<'_>>,
+        readback: Readback,
+    ) -> Result<ForwardOutput, LlamaError> {
         ws.check(batch)?;
+        let t = batch.input_ids.len();
         let mut step = ctx.step();
         let inputs = Inputs::write(&mut step, ws, batch)?;
-        let acts = ws.acts.rows(batch.input_ids.len())?;
+        let lora = match lora {
+            Some(l) if l.rows.iter().any(|&s| s != NO_LORA) => Some(l.write(&mut step, t)?),
+            _ => None,
+        };
+        let acts = ws.acts.rows(t)?;
         step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
         if let Some(scale) = self.config.embedding_scale {
             step.scale(&acts.x, scale)?;
         }
         for (index, layer) in self.layers.iter().enumerate() {
-            step = layer.record(step, self, &inputs, &acts, cache, index)?;
+            let lora = lora.as_ref().map(|l| l.layer(index));
+            step = layer.record(step, self, &inputs, &acts, KvLayer { cache, index }, lora)?;
         }
-        self.record_head(step, &inputs, &acts, Readback { top_k, full_logits })
+        self.record_head(step, &inputs, &acts, readback)
     }
 
     /// Records the head — per tile of sampled rows: the rows gathered, the final norm, the
@@ -407,9 +475,14 @@ impl GpuLayer {
         model: &LlamaModel,
         inputs: &Inputs,
         a: &Activations,
-        cache: &KvCache,
-        index: usize,
+        kv: KvLayer<'_>,
+        lora: Option<LayerLora<'_>>,
     ) -> Result<Step<'c>, LlamaError> {
+        let KvLayer { cache, index } = kv;
+        if let Some(lora) = lora {
+            self.record_with_lora(&mut step, model, inputs, a, kv, lora)?;
+            return Ok(step);
+        }
         let eps = model.config.rms_norm_eps;
         let h = step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?;
         self.attention(&mut step, model, h, a, inputs, KvLayer { cache, index })?;
@@ -431,6 +504,77 @@ impl GpuLayer {
                 Ok(moe.record(step, &a.x, &a.h, buffers, act)?)
             }
         }
+    }
+
+    /// [`Self::record`] for a step with LoRA rows: the unfused path, every input a LoRA product
+    /// reads materialized, each adapter's product added after its base linear.
+    fn record_with_lora(
+        &self,
+        step: &mut Step<'_>,
+        model: &LlamaModel,
+        inputs: &Inputs,
+        a: &Activations,
+        kv: KvLayer<'_>,
+        lora: LayerLora<'_>,
+    ) -> Result<(), LlamaError> {
+        let KvLayer { cache, index } = kv;
+        let eps = model.config.rms_norm_eps;
+        // The unfused path: every input a LoRA product reads is materialized.
+        let c = &model.config;
+        step.rms_norm(&a.x, &self.attn_norm, eps, &a.h)?;
+        for p in &self.qkv {
+            step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
+        }
+        let (q, kv) = (c.q_size(), c.kv_size());
+        for (target, col0, n) in [(LoraTarget::Q, 0, q), (LoraTarget::K, q, kv), (LoraTarget::V, q + kv, kv)]
+        {
+            lora.add(step, target, &a.h, &a.qkv, col0, n)?;
+        }
+        self.attention_after_qkv(step, model, a, inputs, KvLayer { cache, index })?;
+        step.linear(&a.att, &self.o_proj, &a.o)?;
+        lora.add(step, LoraTarget::O, &a.att, &a.o, 0, c.hidden_size)?;
+        self.add_residual(step, a, self.post_attn_norm.as_ref(), eps)?;
+        step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
+        let GpuMlp::Dense(mlp) = &self.mlp else {
+            return Err(LlamaError::InvalidBatch(
+                "LoRA adapters on a mixture-of-experts layer are not supported".into(),
+            ));
+        };
+        let (GateUp::Split { gate, up }, Some([gate_out, up_out])) = (&mlp.gate_up, &a.gate_up) else {
+            return Err(LlamaError::InvalidBatch(
+                "LoRA rows need the gate and up projections apart: load with LlamaModel::load_for_lora"
+                    .into(),
+            ));
+        };
+        let ff = c.intermediate_size;
+        step.linear(&a.h, gate, gate_out)?;
+        lora.add(step, LoraTarget::Gate, &a.h, gate_out, 0, ff)?;
+        step.linear(&a.h, up, up_out)?;
+        lora.add(step, LoraTarget::Up, &a.h, up_out, 0, ff)?;
+        step.gated_mul(activation(c), gate_out, up_out, &a.act)?;
+        step.linear(&a.act, &mlp.down_proj, &a.o)?;
+        lora.add(step, LoraTarget::Down, &a.act, &a.o, 0, c.hidden_size)?;
+        self.add_residual(step, a, self.post_ffn_norm.as_ref(), eps)?;
+        Ok(())
+    }
+
+    /// `x += o`, or with Gemma's sandwich `x += post_norm(o)`: the bits of [`add_projection`]
+    /// from a projection already in `o`.
+    fn add_residual(
+        &self,
+        step: &mut Step<'_>,
+        a: &Activations,
+        post_norm: Option<&Tensor>,
+        eps: f32,
+    ) -> Result<(), LlamaError> {
+        match post_norm {
+            Some(norm) => {
+                step.rms_norm(&a.o, norm, eps, &a.h)?;
+                step.add_in_place(&a.x, &a.h)?;
+            }
+            None => step.add_in_place(&a.x, &a.o)?,
+        }
+        Ok(())
     }
 
     /// `att = attention(rope(q), rope(k), v)` for `q, k, v` projected from `h`, over the paged
@@ -477,6 +621,40 @@ impl GpuLayer {
         step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
         Ok(())
     }
+
+    /// [`Self::attention`] from the Q/K/V row already in `a.qkv`: RoPE, the K/V write and the
+    /// attention, as the unfused path records them.
+    fn attention_after_qkv(
+        &self,
+        step: &mut Step<'_>,
+        model: &LlamaModel,
+        a: &Activations,
+        inputs: &Inputs,
+        kv: KvLayer<'_>,
+    ) -> Result<(), LlamaError> {
+        let c = &model.config;
+        let KvLayer { cache, index } = kv;
+        let window = c.layer_windows[index];
+        let inv_freq = match (&model.local_inv_freq, window) {
+            (Some(local), Some(_)) => local,
+            _ => &model.inv_freq,
+        };
+        let heads = c.num_attention_heads;
+        let rope = RopeCacheArgs {
+            positions: &inputs.positions,
+            inv_freq,
+            qk_norm: self.qk_norm.as_ref().map(|w| (w, c.rms_norm_eps)),
+            slot_mapping: &inputs.slots,
+            cache,
+            layer: index,
+            heads,
+            mode: model.rope_mode,
+        };
+        step.rope_cache(&a.qkv, &rope)?;
+        let spec = AttentionSpec { heads, scale: c.attention_scale, window, softcap: c.attn_logit_softcap };
+        step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
+        Ok(())
+    }
 }
 
 /// The gated MLP's activation: SiLU or Gemma's GELU-tanh.
@@ -511,6 +689,85 @@ pub(super) fn record_gate_up(
         }
     }
     Ok(())
+}
+
+/// Each token row's LoRA adapter for [`LlamaModel::forward_with_lora`].
+#[derive(Debug, Clone, Copy)]
+pub struct LoraRows<'a> {
+    /// The adapters on the GPU.
+    pub slots: &'a LoraSlots,
+    /// `[T]`: each row's slot, or [`NO_LORA`].
+    pub rows: &'a [u32],
+}
+
+/// A step's LoRA rows written to the GPU.
+struct StepLora<'a> {
+    slots: &'a LoraSlots,
+    rows: Tensor,
+    shrunk: Tensor,
+    /// The distinct slots the step's rows use.
+    used: Vec<u32>,
+}
+
+impl<'a> LoraRows<'a> {
+    /// Writes the rows' slots into the slots' row buffer through `step`'s upload.
+    fn write(self, step: &mut Step<'_>, t: usize) -> Result<StepLora<'a>, LlamaError> {
+        let capacity = self.slots.capacity() as u32;
+        if self.rows.len() != t || self.rows.iter().any(|&s| s != NO_LORA && s >= capacity) {
+            return Err(LlamaError::InvalidBatch(format!(
+                "LoRA rows: {} slots for {t} tokens, each below {capacity} or none",
+                self.rows.len()
+            )));
+        }
+        let rows = self.slots.rows.rows(t)?;
+        step.write_u32(&rows, self.rows)?;
+        let mut used: Vec<u32> = self.rows.iter().copied().filter(|&s| s != NO_LORA).collect();
+        used.sort_unstable();
+        used.dedup();
+        Ok(StepLora { slots: self.slots, rows, shrunk: self.slots.shrunk.rows(t)?, used })
+    }
+}
+
+impl StepLora<'_> {
+    fn layer(&self, layer: usize) -> LayerLora<'_> {
+        LayerLora {
+            bank: self.slots.layer(layer),
+            rows: &self.rows,
+            shrunk: &self.shrunk,
+            touched: self.slots.touched(self.used.iter().copied(), layer),
+        }
+    }
+}
+
+/// One layer's LoRA products of a step.
+#[derive(Clone, Copy)]
+struct LayerLora<'a> {
+    bank: &'a LoraBank,
+    rows: &'a Tensor,
+    shrunk: &'a Tensor,
+    /// The targets the step's adapters touch in this layer: the others take no dispatch.
+    touched: u8,
+}
+
+impl LayerLora<'_> {
+    /// `y[:, col0..col0 + n] += scale · B (A x)` of each row's adapter for `target`.
+    fn add(
+        &self,
+        step: &mut Step<'_>,
+        target: LoraTarget,
+        x: &Tensor,
+        y: &Tensor,
+        col0: usize,
+        n: usize,
+    ) -> Result<(), LlamaError> {
+        if self.touched & 1 << target.index() == 0 {
+            return Ok(());
+        }
+        let site = LoraSite { bank: self.bank, rows: self.rows, target: target.index() };
+        step.lora_shrink(site, x, self.shrunk)?;
+        step.lora_expand(site, self.shrunk, y, col0, n)?;
+        Ok(())
+    }
 }
 
 /// One layer of the paged KV cache.
@@ -548,6 +805,8 @@ struct Loader<'a> {
     bar: &'a ProgressBar,
     /// Q's and K's rows go in interleaved RoPE order (a half-split model without Q/K norms).
     interleave_qk: bool,
+    /// Keep the gate and up projections apart even when they share a type (LoRA serving).
+    split_mlp: bool,
 }
 
 impl Loader<'_> {
@@ -679,7 +938,7 @@ impl Loader<'_> {
 
     /// The gate and up projections as one gated weight when they share a type, else two.
     fn gate_up(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GateUp, LlamaError> {
-        if w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape {
+        if !self.split_mlp && w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape {
             let name = format!("{prefix}.gate_up_proj");
             let (rows, cols) = matrix_dims(&name, &w.gate_proj)?;
             let weight = self.ctx.upload_gated_weight(

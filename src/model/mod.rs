@@ -9,6 +9,7 @@ pub mod gguf_split;
 pub mod gguf_vocab;
 pub mod layer_pattern;
 pub mod llama;
+pub mod lora;
 pub mod moe;
 mod moe_layer;
 pub mod random;

@@ -97,7 +97,8 @@ impl From<EngineError> for ApiError {
             | EngineError::Rejected(_)
             | EngineError::TokenOutOfVocab { .. }
             | EngineError::Tokenizer(_)
-            | EngineError::Chat(_) => StatusCode::BAD_REQUEST,
+            | EngineError::Chat(_)
+            | EngineError::Lora(_) => StatusCode::BAD_REQUEST,
             EngineError::Overloaded { .. } | EngineError::DeviceLost(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Model(_)
             | EngineError::Config(_)

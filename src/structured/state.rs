@@ -146,6 +146,30 @@ impl ConstraintState {
         Ok(TokenMask::from_words(allowed.as_slice().to_vec()))
     }
 
+    /// The masks of the positions a step samples at when it verifies `proposals`: this
+    /// position's, then, on a copy of the matcher advanced along the proposals, the one after
+    /// each proposal — as token-by-token decoding would compute them once it accepted the
+    /// proposals before. They stop after a proposal the grammar refuses (no token after it
+    /// can be accepted).
+    pub fn masks_along(&mut self, proposals: &[TokenId]) -> Result<Vec<TokenMask>, ConstraintError> {
+        let mut masks = vec![self.mask()?];
+        if proposals.is_empty() {
+            return Ok(masks);
+        }
+        let mut copy = ConstraintState {
+            matcher: self.matcher.deep_clone(),
+            consumed: self.consumed,
+            same_bytes: Arc::clone(&self.same_bytes),
+        };
+        for &token in proposals {
+            if !masks.last().is_some_and(|mask| mask.allows(token)) || copy.follow(&[token]).is_err() {
+                break;
+            }
+            masks.push(copy.mask()?);
+        }
+        Ok(masks)
+    }
+
     /// Output tokens consumed so far.
     pub fn consumed(&self) -> usize {
         self.consumed

@@ -54,6 +54,13 @@ pub struct RequestView {
     pub num_cached_tokens: usize,
     /// Times it was preempted.
     pub num_preemptions: usize,
+    /// Proposed tokens waiting for verification: slots past `num_tokens` (speculative
+    /// decoding).
+    #[serde(default)]
+    pub num_spec_tokens: usize,
+    /// Proposed tokens its latest verification rejected (their slots rolled back).
+    #[serde(default)]
+    pub num_rejected_tokens: usize,
 }
 
 /// The whole KV cache at the end of one step.
@@ -101,6 +108,12 @@ pub struct Counters {
     pub num_waiting: usize,
     /// Requests finished, cumulative.
     pub num_finished: u64,
+    /// Proposed tokens verified (speculative decoding), cumulative.
+    #[serde(default)]
+    pub spec_draft_tokens: u64,
+    /// Proposed tokens accepted, cumulative.
+    #[serde(default)]
+    pub spec_accepted_tokens: u64,
     /// The host KV tier, when it is on.
     #[serde(default)]
     pub host: Option<HostTierView>,

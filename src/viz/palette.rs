@@ -24,7 +24,11 @@ pub const HIGHLIGHT: Color32 = Color32::from_rgb(255, 214, 64);
 pub const PREEMPT: Color32 = Color32::from_rgb(255, 92, 92);
 /// Evictions.
 pub const EVICT: Color32 = Color32::from_rgb(255, 160, 64);
-/// Cache hits.
+/// Slots of proposed tokens waiting for verification (speculative decoding).
+pub const PROPOSED: Color32 = Color32::from_rgb(120, 210, 255);
+/// Slots of proposed tokens a verification rejected (speculative decoding).
+pub const REJECTED: Color32 = Color32::from_rgb(255, 110, 200);
+/// Prefix-cache hits.
 pub const HIT: Color32 = Color32::from_rgb(96, 220, 140);
 /// The host KV tier's used slots.
 pub const HOST_USED: Color32 = Color32::from_rgb(72, 168, 200);

@@ -104,6 +104,8 @@ pub fn counters(stats: &SchedulerStats, computed_tokens: u64) -> Counters {
             num_stored_blocks: host.num_stored_blocks,
             num_evicted_blocks: host.num_evicted_blocks,
         }),
+        spec_draft_tokens: stats.spec_decoding.num_draft_tokens,
+        spec_accepted_tokens: stats.spec_decoding.num_accepted_tokens,
     }
 }
 
@@ -139,6 +141,8 @@ pub fn kv_view(snapshot: &KvSnapshot) -> KvView {
                 num_computed_tokens: r.num_computed_tokens,
                 num_cached_tokens: r.num_cached_tokens,
                 num_preemptions: r.num_preemptions,
+                num_spec_tokens: r.num_spec_tokens,
+                num_rejected_tokens: r.num_rejected_tokens,
             })
         })
         .collect();
@@ -245,5 +249,48 @@ mod tests {
                 VizEvent::Preempt { request: 5, needed_by: 2, blocks: vec![] },
             ]
         );
+    }
+
+    /// A verification that rejects two of three proposals: the view shows the rejected slots
+    /// where they were (after the computed tokens), the next proposals past the known
+    /// tokens, and the counters the drafted and accepted tokens.
+    #[test]
+    fn the_view_shows_proposed_and_rejected_slots() {
+        use std::collections::HashMap;
+
+        use crate::core::cache_config::CacheConfig;
+        use crate::core::output::ModelRunnerOutput;
+        use crate::core::request::Request;
+        use crate::core::scheduler_config::SchedulerConfig;
+        use crate::core::spec_decode::SpeculativeConfig;
+        use crate::sampling::SamplingParams;
+        use crate::viz::ui::speculative_slots;
+
+        let config = SchedulerConfig {
+            speculative_config: Some(SpeculativeConfig::ngram(3, 1, 2)),
+            ..SchedulerConfig::default()
+        };
+        let cache = CacheConfig { block_size: 4, num_gpu_blocks: 20, ..CacheConfig::default() };
+        let mut s = Scheduler::new(config, cache).unwrap();
+        let prompt = vec![1, 2, 3, 4, 5, 6, 7, 1, 2];
+        s.add_request(Request::new(1, prompt, SamplingParams::greedy(10), None, 0.0)).unwrap();
+        let step = |s: &mut Scheduler, sampled: Vec<u32>| {
+            let out = s.schedule();
+            let result =
+                ModelRunnerOutput { sampled_token_ids: HashMap::from([(1, sampled)]), ..Default::default() };
+            s.update_from_output(&out, &result);
+        };
+        step(&mut s, vec![3]);
+        let view = kv_view(&s.snapshot());
+        // [.., 1, 2, 3] proposes 4, 5, 6 at positions 10..13.
+        assert_eq!(speculative_slots(&view.requests[0]), ((10, 13), (9, 9)));
+        // 4 accepted, 5 rejected (9 sampled there), 6 rejected; [.., 3, 4, 9] proposes nothing.
+        step(&mut s, vec![4, 9]);
+        let view = kv_view(&s.snapshot());
+        let request = &view.requests[0];
+        assert_eq!((request.num_spec_tokens, request.num_rejected_tokens), (0, 2));
+        assert_eq!(speculative_slots(request), ((12, 12), (11, 13)));
+        let counters = counters(&s.stats(), 0);
+        assert_eq!((counters.spec_draft_tokens, counters.spec_accepted_tokens), (3, 1));
     }
 }

@@ -417,19 +417,58 @@ fn table_row(painter: &egui::Painter, rect: Rect, request: &RequestView, kv: &Kv
         }
         cells.push(cell_rect);
     }
+    paint_proposed_slots(painter, &cells, request, block_size);
     let preempted = if request.num_preemptions > 0 {
         format!("   preempted {}x", request.num_preemptions)
     } else {
         String::new()
     };
+    let speculated = match (request.num_spec_tokens, request.num_rejected_tokens) {
+        (0, 0) => String::new(),
+        (proposed, rejected) => format!("   +{proposed} prop {rejected} rej"),
+    };
     painter.text(
         pos2(rect.right() - stats_width + 8.0, rect.center().y),
         Align2::LEFT_CENTER,
-        format!("{:>4} tok {:>3} blk {:>4} hit{preempted}", request.num_tokens, n, request.num_cached_tokens),
+        format!(
+            "{:>4} tok {:>3} blk {:>4} hit{preempted}{speculated}",
+            request.num_tokens, n, request.num_cached_tokens
+        ),
         FontId::monospace(11.0),
         if request.num_preemptions > 0 { palette::PREEMPT } else { palette::TEXT_DIM },
     );
     cells
+}
+
+/// The token ranges of a request's speculative slots within its blocks: the proposals its
+/// next step verifies (past its known tokens) and the ones its latest verification rejected
+/// (the slots after its computed tokens that were rolled back), as (first token, end).
+pub fn speculative_slots(request: &RequestView) -> ((usize, usize), (usize, usize)) {
+    let proposed = (request.num_tokens, request.num_tokens + request.num_spec_tokens);
+    let rejected = request.num_computed_tokens;
+    (proposed, (rejected, rejected + request.num_rejected_tokens))
+}
+
+/// Marks a request's proposed slots (a bar on top of their cells) and the slots its latest
+/// verification rejected (a bar underneath) in its row's `cells`.
+fn paint_proposed_slots(painter: &egui::Painter, cells: &[Rect], request: &RequestView, block_size: usize) {
+    let (proposed, rejected) = speculative_slots(request);
+    for ((start, end), color, top) in
+        [(proposed, palette::PROPOSED, true), (rejected, palette::REJECTED, false)]
+    {
+        for token in start..end {
+            let Some(cell) = cells.get(token / block_size) else { break };
+            let width = cell.width() / block_size as f32;
+            let left = cell.left() + (token % block_size) as f32 * width;
+            let (y0, y1) =
+                if top { (cell.top(), cell.top() + 3.0) } else { (cell.bottom() - 3.0, cell.bottom()) };
+            painter.rect_filled(
+                Rect::from_min_max(pos2(left, y0), pos2(left + width, y1)),
+                CornerRadius::ZERO,
+                color,
+            );
+        }
+    }
 }
 
 fn waiting_chips(painter: &egui::Painter, area: Rect, kv: &KvView) {
@@ -507,6 +546,14 @@ fn side_panel(ui: &mut Ui, state: &VizState) {
             color: palette::EVICT,
             series: series(&|s| s.counters.recomputed_tokens as f64),
             second: None,
+            fixed_max: None,
+        },
+        Plot {
+            title: "proposals accepted",
+            value: format!("{} / {}", c.spec_accepted_tokens, c.spec_draft_tokens),
+            color: palette::PROPOSED,
+            series: series(&|s| s.counters.spec_accepted_tokens as f64),
+            second: Some((palette::REJECTED, series(&|s| s.counters.spec_draft_tokens as f64))),
             fixed_max: None,
         },
         Plot {
@@ -757,6 +804,8 @@ mod tests {
                     num_computed_tokens: 16,
                     num_cached_tokens: 0,
                     num_preemptions: 0,
+                    num_spec_tokens: 0,
+                    num_rejected_tokens: 0,
                 },
                 RequestView {
                     id: 7,
@@ -767,6 +816,8 @@ mod tests {
                     num_computed_tokens: 20,
                     num_cached_tokens: 16,
                     num_preemptions: 0,
+                    num_spec_tokens: 0,
+                    num_rejected_tokens: 0,
                 },
             ],
             running: vec![3, 7],

@@ -79,7 +79,9 @@ impl ModelExecutor for LogitsExecutor {
             }
             let logits = (self.logits)(&tracked.prompt, &tracked.output);
             let mask = match tracked.params.structured_outputs {
-                Some(_) => Some(masks.get(id).ok_or(ExecutorError::MissingMask(id))?),
+                Some(_) => {
+                    Some(masks.get(id).and_then(|all| all.first()).ok_or(ExecutorError::MissingMask(id))?)
+                }
                 None => None,
             };
             let ctx = SamplingContext {

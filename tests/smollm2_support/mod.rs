@@ -4,12 +4,16 @@
 #![allow(dead_code)]
 
 use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
+use pagoda::core::output::EngineCoreOutput;
+use pagoda::core::request::Request;
 use pagoda::core::scheduler::Scheduler;
 use pagoda::core::scheduler_config::SchedulerConfig;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
+use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::{ModelFiles, default_model_path};
+use pagoda::sampling::SamplingParams;
 use serde_json::Value;
 
 /// One `greedy_fp32` entry of the fixture.
@@ -108,4 +112,37 @@ pub fn scheduler(num_blocks: usize, budget: usize, prefix_caching: bool) -> Sche
 pub fn scheduler_with(config: SchedulerConfig, num_blocks: usize, prefix_caching: bool) -> Scheduler {
     assert!(num_blocks <= EXECUTOR_BLOCKS);
     Scheduler::new(config, cache_config(num_blocks, prefix_caching)).unwrap()
+}
+
+/// SmolLM2's end-of-sequence token.
+pub const EOS: u32 = 2;
+
+/// Queues `requests` (prompt, parameters) on `scheduler` with ids from `first_id`, arriving
+/// in the order given, ending at [`EOS`].
+pub fn add_requests(scheduler: &mut Scheduler, requests: &[(Vec<u32>, SamplingParams)], first_id: u64) {
+    for (i, (prompt, params)) in requests.iter().enumerate() {
+        let request = Request::new(first_id + i as u64, prompt.clone(), params.clone(), Some(EOS), i as f64);
+        scheduler.add_request(request).unwrap();
+    }
+}
+
+/// Drives `scheduler` on `exec` until every request finished (schedule, execute without
+/// masks, update), handing each output to `each`; returns the tokens computed.
+pub fn run_to_completion(
+    exec: &mut impl ModelExecutor,
+    scheduler: &mut Scheduler,
+    mut each: impl FnMut(EngineCoreOutput),
+) -> usize {
+    let mut computed = 0;
+    while scheduler.has_unfinished_requests() {
+        let plan = scheduler.schedule();
+        computed += plan.total_num_scheduled_tokens;
+        let result = if plan.is_empty() {
+            Default::default()
+        } else {
+            exec.execute(&plan, &mut StepMasks::none()).unwrap()
+        };
+        scheduler.update_from_output(&plan, &result).into_iter().for_each(&mut each);
+    }
+    computed
 }

@@ -20,8 +20,7 @@ pub enum SpeculativeMethod {
     /// Prompt lookup: the tokens that followed the latest n-gram's earlier occurrence in the
     /// request's own prompt and output.
     Ngram,
-    /// A smaller model with the same vocabulary (`model`) proposes greedily. Not
-    /// implemented yet: refused by [`SpeculativeConfig::validated`].
+    /// A smaller model with the same vocabulary (`model`) proposes greedily.
     DraftModel,
 }
 
@@ -52,8 +51,11 @@ pub enum SpeculativeConfigError {
     #[error("speculative config: {0}")]
     Json(String),
     /// Neither `method` nor `model` says how to propose.
-    #[error("speculative config: give \"method\" (\"ngram\") or \"model\"")]
+    #[error("speculative config: give \"method\" (\"ngram\" or \"draft_model\") or \"model\"")]
     NoMethod,
+    /// The draft-model method without a `model` path.
+    #[error("speculative config: method \"draft_model\" needs \"model\": the draft model's path")]
+    NoDraftModel,
     /// `num_speculative_tokens` is out of range.
     #[error(
         "speculative config: num_speculative_tokens={0} must be between 1 and {MAX_NUM_SPECULATIVE_TOKENS}"
@@ -75,9 +77,6 @@ pub enum SpeculativeConfigError {
         /// `prompt_lookup_max`.
         max: usize,
     },
-    /// A method pagoda does not implement yet.
-    #[error("speculative config: method \"{0}\" is not supported yet; use \"ngram\"")]
-    Unsupported(&'static str),
 }
 
 impl SpeculativeConfig {
@@ -91,6 +90,23 @@ impl SpeculativeConfig {
             prompt_lookup_min: Some(prompt_lookup_min),
             model: None,
         }
+    }
+
+    /// The draft-model method: the model at `model` proposes up to `num_speculative_tokens`
+    /// tokens greedily.
+    pub fn draft_model(model: impl Into<PathBuf>, num_speculative_tokens: usize) -> Self {
+        Self {
+            method: Some(SpeculativeMethod::DraftModel),
+            num_speculative_tokens,
+            prompt_lookup_max: None,
+            prompt_lookup_min: None,
+            model: Some(model.into()),
+        }
+    }
+
+    /// The draft model's path, for the draft-model method.
+    pub fn draft_model_path(&self) -> Option<&std::path::Path> {
+        (self.method == Some(SpeculativeMethod::DraftModel)).then_some(self.model.as_deref()).flatten()
     }
 
     /// Parses and validates the JSON object `--speculative-config` takes.
@@ -111,8 +127,10 @@ impl SpeculativeConfig {
             (None, Some(_)) => SpeculativeMethod::DraftModel,
             (None, None) => return Err(SpeculativeConfigError::NoMethod),
         };
-        if method == SpeculativeMethod::DraftModel {
-            return Err(SpeculativeConfigError::Unsupported("draft_model"));
+        if method == SpeculativeMethod::DraftModel
+            && self.model.as_deref().is_none_or(|model| model.as_os_str().is_empty())
+        {
+            return Err(SpeculativeConfigError::NoDraftModel);
         }
         let k = self.num_speculative_tokens;
         if !(1..=MAX_NUM_SPECULATIVE_TOKENS).contains(&k) {
@@ -180,8 +198,13 @@ mod tests {
             SpeculativeConfig::from_json(r#"{"method": "eagle", "num_speculative_tokens": 2}"#).unwrap_err();
         assert!(method.to_string().contains("unknown variant `eagle`"), "{method}");
         let draft =
-            SpeculativeConfig::from_json(r#"{"model": "/m/draft.gguf", "num_speculative_tokens": 2}"#);
-        assert_eq!(draft, Err(SpeculativeConfigError::Unsupported("draft_model")));
+            SpeculativeConfig::from_json(r#"{"model": "/m/draft.gguf", "num_speculative_tokens": 2}"#)
+                .unwrap();
+        assert_eq!(draft.method, Some(SpeculativeMethod::DraftModel));
+        assert_eq!(draft.draft_model_path(), Some(std::path::Path::new("/m/draft.gguf")));
+        let pathless =
+            SpeculativeConfig::from_json(r#"{"method": "draft_model", "num_speculative_tokens": 2}"#);
+        assert_eq!(pathless, Err(SpeculativeConfigError::NoDraftModel));
         let none = SpeculativeConfig::from_json(r#"{"num_speculative_tokens": 2}"#);
         assert_eq!(none, Err(SpeculativeConfigError::NoMethod));
         let zero = SpeculativeConfig::from_json(r#"{"method": "ngram", "num_speculative_tokens": 0}"#);

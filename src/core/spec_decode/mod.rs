@@ -9,4 +9,4 @@ pub mod ngram;
 pub use self::config::{
     MAX_NUM_SPECULATIVE_TOKENS, SpeculativeConfig, SpeculativeConfigError, SpeculativeMethod,
 };
-pub use self::ngram::NgramProposer;
+pub use self::ngram::{NgramIndex, NgramProposer};

@@ -126,6 +126,28 @@ kernel_params! {
 }
 
 kernel_params! {
+    /// `shaders/lora_common.wgsl`, shared by the LoRA shrink and expand.
+    LoraParams {
+        /// Rows of the batch.
+        m: u32,
+        /// Input features of the target (columns of `A`).
+        k: u32,
+        /// Output features of the target (rows of `B`).
+        n: u32,
+        /// Width of the shrunk rows (the largest rank a slot holds).
+        max_rank: u32,
+        /// Row stride of the output.
+        ldy: u32,
+        /// First output column the target writes.
+        y0: u32,
+        /// Which target of the table (`target` is a WGSL keyword).
+        which: u32,
+        /// Targets per slot in the table.
+        targets: u32,
+    }
+}
+
+kernel_params! {
     /// `shaders/top_k.wgsl`.
     TopKParams {
         /// Rows of logits.

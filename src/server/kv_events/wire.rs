@@ -42,7 +42,7 @@ pub fn encode_batch(batch: &EventBatch, block_size: usize) -> Vec<u8> {
 
 fn encode_event(out: &mut ByteBuf, event: &CacheEvent, block_size: usize) {
     match event {
-        CacheEvent::Stored { block_hashes, parent_block_hash, token_ids } => {
+        CacheEvent::Stored { block_hashes, parent_block_hash, token_ids, lora_id } => {
             ok(mp::write_array_len(out, 7));
             ok(mp::write_str(out, "BlockStored"));
             write_hashes(out, block_hashes);
@@ -55,7 +55,12 @@ fn encode_event(out: &mut ByteBuf, event: &CacheEvent, block_size: usize) {
                 ok(mp::write_uint(out, u64::from(token)));
             }
             ok(mp::write_uint(out, block_size as u64));
-            nil(out);
+            match lora_id {
+                Some(id) => {
+                    ok(mp::write_uint(out, u64::from(*id)).map(drop));
+                }
+                None => nil(out),
+            }
             ok(mp::write_str(out, MEDIUM));
         }
         CacheEvent::Removed { block_hashes } => {
@@ -128,6 +133,7 @@ mod tests {
                     block_hashes: vec![7],
                     parent_block_hash: None,
                     token_ids: vec![1, 300],
+                    lora_id: None,
                 },
                 CacheEvent::Removed { block_hashes: vec![u128::MAX] },
                 CacheEvent::Cleared,
@@ -186,6 +192,7 @@ mod tests {
                 block_hashes: vec![],
                 parent_block_hash: Some(5),
                 token_ids: vec![],
+                lora_id: None,
             }],
         };
         let bytes = encode_batch(&batch, 16);

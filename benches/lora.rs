@@ -1,0 +1,153 @@
+//! Multi-LoRA decode throughput on the wgpu executor: 32 requests spread over 4 rank-16
+//! adapters on all seven linears against the same 32 requests on the base model (an engine
+//! without LoRA), aggregate decode tokens/s, printed as a table and one JSON line. The issue's
+//! target: LoRA at ≥ 0.8× the base.
+//!
+//! `cargo bench --bench lora` measures the default model (env `PAGODA_MODEL_GGUF` or the
+//! cache); `PAGODA_BENCH_DECODE` (tokens per request, default 32) sizes it. Without `--bench`
+//! (as `cargo test --all-targets` runs it) it does one quick pass on the tiny Llama of
+//! `PAGODA_FAMILIES_DIR` instead, so the code path stays tested.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use pagoda::dtype::DType;
+use pagoda::executor::lora::LoraConfig;
+use pagoda::model::safetensors::serialize;
+use pagoda::model::{ModelFiles, TensorView, default_model_path};
+use pagoda::{Engine, EngineConfig, SamplingParams};
+
+const ADAPTERS: usize = 4;
+const TARGETS: [(&str, &str); 7] = [
+    ("self_attn", "q_proj"),
+    ("self_attn", "k_proj"),
+    ("self_attn", "v_proj"),
+    ("self_attn", "o_proj"),
+    ("mlp", "gate_proj"),
+    ("mlp", "up_proj"),
+    ("mlp", "down_proj"),
+];
+
+/// Writes a random PEFT adapter of `rank` on all seven linears of `model` into `dir`.
+fn write_adapter(dir: &Path, model: &pagoda::model::ModelConfig, rank: usize, seed: u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut random = |n: usize| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5).mul_add(0.1, 0.0).to_le_bytes()
+            })
+            .collect()
+    };
+    let (hidden, q, kv, ff) = (model.hidden_size, model.q_size(), model.kv_size(), model.intermediate_size);
+    let mut data = Vec::new();
+    for layer in 0..model.num_hidden_layers {
+        for (block, name) in TARGETS {
+            let (out, inp) = match name {
+                "q_proj" => (q, hidden),
+                "k_proj" | "v_proj" => (kv, hidden),
+                "o_proj" => (hidden, q),
+                "down_proj" => (hidden, ff),
+                _ => (ff, hidden),
+            };
+            let prefix = format!("base_model.model.model.layers.{layer}.{block}.{name}");
+            data.push((format!("{prefix}.lora_A.weight"), vec![rank, inp], random(rank * inp)));
+            data.push((format!("{prefix}.lora_B.weight"), vec![out, rank], random(out * rank)));
+        }
+    }
+    let views: Vec<(String, TensorView<'_>)> = data
+        .iter()
+        .map(|(n, shape, bytes)| {
+            (n.clone(), TensorView { dtype: DType::F32, shape: shape.clone().into(), data: bytes })
+        })
+        .collect();
+    std::fs::write(dir.join("adapter_model.safetensors"), serialize(&views).unwrap()).unwrap();
+    let config = serde_json::json!({
+        "peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
+        "target_modules": TARGETS.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
+    });
+    std::fs::write(dir.join("adapter_config.json"), config.to_string()).unwrap();
+}
+
+/// Aggregate decode tokens/s of `requests` requests (adapter `i % ADAPTERS` when `lora`),
+/// after every prompt is prefilled.
+fn decode_rate(
+    model: &Path,
+    adapters: Option<&[PathBuf]>,
+    requests: usize,
+    decode: usize,
+    rank: usize,
+) -> f64 {
+    let config = EngineConfig {
+        model: Some(model.to_owned()),
+        seed: 1,
+        lora: adapters.map(|_| LoraConfig {
+            max_loras: ADAPTERS,
+            max_lora_rank: rank,
+            max_cpu_loras: ADAPTERS,
+        }),
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(config).unwrap();
+    let names: Vec<String> = (0..ADAPTERS).map(|i| format!("adapter-{i}")).collect();
+    if let Some(paths) = adapters {
+        for (name, path) in names.iter().zip(paths) {
+            engine.load_lora(name, path).unwrap();
+        }
+    }
+    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(decode + 1) };
+    for i in 0..requests {
+        let prompt: Vec<u32> = (0..16).map(|t| 100 + (i * 16 + t) as u32).collect();
+        let lora = adapters.map(|_| names[i % ADAPTERS].as_str());
+        engine.add_tokens_request_with_lora(prompt, params.clone(), lora).unwrap();
+    }
+    // Prefill until every request has its first token, then time the decode.
+    let mut first = 0;
+    while first < requests {
+        first += engine.step().unwrap().iter().filter(|o| o.num_output_tokens == 1).count();
+    }
+    let started = Instant::now();
+    let mut tokens = 0;
+    while engine.has_unfinished_requests() {
+        tokens += engine.step().unwrap().iter().map(|o| o.new_token_ids.len()).sum::<usize>();
+    }
+    tokens as f64 / started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let (model, requests, decode, rank) = if bench {
+        let decode = std::env::var("PAGODA_BENCH_DECODE").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
+        (default_model_path().expect("the default model"), 32, decode, 16)
+    } else {
+        let Some(dir) = std::env::var_os("PAGODA_FAMILIES_DIR") else {
+            eprintln!("lora bench: PAGODA_FAMILIES_DIR unset; skipping the quick pass");
+            return;
+        };
+        (PathBuf::from(dir).join("llama"), 4, 2, 4)
+    };
+    let files = ModelFiles::open(&model).unwrap();
+    let tmp = std::env::temp_dir().join(format!("pagoda-lora-bench-{}", std::process::id()));
+    let paths: Vec<PathBuf> = (0..ADAPTERS).map(|i| tmp.join(format!("adapter-{i}"))).collect();
+    for (i, path) in paths.iter().enumerate() {
+        write_adapter(path, &files.config, rank, i as u64 + 1);
+    }
+    let base = decode_rate(&model, None, requests, decode, rank);
+    let lora = decode_rate(&model, Some(&paths), requests, decode, rank);
+    std::fs::remove_dir_all(&tmp).ok();
+    println!("{:<44} {:>12}", "run", "decode tok/s");
+    println!("{:<44} {base:>12.1}", format!("base, {requests} requests"));
+    println!(
+        "{:<44} {lora:>12.1}",
+        format!("{ADAPTERS} rank-{rank} adapters (7 linears), {requests} requests")
+    );
+    println!("ratio {:.3} (target >= 0.8)", lora / base);
+    println!(
+        "{}",
+        serde_json::json!({"bench": "lora", "requests": requests, "decode": decode, "rank": rank,
+            "base_tok_s": base, "lora_tok_s": lora, "ratio": lora / base})
+    );
+}

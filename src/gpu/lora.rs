@@ -1,0 +1,222 @@
+//! The batched LoRA product (punica's shrink and expand, as vLLM runs it): every row of a
+//! batch names the slot of its adapter (or [`NO_LORA`]), and a target's delta
+//! `scale · B (A x)` is added to the base linear's output row by row. Each output is one fma
+//! chain in a fixed order over the row's own adapter, so a row's bits never depend on the other
+//! rows' adapters or on the batch.
+
+use super::bind_cache::Binding;
+use super::shader::KernelVariant;
+use super::shader::params::LoraParams;
+use super::shader::slots;
+use super::step::Step;
+use super::tensor::{Elem, Tensor};
+use super::{GpuContext, GpuError};
+
+/// The slot value of a row without an adapter.
+pub const NO_LORA: u32 = u32::MAX;
+
+/// Adapters' `A` and `B` matrices resident on the GPU for one group of targets (a layer's
+/// projections): `slots` adapters, each with `targets` table entries of four words (the
+/// offsets of its `A` `[rank, k]` and `B` `[n, rank]` in the data, its rank, 0 where the
+/// adapter leaves the target alone, and the bits of its scale).
+#[derive(Debug)]
+pub struct LoraBank {
+    data: Tensor,
+    table: Tensor,
+    slots: usize,
+    targets: usize,
+    slot_floats: usize,
+    max_rank: usize,
+}
+
+/// One target's matrices of one adapter, as [`LoraBank::write_slot`] takes them.
+#[derive(Debug, Clone, Copy)]
+pub struct LoraMatrices<'a> {
+    /// `[rank, k]`, row-major.
+    pub a: &'a [f32],
+    /// `[n, rank]`, row-major.
+    pub b: &'a [f32],
+    /// The rank.
+    pub rank: usize,
+    /// `alpha / rank` (or rsLoRA's `alpha / √rank`).
+    pub scale: f32,
+}
+
+impl LoraBank {
+    /// The largest rank any slot may hold: the width of the shrunk rows.
+    pub fn max_rank(&self) -> usize {
+        self.max_rank
+    }
+
+    /// Number of adapter slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Writes `slot`'s matrices, one entry per target (`None`: the adapter leaves it alone).
+    pub fn write_slot(
+        &self,
+        ctx: &GpuContext,
+        slot: usize,
+        targets: &[Option<LoraMatrices<'_>>],
+    ) -> Result<(), GpuError> {
+        if slot >= self.slots || targets.len() != self.targets {
+            return Err(GpuError::Shape(format!(
+                "LoRA slot {slot} with {} targets, the bank has {} slots of {} targets",
+                targets.len(),
+                self.slots,
+                self.targets
+            )));
+        }
+        let base = slot * self.slot_floats;
+        let mut data = Vec::with_capacity(self.slot_floats);
+        let mut table = Vec::with_capacity(4 * self.targets);
+        for m in targets {
+            match m {
+                Some(m) if m.rank > 0 => {
+                    if m.rank > self.max_rank {
+                        return Err(GpuError::Shape(format!(
+                            "LoRA rank {} above the bank's {}",
+                            m.rank, self.max_rank
+                        )));
+                    }
+                    table.extend([(base + data.len()) as u32, (base + data.len() + m.a.len()) as u32]);
+                    table.extend([m.rank as u32, m.scale.to_bits()]);
+                    data.extend_from_slice(m.a);
+                    data.extend_from_slice(m.b);
+                }
+                _ => table.extend([0, 0, 0, 0]),
+            }
+        }
+        if data.len() > self.slot_floats {
+            return Err(GpuError::Shape(format!(
+                "LoRA slot of {} values, the bank holds {} a slot",
+                data.len(),
+                self.slot_floats
+            )));
+        }
+        let write = |t: &Tensor, offset: usize, bytes: &[u8]| {
+            if !bytes.is_empty() {
+                ctx.queue.write_buffer(&t.buffer, 4 * offset as u64, bytes);
+            }
+        };
+        write(&self.data, base, bytemuck::cast_slice(&data));
+        write(&self.table, slot * 4 * self.targets, bytemuck::cast_slice(&table));
+        Ok(())
+    }
+}
+
+impl GpuContext {
+    /// An empty bank of `slots` adapters over `targets` targets, each slot up to `slot_floats`
+    /// values of `A` and `B` and ranks up to `max_rank`.
+    pub fn lora_bank(
+        &self,
+        slots: usize,
+        targets: usize,
+        slot_floats: usize,
+        max_rank: usize,
+    ) -> Result<LoraBank, GpuError> {
+        let data = self.tensor(Elem::F32, &[slots * slot_floats])?;
+        let table = self.tensor(Elem::U32, &[slots * targets * 4])?;
+        Ok(LoraBank { data, table, slots, targets, slot_floats, max_rank })
+    }
+}
+
+/// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]`, the target.
+#[derive(Debug, Clone, Copy)]
+pub struct LoraSite<'a> {
+    /// The adapters.
+    pub bank: &'a LoraBank,
+    /// Each row's slot, or [`NO_LORA`].
+    pub rows: &'a Tensor,
+    /// Which of the bank's targets.
+    pub target: usize,
+}
+
+impl Step<'_> {
+    /// `t[r, j] = Σ_k x[r, k] · A[j, k]` for the adapter of each row `r` (0 for `j` past its
+    /// rank and for rows without one); `x: f32 [M, K]`, `t: f32 [M, max_rank]`.
+    pub fn lora_shrink(&mut self, site: LoraSite<'_>, x: &Tensor, t: &Tensor) -> Result<(), GpuError> {
+        let (m, k) = match *x.shape() {
+            [m, k] => (m, k),
+            _ => return Err(GpuError::Shape(format!("lora_shrink x: {:?} is not 2-D", x.shape()))),
+        };
+        let r = site.bank.max_rank;
+        t.expect("lora_shrink t", Elem::F32, &[m, r])?;
+        let params = self.lora_params(site, m, k, 0, 0, 0)?;
+        let bindings = [
+            Binding::tensor(slots::lora_shrink::X, x),
+            Binding::tensor(slots::lora_shrink::T, t),
+            Binding::tensor(slots::lora_shrink::AB, &site.bank.data),
+            Binding::tensor(slots::lora_shrink::TABLE, &site.bank.table),
+            Binding::tensor(slots::lora_shrink::ROWS, site.rows),
+        ];
+        let grid = self.grid_1d(KernelVariant::LoraShrink, m * r);
+        if m == 0 {
+            return Ok(());
+        }
+        self.dispatch(KernelVariant::LoraShrink, &params, bindings, grid)
+    }
+
+    /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` for `c < n` and the adapter of each row
+    /// `r` touching the target (other rows untouched); `t: f32 [M, max_rank]`, `y: f32 [M, W]`.
+    pub fn lora_expand(
+        &mut self,
+        site: LoraSite<'_>,
+        t: &Tensor,
+        y: &Tensor,
+        col0: usize,
+        n: usize,
+    ) -> Result<(), GpuError> {
+        let (m, width) = match *y.shape() {
+            [m, w] => (m, w),
+            _ => return Err(GpuError::Shape(format!("lora_expand y: {:?} is not 2-D", y.shape()))),
+        };
+        if col0 + n > width {
+            return Err(GpuError::Shape(format!("lora_expand: columns {col0}..{} of {width}", col0 + n)));
+        }
+        t.expect("lora_expand t", Elem::F32, &[m, site.bank.max_rank])?;
+        let params = self.lora_params(site, m, 0, n, width, col0)?;
+        let bindings = [
+            Binding::tensor(slots::lora_expand::T, t),
+            Binding::tensor(slots::lora_expand::Y, y),
+            Binding::tensor(slots::lora_expand::AB, &site.bank.data),
+            Binding::tensor(slots::lora_expand::TABLE, &site.bank.table),
+            Binding::tensor(slots::lora_expand::ROWS, site.rows),
+        ];
+        let grid = self.grid_1d(KernelVariant::LoraExpand, m * n);
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        self.dispatch(KernelVariant::LoraExpand, &params, bindings, grid)
+    }
+
+    fn lora_params(
+        &self,
+        site: LoraSite<'_>,
+        m: usize,
+        k: usize,
+        n: usize,
+        ldy: usize,
+        y0: usize,
+    ) -> Result<LoraParams, GpuError> {
+        site.rows.expect("lora rows", Elem::U32, &[m])?;
+        if site.target >= site.bank.targets {
+            return Err(GpuError::Shape(format!(
+                "LoRA target {} of a bank of {}",
+                site.target, site.bank.targets
+            )));
+        }
+        let u = |v: usize| v as u32;
+        Ok(LoraParams {
+            m: u(m),
+            k: u(k),
+            n: u(n),
+            max_rank: u(site.bank.max_rank),
+            ldy: u(ldy),
+            y0: u(y0),
+            which: u(site.target),
+            targets: u(site.bank.targets),
+        })
+    }
+}
