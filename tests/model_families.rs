@@ -503,10 +503,15 @@ fn qwen3_q8_0_from_llama_quantize_stays_close_to_transformers() {
 
 /// gpt-oss's harmony template, as its GGUF carries it, renders as transformers renders it
 /// (with `strftime_now` reading the reference's fixed clock), and its tokenizer encodes the
-/// renderings and prompts to transformers' ids. (The model itself is not run yet.)
+/// renderings and prompts to transformers' ids. The model itself does not run yet: its
+/// directory is refused by name.
 #[test]
-fn gpt_oss_harmony_template_renders_as_transformers_does() {
+fn gpt_oss_renders_its_chat_template_as_transformers_does_and_is_refused() {
     let reference = fixture("gpt-oss");
+    match ModelFiles::open(families_dir().join("gpt-oss")) {
+        Err(ModelError::Config(ConfigError::UnsupportedArchitecture(arch))) => assert_eq!(arch, "gpt_oss"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
     assert_eq!(reference["strftime_now_fixed"], "2026-01-15T12:00:00");
     let tokens = &reference["tokens"];
     let source = reference["gguf"]["metadata"]["tokenizer.chat_template"]["value"].as_str().unwrap();
