@@ -45,7 +45,9 @@
 # norms apart and fused everywhere, GEMM tiles of 8 and 32 rows, subgroups masked (the GEMV's and
 # split-KV's trees wholly in workgroup memory). The prefills of one model (TILE_SWEEP, default
 # llama-3.2-1b:q4_k; empty for none) also run with each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16,
-# 32: rows "prefill LEN tROWS"). One model (PROFILE, default llama-3.2-1b:q4_k; empty for none)
+# 32: rows "prefill LEN tROWS"). One model (ASYNC_AB, default llama-3.2-1b:q4_k; empty for none)
+# also decodes at AB_BATCHES with --no-async-scheduling (the serial loop: rows "decode B=N
+# no-async") against its main rows, which schedule one step ahead. One model (PROFILE, default llama-3.2-1b:q4_k; empty for none)
 # also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels: each
 # kernel variant's share of the device time (no table where the adapter has no timestamp queries).
 # One model (HOST_TIER, default llama-3.2-1b:q4_k; empty for none) also runs the multi-turn-chat
@@ -66,6 +68,8 @@
 # without pipeline compilation, counts. llama.cpp skips CPU adapters unless
 # GGML_VK_VISIBLE_DEVICES names one.
 set -euo pipefail
+# Flags pagoda_decode_rows adds to its bench (the async scheduling A/B).
+extra_flags=()
 cd "$(dirname "$0")/.."
 
 OUT=target/gpu-bench
@@ -313,7 +317,7 @@ pagoda_decode_rows() {
         decode_row "$suffix" "$report"
         n=$((n + 1))
     done < <(env "$@" timeout "$(cap)" "$bin" bench "${flags[@]}" --model "$file" --num-requests "$list" \
-        --input-len 128 --output-len 32)
+        --input-len 128 --output-len 32 "${extra_flags[@]}")
     if ((n < ${#counts[@]})); then
         echo "$shape $dtype decode$suffix: $n of ${#counts[@]} batch sizes ran (cut at its share of the time, or failed)"
     fi
@@ -348,6 +352,7 @@ model_weight() {
         done
     fi
     [[ $1 == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
+    [[ $1 == "${ASYNC_AB-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${PROFILE-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${HOST_TIER-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${SPEC_MODEL-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
@@ -473,6 +478,13 @@ run() {
                 took "A/B $setting"
             done
         fi
+        if [[ $spec == "${ASYNC_AB-llama-3.2-1b:q4_k}" ]]; then
+            job 1
+            extra_flags=(--no-async-scheduling)
+            pagoda_decode_rows "${AB_BATCHES:-1,32}" " no-async"
+            extra_flags=()
+            took "A/B --no-async-scheduling"
+        fi
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
             job 1
             local tile
@@ -535,7 +547,7 @@ check() {
         ${MESA_SHADER_CACHE_DIR:+MESA_SHADER_CACHE_DIR=$MESA_SHADER_CACHE_DIR} GGML_VK_VISIBLE_DEVICES=0 \
         PAGODA_BENCH_DIR="$dir/models" MODELS=smollm2-135m:q4_0 DECODE_BATCHES=1 PREFILL_LENS=64 \
         AB_MODEL=smollm2-135m:q4_0 AB_SETTINGS=PAGODA_GEMM_ROWS=8+PAGODA_SUBMIT=whole AB_BATCHES=1 AB_PREFILL=64 \
-        TILE_SWEEP= PROFILE= SPEC_MODEL=smollm2-135m:q4_0 KERNEL_TESTS_S=20 KERNEL_BENCH_FILTER=dispatch/ KERNEL_BENCH_S=30 TOTAL_S=400 \
+        ASYNC_AB=smollm2-135m:q4_0 TILE_SWEEP= PROFILE= SPEC_MODEL=smollm2-135m:q4_0 KERNEL_TESTS_S=20 KERNEL_BENCH_FILTER=dispatch/ KERNEL_BENCH_S=30 TOTAL_S=400 \
         scripts/gpu-bench.sh run 50)
 }
 

@@ -897,6 +897,14 @@ fn print_report(report: &WorkloadReport) {
     for (name, value) in rows {
         println!("{name:<32} {value}");
     }
+    if let Some(o) = &report.host_overlap {
+        let mode = if o.async_scheduling { "on" } else { "off" };
+        println!("{:<32} {mode}", "async scheduling");
+        println!(
+            "{:<32} {:.0} us / {:.0} us",
+            "host per step hidden / exposed", o.hidden_us_per_step, o.exposed_us_per_step
+        );
+    }
     if let Some(seconds) = report.ttft_p50_returning_s {
         println!("{:<32} {}", "TTFT p50 returning", ms(seconds));
     }

@@ -160,6 +160,8 @@ fn scheduler_for(case: &Case, num_gpu_blocks: usize) -> Scheduler {
         invalid_block_policy: InvalidBlockPolicy::Recompute,
         // Cases with prefix caching speculate too: the invariants hold with proposals in flight.
         speculative_config: case.caching.then(|| pagoda::SpeculativeConfig::ngram(3, 1, 2)),
+        // One step ahead where it does not speculate (the placeholders resolve each step).
+        async_scheduling: true,
     };
     let cache = CacheConfig {
         block_size: case.block_size,

@@ -66,6 +66,11 @@ pub struct SchedulerOutput {
     pub finished_req_ids: HashSet<RequestId>,
     /// Copies to and from the host KV tier, run before the forward pass.
     pub kv_transfers: crate::core::host_tier::KvTransfers,
+    /// Requests this step samples for that got an output placeholder (async scheduling): a
+    /// later step may be scheduled past the token before it is known. The executor keeps
+    /// the tokens it samples, and fills those positions from them: `new_token_ids` of such a
+    /// request hold only its known tokens.
+    pub placeholder_req_ids: HashSet<RequestId>,
 }
 
 impl SchedulerOutput {

@@ -110,6 +110,13 @@ pub struct Request {
     pub lora: Option<crate::core::lora::LoraRequest>,
     /// Proposed tokens its latest verification rejected.
     pub num_rejected_tokens: usize,
+    /// Tokens scheduled steps will sample that have not come back yet (async scheduling,
+    /// vLLM's `num_output_placeholders`): a running request is scheduled past them, and they
+    /// count in `num_computed_tokens` once scheduled but never in its known tokens.
+    pub num_output_placeholders: usize,
+    /// In-flight outputs to drop when they arrive: they were computed before the request
+    /// was reset (its KV found invalid and recomputed).
+    pub num_stale_outputs: usize,
 }
 
 impl Request {
@@ -139,6 +146,8 @@ impl Request {
             spec_token_ids: Vec::new(),
             lora: None,
             num_rejected_tokens: 0,
+            num_output_placeholders: 0,
+            num_stale_outputs: 0,
         }
     }
 

@@ -140,6 +140,9 @@ pub struct Scheduler {
     freed_tail_blocks: IdMap<usize>,
     /// Most distinct LoRA adapters in one step (`--max-loras`); `None` without LoRA.
     max_loras: Option<usize>,
+    /// Schedules one step ahead with output placeholders (the config's `async_scheduling`,
+    /// off with speculative decoding).
+    async_scheduling: bool,
 }
 
 impl Scheduler {
@@ -170,6 +173,7 @@ impl Scheduler {
         let mut kv = KvCacheManager::new(&cache_config, events.clone())?;
         let host = host_tier(&cache_config, &mut kv)?;
         Ok(Self {
+            async_scheduling: config.async_scheduling && proposer.is_none(),
             proposer,
             draft_lookahead,
             ngram_indexes: IdMap::default(),
@@ -200,6 +204,12 @@ impl Scheduler {
     /// The scheduler's configuration.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
+    }
+
+    /// True when it schedules one step ahead: a step may be scheduled before the outputs
+    /// of the one in flight are known (`async_scheduling`, not with speculative decoding).
+    pub fn async_scheduling(&self) -> bool {
+        self.async_scheduling
     }
 
     /// Queues a request; refuses it (alone) when it can never run.
@@ -270,10 +280,12 @@ impl Scheduler {
                     .scheduled_spec_decode_tokens
                     .insert(scheduled.request_id, request.spec_token_ids.clone());
             }
+            // Positions past the known tokens are placeholders: the executor sampled them.
+            let known_end = end.min(request.num_tokens_with_spec());
             cached_reqs.push(CachedRequestData {
                 req_id: scheduled.request_id,
                 resumed_from_preemption: false,
-                new_token_ids: request.tokens_with_spec(start..end),
+                new_token_ids: request.tokens_with_spec(start..known_end),
                 new_block_ids: scheduled.new_block_ids,
                 num_freed_blocks: self.freed_tail_blocks.remove(&scheduled.request_id).unwrap_or(0),
                 num_computed_tokens: start,
@@ -290,6 +302,14 @@ impl Scheduler {
         for (id, &num_tokens) in &output.num_scheduled_tokens {
             if let Some(request) = self.requests.get_mut(id) {
                 request.num_computed_tokens += num_tokens;
+                // A step that computes every token so far samples the next one: with async
+                // scheduling, the request holds a placeholder for it until it comes back.
+                let samples = request.num_computed_tokens
+                    == request.num_tokens_with_spec() + request.num_output_placeholders;
+                if self.async_scheduling && samples {
+                    request.num_output_placeholders += 1;
+                    output.placeholder_req_ids.insert(*id);
+                }
             }
         }
         self.stats.num_steps += 1;
@@ -310,30 +330,51 @@ impl Scheduler {
     ) -> Vec<EngineCoreOutput> {
         let mut outputs = std::mem::take(&mut self.pending_outputs);
         let mut stopped = Vec::new();
-        let scheduled_ids = scheduler_output
+        let scheduled = scheduler_output
             .scheduled_cached_reqs
             .iter()
-            .map(|data| data.req_id)
-            .chain(scheduler_output.scheduled_new_reqs.iter().map(|data| data.req_id));
-        for request_id in scheduled_ids {
+            .map(|data| (data.req_id, data.num_computed_tokens))
+            .chain(
+                scheduler_output
+                    .scheduled_new_reqs
+                    .iter()
+                    .map(|data| (data.req_id, data.num_computed_tokens)),
+            );
+        for (request_id, start) in scheduled {
             let Some(sampled) = model_runner_output.sampled_token_ids.get(&request_id) else {
                 continue;
             };
             let Some(request) = self.requests.get_mut(&request_id) else {
                 continue;
             };
-            let all_computed = request.num_computed_tokens == request.num_tokens_with_spec();
+            if scheduler_output.placeholder_req_ids.contains(&request_id) {
+                if request.num_stale_outputs > 0 {
+                    // Computed before the request was reset: dropped, never appended.
+                    request.num_stale_outputs -= 1;
+                    continue;
+                }
+                request.num_output_placeholders = request.num_output_placeholders.saturating_sub(1);
+            }
+            // The sample follows the step's last scheduled token; it is the request's next
+            // token only while its known tokens still end there (a request preempted while
+            // the step ran keeps it, as in vLLM).
+            let num_spec = scheduler_output.scheduled_spec_decode_tokens.get(&request_id).map_or(0, Vec::len);
+            let num_scheduled = scheduler_output.num_scheduled_tokens.get(&request_id).copied().unwrap_or(0);
+            let in_place = start + num_scheduled == request.num_tokens() + num_spec;
+            let status_before = request.status;
             if let Some(proposed) = scheduler_output.scheduled_spec_decode_tokens.get(&request_id) {
                 // Only the accepted proposals stay computed: the rest roll back.
                 let num_accepted = sampled.len().saturating_sub(1).min(proposed.len());
-                request.num_computed_tokens -= proposed.len() - num_accepted;
+                request.num_computed_tokens =
+                    request.num_computed_tokens.saturating_sub(proposed.len() - num_accepted);
                 request.num_rejected_tokens = proposed.len() - num_accepted;
                 request.spec_token_ids.clear();
                 if !sampled.is_empty() {
                     self.stats.spec_decoding.record(proposed.len(), num_accepted);
                 }
             }
-            if sampled.is_empty() || request.status != RequestStatus::Running || !all_computed {
+            let live = matches!(status_before, RequestStatus::Running | RequestStatus::Preempted);
+            if sampled.is_empty() || !live || !in_place {
                 continue;
             }
             let logprobs = model_runner_output.logprobs.get(&request_id);
@@ -355,14 +396,22 @@ impl Scheduler {
             }
             if self.kv.enable_caching() {
                 extend_block_hashes(request, self.kv.block_size());
-                // Accepted proposals may have filled blocks that no later step would cache.
-                self.kv.cache_blocks(request, request.num_computed_tokens);
+                // Accepted proposals may have filled blocks that no later step would cache;
+                // placeholders' positions are not real tokens yet.
+                if status_before == RequestStatus::Running {
+                    let num_real =
+                        request.num_computed_tokens.saturating_sub(request.num_output_placeholders);
+                    self.kv.cache_blocks(request, num_real);
+                }
             }
             self.stats.num_generated_tokens += new_token_ids.len() as u64;
             let finish_reason = request.status.finish_reason();
             if finish_reason.is_some() {
+                if status_before == RequestStatus::Preempted {
+                    self.waiting.remove(request);
+                }
                 stopped.push(request_id);
-            } else if self.config.speculative_config.is_some() {
+            } else if self.config.speculative_config.is_some() && status_before == RequestStatus::Running {
                 // Blocks that hold only rejected proposals (or the draft's lookahead) go back
                 // to the pool.
                 let freed = self.kv.free_blocks_past(request_id, request.num_computed_tokens);
@@ -412,6 +461,9 @@ impl Scheduler {
                 continue;
             };
             request.spec_token_ids.clear();
+            if scheduler_output.placeholder_req_ids.contains(&request_id) {
+                request.num_output_placeholders = request.num_output_placeholders.saturating_sub(1);
+            }
             request.num_computed_tokens = request.num_computed_tokens.saturating_sub(num_tokens);
             self.kv.discard_uncomputed(request_id, request.num_computed_tokens);
         }
@@ -550,6 +602,8 @@ impl Scheduler {
                     let truncated = first_invalid * block_size;
                     self.stats.num_recomputed_tokens += (request.num_computed_tokens - truncated) as u64;
                     request.num_computed_tokens = truncated;
+                    // What steps in flight sample for it came from the invalid blocks.
+                    request.num_stale_outputs += std::mem::take(&mut request.num_output_placeholders);
                     self.kv.uncache_from(request_id, first_invalid);
                 }
                 InvalidBlockPolicy::Fail => {
@@ -670,7 +724,7 @@ impl Scheduler {
         while index < self.running.len() && *budget > 0 {
             let request_id = self.running[index];
             let mut num_tokens = self.num_tokens_to_schedule(&self.requests[&request_id], *budget);
-            if num_tokens == 0 {
+            if num_tokens == 0 || self.waits_for_output(&self.requests[&request_id]) {
                 index += 1;
                 continue;
             }
@@ -743,6 +797,10 @@ impl Scheduler {
                 break;
             }
             let request = &self.requests[&request_id];
+            if request.num_output_placeholders > 0 {
+                // Preempted while its step ran: it resumes once that token is back.
+                break;
+            }
             if !loras.admits(request.lora.as_ref()) {
                 self.waiting.pop();
                 skipped.push(request_id);
@@ -840,10 +898,22 @@ impl Scheduler {
         (hashes[..plan.slots.len()].to_vec(), plan)
     }
 
-    /// Tokens of a running request to compute this step: what it has not computed, capped
-    /// by the budget and the long-prefill threshold.
+    /// True when a running request must not be scheduled past the outputs in flight: its
+    /// placeholders already reach `max_tokens` or `max_model_len` (vLLM skips the same extra
+    /// step), or it is constrained (its next mask needs the token in flight).
+    fn waits_for_output(&self, request: &Request) -> bool {
+        let placeholders = request.num_output_placeholders;
+        placeholders > 0
+            && (request.sampling_params.structured_outputs.is_some()
+                || request.output_token_ids.len() + placeholders >= request.sampling_params.max_tokens
+                || request.num_tokens() + placeholders >= self.config.max_model_len)
+    }
+
+    /// Tokens of a running request to compute this step: what it has not computed (its
+    /// placeholders included), capped by the budget and the long-prefill threshold.
     fn num_tokens_to_schedule(&self, request: &Request, budget: usize) -> usize {
-        let remaining = request.num_tokens_with_spec() - request.num_computed_tokens;
+        let remaining =
+            request.num_tokens_with_spec() + request.num_output_placeholders - request.num_computed_tokens;
         if self.config.enable_chunked_prefill {
             self.cap_chunk(remaining, budget)
         } else {

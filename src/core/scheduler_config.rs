@@ -47,6 +47,15 @@ pub struct SchedulerConfig {
     /// Speculative decoding (`--speculative-config`); `None` decodes one token per step.
     #[serde(default)]
     pub speculative_config: Option<SpeculativeConfig>,
+    /// Schedule one step ahead (`--async-scheduling`, vLLM's `AsyncScheduler`): a running
+    /// request's next step may be scheduled before the token of its step in flight is known
+    /// (it holds an output placeholder). Off with speculative decoding.
+    #[serde(default = "default_async_scheduling")]
+    pub async_scheduling: bool,
+}
+
+fn default_async_scheduling() -> bool {
+    true
 }
 
 impl SchedulerConfig {
@@ -67,6 +76,7 @@ impl Default for SchedulerConfig {
             policy: SchedulingPolicy::Fcfs,
             invalid_block_policy: InvalidBlockPolicy::Recompute,
             speculative_config: None,
+            async_scheduling: true,
         }
     }
 }

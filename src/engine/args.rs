@@ -69,6 +69,14 @@ pub struct EngineArgs {
     /// Turn chunked prefill off.
     #[arg(long)]
     no_enable_chunked_prefill: bool,
+    /// Schedule one step ahead: the next step is scheduled and handed to the executor
+    /// while the current one runs, and its outputs are processed meanwhile (default on where
+    /// the executor supports it; off with speculative decoding).
+    #[arg(long, overrides_with = "no_async_scheduling")]
+    async_scheduling: bool,
+    /// The serial loop: schedule, run, process, then schedule the next step.
+    #[arg(long)]
+    no_async_scheduling: bool,
     /// Admission and preemption order [default: fcfs].
     #[arg(long, value_enum)]
     scheduling_policy: Option<SchedulingPolicy>,
@@ -125,6 +133,11 @@ impl EngineArgs {
             ),
             policy: self.scheduling_policy.unwrap_or(base.scheduler.policy),
             speculative_config: self.speculative_config.clone().or(base.scheduler.speculative_config),
+            async_scheduling: switch(
+                self.async_scheduling,
+                self.no_async_scheduling,
+                base.scheduler.async_scheduling,
+            ),
             ..base.scheduler
         };
         let sim_faults = if self.sim_fault.is_empty() { base.sim_faults } else { self.sim_fault.clone() };

@@ -128,6 +128,12 @@ impl EngineBuilder {
         self
     }
 
+    /// Schedule one step ahead of the executor (on by default; `false` runs the serial loop).
+    pub fn async_scheduling(mut self, enable: bool) -> Self {
+        self.config.scheduler.async_scheduling = enable;
+        self
+    }
+
     /// Tokens computed per step.
     pub fn max_num_batched_tokens(mut self, tokens: usize) -> Self {
         self.config.scheduler.max_num_batched_tokens = tokens;

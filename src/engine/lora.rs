@@ -7,6 +7,7 @@ use std::path::Path;
 
 use super::{Engine, EngineError};
 use crate::core::lora::LoraRequest;
+use crate::executor::ExecutorError;
 use crate::executor::lora::LoraConfig;
 
 /// Adapters by name.
@@ -55,7 +56,11 @@ impl Engine {
             return Err(EngineError::Lora(format!("a LoRA adapter named {name:?} is already loaded")));
         }
         let lora = LoraRequest { id: self.loras.next_id, name: name.to_owned() };
-        self.executor.load_lora(lora.id, path).map_err(|e| EngineError::Lora(e.to_string()))?;
+        let (id, owned) = (lora.id, path.to_path_buf());
+        self.executor
+            .call(move |executor| executor.load_lora(id, &owned))
+            .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))
+            .map_err(|e| EngineError::Lora(e.to_string()))?;
         self.loras.next_id += 1;
         self.loras.by_name.insert(name.to_owned(), lora.clone());
         Ok(lora)
@@ -68,7 +73,11 @@ impl Engine {
         if usage.running.iter().chain(&usage.waiting).any(|n| n == name) {
             return Err(EngineError::Lora(format!("LoRA adapter {name:?} is in use by live requests")));
         }
-        self.executor.unload_lora(lora.id).map_err(|e| EngineError::Lora(e.to_string()))?;
+        let id = lora.id;
+        self.executor
+            .call(move |executor| executor.unload_lora(id))
+            .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))
+            .map_err(|e| EngineError::Lora(e.to_string()))?;
         self.loras.by_name.remove(name);
         Ok(())
     }

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::core::metrics::SchedulerStats;
 use crate::core::request::FinishReason;
+use crate::engine::overlap::HostOverlap;
 
 /// vLLM's time-to-first-token buckets, in seconds.
 pub const TTFT_BUCKETS: &[f64] = &[
@@ -94,6 +95,8 @@ pub struct EngineMetrics {
     pub e2e_request_latency: Histogram,
     /// The scheduler's own counters and gauges after the last step.
     pub scheduler: SchedulerStats,
+    /// The engine's host time per step, hidden behind the executor's steps or exposed.
+    pub host_overlap: HostOverlap,
 }
 
 impl Default for EngineMetrics {
@@ -106,6 +109,7 @@ impl Default for EngineMetrics {
             inter_token_latency: Histogram::new(ITL_BUCKETS),
             e2e_request_latency: Histogram::new(E2E_BUCKETS),
             scheduler: SchedulerStats::default(),
+            host_overlap: HostOverlap::default(),
         }
     }
 }

@@ -430,7 +430,8 @@ impl WgpuExecutor {
                 state.block_ids.truncate(state.block_ids.len().saturating_sub(r.num_freed_blocks));
                 state.block_ids.extend(blocks);
             }
-            if r.new_token_ids.len() != n && !r.new_token_ids.is_empty() {
+            // Fewer ids than tokens: the rest are placeholders, tokens it sampled itself.
+            if r.new_token_ids.len() > n {
                 return Err(ExecutorError::Config(format!(
                     "request {}: {} new token ids for {n} scheduled tokens",
                     r.req_id,
@@ -738,6 +739,10 @@ impl ModelExecutor for WgpuExecutor {
     }
 
     fn computes_prompt_logprobs(&self) -> bool {
+        true
+    }
+
+    fn supports_async_scheduling(&self) -> bool {
         true
     }
 

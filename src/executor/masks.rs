@@ -29,6 +29,11 @@ impl<'scope> StepMasks<'scope> {
         Self { pending: Some(handle), ready: HashMap::new() }
     }
 
+    /// Masks computed already.
+    pub fn ready(ready: HashMap<RequestId, Vec<TokenMask>>) -> Self {
+        Self { pending: None, ready }
+    }
+
     /// The masks of `request_id`'s sampled positions, in order, waiting for the computation
     /// on first use.
     pub fn get(&mut self, request_id: RequestId) -> Option<&[TokenMask]> {

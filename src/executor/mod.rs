@@ -30,6 +30,13 @@ pub trait ModelExecutor {
         None
     }
 
+    /// True when it can run a step scheduled one step ahead (async scheduling): it keeps the
+    /// tokens it samples and fills a request's placeholder positions (those past its
+    /// `new_token_ids`) from them.
+    fn supports_async_scheduling(&self) -> bool {
+        false
+    }
+
     /// True when it computes prompt logprobs (`SamplingParams::prompt_logprobs`); the engine
     /// refuses requests asking for them where it does not.
     fn computes_prompt_logprobs(&self) -> bool {

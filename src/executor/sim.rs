@@ -35,6 +35,9 @@ pub struct CostModel {
     pub host_copy_bytes_per_s: f64,
     /// Seconds of latency per batch of host copies.
     pub host_copy_latency_s: f64,
+    /// Host seconds per step outside the model (scheduling, output processing): exposed
+    /// before each step in the serial loop, behind the step in flight with async scheduling.
+    pub host_step_s: f64,
 }
 
 impl Default for CostModel {
@@ -47,6 +50,8 @@ impl Default for CostModel {
             kv_bytes_per_token: 2 * 32 * 8 * 128 * 2,
             host_copy_bytes_per_s: 25e9,
             host_copy_latency_s: 10e-6,
+            // The engine's share of a step on an H200 (0.5 to 1 ms).
+            host_step_s: 0.5e-3,
         }
     }
 }
@@ -211,7 +216,7 @@ impl SimExecutor {
         request_id: RequestId,
         resumed: bool,
         num_computed_tokens: usize,
-        token_ids: &[TokenId],
+        (token_ids, num_scheduled): (&[TokenId], usize),
         num_spec: usize,
         masks: &mut StepMasks<'_>,
     ) -> Result<Vec<TokenId>, ExecutorError> {
@@ -237,7 +242,12 @@ impl SimExecutor {
                 None => return Err(invalid(format!("gap in the history at position {position}"))),
             }
         }
-        sequence.num_computed_tokens = num_computed_tokens + token_ids.len();
+        // Positions past the given ids are placeholders: tokens it sampled itself.
+        let end = num_computed_tokens + num_scheduled;
+        if end > sequence.token_ids.len() {
+            return Err(invalid(format!("placeholder positions up to {end} beyond its history")));
+        }
+        sequence.num_computed_tokens = end;
         if sequence.num_computed_tokens < sequence.token_ids.len() {
             return Ok(Vec::new());
         }
@@ -285,6 +295,10 @@ impl ModelExecutor for SimExecutor {
         Some(self.last_timing)
     }
 
+    fn supports_async_scheduling(&self) -> bool {
+        true
+    }
+
     fn execute(
         &mut self,
         scheduler_output: &SchedulerOutput,
@@ -317,7 +331,7 @@ impl ModelExecutor for SimExecutor {
                 constrained: new.sampling_params.structured_outputs.is_some(),
             };
             self.sequences.insert(new.req_id, sequence);
-            let sampled = self.run_tokens(new.req_id, false, start, tokens, 0, masks)?;
+            let sampled = self.run_tokens(new.req_id, false, start, (tokens, num_scheduled), 0, masks)?;
             if !sampled.is_empty() {
                 output.sampled_token_ids.insert(new.req_id, sampled);
             }
@@ -326,7 +340,7 @@ impl ModelExecutor for SimExecutor {
         for cached in &scheduler_output.scheduled_cached_reqs {
             let num_scheduled = scheduled(cached.req_id)?;
             let start = cached.num_computed_tokens;
-            if cached.new_token_ids.len() != num_scheduled {
+            if cached.new_token_ids.len() > num_scheduled {
                 return Err(ExecutorError::InvalidBatch(format!(
                     "request {}: {} token ids for {num_scheduled} scheduled tokens",
                     cached.req_id,
@@ -339,7 +353,7 @@ impl ModelExecutor for SimExecutor {
                 cached.req_id,
                 cached.resumed_from_preemption,
                 start,
-                &cached.new_token_ids,
+                (&cached.new_token_ids, num_scheduled),
                 num_spec,
                 masks,
             )?;

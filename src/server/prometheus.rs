@@ -142,6 +142,22 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
     out.counter("prompt_tokens", "Number of prefill tokens processed.", metrics.prompt_tokens);
     out.counter("generation_tokens", "Number of generation tokens processed.", metrics.generation_tokens);
     render_spec_decoding(&mut out, &scheduler.spec_decoding);
+    let overlap = &metrics.host_overlap;
+    for (name, help, seconds) in [
+        (
+            "engine_host_hidden_seconds_total",
+            "Seconds of the engine's host work per step (scheduling, output processing) while the executor ran a step (async scheduling hides them).",
+            overlap.hidden_seconds,
+        ),
+        (
+            "engine_host_exposed_seconds_total",
+            "Seconds of the engine's host work per step while the executor had no step to run.",
+            overlap.exposed_seconds,
+        ),
+    ] {
+        out.header(name, help, "counter");
+        out.sample(name, "", seconds);
+    }
     if let Some(dropped) = exposition.kv_events_dropped {
         out.counter(
             "kv_events_dropped_batches",

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::host_tier::HostTierStats;
 use crate::core::metrics::{SchedulerStats, SpecDecodingStats};
+use crate::engine::overlap::HostOverlap;
 use crate::gpu::{GpuCounters, KernelTimes};
 use crate::ids::RequestId;
 
@@ -69,6 +70,32 @@ pub struct WorkloadReport {
     /// The host KV tier's counters over the run (`--kv-offloading-size`; none when off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_tier: Option<HostTierStats>,
+    /// The runner's host time per step, hidden behind steps or exposed between them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_overlap: Option<HostOverlapReport>,
+}
+
+/// Host time per step over a run: hidden while a step ran, exposed while none did (the
+/// executor idle, waiting for the host).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostOverlapReport {
+    /// True when the run scheduled one step ahead (async scheduling).
+    pub async_scheduling: bool,
+    /// Host microseconds per step while a step ran, mean.
+    pub hidden_us_per_step: f64,
+    /// Host microseconds per step while no step ran, mean.
+    pub exposed_us_per_step: f64,
+}
+
+impl HostOverlapReport {
+    /// The report of `overlap`, measured over a run.
+    pub fn of(async_scheduling: bool, overlap: &HostOverlap) -> Self {
+        Self {
+            async_scheduling,
+            hidden_us_per_step: overlap.hidden_us_per_step(),
+            exposed_us_per_step: overlap.exposed_us_per_step(),
+        }
+    }
 }
 
 /// The device layer's work over a run: host time per step and what it created.
@@ -242,6 +269,7 @@ impl WorkloadReport {
             device: None,
             kernels: Vec::new(),
             host_tier: stats.host_tier,
+            host_overlap: None,
         }
     }
 }

@@ -1,15 +1,19 @@
 //! A workload on simulated time: a scheduler and the simulated executor, one step at a time
-//! (the visualizer watches it between steps).
+//! (the visualizer watches it between steps). With async scheduling the next step is
+//! scheduled before the last one's outputs are taken, and the host's time per step
+//! ([`crate::executor::sim::CostModel::host_step_s`]) runs behind the step in flight.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
-use super::report::{Latencies, RunCounts, WorkloadReport};
+use super::report::{HostOverlapReport, Latencies, RunCounts, WorkloadReport};
 use super::{Arrival, Workload};
 use crate::core::cache_config::CacheConfig;
+use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::core::scheduler::{Scheduler, SchedulerConfigError};
 use crate::core::scheduler_config::SchedulerConfig;
+use crate::engine::overlap::HostOverlap;
 use crate::executor::sim::{SimConfig, SimConfigError, SimExecutor};
-use crate::executor::{ExecutorError, run_step};
+use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
 use crate::ids::{RequestId, TokenId};
 
 /// Why a workload could not run to completion.
@@ -45,6 +49,20 @@ pub struct WorkloadRunner {
     outputs: HashMap<RequestId, Vec<TokenId>>,
     counts: RunCounts,
     empty_steps: usize,
+    /// Steps run whose outputs have not been taken, oldest first.
+    in_flight: VecDeque<Submitted>,
+    /// When the last step submitted started and ends, simulated seconds.
+    last_step_s: (f64, f64),
+    overlap: HostOverlap,
+}
+
+/// A step the simulated executor has run, waiting for its outputs to be taken.
+#[derive(Debug)]
+struct Submitted {
+    scheduled: SchedulerOutput,
+    output: ModelRunnerOutput,
+    /// When it ends, simulated seconds.
+    end_s: f64,
 }
 
 const MAX_EMPTY_STEPS: usize = 3;
@@ -74,6 +92,9 @@ impl WorkloadRunner {
             outputs: HashMap::new(),
             counts: RunCounts { num_requests: workload.arrivals.len(), ..RunCounts::default() },
             empty_steps: 0,
+            in_flight: VecDeque::new(),
+            last_step_s: (0.0, 0.0),
+            overlap: HostOverlap::default(),
         })
     }
 
@@ -108,8 +129,19 @@ impl WorkloadRunner {
         if self.is_done() {
             return Ok(false);
         }
-        let (scheduler_output, outputs) =
-            run_step(&mut self.scheduler, &mut self.executor, |_, _| None).map_err(|failed| failed.error)?;
+        if self.in_flight.is_empty() {
+            self.submit()?;
+        }
+        if self.scheduler.async_scheduling() && self.scheduler.has_unfinished_requests() {
+            self.submit()?;
+        }
+        let Some(Submitted { scheduled: scheduler_output, output, end_s }) = self.in_flight.pop_front()
+        else {
+            return Ok(!self.is_done());
+        };
+        let mut outputs = self.scheduler.update_from_output(&scheduler_output, &output);
+        let failed = &output.failed_kv_transfers;
+        outputs.extend(self.scheduler.handle_failed_transfers(&failed.stores, &failed.loads));
         if scheduler_output.is_empty() && scheduler_output.preempted_req_ids.is_empty() {
             self.empty_steps += 1;
             if self.empty_steps >= MAX_EMPTY_STEPS {
@@ -120,7 +152,7 @@ impl WorkloadRunner {
         } else {
             self.empty_steps = 0;
         }
-        self.clock_s += self.executor.last_step_seconds();
+        self.clock_s = self.clock_s.max(end_s);
         for output in outputs {
             let tokens = &output.new_token_ids;
             self.latencies.record(output.request_id, tokens.len(), self.clock_s);
@@ -134,6 +166,31 @@ impl WorkloadRunner {
         Ok(!self.is_done())
     }
 
+    /// Schedules a step and runs it on the simulated executor, on the simulated clock: the
+    /// host's time before it is exposed, unless a step in flight covers it.
+    fn submit(&mut self) -> Result<(), WorkloadError> {
+        let scheduled = self.scheduler.schedule();
+        let output = self.executor.execute(&scheduled, &mut StepMasks::none())?;
+        if let Some(timing) = self.executor.last_step_timing() {
+            self.scheduler.observe_step_timing(&timing);
+        }
+        let host_s = if scheduled.is_empty() { 0.0 } else { self.executor.config().cost.host_step_s };
+        let (previous_start_s, previous_end_s) = self.last_step_s;
+        let start_s = match self.in_flight.is_empty() {
+            true => self.clock_s.max(previous_end_s) + host_s,
+            // Scheduled while the previous step ran.
+            false => previous_end_s.max(previous_start_s + host_s),
+        };
+        let exposed_s = (start_s - previous_end_s.max(self.clock_s)).clamp(0.0, host_s);
+        self.overlap.steps += 1;
+        self.overlap.exposed_seconds += exposed_s;
+        self.overlap.hidden_seconds += host_s - exposed_s;
+        let end_s = start_s + self.executor.last_step_seconds();
+        self.last_step_s = (start_s, end_s);
+        self.in_flight.push_back(Submitted { scheduled, output, end_s });
+        Ok(())
+    }
+
     /// Runs to completion and reports.
     pub fn run(mut self) -> Result<WorkloadReport, WorkloadError> {
         while self.step()? {}
@@ -143,7 +200,15 @@ impl WorkloadRunner {
     /// The figures so far.
     pub fn report(&self) -> WorkloadReport {
         let duration_s = self.latencies.first_arrival_s().map_or(0.0, |first| self.clock_s - first);
-        WorkloadReport::new(&self.name, &self.counts, duration_s, &self.latencies, &self.scheduler.stats())
+        let mut report = WorkloadReport::new(
+            &self.name,
+            &self.counts,
+            duration_s,
+            &self.latencies,
+            &self.scheduler.stats(),
+        );
+        report.host_overlap = Some(HostOverlapReport::of(self.scheduler.async_scheduling(), &self.overlap));
+        report
     }
 
     /// Adds every arrival whose time has come.

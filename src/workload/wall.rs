@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::Workload;
-use super::report::{DeviceReport, KernelReport, Latencies, RunCounts, WorkloadReport};
+use super::report::{DeviceReport, HostOverlapReport, KernelReport, Latencies, RunCounts, WorkloadReport};
 use crate::core::metrics::{PrefixCacheStats, SchedulerStats};
 use crate::engine::{Engine, EngineError};
 
@@ -14,6 +14,7 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let mut pending: Vec<_> = workload.arrivals.iter().zip(workload.returning()).collect();
     pending.sort_by(|(a, _), (b, _)| b.time_s.total_cmp(&a.time_s));
     let before = engine.metrics().scheduler;
+    let overlap_before = engine.metrics().host_overlap;
     let device_before = engine.device_counters();
     let kernels_before = engine.kernel_times();
     let mut device_last = device_before;
@@ -67,6 +68,8 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let stats = since(&engine.metrics().scheduler, &before, peak_usage);
     let mut report =
         WorkloadReport::new(&workload.name, &counts, start.elapsed().as_secs_f64(), &latencies, &stats);
+    let overlap = engine.metrics().host_overlap.since(&overlap_before);
+    report.host_overlap = Some(HostOverlapReport::of(engine.async_scheduling(), &overlap));
     if let (Some(after), Some(before)) = (engine.device_counters(), device_before) {
         report.device = Some(DeviceReport::of(&after.since(&before), &step_host_times));
     }

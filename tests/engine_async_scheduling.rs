@@ -1,0 +1,149 @@
+//! Async scheduling on the GPU executor: the engine one step ahead produces the serial
+//! loop's outputs token for token and bit for bit (tokens, text, logprobs, finish reasons):
+//! greedy and seeded sampling, preemption on a tiny pool, prefix-cache hits, a stop string
+//! and an abort mid-batch, and a constrained request in the batch; on the default model and
+//! on two tiny families.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use pagoda::core::cache_config::KvCacheDtype;
+use pagoda::model::default_model_path;
+use pagoda::structured::Constraint;
+use pagoda::{Engine, FinishReason, RequestId, SamplingParams};
+
+/// What one request produced, logprobs as their exact bits.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Done {
+    tokens: Vec<u32>,
+    text: String,
+    logprob_bits: Vec<u32>,
+    reason: Option<FinishReason>,
+}
+
+fn engine(model: PathBuf, async_scheduling: bool, blocks: usize) -> Engine {
+    Engine::builder()
+        .model(model)
+        .block_size(4)
+        .num_gpu_blocks(blocks)
+        .kv_cache_dtype(KvCacheDtype::F32)
+        .max_num_seqs(8)
+        .max_num_batched_tokens(48)
+        .max_model_len(256)
+        .async_scheduling(async_scheduling)
+        .show_progress(false)
+        .build()
+        .expect("engine on the GPU executor")
+}
+
+/// Runs `requests` to the end, aborting the request at `abort.1` after step `abort.0`.
+fn run(
+    engine: &mut Engine,
+    requests: &[(&str, SamplingParams)],
+    abort: Option<(usize, usize)>,
+) -> BTreeMap<RequestId, Done> {
+    let ids: Vec<RequestId> = requests
+        .iter()
+        .map(|(prompt, params)| engine.add_request(*prompt, params.clone()).unwrap())
+        .collect();
+    let mut done: BTreeMap<RequestId, Done> = BTreeMap::new();
+    let mut steps = 0;
+    while engine.has_unfinished_requests() {
+        let mut outputs = engine.step().unwrap();
+        steps += 1;
+        if let Some((_, index)) = abort.filter(|&(at, _)| at == steps) {
+            outputs.extend(engine.abort(ids[index]));
+        }
+        for output in outputs {
+            let entry = done.entry(output.request_id).or_default();
+            entry.tokens.extend(&output.new_token_ids);
+            entry.text.push_str(&output.new_text);
+            for logprobs in &output.new_logprobs {
+                entry.logprob_bits.push(logprobs.logprob.to_bits());
+                entry.logprob_bits.extend(logprobs.top.iter().map(|&(id, value)| id ^ value.to_bits()));
+            }
+            entry.reason = entry.reason.or(output.finish_reason);
+        }
+    }
+    done
+}
+
+/// Runs `requests` serially and one step ahead and checks they agree bit for bit (the
+/// aborted request's cut point aside); returns the serial outputs and both preemption counts.
+fn both_loops(
+    model: PathBuf,
+    blocks: usize,
+    requests: &[(&str, SamplingParams)],
+    abort: Option<(usize, usize)>,
+) -> (BTreeMap<RequestId, Done>, [u64; 2]) {
+    let mut serial_engine = engine(model.clone(), false, blocks);
+    assert!(!serial_engine.async_scheduling());
+    let mut serial = run(&mut serial_engine, requests, abort);
+    let mut ahead_engine = engine(model, true, blocks);
+    assert!(ahead_engine.async_scheduling());
+    let mut ahead = run(&mut ahead_engine, requests, abort);
+    if let Some((_, index)) = abort {
+        let (s, a) =
+            (serial.remove(&(index as RequestId)).unwrap(), ahead.remove(&(index as RequestId)).unwrap());
+        assert_eq!((s.reason, a.reason), (Some(FinishReason::Abort), Some(FinishReason::Abort)));
+    }
+    assert_eq!(serial, ahead);
+    let preemptions = [serial_engine.metrics(), ahead_engine.metrics()].map(|m| m.scheduler.num_preemptions);
+    // The steps whose outputs came back (one ahead may still be in flight).
+    for metrics in [serial_engine.metrics(), ahead_engine.metrics()] {
+        let steps = metrics.host_overlap.steps;
+        assert!(
+            steps > 0 && steps <= metrics.scheduler.num_steps,
+            "{steps} of {}",
+            metrics.scheduler.num_steps
+        );
+    }
+    (serial, preemptions)
+}
+
+fn family(name: &str) -> PathBuf {
+    std::env::var_os("PAGODA_FAMILIES_DIR")
+        .map(PathBuf::from)
+        .expect("PAGODA_FAMILIES_DIR names the directory scripts/tiny-families.py prints")
+        .join(name)
+}
+
+#[test]
+fn the_default_model_one_step_ahead_matches_the_serial_loop_bit_for_bit() {
+    let story = "<|im_start|>user\nTell me a short story about a cat.<|im_end|>\n<|im_start|>assistant\n";
+    let capital = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+    let greedy = SamplingParams { logprobs: Some(2), ..SamplingParams::greedy(32) };
+    let seeded =
+        SamplingParams { temperature: 0.8, seed: Some(7), logprobs: Some(1), ..SamplingParams::greedy(32) };
+    let stopped = SamplingParams { stop: vec![" cat".into()], ..SamplingParams::greedy(24) };
+    let choice = Constraint::Choice(vec!["Paris".into(), "Lyon".into()]);
+    let constrained = SamplingParams { structured_outputs: Some(choice), ..SamplingParams::greedy(8) };
+    let requests = [
+        (story, greedy.clone()),
+        (story, seeded),
+        (capital, greedy),
+        (story, stopped),
+        (capital, constrained),
+        (capital, SamplingParams::greedy(24)),
+    ];
+    // 13 usable blocks of 4 tokens: the two long stories (about 49 tokens each, their first
+    // four blocks shared) cannot run together.
+    let model = default_model_path().expect("default model");
+    let (serial, preemptions) = both_loops(model, 14, &requests, Some((6, 5)));
+    assert!(preemptions.iter().all(|&n| n > 0), "{preemptions:?}");
+    assert_eq!(serial[&3].reason, Some(FinishReason::Stop));
+    assert!(serial[&3].tokens.len() < 24);
+    assert!(["Paris", "Lyon"].contains(&serial[&4].text.as_str()), "{:?}", serial[&4].text);
+}
+
+#[test]
+fn tiny_families_one_step_ahead_match_the_serial_loop_bit_for_bit() {
+    let seeded =
+        SamplingParams { temperature: 1.0, seed: Some(3), logprobs: Some(1), ..SamplingParams::greedy(20) };
+    let greedy = SamplingParams { logprobs: Some(1), ..SamplingParams::greedy(20) };
+    let requests = [("hello there", greedy.clone()), ("hello there", seeded), ("abc abc abc", greedy)];
+    for name in ["llama", "gemma3"] {
+        let (serial, _) = both_loops(family(name), 24, &requests, None);
+        assert!(serial.values().all(|done| done.tokens.len() == 20), "{name}: {serial:?}");
+    }
+}
