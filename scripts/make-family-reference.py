@@ -51,7 +51,15 @@ WHITESPACE_PROBES = {
 
 # the end-of-turn token each family's template closes an assistant turn with
 END_OF_TURN = {"llama3": "<|eot_id|>", "qwen2.5": "<|im_end|>", "qwen3": "<|im_end|>", "mistral": "</s>",
-               "phi3": "<|end|>", "gemma2": "<end_of_turn>", "gemma3": "<end_of_turn>"}
+               "phi3": "<|end|>", "gemma2": "<end_of_turn>", "gemma3": "<end_of_turn>", "gptoss": "<|end|>"}
+
+# the date strftime_now gives templates that print today's (gpt-oss's harmony template), so that
+# renderings are reproducible; tests render with the same fixed clock
+FIXED_NOW = (2026, 1, 15, 12, 0, 0)
+
+# llama-quantize's arguments for the MXFP4 GGUF of a family whose experts lie on the MXFP4 grid:
+# experts to MXFP4, everything else left in F32
+MXFP4_ARGS = ["--tensor-type", "attn=f32", "--output-tensor-type", "f32", "--token-embedding-type", "f32"]
 
 ABOUT = (
     "Expected values from Hugging Face transformers (fp32 on CPU, attn_implementation='eager') for a tiny "
@@ -190,6 +198,19 @@ def add_metadata(llama_cpp, src, dst, arch, family):
     return f"gguf-py gguf_new_metadata.copy_with_new_metadata: {key} = {pattern} added after the converter's keys"
 
 
+def mxfp4_lossless(f32_path, mx_path):
+    """Whether every tensor of the quantized GGUF, dequantized by gguf-py, equals the F32 one."""
+    import gguf
+
+    f32 = {t.name: np.array(t.data) for t in gguf.GGUFReader(str(f32_path)).tensors}
+    for t in gguf.GGUFReader(str(mx_path)).tensors:
+        want = f32[t.name]
+        got = np.array(t.data) if t.tensor_type == gguf.GGMLQuantizationType.F32 else gguf.quants.dequantize(t.data, t.tensor_type)
+        if not np.array_equal(got.reshape(want.shape), want):
+            return False
+    return True
+
+
 def llama_cpp_ids(llama_tokenize, gguf_path, text, add_bos):
     """llama.cpp's ids of text from the GGUF (special tokens parsed; BOS as the model wants it
     when add_bos)."""
@@ -212,6 +233,8 @@ def check_templates(llama_cpp):
                        (tf.PHI35_TEMPLATE, "microsoft-Phi-3.5-mini-instruct.jinja")):
         real = (templates / name).read_text(encoding="utf-8")
         assert text == real or text == real.rstrip("\n"), f"template differs from {name}"
+    real = (templates / "openai-gpt-oss-120b.jinja").read_text(encoding="utf-8")
+    assert tf.gpt_oss_template() == real, "gpt-oss template differs from openai-gpt-oss-120b.jinja"
     source = (llama_cpp / "tests" / "test-chat-template.cpp").read_text(encoding="utf-8")
     marker = "mistralai/Mistral-7B-Instruct-v0.2 (mistralai 'v1' template with a system prompt)"
     after = source[source.index(marker):]
@@ -239,6 +262,16 @@ def main(argv):
     check_templates(llama_cpp)
     torch.manual_seed(0)
     torch.set_num_threads(2)
+    import datetime as _dt
+
+    from transformers.utils import chat_template_utils
+
+    class FixedClock(_dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(*FIXED_NOW, tzinfo=tz)
+
+    chat_template_utils.datetime = FixedClock
     OUT.mkdir(parents=True, exist_ok=True)
     names = [n for n in args.only.split(",") if n] or list(tf.FAMILIES)
     import gguf
@@ -319,6 +352,22 @@ def main(argv):
                 else:
                     gguf_info["f16_tensor_types"] = {t["name"]: t["type"] for t in gguf_dump(converted)[1]}
                 gguf_info[outtype] = entry
+                if name in tf.CONVERTER_ONLY:
+                    # no writer of its own in tiny-families.py: the converter's file is the test's
+                    (hf_dir / f"{name}.{outtype}.gguf").write_bytes(converted.read_bytes())
+                if outtype == "f32" and args.quantize and name in tf.CONVERTER_ONLY:
+                    mx = pathlib.Path(tmp) / f"{name}.mxfp4.gguf"
+                    subprocess.run([args.quantize, *MXFP4_ARGS, str(converted), str(mx), "MXFP4_MOE"], check=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    gguf_info["mxfp4_from_f32"] = {
+                        "sha256": sha256_file(mx), "size": mx.stat().st_size,
+                        "tool": "llama-quantize (llama-cpp-python 0.3.36 source) F32 -> MXFP4_MOE " + " ".join(MXFP4_ARGS),
+                        "tensor_types": {t["name"]: t["type"] for t in gguf_dump(mx)[1] if t["type"] != "F32"},
+                        "lossless": mxfp4_lossless(converted, mx),
+                    }
+                    if not gguf_info["mxfp4_from_f32"]["lossless"]:
+                        failures.append(f"{name}.mxfp4.gguf (dequantized experts differ from the f32 ones)")
+                    (hf_dir / f"{name}.mxfp4.gguf").write_bytes(mx.read_bytes())
                 if outtype == "f32" and args.quantize and name == "qwen3":
                     q8 = pathlib.Path(tmp) / f"{name}.q8_0.gguf"
                     subprocess.run([args.quantize, str(converted), str(q8), "Q8_0"], check=True,
@@ -339,6 +388,8 @@ def main(argv):
             "chat": chat,
             "gguf": gguf_info,
         }
+        if "strftime_now" in (tokenizer.chat_template or ""):
+            fixture["strftime_now_fixed"] = "%04d-%02d-%02dT%02d:%02d:%02d" % FIXED_NOW
         if tokenize:
             fixture["tokenize"] = tokenize
         path = OUT / f"{name}.json"

@@ -276,6 +276,29 @@ FAMILIES["mixtral"] = {
     "about": "Mixtral-8x7B style mixture of experts: 4 experts (block_sparse_moe.experts.E.w1/w2/w3) of 64 intermediate columns, 2 chosen a token (softmax, top-k, renormalised), no sliding window, GQA 4/2, untied head, Llama 2 SentencePiece vocabulary with Mistral's template. transformers 4 layout.",
 }
 
+# gpt-oss: the hub checkpoint's layout (fused, interleaved gate/up experts with biases, a router
+# with a bias, attention biases and sinks), transformers 4 config layout as openai/gpt-oss-20b
+# ships it. Expert weights lie on the MXFP4 grid (e2m1 values times a power of two per block of
+# 32 inputs, each block holding a +-6 so that llama-quantize picks that very scale), so the
+# MXFP4 GGUF holds exactly the f32 model's numbers and one f32 reference serves it too.
+FAMILIES["gpt-oss"] = {
+    "seed": 1012, "tokenizer": "gptoss",
+    "config": {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": True, "attention_dropout": 0.0,
+        "eos_token_id": 200002, "experts_per_token": 2, "head_dim": 16, "hidden_act": "silu", "hidden_size": 64,
+        "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 32,
+        "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 131072,
+        "num_attention_heads": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_key_value_heads": 2,
+        "num_local_experts": 4, "output_router_logits": False, "pad_token_id": 199999, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                         "rope_type": "yarn", "truncate": False},
+        "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 16, "swiglu_limit": 7.0,
+        "tie_word_embeddings": False, "torch_dtype": "float32", "transformers_version": "4.57.6", "use_cache": True,
+        "vocab_size": 201088,
+    },
+    "about": "gpt-oss-20b style: attention sinks (one learned logit per head in the softmax denominator), q/k/v/o biases, sliding-window (16 here, 128 in gpt-oss, so that the prompts cross it) and full layers alternating, YaRN RoPE (factor 32 over 4096, beta 32/1, theta 150000), 4 experts of 32 columns with biases, 2 chosen a token by top-k then softmax over the router's biased logits, clamped SwiGLU (alpha 1.702, limit 7; gate/up biases of a few units so that the clamp bites), untied head, GQA 4/2, the o200k_harmony tokenizer and the harmony template from llama.cpp's models/templates/openai-gpt-oss-120b.jinja. Expert weights on the MXFP4 grid: the MXFP4 GGUF (llama-quantize, experts only) equals the f32 model. transformers 4 layout.",
+}
+
 
 def gemma3_pattern_config():
     """Gemma 3's config with 3 layers in the transformers 5 form of a layer pattern
@@ -298,6 +321,22 @@ FAMILIES["gemma3-pattern"] = {
 # ---------------------------------------------------------------------------------------------
 # Tokenizers
 # ---------------------------------------------------------------------------------------------
+
+
+# llama.cpp's models/templates/openai-gpt-oss-120b.jinja (gpt-oss-20b ships the same text), from
+# the chat templates scripts/chat-templates.sh unpacks from the llama-cpp-python source
+GPT_OSS_TEMPLATE_SHA256 = "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146"
+
+
+def gpt_oss_template():
+    """The harmony chat template gpt-oss's tokenizer_config.json carries."""
+    import subprocess
+
+    templates = subprocess.run([str(ROOT / "scripts" / "chat-templates.sh")], check=True, capture_output=True, text=True).stdout.strip()
+    text = (pathlib.Path(templates) / "openai-gpt-oss-120b.jinja").read_text(encoding="utf-8")
+    if GPT_OSS_TEMPLATE_SHA256 is not None:
+        assert hashlib.sha256(text.encode("utf-8")).hexdigest() == GPT_OSS_TEMPLATE_SHA256, "gpt-oss template changed"
+    return text
 
 
 def npm_tokenizer(package):
@@ -353,6 +392,10 @@ def family_tokenizer(kind):
         spec, cfg = npm_tokenizer("gemma3")
         cfg["chat_template"] = GEMMA2_TEMPLATE
         return spec, cfg, {"add_dummy_prefix": False}
+    if kind == "gptoss":
+        spec, cfg = npm_tokenizer("gptoss")
+        cfg["chat_template"] = gpt_oss_template()
+        return spec, cfg, None
     raise ValueError(kind)
 
 
@@ -474,6 +517,8 @@ def make_weights(name, family):
     def linear(out_f, in_f, gain=1.0):
         return normal((out_f, in_f), gain / np.sqrt(in_f))
 
+    if mt == "gpt_oss":
+        return gpt_oss_weights(c, rng, normal, norm, linear)
     w = {}
     # Gemma scales embeddings by sqrt(hidden) itself; the others get unit-scale embeddings.
     w["model.embed_tokens.weight"] = normal((vocab, hidden), 1.0 / np.sqrt(hidden) if gemma else 1.0)
@@ -522,11 +567,62 @@ def make_weights(name, family):
         w["lm_head.weight"] = linear(vocab, hidden, gain=4.0)
     return w
 
+# e2m1 magnitudes (MXFP4's element type)
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
+
+
+def mxfp4_grid(rng, out_f, in_f, exponents):
+    """[out_f, in_f] weights on the MXFP4 grid: per block of 32 inputs, e2m1 values times 2^s
+    (s drawn from exponents), with a +-6 in every block so that the block's largest magnitude
+    is 6 * 2^s and the ggml quantizer picks exactly that scale."""
+    blocks = in_f // 32
+    mags = E2M1[rng.integers(0, 8, size=(out_f, blocks, 32))]
+    mags[np.arange(out_f)[:, None], np.arange(blocks)[None, :], rng.integers(0, 32, size=(out_f, blocks))] = 6.0
+    signs = np.where(rng.integers(0, 2, size=(out_f, blocks, 32)) == 1, np.float32(-1), np.float32(1))
+    scale = np.float32(2.0) ** rng.choice(exponents, size=(out_f, blocks, 1)).astype(np.float32)
+    return bf16_grid((mags * signs * scale).reshape(out_f, in_f))
+
+
+def gpt_oss_weights(c, rng, normal, norm, linear):
+    """gpt-oss's tensors under the hub checkpoint's names (experts unquantized: gate_up_proj
+    [experts, hidden, 2 * ff] with gate and up columns interleaved, down_proj [experts, ff, hidden])."""
+    hidden, heads, kv, head_dim = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    experts, ff, vocab = c["num_local_experts"], c["intermediate_size"], c["vocab_size"]
+    w = {"model.embed_tokens.weight": normal((vocab, hidden), 1.0)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        for proj, rows in (("q_proj", heads * head_dim), ("k_proj", kv * head_dim), ("v_proj", kv * head_dim)):
+            w[p + f"self_attn.{proj}.weight"] = linear(rows, hidden)
+            w[p + f"self_attn.{proj}.bias"] = normal((rows,), 0.5)
+        w[p + "self_attn.o_proj.weight"] = linear(hidden, heads * head_dim, gain=3.0)
+        w[p + "self_attn.o_proj.bias"] = normal((hidden,), 0.5)
+        # sinks of a few units: some heads put most of their weight on the sink
+        w[p + "self_attn.sinks"] = normal((heads,), 2.0)
+        w[p + "mlp.router.weight"] = linear(experts, hidden, gain=4.0)
+        w[p + "mlp.router.bias"] = normal((experts,), 1.0)
+        gate_up = np.empty((experts, hidden, 2 * ff), dtype=np.float32)
+        down = np.empty((experts, ff, hidden), dtype=np.float32)
+        for e in range(experts):
+            gate_up[e, :, 0::2] = mxfp4_grid(rng, ff, hidden, [-5, -4]).T
+            gate_up[e, :, 1::2] = mxfp4_grid(rng, ff, hidden, [-5, -4]).T
+            down[e] = mxfp4_grid(rng, hidden, ff, [-6, -5]).T
+        w[p + "mlp.experts.gate_up_proj"] = gate_up
+        # gate/up biases of a few units, so that some gates pass the limit of 7 (the clamp bites)
+        w[p + "mlp.experts.gate_up_proj_bias"] = normal((experts, 2 * ff), 4.0)
+        w[p + "mlp.experts.down_proj"] = down
+        w[p + "mlp.experts.down_proj_bias"] = normal((experts, hidden), 0.5)
+        w[p + "input_layernorm.weight"] = norm(hidden)
+        w[p + "post_attention_layernorm.weight"] = norm(hidden)
+    w["model.norm.weight"] = norm(hidden)
+    w["lm_head.weight"] = linear(vocab, hidden, gain=4.0)
+    return w
+
+
 # ---------------------------------------------------------------------------------------------
 # GGUF, as llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's llama.cpp) writes it
 # ---------------------------------------------------------------------------------------------
 
-GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen3_moe": "qwen3moe", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+GGUF_ARCH = {"gpt_oss": "gpt-oss", "llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen3_moe": "qwen3moe", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
              "gemma3_text": "gemma3", "phi3": "phi3"}
 # tokenizer.ggml.pre the converter picks for each byte-level BPE tokenizer (from the hash of
 # its encoding of a test string; the byte identity check catches any change)
@@ -838,6 +934,11 @@ def write_gguf(name, family, hf_dir, spec, cfg, weights, outtype, path):
 # ---------------------------------------------------------------------------------------------
 
 
+# families whose GGUF only llama.cpp's converter writes (scripts/make-family-reference.py
+# --write-gguf puts its F32, F16 and MXFP4 files into the family directory)
+CONVERTER_ONLY = {"gpt-oss"}
+
+
 def write_json(path, value):
     path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -898,7 +999,7 @@ def main(argv):
     for name in names:
         family = FAMILIES[name]
         spec, cfg, normalizer, weights = write_hf(name, family, out / name)
-        if not args.no_gguf:
+        if not args.no_gguf and name not in CONVERTER_ONLY:
             for outtype in ("f32", "f16"):
                 path = out / name / f"{name}.{outtype}.gguf"
                 write_gguf(name, family, out / name, spec, cfg, weights, outtype, path)

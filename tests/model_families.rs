@@ -20,7 +20,7 @@ use pagoda::gpu::{GpuContext, GpuOptions};
 use pagoda::model::architecture::ConfigError;
 use pagoda::model::llama::LlamaModel;
 use pagoda::model::testing::prefill_logits;
-use pagoda::model::{ChatMessage, ModelError, ModelFiles};
+use pagoda::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer};
 use pagoda::{Engine, Prompt, SamplingParams};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -498,5 +498,45 @@ fn qwen3_q8_0_from_llama_quantize_stays_close_to_transformers() {
             let scale = expected["top_values"][0].as_f64().unwrap().abs();
             assert!(worst <= 0.03 * scale, "{what}: {worst} against logits of {scale}");
         }
+    }
+}
+
+/// gpt-oss's harmony template, as its GGUF carries it, renders as transformers renders it
+/// (with `strftime_now` reading the reference's fixed clock), and its tokenizer encodes the
+/// renderings and prompts to transformers' ids. The model itself does not run yet: its
+/// directory is refused by name.
+#[test]
+fn gpt_oss_renders_its_chat_template_as_transformers_does_and_is_refused() {
+    let reference = fixture("gpt-oss");
+    match ModelFiles::open(families_dir().join("gpt-oss")) {
+        Err(ModelError::Config(ConfigError::UnsupportedArchitecture(arch))) => assert_eq!(arch, "gpt_oss"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(reference["strftime_now_fixed"], "2026-01-15T12:00:00");
+    let tokens = &reference["tokens"];
+    let source = reference["gguf"]["metadata"]["tokenizer.chat_template"]["value"].as_str().unwrap();
+    let template = ChatTemplate::new(
+        source,
+        tokens["bos_token"].as_str().unwrap(),
+        tokens["eos_token"].as_str().unwrap(),
+    )
+    .unwrap();
+    template.fix_clock(1_768_478_400);
+    let tokenizer = Tokenizer::from_hf_dir(families_dir().join("gpt-oss")).unwrap();
+    for case in reference["chat"].as_array().unwrap() {
+        let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
+        let text = template.render(&messages, case["add_generation_prompt"].as_bool().unwrap()).unwrap();
+        assert_eq!(text, case["text"].as_str().unwrap(), "gpt-oss: chat render");
+        assert_eq!(tokenizer.encode(&text, true).unwrap(), ids(&case["ids"]), "gpt-oss: chat ids");
+        assert_eq!(ids(&case["ids"]), ids(&case["ids_llama_cpp"]), "gpt-oss: llama.cpp agrees");
+    }
+    for prompt in reference["prompts"].as_array().unwrap() {
+        let text = prompt["text"].as_str().unwrap();
+        let encoded = if prompt["add_special_tokens"].as_bool().unwrap() {
+            tokenizer.encode_prompt(text)
+        } else {
+            tokenizer.encode(text, true)
+        };
+        assert_eq!(encoded.unwrap(), ids(&prompt["ids"]), "gpt-oss: {} prompt ids", prompt["name"]);
     }
 }

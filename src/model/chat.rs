@@ -1,5 +1,5 @@
 //! Chat templates (Jinja, rendered with minijinja the way HF transformers renders them:
-//! `trim_blocks` and `lstrip_blocks` on, `raise_exception` available, Python string methods).
+//! `trim_blocks` and `lstrip_blocks` on, `raise_exception` and `strftime_now` available, Python string methods).
 //!
 //! A template comes from a stranger's model file, so rendering is bounded: at most
 //! [`TEMPLATE_FUEL`] instructions, [`TEMPLATE_RECURSION_LIMIT`] levels of recursion,
@@ -20,6 +20,7 @@
 //! accepts and leaves a conversation that needs nothing untouched.
 
 mod budget;
+mod clock;
 mod polyfill;
 mod probe;
 mod rewrite;
@@ -143,6 +144,7 @@ pub struct ChatTemplate {
     source: String,
     capabilities: ChatCapabilities,
     tool_format: ToolFormat,
+    clock: clock::TemplateClock,
 }
 
 impl ChatTemplate {
@@ -159,6 +161,9 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, clip(&msg).to_owned()))
         });
+        let clock = clock::TemplateClock::system();
+        let template_clock = clock.clone();
+        env.add_function("strftime_now", move |format: String| template_clock.strftime_now(&format));
         env.add_template_owned(TEMPLATE_NAME, rewritten).map_err(syntax)?;
         let mut template = Self {
             env,
@@ -167,6 +172,7 @@ impl ChatTemplate {
             source: source.to_owned(),
             capabilities: ChatCapabilities::default(),
             tool_format: ToolFormat::Hermes,
+            clock,
         };
         let none = TemplateKwargs::new();
         template.capabilities = ChatCapabilities::probe(&|messages, tools| {
@@ -174,6 +180,12 @@ impl ChatTemplate {
         });
         template.tool_format = ToolFormat::of(source, template.capabilities.tools);
         Ok(template)
+    }
+
+    /// Makes `strftime_now` (which renders the system time in UTC otherwise) render
+    /// `unix_seconds` instead, for reproducible prompts.
+    pub fn fix_clock(&self, unix_seconds: i64) {
+        self.clock.fix(unix_seconds);
     }
 
     /// The template's Jinja source.

@@ -5,8 +5,8 @@
 //!   format, in the system text;
 //! - a system text the template refuses opens the next user turn (or becomes one);
 //! - tool calls the template drops (or refuses more than one of) are written into the
-//!   assistant's text in the model's tool format, and tool results it refuses become user
-//!   turns in `<tool_response>` tags;
+//!   assistant's text in the model's tool format, and tool results it refuses (or that answer
+//!   calls written out) become user turns in `<tool_response>` tags;
 //! - where the template wants user and assistant turns to alternate, turns of the same
 //!   role in a row are merged.
 //!
@@ -42,8 +42,14 @@ pub(super) fn polyfill<'a>(
         false => (Cow::Borrowed(messages), tools),
         true => {
             let mut out = with_prompt(messages, prompt);
+            // results of calls written out as text cannot follow them as tool messages (a
+            // template such as gpt-oss's names a result after its call)
+            let mut after_text_calls = false;
             for message in &mut out {
-                write_out_tools(caps, format, message);
+                if message.role == "assistant" {
+                    after_text_calls = calls_as_text(caps, message);
+                }
+                write_out_tools(caps, format, message, after_text_calls);
             }
             let mut out = fold_system(caps, out);
             if !caps.non_alternating {
@@ -117,8 +123,14 @@ fn with_prompt(messages: &[ChatMessage], prompt: Option<String>) -> Vec<ChatMess
 }
 
 /// Writes an assistant's calls into its text, and a tool result as a user turn, where the
-/// template does not render them.
-fn write_out_tools(caps: &ChatCapabilities, format: ToolFormat, message: &mut ChatMessage) {
+/// template does not render them (or, `after_text_calls`, the calls it answers were written
+/// out).
+fn write_out_tools(
+    caps: &ChatCapabilities,
+    format: ToolFormat,
+    message: &mut ChatMessage,
+    after_text_calls: bool,
+) {
     if message.role == "assistant" && calls_as_text(caps, message) {
         let calls: Vec<String> = std::mem::take(&mut message.tool_calls)
             .iter()
@@ -128,7 +140,7 @@ fn write_out_tools(caps: &ChatCapabilities, format: ToolFormat, message: &mut Ch
             })
             .collect();
         message.content = joined(message.content.trim(), &calls.join("\n"));
-    } else if message.role == "tool" && !caps.tool_responses {
+    } else if message.role == "tool" && (!caps.tool_responses || after_text_calls) {
         message.role = "user".into();
         message.content = format!("<tool_response>\n{}\n</tool_response>", message.content);
         message.tool_call_id = None;
