@@ -965,16 +965,16 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 10 single kernels (the
-    /// LoRA shrink and expand among them), 2
-    /// embeddings and 924 linears for each of the 15 weight types (132 on each of the five
+    /// How many variants the portability and contract tests build: 12 single kernels (the
+    /// LoRA shrink and expand, the experts' scatter and combine among them), 2
+    /// embeddings and 924 linears for each of the 16 weight types (132 on each of the five
     /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
     /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
     /// with each of the 3 trees), and 50 RoPE and attention variants for each of the 3 KV
     /// formats. Adding an option multiplies this: a new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 10 + 15 * (2 + 924) + 3 * 50);
+        assert_eq!(all_variants().len(), 12 + 16 * (2 + 924) + 3 * 50);
     }
 
     #[test]

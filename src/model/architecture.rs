@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::gguf::{GgufError, GgufFile};
 use super::layer_pattern::{InvalidPattern, gguf_sliding_layers, period_flags, windows};
-use super::moe::MoeConfig;
+use super::moe::{MoeConfig, MoeConfigError};
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,6 +246,17 @@ pub enum ConfigError {
     /// Reading GGUF metadata failed.
     #[error(transparent)]
     Gguf(#[from] GgufError),
+}
+
+impl From<MoeConfigError> for ConfigError {
+    fn from(e: MoeConfigError) -> Self {
+        match e {
+            MoeConfigError::MissingField(field) => Self::MissingField(field),
+            MoeConfigError::InvalidField { field, reason } => Self::InvalidField { field, reason },
+            MoeConfigError::Unsupported { field, reason } => Self::Unsupported { field, reason },
+            MoeConfigError::Gguf(e) => Self::Gguf(e),
+        }
+    }
 }
 
 impl From<InvalidPattern> for ConfigError {

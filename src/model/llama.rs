@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant, interleave_rope_rows};
 use super::files::ModelFiles;
+use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::lora::LoraTarget;
 use super::lora::bank::LoraSlots;
 use super::moe_layer::{MoeBuffers, MoeLayer};
@@ -66,26 +67,12 @@ enum GpuMlp {
     Experts(MoeLayer),
 }
 
-/// One gated MLP's weights (a dense layer's or one expert's).
-#[derive(Debug)]
-pub(super) struct GatedMlp {
-    pub(super) gate_up: GateUp,
-    pub(super) down_proj: Weight,
-}
-
 /// A projection writing columns `col0..` of the Q/K/V row, with its bias.
 #[derive(Debug)]
 struct QkvProjection {
     weight: Weight,
     bias: Option<Tensor>,
     col0: usize,
-}
-
-/// The MLP's gate and up projections: one gated weight when they share a type, else two.
-#[derive(Debug)]
-pub(super) enum GateUp {
-    Gated(Weight),
-    Split { gate: Weight, up: Weight },
 }
 
 /// A Llama-family model resident on the GPU, weights as stored (quantized stays quantized).
@@ -663,32 +650,6 @@ fn activation(c: &ModelConfig) -> GateActivation {
         MlpActivation::Silu => GateActivation::Silu,
         MlpActivation::GeluTanh => GateActivation::GeluTanh,
     }
-}
-
-/// `out = act(gate_proj(h)) * up_proj(h)`; `split` holds the gate's and the up projection's
-/// outputs when they are two weights.
-pub(super) fn record_gate_up(
-    step: &mut Step<'_>,
-    gate_up: &GateUp,
-    act: GateActivation,
-    h: LinearInput<'_>,
-    out: &Tensor,
-    split: Option<&[Tensor; 2]>,
-) -> Result<(), LlamaError> {
-    match (gate_up, split) {
-        (GateUp::Gated(w), _) => step.linear_gated(h, w, act, out)?,
-        (GateUp::Split { gate, up }, Some([gate_out, up_out])) => {
-            step.linear(h, gate, gate_out)?;
-            step.linear(h, up, up_out)?;
-            step.gated_mul(act, gate_out, up_out, out)?;
-        }
-        (GateUp::Split { .. }, None) => {
-            return Err(LlamaError::InvalidBatch(
-                "a workspace made for another model: no gate/up buffers for this split MLP".into(),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Each token row's LoRA adapter for [`LlamaModel::forward_with_lora`].

@@ -4,6 +4,7 @@ pub mod architecture;
 pub mod chat;
 pub mod files;
 pub mod footprint;
+mod gated_mlp;
 pub mod gguf;
 pub mod gguf_split;
 pub mod gguf_vocab;

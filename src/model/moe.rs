@@ -7,8 +7,34 @@
 
 use serde_json::Value;
 
-use super::architecture::ConfigError;
-use super::gguf::GgufFile;
+use super::gguf::{GgufError, GgufFile};
+
+/// Why a config's experts were refused; `ConfigError` takes each case as its own.
+#[derive(Debug, thiserror::Error)]
+pub enum MoeConfigError {
+    /// A required field is absent.
+    #[error("model config is missing field {0:?}")]
+    MissingField(String),
+    /// A field has a value of the wrong type or out of range.
+    #[error("model config field {field:?} is invalid: {reason}")]
+    InvalidField {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A field that changes the experts' math in a way pagoda does not implement.
+    #[error("model config field {field:?} is not supported: {reason}")]
+    Unsupported {
+        /// The field.
+        field: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// Reading GGUF metadata failed.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+}
 
 /// How a router turns a token's logits into its experts' weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,10 +65,10 @@ pub struct MoeConfig {
 impl MoeConfig {
     /// The experts of an HF config (`qwen3_moe`, `mixtral`), `None` for a dense family.
     /// Qwen3-MoE's dense layers (`mlp_only_layers`, `decoder_sparse_step` > 1) are refused.
-    pub fn from_hf(architecture: &str, config: &Value) -> Result<Option<Self>, ConfigError> {
+    pub fn from_hf(architecture: &str, config: &Value) -> Result<Option<Self>, MoeConfigError> {
         let field = |name: &str| config.get(name).filter(|v| !v.is_null());
-        let count = |name: &str| -> Result<usize, ConfigError> {
-            let v = field(name).ok_or_else(|| ConfigError::MissingField(name.into()))?;
+        let count = |name: &str| -> Result<usize, MoeConfigError> {
+            let v = field(name).ok_or_else(|| MoeConfigError::MissingField(name.into()))?;
             v.as_u64().map(|n| n as usize).ok_or_else(|| invalid(name, format!("{v} is not a count")))
         };
         let moe = match architecture {
@@ -85,9 +111,9 @@ impl MoeConfig {
         architecture: &str,
         gguf: &GgufFile,
         feed_forward: usize,
-    ) -> Result<Option<Self>, ConfigError> {
+    ) -> Result<Option<Self>, MoeConfigError> {
         let key = |k: &str| format!("{architecture}.{k}");
-        let count = |k: &str| -> Result<Option<usize>, ConfigError> {
+        let count = |k: &str| -> Result<Option<usize>, MoeConfigError> {
             match gguf.get_int(&key(k))? {
                 None => Ok(None),
                 Some(v) => {
@@ -96,8 +122,8 @@ impl MoeConfig {
             }
         };
         let Some(num_experts) = count("expert_count")?.filter(|&n| n > 0) else { return Ok(None) };
-        let experts_per_token =
-            count("expert_used_count")?.ok_or_else(|| ConfigError::MissingField(key("expert_used_count")))?;
+        let experts_per_token = count("expert_used_count")?
+            .ok_or_else(|| MoeConfigError::MissingField(key("expert_used_count")))?;
         let expert_intermediate_size = count("expert_feed_forward_length")?.unwrap_or(feed_forward);
         let renormalize = gguf.get_bool(&key("expert_weights_norm"))?.unwrap_or(true);
         let moe = Self {
@@ -109,7 +135,7 @@ impl MoeConfig {
         moe.validate().map(Some)
     }
 
-    fn validate(self) -> Result<Self, ConfigError> {
+    fn validate(self) -> Result<Self, MoeConfigError> {
         if self.num_experts == 0 || self.expert_intermediate_size == 0 {
             return Err(invalid("num_experts", "experts and their width must be positive".into()));
         }
@@ -187,12 +213,12 @@ pub fn group_by_expert(moe: &MoeConfig, logits: &[f32]) -> Vec<ExpertRows> {
     groups
 }
 
-fn invalid(field: &str, reason: String) -> ConfigError {
-    ConfigError::InvalidField { field: field.into(), reason }
+fn invalid(field: &str, reason: String) -> MoeConfigError {
+    MoeConfigError::InvalidField { field: field.into(), reason }
 }
 
-fn unsupported(field: &str, reason: &str) -> ConfigError {
-    ConfigError::Unsupported { field: field.into(), reason: reason.into() }
+fn unsupported(field: &str, reason: &str) -> MoeConfigError {
+    MoeConfigError::Unsupported { field: field.into(), reason: reason.into() }
 }
 
 #[cfg(test)]
@@ -248,10 +274,13 @@ mod tests {
         assert_eq!(m.rule, RouterRule::SoftmaxTopK { renormalize: true });
         let mut dense = q.clone();
         dense["mlp_only_layers"] = serde_json::json!([0]);
-        assert!(matches!(MoeConfig::from_hf("qwen3_moe", &dense), Err(ConfigError::Unsupported { .. })));
+        assert!(matches!(MoeConfig::from_hf("qwen3_moe", &dense), Err(MoeConfigError::Unsupported { .. })));
         let mut too_many = q.clone();
         too_many["num_experts_per_tok"] = serde_json::json!(9);
-        assert!(matches!(MoeConfig::from_hf("qwen3_moe", &too_many), Err(ConfigError::InvalidField { .. })));
+        assert!(matches!(
+            MoeConfig::from_hf("qwen3_moe", &too_many),
+            Err(MoeConfigError::InvalidField { .. })
+        ));
         assert_eq!(MoeConfig::from_hf("qwen3", &q).unwrap(), None);
         let x: Value =
             serde_json::json!({"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 64});

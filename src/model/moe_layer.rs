@@ -8,7 +8,7 @@
 //! own logits, every linear's row is reduced in one order whatever the rows beside it, and its
 //! slots are added in its own routing's order.
 
-use super::llama::{GatedMlp, LlamaError, record_gate_up};
+use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::moe::{MoeConfig, group_by_expert};
 use crate::gpu::{Elem, GateActivation, GpuContext, GpuError, Step, Tensor, Weight};
 
@@ -75,7 +75,7 @@ impl MoeLayer {
         h: &Tensor,
         buffers: &MoeBuffers,
         act: GateActivation,
-    ) -> Result<Step<'c>, LlamaError> {
+    ) -> Result<Step<'c>, GpuError> {
         step.linear(h, &self.router, &buffers.logits)?;
         let read = step.read(&buffers.logits);
         let ctx = step.ctx;
@@ -106,10 +106,10 @@ impl MoeLayer {
             step.gather_rows(h, &inputs.tokens, &rows)?;
             let act_out = step.scratch(Elem::F32, &[n, ff])?;
             let split = match mlp.gate_up {
-                super::llama::GateUp::Split { .. } => {
+                GateUp::Split { .. } => {
                     Some([step.scratch(Elem::F32, &[n, ff])?, step.scratch(Elem::F32, &[n, ff])?])
                 }
-                super::llama::GateUp::Gated(_) => None,
+                GateUp::Gated(_) => None,
             };
             record_gate_up(&mut step, &mlp.gate_up, act, (&rows).into(), &act_out, split.as_ref())?;
             let out = step.scratch(Elem::F32, &[n, hidden])?;

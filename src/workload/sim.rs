@@ -177,9 +177,10 @@ impl WorkloadRunner {
         }
         let host_s = if scheduled.is_empty() { 0.0 } else { self.executor.config().cost.host_step_s };
         let (previous_start_s, previous_end_s) = self.last_step_s;
-        let start_s = match self.in_flight.is_empty() {
+        // Scheduled while the previous step ran, unless that step ended before the clock
+        // (an idle gap jumped to the next arrival): then the host starts from the clock.
+        let start_s = match self.in_flight.is_empty() || previous_end_s <= self.clock_s {
             true => self.clock_s.max(previous_end_s) + host_s,
-            // Scheduled while the previous step ran.
             false => previous_end_s.max(previous_start_s + host_s),
         };
         let exposed_s = (start_s - previous_end_s.max(self.clock_s)).clamp(0.0, host_s);
