@@ -576,24 +576,7 @@ impl GpuLayer {
         inputs: &Inputs,
         kv: KvLayer<'_>,
     ) -> Result<(), LlamaError> {
-        let c = &model.config;
-        let KvLayer { cache, index } = kv;
-        let window = c.layer_windows[index];
-        let inv_freq = match (&model.local_inv_freq, window) {
-            (Some(local), Some(_)) => local,
-            _ => &model.inv_freq,
-        };
-        let heads = c.num_attention_heads;
-        let rope = RopeCacheArgs {
-            positions: &inputs.positions,
-            inv_freq,
-            qk_norm: self.qk_norm.as_ref().map(|w| (w, c.rms_norm_eps)),
-            slot_mapping: &inputs.slots,
-            cache,
-            layer: index,
-            heads,
-            mode: model.rope_mode,
-        };
+        let rope = self.rope_args(model, inputs, kv);
         if self.qkv.iter().all(|p| step.fuses_rope_cache(h, &p.weight, p.bias.as_ref(), p.col0, &rope)) {
             for p in &self.qkv {
                 step.linear_rope_cache(h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0, &rope)?;
@@ -604,9 +587,7 @@ impl GpuLayer {
             }
             step.rope_cache(&a.qkv, &rope)?;
         }
-        let spec = AttentionSpec { heads, scale: c.attention_scale, window, softcap: c.attn_logit_softcap };
-        step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
-        Ok(())
+        self.paged_attention(step, model, a, inputs, kv)
     }
 
     /// [`Self::attention`] from the Q/K/V row already in `a.qkv`: RoPE, the K/V write and the
@@ -619,26 +600,53 @@ impl GpuLayer {
         inputs: &Inputs,
         kv: KvLayer<'_>,
     ) -> Result<(), LlamaError> {
+        step.rope_cache(&a.qkv, &self.rope_args(model, inputs, kv))?;
+        self.paged_attention(step, model, a, inputs, kv)
+    }
+
+    /// The RoPE-and-cache-write arguments of layer `kv.index` (its window's frequencies).
+    fn rope_args<'a>(
+        &'a self,
+        model: &'a LlamaModel,
+        inputs: &'a Inputs,
+        kv: KvLayer<'a>,
+    ) -> RopeCacheArgs<'a> {
         let c = &model.config;
         let KvLayer { cache, index } = kv;
-        let window = c.layer_windows[index];
-        let inv_freq = match (&model.local_inv_freq, window) {
+        let inv_freq = match (&model.local_inv_freq, c.layer_windows[index]) {
             (Some(local), Some(_)) => local,
             _ => &model.inv_freq,
         };
-        let heads = c.num_attention_heads;
-        let rope = RopeCacheArgs {
+        RopeCacheArgs {
             positions: &inputs.positions,
             inv_freq,
             qk_norm: self.qk_norm.as_ref().map(|w| (w, c.rms_norm_eps)),
             slot_mapping: &inputs.slots,
             cache,
             layer: index,
-            heads,
+            heads: c.num_attention_heads,
             mode: model.rope_mode,
+        }
+    }
+
+    /// `att = attention(q, k, v)` over the paged cache, Q/K/V in `a.qkv` after RoPE.
+    fn paged_attention(
+        &self,
+        step: &mut Step<'_>,
+        model: &LlamaModel,
+        a: &Activations,
+        inputs: &Inputs,
+        kv: KvLayer<'_>,
+    ) -> Result<(), LlamaError> {
+        let c = &model.config;
+        let KvLayer { cache, index } = kv;
+        let window = c.layer_windows[index];
+        let spec = AttentionSpec {
+            heads: c.num_attention_heads,
+            scale: c.attention_scale,
+            window,
+            softcap: c.attn_logit_softcap,
         };
-        step.rope_cache(&a.qkv, &rope)?;
-        let spec = AttentionSpec { heads, scale: c.attention_scale, window, softcap: c.attn_logit_softcap };
         step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
         Ok(())
     }
