@@ -112,6 +112,7 @@ impl EngineOptions {
             show_progress: false,
             sim_realtime: false,
             sim_faults: Vec::new(),
+            lora: None,
         })
     }
 }

@@ -70,7 +70,8 @@ impl From<EngineError> for Failure {
             | EngineError::BiasOutOfVocab { .. }
             | EngineError::PromptLogprobsUnsupported
             | EngineError::Config(_)
-            | EngineError::Sim(_) => PagodaStatus::InvalidArgument,
+            | EngineError::Sim(_)
+            | EngineError::Lora(_) => PagodaStatus::InvalidArgument,
             EngineError::Rejected(_) | EngineError::Overloaded { .. } => PagodaStatus::Rejected,
             EngineError::Tokenizer(_) | EngineError::Chat(_) | EngineError::Model(_) => PagodaStatus::Model,
             EngineError::Executor(_)
