@@ -61,9 +61,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
     for (var o = 0u; o < TM * TN * GATES; o++) {
         sums[o] = tree_add(lanes, narrow, red[o * WG + tree_lane(lanes, narrow)]);
     }
-    if (t == 0u) {
-        PLAIN ROWS COLS if (m0 + RRu < P.m && n + CCu < P.n_part) { emit(m0 + RRu, n + CCu, sums[RRu * TN + CCu]); }
-        GATED ROWS COLS if (m0 + RRu < P.m && n + CCu < P.n_part) { emit_gated(m0 + RRu, n + CCu, sums[RRu * TN + CCu], sums[(TM + RRu) * TN + CCu]); }
-        PAIRED ROWS PAIRS if (m0 + RRu < P.m && n + CCu < P.n_part) { emit_pair(m0 + RRu, n + CCu, sums[RRu * TN + CCu], sums[RRu * TN + DDu]); }
+    // The rows in a loop, not written out: one copy of the epilogue a column.
+    for (var r = 0u; t == 0u && r < min(TM, P.m - m0); r++) {
+        PLAIN COLS if (n + CCu < P.n_part) { emit(m0 + r, n + CCu, sums[r * TN + CCu]); }
+        GATED COLS if (n + CCu < P.n_part) { emit_gated(m0 + r, n + CCu, sums[r * TN + CCu], sums[(TM + r) * TN + CCu]); }
+        PAIRED PAIRS if (n + CCu < P.n_part) { emit_pair(m0 + r, n + CCu, sums[r * TN + CCu], sums[r * TN + DDu]); }
     }
 }
