@@ -167,8 +167,8 @@ pub enum EngineError {
     #[error("the engine stopped: {0}")]
     DeviceLost(String),
     /// An unknown LoRA adapter name, an adapter refused, or LoRA not enabled.
-    #[error("{0}")]
-    Lora(String),
+    #[error(transparent)]
+    Lora(#[from] lora::LoraError),
     /// The GPU could not be set up.
     #[error(transparent)]
     Gpu(#[from] GpuError),
@@ -205,6 +205,8 @@ struct RequestState {
     constraint: Option<ConstraintState>,
     /// Why its constraint failed; it ends with an error at its next output.
     constraint_error: Option<ConstraintError>,
+    /// The name of its LoRA adapter, for the per-adapter metrics.
+    lora: Option<String>,
 }
 
 /// The text side of the model: tokenizer, chat template and stop tokens.
@@ -527,6 +529,7 @@ impl Engine {
             arrival: Instant::now(),
             constraint,
             constraint_error: None,
+            lora: lora.as_ref().map(|lora| lora.name.clone()),
         };
         let request_id = self.next_request_id;
         let mut request =
@@ -714,13 +717,13 @@ impl Engine {
         core_output.new_logprobs.truncate(kept);
         match self.latencies.record(request_id, kept, (now - self.started).as_secs_f64()) {
             Some(Latency::FirstToken(seconds)) => {
-                self.metrics.prompt_tokens += state.num_prompt_tokens as u64;
+                self.metrics.record_prompt(state.lora.as_deref(), state.num_prompt_tokens as u64);
                 self.metrics.time_to_first_token.observe(seconds);
             }
             Some(Latency::InterToken(seconds)) => self.metrics.inter_token_latency.observe(seconds),
             None => {}
         }
-        self.metrics.generation_tokens += kept as u64;
+        self.metrics.record_generation(state.lora.as_deref(), kept as u64);
 
         let check_stops = state.num_output_tokens >= state.min_tokens;
         let mut finish_reason = core_output.finish_reason;
@@ -782,7 +785,7 @@ impl Engine {
     fn finish_metrics(&mut self, request_id: RequestId, reason: FinishReason, now: Instant) {
         self.latencies.finish(request_id);
         if let Some(state) = self.requests.remove(&request_id) {
-            self.metrics.finished.record(reason);
+            self.metrics.record_finish(state.lora.as_deref(), reason);
             self.metrics.e2e_request_latency.observe((now - state.arrival).as_secs_f64());
         }
     }
