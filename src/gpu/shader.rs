@@ -582,11 +582,9 @@ pub enum KernelVariant {
     ScatterRows,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
-    /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
-    LoraShrink,
-    /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
-    /// (`lora_expand.wgsl`).
-    LoraExpand,
+    /// Batched LoRA: each row times its adapter's `A`, then `B`, scaled and added, over a
+    /// group of targets (`lora_apply.wgsl`).
+    LoraApply,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -669,8 +667,7 @@ impl KernelVariant {
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
             Self::MoeCombine => "moe_combine".into(),
-            Self::LoraShrink => "lora_shrink".into(),
-            Self::LoraExpand => "lora_expand".into(),
+            Self::LoraApply => "lora_apply".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
@@ -801,7 +798,7 @@ impl KernelVariant {
             | Self::ScatterRows
             | Self::MoeCombine => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
-            Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
+            Self::LoraApply => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } => AttentionParams::LAYOUT,
@@ -820,8 +817,7 @@ impl KernelVariant {
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
-            Self::LoraShrink => slots::lora_shrink::ALL,
-            Self::LoraExpand => slots::lora_expand::ALL,
+            Self::LoraApply => slots::lora_apply::ALL,
             Self::TopK => slots::top_k::ALL,
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
@@ -878,8 +874,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
         KernelVariant::MoeCombine,
-        KernelVariant::LoraShrink,
-        KernelVariant::LoraExpand,
+        KernelVariant::LoraApply,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];

@@ -121,21 +121,14 @@ binding_slots! {
         X = 1,
         Y = 2,
     }
-    /// `shaders/lora_shrink.wgsl` (with `lora_common.wgsl`).
-    lora_shrink {
+    /// `shaders/lora_apply.wgsl` (with `lora_common.wgsl`).
+    lora_apply {
         AB = 1,
         TABLE = 2,
         ROWS = 3,
         X = 4,
         T = 5,
-    }
-    /// `shaders/lora_expand.wgsl` (with `lora_common.wgsl`).
-    lora_expand {
-        AB = 1,
-        TABLE = 2,
-        ROWS = 3,
-        T = 4,
-        Y = 5,
+        Y = 6,
     }
     /// `shaders/top_k.wgsl`.
     top_k {
