@@ -1,7 +1,7 @@
-// The parameters and bindings of the batched LoRA kernel (lora_apply.wgsl). Each row of the
-// batch names its adapter's slot in ROWS (NO_SLOT: none); TABLE holds per slot and target four
-// words: the offsets of its A ([rank, k]) and B ([n, rank]) in AB, its rank (0: the adapter
-// does not touch this target) and its scale's bits.
+// The parameters, bindings and flat index of the batched LoRA kernels (lora_shrink.wgsl,
+// lora_expand.wgsl). Each row of the batch names its adapter's slot in ROWS (NO_SLOT: none);
+// TABLE holds per slot and target four words: the offsets of its A ([rank, k]) and B
+// ([n, rank]) in AB, its rank (0: the adapter does not touch this target) and its scale's bits.
 struct LoraParams {
     m: u32,
     k: u32,
@@ -11,9 +11,6 @@ struct LoraParams {
     y0: u32,
     which: u32,
     targets: u32,
-    count: u32,
-    n_first: u32,
-    ldt: u32,
 }
 
 const NO_SLOT: u32 = 0xffffffffu;
@@ -23,7 +20,11 @@ const NO_SLOT: u32 = 0xffffffffu;
 @group(0) @binding(SLOT_TABLE) var<storage, read> TABLE: array<u32>;
 @group(0) @binding(SLOT_ROWS) var<storage, read> ROWS: array<u32>;
 
-// The table entry of `slot` for target `which` (`target` is a WGSL keyword).
-fn entry(slot: u32, which: u32) -> u32 {
-    return (slot * P.targets + which) * 4u;
+fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+// The table entry of `slot` for this dispatch's target.
+fn entry(slot: u32) -> u32 {
+    return (slot * P.targets + P.which) * 4u;
 }

@@ -1,8 +1,8 @@
-//! The batched LoRA product (punica's shrink and expand, as vLLM runs it, in one dispatch):
-//! every row of a batch names the slot of its adapter (or [`NO_LORA`]), and the delta
-//! `scale · B (A x)` of each target of a group sharing an input (a layer's Q, K and V) is added
-//! to the base linear's output row by row. Each value is one fma chain in a fixed order over the
-//! row's own adapter, so a row's bits never depend on the other rows' adapters or on the batch.
+//! The batched LoRA product (punica's shrink and expand, as vLLM runs it): every row of a
+//! batch names the slot of its adapter (or [`NO_LORA`]), and a target's delta
+//! `scale · B (A x)` is added to the base linear's output row by row. Each output is one fma
+//! chain in a fixed order over the row's own adapter, so a row's bits never depend on the other
+//! rows' adapters or on the batch.
 
 use super::bind_cache::Binding;
 use super::shader::KernelVariant;
@@ -122,102 +122,101 @@ impl GpuContext {
     }
 }
 
-/// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]`, and the group of
-/// targets (`first`, `first + 1`, ...) that read the same input and write one output's
-/// consecutive column ranges, the first `first_width` wide and each other `width` wide.
+/// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]`, the target.
 #[derive(Debug, Clone, Copy)]
 pub struct LoraSite<'a> {
     /// The adapters.
     pub bank: &'a LoraBank,
     /// Each row's slot, or [`NO_LORA`].
     pub rows: &'a Tensor,
-    /// The group's first target in the bank.
-    pub first: usize,
-    /// Targets in the group.
-    pub count: usize,
-    /// Output columns of the first target.
-    pub first_width: usize,
-    /// Output columns of each later target.
-    pub width: usize,
-}
-
-impl LoraSite<'_> {
-    /// Output columns of the whole group.
-    pub fn columns(&self) -> usize {
-        self.first_width + (self.count - 1) * self.width
-    }
+    /// Which of the bank's targets.
+    pub target: usize,
 }
 
 impl Step<'_> {
-    /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` with `t[r, j] = Σ_k x[r, k] · A[j, k]`
-    /// over each target of the group and the adapter of each row `r` (rows without one, and
-    /// targets their adapter leaves alone, untouched): one dispatch, one workgroup a row, the
-    /// shrunk values in `t: f32 [M, ≥ count · max_rank]`; `x: f32 [M, K]`, `y: f32 [M, W]`.
-    pub fn lora_apply(
+    /// `t[r, j] = Σ_k x[r, k] · A[j, k]` for the adapter of each row `r` (0 for `j` past its
+    /// rank and for rows without one); `x: f32 [M, K]`, `t: f32 [M, max_rank]`.
+    pub fn lora_shrink(&mut self, site: LoraSite<'_>, x: &Tensor, t: &Tensor) -> Result<(), GpuError> {
+        let (m, k) = match *x.shape() {
+            [m, k] => (m, k),
+            _ => return Err(GpuError::Shape(format!("lora_shrink x: {:?} is not 2-D", x.shape()))),
+        };
+        let r = site.bank.max_rank;
+        t.expect("lora_shrink t", Elem::F32, &[m, r])?;
+        let params = self.lora_params(site, m, k, 0, 0, 0)?;
+        let bindings = [
+            Binding::tensor(slots::lora_shrink::X, x),
+            Binding::tensor(slots::lora_shrink::T, t),
+            Binding::tensor(slots::lora_shrink::AB, &site.bank.data),
+            Binding::tensor(slots::lora_shrink::TABLE, &site.bank.table),
+            Binding::tensor(slots::lora_shrink::ROWS, site.rows),
+        ];
+        let grid = self.grid_1d(KernelVariant::LoraShrink, m * r);
+        if m == 0 {
+            return Ok(());
+        }
+        self.dispatch(KernelVariant::LoraShrink, &params, bindings, grid)
+    }
+
+    /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` for `c < n` and the adapter of each row
+    /// `r` touching the target (other rows untouched); `t: f32 [M, max_rank]`, `y: f32 [M, W]`.
+    pub fn lora_expand(
         &mut self,
         site: LoraSite<'_>,
-        x: &Tensor,
         t: &Tensor,
         y: &Tensor,
         col0: usize,
+        n: usize,
     ) -> Result<(), GpuError> {
-        let (m, k) = match *x.shape() {
-            [m, k] => (m, k),
-            _ => return Err(GpuError::Shape(format!("lora_apply x: {:?} is not 2-D", x.shape()))),
+        let (m, width) = match *y.shape() {
+            [m, w] => (m, w),
+            _ => return Err(GpuError::Shape(format!("lora_expand y: {:?} is not 2-D", y.shape()))),
         };
-        let width = match *y.shape() {
-            [rows, w] if rows == m => w,
-            _ => return Err(GpuError::Shape(format!("lora_apply y: {:?} for {m} rows", y.shape()))),
-        };
-        let n = site.columns();
-        if site.count == 0 || site.first + site.count > site.bank.targets || col0 + n > width {
+        if col0 + n > width {
+            return Err(GpuError::Shape(format!("lora_expand: columns {col0}..{} of {width}", col0 + n)));
+        }
+        t.expect("lora_expand t", Elem::F32, &[m, site.bank.max_rank])?;
+        let params = self.lora_params(site, m, 0, n, width, col0)?;
+        let bindings = [
+            Binding::tensor(slots::lora_expand::T, t),
+            Binding::tensor(slots::lora_expand::Y, y),
+            Binding::tensor(slots::lora_expand::AB, &site.bank.data),
+            Binding::tensor(slots::lora_expand::TABLE, &site.bank.table),
+            Binding::tensor(slots::lora_expand::ROWS, site.rows),
+        ];
+        let grid = self.grid_1d(KernelVariant::LoraExpand, m * n);
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        self.dispatch(KernelVariant::LoraExpand, &params, bindings, grid)
+    }
+
+    fn lora_params(
+        &self,
+        site: LoraSite<'_>,
+        m: usize,
+        k: usize,
+        n: usize,
+        ldy: usize,
+        y0: usize,
+    ) -> Result<LoraParams, GpuError> {
+        site.rows.expect("lora rows", Elem::U32, &[m])?;
+        if site.target >= site.bank.targets {
             return Err(GpuError::Shape(format!(
-                "lora_apply: targets {}..{} of {}, columns {col0}..{} of {width}",
-                site.first,
-                site.first + site.count,
-                site.bank.targets,
-                col0 + n
+                "LoRA target {} of a bank of {}",
+                site.target, site.bank.targets
             )));
         }
-        site.rows.expect("lora rows", Elem::U32, &[m])?;
-        let ldt = match *t.shape() {
-            [rows, ldt] if rows == m && ldt >= site.count * site.bank.max_rank && t.elem() == Elem::F32 => {
-                ldt
-            }
-            _ => {
-                return Err(GpuError::Shape(format!(
-                    "lora_apply t: {:?} for {m} rows of {} shrunk values",
-                    t.shape(),
-                    site.count * site.bank.max_rank
-                )));
-            }
-        };
         let u = |v: usize| v as u32;
-        let params = LoraParams {
+        Ok(LoraParams {
             m: u(m),
             k: u(k),
             n: u(n),
             max_rank: u(site.bank.max_rank),
-            ldy: u(width),
-            y0: u(col0),
-            which: u(site.first),
+            ldy: u(ldy),
+            y0: u(y0),
+            which: u(site.target),
             targets: u(site.bank.targets),
-            count: u(site.count),
-            n_first: u(site.first_width),
-            ldt: u(ldt),
-        };
-        let bindings = [
-            Binding::tensor(slots::lora_apply::X, x),
-            Binding::tensor(slots::lora_apply::T, t),
-            Binding::tensor(slots::lora_apply::Y, y),
-            Binding::tensor(slots::lora_apply::AB, &site.bank.data),
-            Binding::tensor(slots::lora_apply::TABLE, &site.bank.table),
-            Binding::tensor(slots::lora_apply::ROWS, site.rows),
-        ];
-        let grid = self.grid_groups(m);
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
-        self.dispatch(KernelVariant::LoraApply, &params, bindings, grid)
+        })
     }
 }

@@ -582,9 +582,11 @@ pub enum KernelVariant {
     ScatterRows,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
-    /// Batched LoRA: each row times its adapter's `A`, then `B`, scaled and added, over a
-    /// group of targets (`lora_apply.wgsl`).
-    LoraApply,
+    /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
+    LoraShrink,
+    /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
+    /// (`lora_expand.wgsl`).
+    LoraExpand,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -667,7 +669,8 @@ impl KernelVariant {
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
             Self::MoeCombine => "moe_combine".into(),
-            Self::LoraApply => "lora_apply".into(),
+            Self::LoraShrink => "lora_shrink".into(),
+            Self::LoraExpand => "lora_expand".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue } => {
                 let path = match path {
@@ -798,7 +801,7 @@ impl KernelVariant {
             | Self::ScatterRows
             | Self::MoeCombine => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
-            Self::LoraApply => LoraParams::LAYOUT,
+            Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } => AttentionParams::LAYOUT,
@@ -817,7 +820,8 @@ impl KernelVariant {
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
-            Self::LoraApply => slots::lora_apply::ALL,
+            Self::LoraShrink => slots::lora_shrink::ALL,
+            Self::LoraExpand => slots::lora_expand::ALL,
             Self::TopK => slots::top_k::ALL,
             Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
                 (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
@@ -874,7 +878,8 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
         KernelVariant::MoeCombine,
-        KernelVariant::LoraApply,
+        KernelVariant::LoraShrink,
+        KernelVariant::LoraExpand,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];

@@ -512,16 +512,14 @@ impl GpuLayer {
         for p in &self.qkv {
             step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
         }
-        lora.add(
-            step,
-            &[LoraTarget::Q, LoraTarget::K, LoraTarget::V],
-            &a.h,
-            &a.qkv,
-            [c.q_size(), c.kv_size()],
-        )?;
+        let (q, kv) = (c.q_size(), c.kv_size());
+        for (target, col0, n) in [(LoraTarget::Q, 0, q), (LoraTarget::K, q, kv), (LoraTarget::V, q + kv, kv)]
+        {
+            lora.add(step, target, &a.h, &a.qkv, col0, n)?;
+        }
         self.attention_after_qkv(step, model, a, inputs, KvLayer { cache, index })?;
         step.linear(&a.att, &self.o_proj, &a.o)?;
-        lora.add(step, &[LoraTarget::O], &a.att, &a.o, [c.hidden_size; 2])?;
+        lora.add(step, LoraTarget::O, &a.att, &a.o, 0, c.hidden_size)?;
         self.add_residual(step, a, self.post_attn_norm.as_ref(), eps)?;
         step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
         let GpuMlp::Dense(mlp) = &self.mlp else {
@@ -537,12 +535,12 @@ impl GpuLayer {
         };
         let ff = c.intermediate_size;
         step.linear(&a.h, gate, gate_out)?;
-        lora.add(step, &[LoraTarget::Gate], &a.h, gate_out, [ff; 2])?;
+        lora.add(step, LoraTarget::Gate, &a.h, gate_out, 0, ff)?;
         step.linear(&a.h, up, up_out)?;
-        lora.add(step, &[LoraTarget::Up], &a.h, up_out, [ff; 2])?;
+        lora.add(step, LoraTarget::Up, &a.h, up_out, 0, ff)?;
         step.gated_mul(activation(c), gate_out, up_out, &a.act)?;
         step.linear(&a.act, &mlp.down_proj, &a.o)?;
-        lora.add(step, &[LoraTarget::Down], &a.act, &a.o, [c.hidden_size; 2])?;
+        lora.add(step, LoraTarget::Down, &a.act, &a.o, 0, c.hidden_size)?;
         self.add_residual(step, a, self.post_ffn_norm.as_ref(), eps)?;
         Ok(())
     }
@@ -721,29 +719,22 @@ struct LayerLora<'a> {
 }
 
 impl LayerLora<'_> {
-    /// `y += scale · B (A x)` of each row's adapter for `targets` (consecutive ones reading
-    /// `x`, writing consecutive columns of `y` from 0, the first `widths[0]` wide and each
-    /// other `widths[1]`), in one dispatch.
+    /// `y[:, col0..col0 + n] += scale · B (A x)` of each row's adapter for `target`.
     fn add(
         &self,
         step: &mut Step<'_>,
-        targets: &[LoraTarget],
+        target: LoraTarget,
         x: &Tensor,
         y: &Tensor,
-        widths: [usize; 2],
+        col0: usize,
+        n: usize,
     ) -> Result<(), LlamaError> {
-        if targets.iter().all(|t| self.touched & 1 << t.index() == 0) {
+        if self.touched & 1 << target.index() == 0 {
             return Ok(());
         }
-        let site = LoraSite {
-            bank: self.bank,
-            rows: self.rows,
-            first: targets[0].index(),
-            count: targets.len(),
-            first_width: widths[0],
-            width: widths[1],
-        };
-        step.lora_apply(site, x, self.shrunk, y, 0)?;
+        let site = LoraSite { bank: self.bank, rows: self.rows, target: target.index() };
+        step.lora_shrink(site, x, self.shrunk)?;
+        step.lora_expand(site, self.shrunk, y, col0, n)?;
         Ok(())
     }
 }

@@ -232,7 +232,8 @@ impl KernelVariant {
             Self::ScatterRows => vec![shader_file!("elementwise.wgsl"), shader_file!("scatter_rows.wgsl")],
             Self::MoeCombine => vec![shader_file!("elementwise.wgsl"), shader_file!("moe_combine.wgsl")],
             Self::TopK => vec![shader_file!("top_k.wgsl")],
-            Self::LoraApply => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_apply.wgsl")],
+            Self::LoraShrink => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_shrink.wgsl")],
+            Self::LoraExpand => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_expand.wgsl")],
             Self::Linear { .. } => self.linear_files(),
             Self::RopeCache { kv, qk_norm } => {
                 let norm = if qk_norm {

@@ -126,31 +126,24 @@ kernel_params! {
 }
 
 kernel_params! {
-    /// `shaders/lora_common.wgsl`, the batched LoRA kernel's.
+    /// `shaders/lora_common.wgsl`, shared by the LoRA shrink and expand.
     LoraParams {
         /// Rows of the batch.
         m: u32,
-        /// Input features of the targets (columns of `A`).
+        /// Input features of the target (columns of `A`).
         k: u32,
-        /// Output features of the group of targets (rows of their `B`s).
+        /// Output features of the target (rows of `B`).
         n: u32,
         /// Width of the shrunk rows (the largest rank a slot holds).
         max_rank: u32,
         /// Row stride of the output.
         ldy: u32,
-        /// First output column the group writes.
+        /// First output column the target writes.
         y0: u32,
-        /// The group's first target in the table (`target` is a WGSL keyword).
+        /// Which target of the table (`target` is a WGSL keyword).
         which: u32,
         /// Targets per slot in the table.
         targets: u32,
-        /// Targets in the group.
-        count: u32,
-        /// Output columns of the group's first target (each later one has an equal share of
-        /// the rest).
-        n_first: u32,
-        /// Row stride of the shrunk values.
-        ldt: u32,
     }
 }
 

@@ -121,14 +121,21 @@ binding_slots! {
         X = 1,
         Y = 2,
     }
-    /// `shaders/lora_apply.wgsl` (with `lora_common.wgsl`).
-    lora_apply {
+    /// `shaders/lora_shrink.wgsl` (with `lora_common.wgsl`).
+    lora_shrink {
         AB = 1,
         TABLE = 2,
         ROWS = 3,
         X = 4,
         T = 5,
-        Y = 6,
+    }
+    /// `shaders/lora_expand.wgsl` (with `lora_common.wgsl`).
+    lora_expand {
+        AB = 1,
+        TABLE = 2,
+        ROWS = 3,
+        T = 4,
+        Y = 5,
     }
     /// `shaders/top_k.wgsl`.
     top_k {

@@ -5,9 +5,6 @@ use super::{LoraAdapter, LoraError, LoraTarget, QkRows};
 use crate::gpu::{Elem, GpuContext, GpuError, LoraBank, LoraMatrices, Tensor};
 use crate::model::architecture::{ModelConfig, interleave_rope_rows};
 
-/// The most targets one LoRA dispatch serves: a layer's Q, K and V, which read one input.
-pub const LORA_GROUP: usize = 3;
-
 /// GPU slots for up to `max_loras` adapters of rank up to `max_rank`, for batches of up to
 /// `max_tokens` rows.
 #[derive(Debug)]
@@ -15,7 +12,7 @@ pub struct LoraSlots {
     layers: Vec<LoraBank>,
     /// `u32 [max_tokens]`: each row's slot.
     pub(crate) rows: Tensor,
-    /// `f32 [max_tokens, LORA_GROUP · max_rank]`: the shrunk rows of a group of targets.
+    /// `f32 [max_tokens, max_rank]`: the shrunk rows.
     pub(crate) shrunk: Tensor,
     max_rank: usize,
     /// Whether the model's Q and K rows are in interleaved RoPE order.
@@ -48,7 +45,7 @@ impl LoraSlots {
         Ok(Self {
             layers,
             rows: ctx.tensor(Elem::U32, &[max_tokens])?,
-            shrunk: ctx.tensor(Elem::F32, &[max_tokens, LORA_GROUP * max_rank])?,
+            shrunk: ctx.tensor(Elem::F32, &[max_tokens, max_rank])?,
             max_rank,
             qk_interleaved,
             touched: std::sync::Mutex::new(vec![vec![0; config.num_hidden_layers]; max_loras]),
