@@ -170,13 +170,12 @@ void pagoda_string_free(char *text);
 // `{"method": "ngram", "num_speculative_tokens": 4}`), `executor` (`"wgpu"`, `"sim"`), `seed`,
 // `backend`, `adapter` (the GPU's), `disable_features` (`"f16,subgroup"`), `webgpu_limits`,
 // and LoRA's (vLLM's names): `enable_lora`, `max_loras` (default 1), `max_lora_rank`
-// (default 16), `max_cpu_loras` (default `max_loras`). An unknown field is an error. On success `*out_engine` is the new handle, freed with
-// `pagoda_engine_free`.
+// (default 16), `max_cpu_loras` (default `max_loras`). An unknown field is an error. On
+// success `*out_engine` is the new handle, freed with `pagoda_engine_free`.
 //
 // # Safety
 // `options_json` is NULL or a NUL-terminated string; `out_engine` is NULL or writable.
-enum PagodaStatus pagoda_engine_new(const char *options_json,
-                                    struct PagodaEngine **out_engine);
+enum PagodaStatus pagoda_engine_new(const char *options_json, struct PagodaEngine **out_engine);
 
 // Frees an engine: its live requests end without further outputs. A handle freed twice,
 // or never created, is rejected with `PAGODA_STATUS_INVALID_HANDLE` (detected, not
