@@ -9,7 +9,7 @@ pub(crate) struct GatedMlp {
     pub(crate) gate_up: GateUp,
     pub(crate) down_proj: Weight,
     /// The gate's, up's and down's biases (gpt-oss's experts, kept as [`GateUp::Split`]).
-    pub(crate) biases: Option<[Tensor; 3]>,
+    pub(crate) biases: Option<Box<[Tensor; 3]>>,
 }
 
 /// The MLP's gate and up projections: one gated weight when they share a type, else two.
@@ -30,7 +30,8 @@ pub(crate) fn record_biased_expert(
     split: &[Tensor; 2],
     out: &Tensor,
 ) -> Result<(), GpuError> {
-    let (GateUp::Split { gate, up }, Some([gate_bias, up_bias, down_bias])) = (&mlp.gate_up, &mlp.biases)
+    let (GateUp::Split { gate, up }, Some([gate_bias, up_bias, down_bias])) =
+        (&mlp.gate_up, mlp.biases.as_deref())
     else {
         return Err(GpuError::Shape("a biased expert needs its gate and up apart, with biases".into()));
     };

@@ -895,7 +895,7 @@ impl Loader<'_> {
     fn gated_mlp(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GatedMlp, LlamaError> {
         let bias = |t: &TensorView<'_>| self.vectors(&t.shape, &[t], 0.0);
         let biases = match &w.biases {
-            Some([g, u, d]) => Some([bias(g)?, bias(u)?, bias(d)?]),
+            Some([g, u, d]) => Some(Box::new([bias(g)?, bias(u)?, bias(d)?])),
             None => None,
         };
         Ok(GatedMlp {
