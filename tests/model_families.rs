@@ -531,7 +531,8 @@ fn gpt_oss_continues_greedily_as_transformers_does() {
 /// The GGUF llama.cpp's converter writes of the tiny gpt-oss (and `llama-quantize`'s MXFP4 of
 /// it), where `scripts/family-reference.sh --only gpt-oss --quantize` made them (not in CI:
 /// skipped with a message when absent): the converter's file is the one the reference
-/// recorded, and both match transformers as the HF directory does.
+/// recorded, both match transformers as the HF directory does, and their vocabulary encodes
+/// the fixture's texts as llama.cpp does.
 #[test]
 fn gpt_oss_gguf_matches_transformers_where_present() {
     let reference = fixture("gpt-oss");
@@ -551,6 +552,18 @@ fn gpt_oss_gguf_matches_transformers_where_present() {
         assert_eq!(digest, reference.pointer(sha).unwrap().as_str().unwrap(), "{}", path.display());
         check_logits(&ctx, "gpt-oss", &path, 1e-3);
         check_greedy("gpt-oss", &path);
+        // its o200k vocabulary (`tokenizer.ggml.pre` gpt-4o) encodes as llama.cpp's llama-tokenize
+        let tokenizer = ModelFiles::open(&path).unwrap().tokenizer;
+        for case in
+            reference["chat"].as_array().unwrap().iter().chain(reference["prompts"].as_array().unwrap())
+        {
+            let text = case["text"].as_str().unwrap();
+            let encoded = match case.get("add_special_tokens").and_then(Value::as_bool) {
+                Some(true) => tokenizer.encode_prompt(text),
+                _ => tokenizer.encode(text, true),
+            };
+            assert_eq!(encoded.unwrap(), ids(&case["ids_llama_cpp"]), "gpt-oss GGUF: {text:?}");
+        }
     }
 }
 

@@ -507,7 +507,13 @@ impl<'a> LlamaWeights<'a> {
                     } else {
                         None
                     },
-                    ffn_norm: get(FfnNorm, &[h])?,
+                    // llama.cpp's gpt-oss names the MLP's input norm after HF's
+                    // `post_attention_layernorm`
+                    ffn_norm: if config.architecture == "gpt-oss" {
+                        file.checked(&format!("blk.{l}.post_attention_norm.weight"), &[h])?
+                    } else {
+                        get(FfnNorm, &[h])?
+                    },
                     post_norms: if config.sandwich_norms {
                         Some([get(PostAttnNorm, &[h])?, get(PostFfnNorm, &[h])?])
                     } else {
