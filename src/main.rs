@@ -1011,6 +1011,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         c.tie_word_embeddings,
         if model.chat_template.is_some() { "yes" } else { "no" },
     );
+    print_attention(c);
     print_footprint(&model)?;
     if let Some(template) = &model.chat_template {
         println!(
@@ -1021,6 +1022,35 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
     }
     print_weight_types(&model.weights);
     Ok(())
+}
+
+/// What a model's attention adds to plain causal attention (sliding windows per layer, sinks,
+/// rotary scaling), when it adds anything.
+fn print_attention(c: &pagoda::model::ModelConfig) {
+    let sliding: Vec<String> =
+        c.layer_windows.iter().enumerate().filter_map(|(l, w)| w.map(|w| format!("{l}:{w}"))).collect();
+    let mut parts = Vec::new();
+    if !sliding.is_empty() {
+        parts.push(format!("sliding windows (layer:keys) {}", sliding.join(" ")));
+    }
+    if c.attention_sinks {
+        parts.push("attention sinks".to_string());
+    }
+    if let Some(scaling) = &c.rope_scaling {
+        let name = match scaling {
+            pagoda::model::RopeScaling::Linear { .. } => "linear",
+            pagoda::model::RopeScaling::Llama3 { .. } => "llama3",
+            pagoda::model::RopeScaling::LongRope { .. } => "longrope",
+            pagoda::model::RopeScaling::Yarn { .. } => "yarn",
+        };
+        parts.push(format!("rope scaling {name}"));
+    }
+    if let Some(limit) = c.swiglu_limit {
+        parts.push(format!("clamped SwiGLU (limit {limit}) with biased experts"));
+    }
+    if !parts.is_empty() {
+        println!("  attention and MLP: {}", parts.join(", "));
+    }
 }
 
 /// A mixture of experts' experts and router, and every model's parameters and weight bytes, in

@@ -569,6 +569,8 @@ pub enum KernelVariant {
         /// The activation.
         act: GateActivation,
     },
+    /// gpt-oss's clamped SwiGLU of a gate and an up projection (`swiglu_clamped.wgsl`).
+    SwigluClamped,
     /// `a *= s`.
     Scale,
     /// `a = c * tanh(a / c)`.
@@ -632,6 +634,9 @@ pub enum KernelVariant {
         group: u32,
         /// How split-KV combines its partitions ([`Tree::Shared`] on the other paths).
         tree: Tree,
+        /// Each head's softmax has a learned sink logit (gpt-oss; `shaders/sink_logit.wgsl`
+        /// holds the formula), bound at `SINKS`.
+        sinks: bool,
     },
 }
 
@@ -669,6 +674,7 @@ impl KernelVariant {
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
             Self::MoeCombine => "moe_combine".into(),
+            Self::SwigluClamped => "swiglu_clamped".into(),
             Self::LoraShrink => "lora_shrink".into(),
             Self::LoraExpand => "lora_expand".into(),
             Self::TopK => "top_k".into(),
@@ -693,14 +699,19 @@ impl KernelVariant {
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
             }
-            Self::Attention { kv, head_dim, path, group, tree } => {
+            Self::Attention { kv, head_dim, path, group, tree, sinks } => {
                 let path = match path {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
                 };
                 let group = if *group > 1 { format!("/g{group}") } else { String::new() };
-                format!("attention/{}/hd{head_dim}/{path}{}{group}", kv.name(), tree.suffix())
+                format!(
+                    "attention/{}/hd{head_dim}/{path}{}{group}{}",
+                    kv.name(),
+                    tree.suffix(),
+                    if *sinks { "/sinks" } else { "" }
+                )
             }
         }
     }
@@ -799,7 +810,8 @@ impl KernelVariant {
             | Self::AddInPlace
             | Self::GatherRows
             | Self::ScatterRows
-            | Self::MoeCombine => ElementwiseParams::LAYOUT,
+            | Self::MoeCombine
+            | Self::SwigluClamped => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
             Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
@@ -820,6 +832,7 @@ impl KernelVariant {
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
+            Self::SwigluClamped => slots::swiglu_clamped::ALL,
             Self::LoraShrink => slots::lora_shrink::ALL,
             Self::LoraExpand => slots::lora_expand::ALL,
             Self::TopK => slots::top_k::ALL,
@@ -843,7 +856,8 @@ impl KernelVariant {
             },
             Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
             Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
-            Self::Attention { .. } => slots::attention::ALL,
+            Self::Attention { sinks: false, .. } => slots::attention::ALL,
+            Self::Attention { sinks: true, .. } => slots::attention_sinks::ALL,
         }
     }
 }
@@ -878,6 +892,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
         KernelVariant::MoeCombine,
+        KernelVariant::SwigluClamped,
         KernelVariant::LoraShrink,
         KernelVariant::LoraExpand,
         KernelVariant::TopK,
@@ -896,15 +911,20 @@ pub fn all_variants() -> Vec<KernelVariant> {
         out.push(KernelVariant::RopeCache { kv, qk_norm: false });
         out.push(KernelVariant::RopeCache { kv, qk_norm: true });
         for head_dim in TESTED_HEAD_DIMS {
-            let path = AttentionPath::PerQuery;
-            out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree: Tree::Shared });
-            for tree in Tree::all() {
-                let path = AttentionPath::SplitKv;
-                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree });
-            }
-            for group in 1..=ATTENTION_MAX_GROUP {
-                let path = AttentionPath::PerQuerySubgroup;
-                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree: Tree::Shared });
+            // sinks (gpt-oss) at its head dimension only
+            for sinks in [false, true].into_iter().take(1 + usize::from(head_dim == 64)) {
+                let path = AttentionPath::PerQuery;
+                let tree = Tree::Shared;
+                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree, sinks });
+                for tree in Tree::all() {
+                    let path = AttentionPath::SplitKv;
+                    out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree, sinks });
+                }
+                for group in 1..=ATTENTION_MAX_GROUP {
+                    let path = AttentionPath::PerQuerySubgroup;
+                    let tree = Tree::Shared;
+                    out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks });
+                }
             }
         }
     }
@@ -965,16 +985,18 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 12 single kernels (the
-    /// LoRA shrink and expand, the experts' scatter and combine among them), 2
+    /// How many variants the portability and contract tests build: 13 single kernels (the
+    /// LoRA shrink and expand, the experts' scatter and combine and gpt-oss's clamped SwiGLU
+    /// among them), 2
     /// embeddings and 924 linears for each of the 16 weight types (132 on each of the five
     /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
     /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
-    /// with each of the 3 trees), and 50 RoPE and attention variants for each of the 3 KV
-    /// formats. Adding an option multiplies this: a new dimension should come with a reason.
+    /// with each of the 3 trees), and 58 RoPE and attention variants for each of the 3 KV
+    /// formats (the 8 attention kernels with sinks at gpt-oss's head dimension 64 only).
+    /// Adding an option multiplies this: a new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 12 + 16 * (2 + 924) + 3 * 50);
+        assert_eq!(all_variants().len(), 13 + 16 * (2 + 924) + 3 * 58);
     }
 
     #[test]

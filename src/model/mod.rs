@@ -8,6 +8,7 @@ mod gated_mlp;
 pub mod gguf;
 pub mod gguf_split;
 pub mod gguf_vocab;
+pub mod gpt_oss;
 pub mod layer_pattern;
 pub mod llama;
 pub mod lora;
@@ -23,6 +24,7 @@ pub mod tensor;
 pub mod testing;
 pub mod tokenizer;
 pub mod weights;
+pub mod yarn;
 
 pub use architecture::{ModelConfig, RopeScaling, RopeVariant};
 pub use chat::{ChatMessage, ChatTemplate};
