@@ -580,6 +580,8 @@ pub enum KernelVariant {
     /// Rows of a matrix, each scaled, put at the rows an index list names (an expert's
     /// outputs, weighted, into their tokens' slots).
     ScatterRows,
+    /// Token ids copied between buffers by (source, destination) index pairs.
+    CopyIds,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
     /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
@@ -668,6 +670,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
+            Self::CopyIds => "copy_ids".into(),
             Self::MoeCombine => "moe_combine".into(),
             Self::LoraShrink => "lora_shrink".into(),
             Self::LoraExpand => "lora_expand".into(),
@@ -799,6 +802,7 @@ impl KernelVariant {
             | Self::AddInPlace
             | Self::GatherRows
             | Self::ScatterRows
+            | Self::CopyIds
             | Self::MoeCombine => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
             Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
@@ -819,6 +823,7 @@ impl KernelVariant {
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
+            Self::CopyIds => slots::copy_ids::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
             Self::LoraShrink => slots::lora_shrink::ALL,
             Self::LoraExpand => slots::lora_expand::ALL,
@@ -877,6 +882,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::AddInPlace,
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
+        KernelVariant::CopyIds,
         KernelVariant::MoeCombine,
         KernelVariant::LoraShrink,
         KernelVariant::LoraExpand,
@@ -965,8 +971,8 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 12 single kernels (the
-    /// LoRA shrink and expand, the experts' scatter and combine among them), 2
+    /// How many variants the portability and contract tests build: 13 single kernels (the
+    /// LoRA shrink and expand, the experts' scatter and combine and the token-id copy among them), 2
     /// embeddings and 924 linears for each of the 16 weight types (132 on each of the five
     /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
     /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
@@ -974,7 +980,7 @@ mod tests {
     /// formats. Adding an option multiplies this: a new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 12 + 16 * (2 + 924) + 3 * 50);
+        assert_eq!(all_variants().len(), 13 + 16 * (2 + 924) + 3 * 50);
     }
 
     #[test]
