@@ -36,7 +36,7 @@ enum Outstanding {
     /// Launched on the executor's pipeline at this instant, to be collected.
     Launched(Instant),
     /// Run (or failed to launch) already.
-    Done(StepResult),
+    Done(Box<StepResult>),
 }
 
 /// One step's result from the worker.
@@ -88,7 +88,7 @@ impl ExecutorWorker {
                         }
                         Job::Collect => {
                             let result = match outstanding.pop_front() {
-                                Some(Outstanding::Done(result)) => result,
+                                Some(Outstanding::Done(result)) => *result,
                                 Some(Outstanding::Launched(started)) => {
                                     let output = match executor.pipeline() {
                                         Some(pipeline) => pipeline.collect(),
@@ -193,7 +193,7 @@ fn run_or_launch(
         },
         None => executor.execute(scheduled, &mut StepMasks::ready(masks)),
     };
-    Outstanding::Done(finished(executor, output, started))
+    Outstanding::Done(Box::new(finished(executor, output, started)))
 }
 
 /// The result of a step `executor` started at `started` and just finished with `output`.

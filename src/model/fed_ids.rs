@@ -3,8 +3,7 @@
 //! copies from there the input ids of tokens that were not known when it was recorded, so no
 //! host round trip stands between the two submits.
 
-use super::llama::LlamaError;
-use crate::gpu::{Elem, Step, Tensor};
+use crate::gpu::{Elem, GpuError, Step, Tensor};
 
 /// The device's sampled ids and the tokens of a step that read them.
 #[derive(Debug, Clone, Copy)]
@@ -33,19 +32,17 @@ impl FedIds {
         tokens: usize,
         tile_rows: &[usize],
         k: usize,
-    ) -> Result<Self, LlamaError> {
+    ) -> Result<Self, GpuError> {
         let capacity = feed.sampled.len();
         if let Some(&(row, index)) =
             feed.inputs.iter().find(|&&(row, index)| row as usize >= capacity || index as usize >= tokens)
         {
-            return Err(LlamaError::InvalidBatch(format!(
+            return Err(GpuError::Shape(format!(
                 "input {index} of {tokens} fed from sampled row {row} of {capacity}"
             )));
         }
         if tile_rows.iter().sum::<usize>() > capacity {
-            return Err(LlamaError::InvalidBatch(format!(
-                "more logits rows than the {capacity} sampled ids"
-            )));
+            return Err(GpuError::Shape(format!("more logits rows than the {capacity} sampled ids")));
         }
         let inputs = Self::pairs(step, feed.inputs.iter().flat_map(|&(row, index)| [row, index]).collect())?;
         let mut first = 0;
@@ -59,15 +56,15 @@ impl FedIds {
     }
 
     /// `flat` (pairs, one after another) in a scratch tensor of the step.
-    fn pairs(step: &mut Step<'_>, flat: Vec<u32>) -> Result<Tensor, LlamaError> {
+    fn pairs(step: &mut Step<'_>, flat: Vec<u32>) -> Result<Tensor, GpuError> {
         let t = step.scratch(Elem::U32, &[flat.len() / 2, 2])?;
         step.write_u32(&t, &flat)?;
         Ok(t)
     }
 
     /// Copies the fed tokens' ids into the step's input ids.
-    pub(super) fn copy_in(&self, step: &mut Step<'_>, ids: &Tensor) -> Result<(), LlamaError> {
-        Ok(step.copy_ids(&self.sampled, &self.inputs, ids)?)
+    pub(super) fn copy_in(&self, step: &mut Step<'_>, ids: &Tensor) -> Result<(), GpuError> {
+        step.copy_ids(&self.sampled, &self.inputs, ids)
     }
 
     /// Copies head tile `tile`'s argmaxes (the first of each row's `k` top ids) into the
@@ -77,10 +74,10 @@ impl FedIds {
         step: &mut Step<'_>,
         tile: usize,
         top_ids: &Tensor,
-    ) -> Result<(), LlamaError> {
+    ) -> Result<(), GpuError> {
         match self.rows.get(tile) {
-            Some(pairs) => Ok(step.copy_ids(top_ids, pairs, &self.sampled)?),
-            None => Err(LlamaError::InvalidBatch(format!("head tile {tile} has no sampled-id rows"))),
+            Some(pairs) => step.copy_ids(top_ids, pairs, &self.sampled),
+            None => Err(GpuError::Shape(format!("head tile {tile} has no sampled-id rows"))),
         }
     }
 }

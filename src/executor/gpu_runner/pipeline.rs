@@ -49,10 +49,13 @@ struct Flight {
     retired: Vec<RequestId>,
 }
 
-/// A launched step: running, or collected ahead of its turn (its output and timing).
+/// A step's output and what it took.
+type Finished = (Result<ModelRunnerOutput, ExecutorError>, Option<StepTiming>);
+
+/// A launched step: running, or collected ahead of its turn.
 enum Slot {
     Flight(Box<Flight>),
-    Done(Result<ModelRunnerOutput, ExecutorError>, Option<StepTiming>),
+    Done(Box<Finished>),
 }
 
 /// The steps launched and not collected, oldest first, and the device's sampled ids.
@@ -85,14 +88,14 @@ impl GpuPipeline {
     fn latest_flight(&self) -> Option<&Flight> {
         self.slots.iter().rev().find_map(|slot| match slot {
             Slot::Flight(flight) => Some(flight.as_ref()),
-            Slot::Done(..) => None,
+            Slot::Done(_) => None,
         })
     }
 
     fn flights(&self) -> impl Iterator<Item = &Flight> {
         self.slots.iter().filter_map(|slot| match slot {
             Slot::Flight(flight) => Some(flight.as_ref()),
-            Slot::Done(..) => None,
+            Slot::Done(_) => None,
         })
     }
 
@@ -225,7 +228,7 @@ impl StepPipeline for WgpuExecutor {
             .enumerate()
             .filter_map(|(index, slot)| match slot {
                 Slot::Flight(flight) => Some(flight.samples.iter().map(move |s| (s.req_id, index))),
-                Slot::Done(..) => None,
+                Slot::Done(_) => None,
             })
             .flatten()
             .collect();
@@ -245,7 +248,7 @@ impl StepPipeline for WgpuExecutor {
         }
         let (requests, timing, result) = prepared?;
         if requests.is_empty() {
-            self.steps()?.slots.push_back(Slot::Done(Ok(result), Some(timing)));
+            self.steps()?.slots.push_back(Slot::Done(Box::new((Ok(result), Some(timing)))));
             return Ok(());
         }
         let started = Instant::now();
@@ -304,7 +307,8 @@ impl StepPipeline for WgpuExecutor {
 
     fn collect(&mut self) -> Result<ModelRunnerOutput, ExecutorError> {
         match self.steps()?.slots.pop_front() {
-            Some(Slot::Done(result, timing)) => {
+            Some(Slot::Done(done)) => {
+                let (result, timing) = *done;
                 self.last_timing = timing;
                 result
             }
@@ -323,7 +327,7 @@ impl StepPipeline for WgpuExecutor {
             settled.push_back(match slot {
                 Slot::Flight(flight) => {
                     let result = self.collect_flight(*flight);
-                    Slot::Done(result, self.last_timing)
+                    Slot::Done(Box::new((result, self.last_timing)))
                 }
                 done => done,
             });
