@@ -67,9 +67,11 @@ pub(super) struct GpuPipeline {
 
 impl GpuPipeline {
     /// True when `executor` can run steps ahead: a dense model without LoRA, speculative
-    /// decoding or kernel timing (each reads a step back as it runs or between steps).
+    /// decoding or kernel timing (each reads a step back as it runs or between steps), unless
+    /// `PAGODA_PIPELINE=off` keeps the serial step (for A/B runs).
     pub(super) fn fits(executor: &WgpuExecutor, scheduler: &SchedulerConfig) -> bool {
-        executor.model.config().moe.is_none()
+        let off = std::env::var("PAGODA_PIPELINE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"));
+        !off && executor.model.config().moe.is_none()
             && executor.lora.is_none()
             && executor.draft.is_none()
             && scheduler.speculative_config.is_none()
