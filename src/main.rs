@@ -948,6 +948,10 @@ fn print_report(report: &WorkloadReport) {
             "host time per step mean / p50", d.host_us_per_step, d.host_us_p50
         );
         println!(
+            "{:<32} {:.0} us / {:.0} us",
+            "device idle per step mean / p50", d.idle_us_per_step, d.idle_us_p50
+        );
+        println!(
             "{:<32} {:.1} / {:.1}",
             "dispatches / command buffers", d.dispatches_per_step, d.command_buffers_per_step
         );

@@ -328,9 +328,10 @@ impl Engine {
         let extra_eos_token_ids: Vec<TokenId> =
             model.config.eos_token_ids.iter().copied().filter(|&id| Some(id) != eos_token_id).collect();
         let tokenizer = Arc::new(model.tokenizer);
-        let executor = ExecutorWorker::spawn(executor);
+        let async_scheduling = scheduler.async_scheduling() && executor.supports_async_scheduling();
+        let executor = ExecutorWorker::spawn(executor, async_scheduling);
         Ok(Self {
-            async_scheduling: scheduler.async_scheduling() && executor.supports_async_scheduling(),
+            async_scheduling,
             scheduler,
             executor,
             in_flight: VecDeque::new(),

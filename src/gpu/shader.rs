@@ -582,6 +582,8 @@ pub enum KernelVariant {
     /// Rows of a matrix, each scaled, put at the rows an index list names (an expert's
     /// outputs, weighted, into their tokens' slots).
     ScatterRows,
+    /// Token ids copied between buffers by (source, destination) index pairs.
+    CopyIds,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
     /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
@@ -673,6 +675,7 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
+            Self::CopyIds => "copy_ids".into(),
             Self::MoeCombine => "moe_combine".into(),
             Self::SwigluClamped => "swiglu_clamped".into(),
             Self::LoraShrink => "lora_shrink".into(),
@@ -810,6 +813,7 @@ impl KernelVariant {
             | Self::AddInPlace
             | Self::GatherRows
             | Self::ScatterRows
+            | Self::CopyIds
             | Self::MoeCombine
             | Self::SwigluClamped => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
@@ -831,6 +835,7 @@ impl KernelVariant {
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
+            Self::CopyIds => slots::copy_ids::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
             Self::SwigluClamped => slots::swiglu_clamped::ALL,
             Self::LoraShrink => slots::lora_shrink::ALL,
@@ -891,6 +896,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::AddInPlace,
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
+        KernelVariant::CopyIds,
         KernelVariant::MoeCombine,
         KernelVariant::SwigluClamped,
         KernelVariant::LoraShrink,
@@ -985,9 +991,9 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 13 single kernels (the
-    /// LoRA shrink and expand, the experts' scatter and combine and gpt-oss's clamped SwiGLU
-    /// among them), 2
+    /// How many variants the portability and contract tests build: 14 single kernels (the
+    /// LoRA shrink and expand, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
+    /// the token-id copy among them), 2
     /// embeddings and 924 linears for each of the 16 weight types (132 on each of the five
     /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
     /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
@@ -996,7 +1002,7 @@ mod tests {
     /// Adding an option multiplies this: a new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 13 + 16 * (2 + 924) + 3 * 58);
+        assert_eq!(all_variants().len(), 14 + 16 * (2 + 924) + 3 * 58);
     }
 
     #[test]

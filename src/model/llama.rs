@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant, interleave_rope_rows};
+use super::fed_ids::{FedIds, IdFeed};
 use super::files::ModelFiles;
 use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::lora::LoraTarget;
@@ -22,8 +23,8 @@ use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, Weig
 use super::yarn::yarn_inv_freq;
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
-    Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, RopeCacheArgs, RopeMode, Step, Tensor, Weight,
-    llama3_freq_factors, rope_inv_freq,
+    Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step, StepInFlight,
+    StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -223,7 +224,31 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, None, Readback { top_k, full_logits })
+        self.forward_lora(ctx, ws, cache, batch, None, Readback { top_k, full_logits, feed: None })
+    }
+
+    /// [`Self::forward`] submitted without waiting for the device: the step runs while the
+    /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `feed.inputs`
+    /// name are copied on the device from `feed.sampled` (the step launched before this one
+    /// left its rows' argmaxes there), and this step leaves its own there. Not for a
+    /// mixture-of-experts model, whose steps read the router's choices back mid-step.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_launch(
+        &self,
+        ctx: &GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        top_k: usize,
+        full_logits: bool,
+        feed: IdFeed<'_>,
+    ) -> Result<ForwardInFlight, LlamaError> {
+        if self.config.moe.is_some() {
+            return Err(LlamaError::Unsupported("a mixture-of-experts step is read back as it runs".into()));
+        }
+        let readback = Readback { top_k, full_logits, feed: Some(feed) };
+        let (step, reads) = self.record_forward(ctx, ws, cache, batch, None, readback)?;
+        Ok(ForwardInFlight { step: step.submit_async()?, reads })
     }
 
     /// [`Self::forward`] with each token row's LoRA adapter: `lora.rows[t]` is the slot of
@@ -242,7 +267,7 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, Some(lora), Readback { top_k, full_logits })
+        self.forward_lora(ctx, ws, cache, batch, Some(lora), Readback { top_k, full_logits, feed: None })
     }
 
     fn forward_lora(
@@ -252,8 +277,22 @@ impl LlamaModel {
         cache: &KvCache,
         batch: &ForwardBatch,
         lora: Option<LoraRows<'_>>,
-        readback: Readback,
+        readback: Readback<'_>,
     ) -> Result<ForwardOutput, LlamaError> {
+        let (step, reads) = self.record_forward(ctx, ws, cache, batch, lora, readback)?;
+        Ok(reads.take(step.submit()?))
+    }
+
+    /// Records a step over `batch` up to its head's readbacks, not submitted yet.
+    fn record_forward<'c>(
+        &self,
+        ctx: &'c GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        lora: Option<LoraRows<'_>>,
+        readback: Readback<'_>,
+    ) -> Result<(Step<'c>, HeadReads), LlamaError> {
         ws.check(batch)?;
         let t = batch.input_ids.len();
         let mut step = ctx.step();
@@ -262,6 +301,12 @@ impl LlamaModel {
             Some(l) if l.rows.iter().any(|&s| s != NO_LORA) => Some(l.write(&mut step, t)?),
             _ => None,
         };
+        let k = readback.top_k.clamp(1, self.config.vocab_size);
+        let tile_rows: Vec<usize> = inputs.head.iter().map(|tile| tile.indices.len()).collect();
+        let fed = readback.feed.map(|feed| FedIds::write(&mut step, feed, t, &tile_rows, k)).transpose()?;
+        if let Some(fed) = &fed {
+            fed.copy_in(&mut step, &inputs.ids)?;
+        }
         let acts = ws.acts.rows(t)?;
         step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
         if let Some(scale) = self.config.embedding_scale {
@@ -271,22 +316,24 @@ impl LlamaModel {
             let lora = lora.as_ref().map(|l| l.layer(index));
             step = layer.record(step, self, &inputs, &acts, KvLayer { cache, index }, lora)?;
         }
-        self.record_head(step, &inputs, &acts, readback)
+        self.record_head(step, &inputs, &acts, readback, fed.as_ref())
     }
 
     /// Records the head — per tile of sampled rows: the rows gathered, the final norm, the
-    /// LM head and the top-k — then submits the step and reads back what `readback` asks for.
-    fn record_head(
+    /// LM head and the top-k (its argmaxes copied to `fed`'s sampled ids) — and the readbacks
+    /// `readback` asks for.
+    fn record_head<'c>(
         &self,
-        mut step: Step<'_>,
+        mut step: Step<'c>,
         inputs: &Inputs,
         acts: &Activations,
-        readback: Readback,
-    ) -> Result<ForwardOutput, LlamaError> {
-        let Readback { top_k, full_logits } = readback;
+        readback: Readback<'_>,
+        fed: Option<&FedIds>,
+    ) -> Result<(Step<'c>, HeadReads), LlamaError> {
+        let Readback { top_k, full_logits, .. } = readback;
         let k = top_k.clamp(1, self.config.vocab_size);
         let mut reads = Vec::new();
-        for tile in &inputs.head {
+        for (index, tile) in inputs.head.iter().enumerate() {
             let (indices, xr, hr, logits) = (&tile.indices, &tile.x_rows, &tile.h_rows, &tile.logits);
             let rows = indices.len();
             step.gather_rows(&acts.x, indices, xr)?;
@@ -298,18 +345,50 @@ impl LlamaModel {
             let top_values = step.scratch(Elem::F32, &[rows, k])?;
             let top_ids = step.scratch(Elem::U32, &[rows, k])?;
             step.top_k(logits, k, &top_values, &top_ids)?;
+            if let Some(fed) = fed {
+                fed.copy_out(&mut step, index, &top_ids)?;
+            }
             reads.push((step.read(&top_values), step.read(&top_ids), full_logits.then(|| step.read(logits))));
         }
-        let mut out = step.submit()?;
-        let mut output = ForwardOutput { k, top_values: Vec::new(), top_ids: Vec::new(), logits: None };
-        for (values_id, ids_id, logits_id) in reads {
+        Ok((step, HeadReads { k, reads }))
+    }
+}
+
+/// The readbacks of a step's head, tile by tile: top values, top ids, and the logits where
+/// asked for.
+#[derive(Debug)]
+struct HeadReads {
+    k: usize,
+    reads: Vec<(ReadbackId, ReadbackId, Option<ReadbackId>)>,
+}
+
+impl HeadReads {
+    /// The step's output from its readbacks.
+    fn take(self, mut out: StepOutput) -> ForwardOutput {
+        let mut output =
+            ForwardOutput { k: self.k, top_values: Vec::new(), top_ids: Vec::new(), logits: None };
+        for (values_id, ids_id, logits_id) in self.reads {
             output.top_values.extend(out.f32s(values_id));
             output.top_ids.extend(out.u32s(ids_id));
             if let Some(id) = logits_id {
                 output.logits.get_or_insert_with(Vec::new).extend(out.f32s(id));
             }
         }
-        Ok(output)
+        output
+    }
+}
+
+/// A step launched with [`LlamaModel::forward_launch`], running on the device.
+#[derive(Debug)]
+pub struct ForwardInFlight {
+    step: StepInFlight,
+    reads: HeadReads,
+}
+
+impl ForwardInFlight {
+    /// Waits for the step (not for steps launched after it) and reads its output back.
+    pub fn wait(self, ctx: &GpuContext) -> Result<ForwardOutput, LlamaError> {
+        Ok(self.reads.take(self.step.wait(ctx)?))
     }
 }
 
@@ -354,11 +433,13 @@ impl LlamaModel {
 }
 
 /// What a step reads back: the `top_k` candidates of each sampled row, and with
-/// `full_logits` the whole rows.
+/// `full_logits` the whole rows; where `feed` is set, its input ids come from the device's
+/// sampled ids, and its rows' argmaxes go there.
 #[derive(Debug, Clone, Copy)]
-struct Readback {
+struct Readback<'f> {
     top_k: usize,
     full_logits: bool,
+    feed: Option<IdFeed<'f>>,
 }
 
 /// A batch's inputs, written into the workspace: token ids, positions, KV slots, the

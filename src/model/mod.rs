@@ -2,6 +2,7 @@
 
 pub mod architecture;
 pub mod chat;
+pub mod fed_ids;
 pub mod files;
 pub mod footprint;
 mod gated_mlp;

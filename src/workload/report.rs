@@ -118,6 +118,14 @@ pub struct DeviceReport {
     pub buffers_created: u64,
     /// Bind groups created during the run (first sight of each shape only).
     pub bind_groups_created: u64,
+    /// How long the device sat idle before an engine step's submit (from the host seeing
+    /// the step before it done), mean over the run's engine steps after its first,
+    /// microseconds: 0 where each step is submitted before the one ahead is done.
+    #[serde(default)]
+    pub idle_us_per_step: f64,
+    /// The same, median.
+    #[serde(default)]
+    pub idle_us_p50: f64,
 }
 
 impl DeviceReport {
@@ -134,7 +142,16 @@ impl DeviceReport {
             pipelines_created: c.pipelines_created,
             buffers_created: c.buffers_created,
             bind_groups_created: c.bind_groups_created,
+            idle_us_per_step: 0.0,
+            idle_us_p50: 0.0,
         }
+    }
+
+    /// The report with `step_idle_times`, the device's idle time before each engine step.
+    pub fn with_idle(self, step_idle_times: &[Duration]) -> Self {
+        let mut micros: Vec<f64> = step_idle_times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
+        let mean = micros.iter().sum::<f64>() / micros.len().max(1) as f64;
+        Self { idle_us_per_step: mean, idle_us_p50: percentile(&mut micros, 0.5), ..self }
     }
 }
 
@@ -384,5 +401,7 @@ mod tests {
         assert_eq!(report.dispatches_per_step, 245.0);
         assert_eq!(report.command_buffers_per_step, 3.0);
         assert_eq!(DeviceReport::of(&GpuCounters::default(), &[]).host_us_p50, 0.0);
+        let idle = report.with_idle(&[0, 0, 900].map(Duration::from_micros));
+        assert_eq!((idle.idle_us_per_step, idle.idle_us_p50), (300.0, 0.0));
     }
 }

@@ -230,6 +230,7 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::ScatterRows => vec![shader_file!("elementwise.wgsl"), shader_file!("scatter_rows.wgsl")],
+            Self::CopyIds => vec![shader_file!("elementwise.wgsl"), shader_file!("copy_ids.wgsl")],
             Self::MoeCombine => vec![shader_file!("elementwise.wgsl"), shader_file!("moe_combine.wgsl")],
             Self::SwigluClamped => {
                 vec![shader_file!("elementwise.wgsl"), shader_file!("swiglu_clamped.wgsl")]

@@ -122,6 +122,12 @@ binding_slots! {
         SCALES = 3,
         OUT = 4,
     }
+    /// `shaders/copy_ids.wgsl`.
+    copy_ids {
+        SRC = 1,
+        PAIRS = 2,
+        OUT = 3,
+    }
     /// `shaders/moe_combine.wgsl`.
     moe_combine {
         X = 1,
