@@ -17,8 +17,8 @@ const DEFAULT_PROMPT_LOOKUP: usize = 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SpeculativeMethod {
-    /// Prompt lookup: the tokens that followed the latest n-gram's earlier occurrence in the
-    /// request's own prompt and output.
+    /// Prompt lookup: the tokens that followed the earliest earlier occurrence of the n-gram
+    /// ending the request's own prompt and output.
     Ngram,
     /// A smaller model with the same vocabulary (`model`) proposes greedily.
     DraftModel,
