@@ -57,7 +57,8 @@ impl Engine {
         }
         let lora = LoraRequest { id: self.loras.next_id, name: name.to_owned() };
         let (id, owned) = (lora.id, path.to_path_buf());
-        self.executor
+        self.steps
+            .executor()
             .call(move |executor| executor.load_lora(id, &owned))
             .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))
             .map_err(|e| EngineError::Lora(e.to_string()))?;
@@ -74,7 +75,8 @@ impl Engine {
             return Err(EngineError::Lora(format!("LoRA adapter {name:?} is in use by live requests")));
         }
         let id = lora.id;
-        self.executor
+        self.steps
+            .executor()
             .call(move |executor| executor.unload_lora(id))
             .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))
             .map_err(|e| EngineError::Lora(e.to_string()))?;
