@@ -885,6 +885,7 @@ fn print_report(report: &WorkloadReport) {
             "ITL mean / p50 / p99",
             format!("{} / {} / {}", ms(report.itl_mean_s), ms(report.itl_p50_s), ms(report.itl_p99_s)),
         ),
+        ("TPOT mean", ms(report.tpot_mean_s)),
         ("preemptions", report.num_preemptions.to_string()),
         ("recomputed tokens", report.num_recomputed_tokens.to_string()),
         ("prefix cache hit rate", format!("{:.1} %", report.prefix_cache_hit_rate * 100.0)),

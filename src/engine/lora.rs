@@ -91,7 +91,8 @@ impl Engine {
         }
         let lora = LoraRequest { id: self.loras.next_id, name: name.to_owned() };
         let (id, owned) = (lora.id, path.to_path_buf());
-        self.executor
+        self.steps
+            .executor()
             .call(move |executor| executor.load_lora(id, &owned))
             .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))
             .map_err(|e| match e {
@@ -113,7 +114,8 @@ impl Engine {
             return Err(LoraError::InUse(name.to_owned()).into());
         }
         let id = lora.id;
-        self.executor
+        self.steps
+            .executor()
             .call(move |executor| executor.unload_lora(id))
             .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))?;
         self.loras.by_name.remove(name);

@@ -49,6 +49,12 @@ pub struct WorkloadReport {
     pub itl_p50_s: f64,
     /// Inter-token latency, 99th percentile, seconds.
     pub itl_p99_s: f64,
+    /// Time per output token after the first (vLLM's TPOT: a finished request's time from
+    /// its first token to its last over its tokens after the first), mean over the finished
+    /// requests with two tokens or more, seconds. Unlike ITL it counts every token a step
+    /// brings, so it is the decode speed with speculative decoding too.
+    #[serde(default)]
+    pub tpot_mean_s: f64,
     /// Preemptions.
     pub num_preemptions: u64,
     /// Tokens computed a second time after preemptions.
@@ -278,6 +284,7 @@ impl WorkloadReport {
             itl_mean_s: mean(&itls),
             itl_p50_s: percentile(&mut itls, 0.50),
             itl_p99_s: percentile(&mut itls, 0.99),
+            tpot_mean_s: mean(&latencies.tpots),
             num_preemptions: stats.num_preemptions,
             num_recomputed_tokens: stats.num_recomputed_tokens,
             prefix_cache_hit_rate: stats.prefix_cache.hit_rate(),
@@ -310,6 +317,8 @@ pub struct Latencies {
     first_arrival_s: Option<f64>,
     ttfts: Vec<f64>,
     itls: Vec<f64>,
+    /// Each finished request's time per output token after the first.
+    tpots: Vec<f64>,
     /// Requests of conversations coming back ([`Latencies::returning`]), and their TTFTs.
     returning: HashSet<RequestId>,
     returning_ttfts: Vec<f64>,
@@ -318,13 +327,18 @@ pub struct Latencies {
 #[derive(Debug, Clone, Copy)]
 struct RequestClock {
     arrival_s: f64,
+    first_tokens_s: Option<f64>,
     last_tokens_s: Option<f64>,
+    num_tokens: usize,
 }
 
 impl Latencies {
     /// Starts the clock of `request_id`, which arrived at `arrival_s`.
     pub fn arrive(&mut self, request_id: RequestId, arrival_s: f64) {
-        self.clocks.insert(request_id, RequestClock { arrival_s, last_tokens_s: None });
+        self.clocks.insert(
+            request_id,
+            RequestClock { arrival_s, first_tokens_s: None, last_tokens_s: None, num_tokens: 0 },
+        );
         self.first_arrival_s = Some(self.first_arrival_s.map_or(arrival_s, |first| first.min(arrival_s)));
     }
 
@@ -336,7 +350,9 @@ impl Latencies {
             None => Latency::FirstToken(now_s - clock.arrival_s),
             Some(last) => Latency::InterToken(now_s - last),
         };
+        clock.first_tokens_s.get_or_insert(now_s);
         clock.last_tokens_s = Some(now_s);
+        clock.num_tokens += num_tokens;
         match latency {
             Latency::FirstToken(seconds) if self.returning.contains(&request_id) => {
                 self.ttfts.push(seconds);
@@ -354,9 +370,17 @@ impl Latencies {
         self.returning.insert(request_id);
     }
 
-    /// Stops the clock of a finished request.
+    /// Stops the clock of a finished request, recording its time per output token after the
+    /// first when it had two tokens or more.
     pub fn finish(&mut self, request_id: RequestId) {
-        self.clocks.remove(&request_id);
+        let Some(clock) = self.clocks.remove(&request_id) else {
+            return;
+        };
+        if let (Some(first), Some(last)) = (clock.first_tokens_s, clock.last_tokens_s)
+            && clock.num_tokens > 1
+        {
+            self.tpots.push((last - first) / (clock.num_tokens - 1) as f64);
+        }
     }
 
     /// The earliest arrival seen, if any.
@@ -383,6 +407,24 @@ pub fn percentile(values: &mut [f64], fraction: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tpot_counts_every_token_a_step_brings() {
+        let mut latencies = Latencies::default();
+        let (spec, single): (RequestId, RequestId) = (1, 2);
+        latencies.arrive(spec, 0.0);
+        latencies.arrive(single, 0.0);
+        assert_eq!(latencies.record(spec, 1, 1.0), Some(Latency::FirstToken(1.0)));
+        // A verify step bringing three tokens is one inter-token latency, three tokens of TPOT.
+        assert_eq!(latencies.record(spec, 3, 2.0), Some(Latency::InterToken(1.0)));
+        assert_eq!(latencies.record(spec, 2, 2.5), Some(Latency::InterToken(0.5)));
+        latencies.record(single, 1, 3.0);
+        latencies.finish(spec);
+        latencies.finish(single);
+        // (2.5 - 1.0) over the 5 tokens after the first; the one-token request has no TPOT.
+        assert_eq!(latencies.tpots, vec![0.3]);
+        assert_eq!(latencies.itls, vec![1.0, 0.5]);
+    }
 
     #[test]
     fn device_report_has_the_mean_over_steps_and_the_median_step() {
