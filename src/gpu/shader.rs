@@ -884,8 +884,12 @@ pub(crate) fn gemm_exchange_floats(rows_tile: u32) -> u32 {
     LINEAR_WG / 2 * LINEAR_GEMM_BANDS * rows_tile * LINEAR_KSPLIT_COLS
 }
 
-/// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
-/// prologues, epilogues, trees, KV formats and the tested head dimensions.
+/// The variants the portability and contract tests build: every kernel structure a linear
+/// path has (row tile, weight source, activation load, tree) for every weight type, each with
+/// one of the prologue and epilogue pairs in turn (so every type meets every pair), and every
+/// structure with every pair for [`FULL_CROSS_DTYPE`] (the prologues and epilogues are the same
+/// code whatever the weight type); the single kernels, embeddings, RoPE and attention variants
+/// in full.
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
@@ -905,12 +909,23 @@ pub fn all_variants() -> Vec<KernelVariant> {
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];
     paths.extend(SUBGROUP_SIZES.iter().map(|&sg| LinearPath::Sequential { subgroup: Some(sg) }));
-    for dtype in WEIGHT_DTYPES {
+    let pairs: Vec<_> = prologue_epilogue_pairs().collect();
+    for (index, dtype) in WEIGHT_DTYPES.into_iter().enumerate() {
         for source in WeightSource::ALL {
             out.push(KernelVariant::Embed { dtype, source });
         }
+        // Each type starts the turn of pairs elsewhere, so every path meets every pair.
+        let mut turn = index * 7;
         for &path in &paths {
-            out.extend(linear_variants(dtype, path));
+            for structure in linear_structures(dtype, path) {
+                if dtype == FULL_CROSS_DTYPE {
+                    out.extend(pairs.iter().map(|&(prologue, epilogue)| structure(prologue, epilogue)));
+                } else {
+                    let (prologue, epilogue) = pairs[turn % pairs.len()];
+                    out.push(structure(prologue, epilogue));
+                    turn += 1;
+                }
+            }
         }
     }
     for kv in [KvFormat::F32, KvFormat::F16Packed, KvFormat::F16Native] {
@@ -937,27 +952,37 @@ pub fn all_variants() -> Vec<KernelVariant> {
     out
 }
 
-/// Every linear variant of `dtype` on `path`.
-fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
+/// The weight type whose linear kernels the tests build with every prologue and epilogue on
+/// every structure: f32, the quickest to compose and validate (a Q4_K variant takes about six
+/// times as long: with it, this cross took most of the two shader tests' time).
+const FULL_CROSS_DTYPE: DType = DType::F32;
+
+/// Every (prologue, epilogue) pair, prologues outer.
+fn prologue_epilogue_pairs() -> impl Iterator<Item = (LinearPrologue, LinearEpilogue)> {
+    LinearPrologue::ALL.into_iter().flat_map(|p| LinearEpilogue::ALL.into_iter().map(move |e| (p, e)))
+}
+
+/// Every kernel structure of `dtype`'s linear variants on `path` (row tile, weight source,
+/// activation load, tree), each as the variant it is with a given prologue and epilogue.
+fn linear_structures(
+    dtype: DType,
+    path: LinearPath,
+) -> Vec<impl Fn(LinearPrologue, LinearEpilogue) -> KernelVariant> {
     let mut out = Vec::new();
     for &rows_tile in path.row_tiles() {
-        for prologue in LinearPrologue::ALL {
-            for epilogue in LinearEpilogue::ALL {
-                for &source in path.weight_sources() {
-                    for &x_load in path.x_loads() {
-                        for tree in path.trees(rows_tile) {
-                            out.push(KernelVariant::Linear {
-                                dtype,
-                                source,
-                                path,
-                                rows_tile,
-                                x_load,
-                                tree,
-                                prologue,
-                                epilogue,
-                            });
-                        }
-                    }
+        for &source in path.weight_sources() {
+            for &x_load in path.x_loads() {
+                for tree in path.trees(rows_tile) {
+                    out.push(move |prologue, epilogue| KernelVariant::Linear {
+                        dtype,
+                        source,
+                        path,
+                        rows_tile,
+                        x_load,
+                        tree,
+                        prologue,
+                        epilogue,
+                    });
                 }
             }
         }
@@ -993,16 +1018,48 @@ mod tests {
 
     /// How many variants the portability and contract tests build: 14 single kernels (the
     /// LoRA shrink and expand, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
-    /// the token-id copy among them), 2
-    /// embeddings and 924 linears for each of the 16 weight types (132 on each of the five
-    /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
-    /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
-    /// with each of the 3 trees), and 58 RoPE and attention variants for each of the 3 KV
-    /// formats (the 8 attention kernels with sinks at gpt-oss's head dimension 64 only).
-    /// Adding an option multiplies this: a new dimension should come with a reason.
+    /// the token-id copy among them), 2 embeddings for
+    /// each of the 16 weight types, the linear structures (30 on the five sequential paths: 3
+    /// row tiles x 2 weight sources; 12 on the K-split path: 4 row tiles x 2 activation loads,
+    /// the GEMV's with each of the 3 trees) once for 15 types and with all 22 prologue and
+    /// epilogue pairs for f32, and 58 RoPE and attention variants for each of the 3 KV
+    /// formats (the 8 attention kernels with sinks at gpt-oss's head dimension 64 only). Adding an option multiplies this: a new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 14 + 16 * (2 + 924) + 3 * 58);
+        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * 58);
+    }
+
+    /// Every weight type meets every prologue and epilogue pair, and every linear structure
+    /// meets every pair (with f32 at least).
+    #[test]
+    fn the_sampled_linears_cover_every_type_pair_and_structure_pair() {
+        use super::{LinearEpilogue, LinearPrologue, WEIGHT_DTYPES};
+        use std::collections::HashSet;
+        let mut type_pairs = HashSet::new();
+        let mut structure_pairs = HashSet::new();
+        for variant in all_variants() {
+            if let KernelVariant::Linear {
+                dtype,
+                source,
+                path,
+                rows_tile,
+                x_load,
+                tree,
+                prologue,
+                epilogue,
+            } = variant
+            {
+                type_pairs.insert((dtype, prologue, epilogue));
+                structure_pairs.insert((
+                    format!("{path:?} {rows_tile} {source:?} {x_load:?} {tree:?}"),
+                    prologue,
+                    epilogue,
+                ));
+            }
+        }
+        let pairs = LinearPrologue::ALL.len() * LinearEpilogue::ALL.len();
+        assert_eq!(type_pairs.len(), WEIGHT_DTYPES.len() * pairs);
+        assert_eq!(structure_pairs.len(), 42 * pairs);
     }
 
     #[test]
