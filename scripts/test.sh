@@ -90,10 +90,13 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # tokenizers, refusals). CI's pass also leaves to the default one what only the GGUF's metadata
 # decides (Gemma 2's attention scale, Mistral's missing window) and reads each family from its
 # HF directory (f32 weights) and its f16 GGUF (the converter's layout), not from the f32 GGUF
-# too; the long run reads all three.
+# too, and not llama-rope-parameters (Llama's weights, another config layout); the long run
+# reads all.
 mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window)
-if [ -n "$long" ]; then formats=hf,f32,f16; else formats=hf,f16; fi
-PAGODA_FAMILY_FORMATS="$formats" PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv \
+formats=hf,f16 repeats=llama-rope-parameters
+if [ -n "$long" ]; then formats=hf,f32,f16 repeats=; fi
+PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \
+    PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv \
     cargo test --test model_families -- \
     --skip continues_greedily --skip renders_its_chat_template --skip the_gguf_files_are \
     --skip each_family_vocabulary --skip phi3_gguf_strips_whitespace --skip does_not_run_is_refused \
