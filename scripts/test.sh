@@ -89,11 +89,11 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # two tests pin down) and the tests that reach no kernel (templates, converter files,
 # tokenizers, refusals). CI's pass also leaves to the default one what only the GGUF's metadata
 # decides (Gemma 2's attention scale, Mistral's missing window) and reads each family from its
-# HF directory (f32 weights) and its f16 GGUF (the converter's layout), not from the f32 GGUF
-# too, and not llama-rope-parameters (Llama's weights, another config layout); the long run
-# reads all.
+# HF directory only (the GGUFs' weight types reach these kernels in kernels_reference above,
+# their layouts in the default pass), and not llama-rope-parameters (Llama's weights, another
+# config layout); the long run reads all.
 mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window)
-formats=hf,f16 repeats=llama-rope-parameters
+formats=hf repeats=llama-rope-parameters
 if [ -n "$long" ]; then formats=hf,f32,f16 repeats=; fi
 PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \
     PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv \
