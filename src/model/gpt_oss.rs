@@ -7,13 +7,7 @@
 
 use super::architecture::ModelConfig;
 use super::safetensors::SafetensorsFiles;
-use super::weights::WeightError;
-
-/// The derived tensors' names for layer `l`: `mlp.experts.{gate,up,down}_proj.weight`
-/// (`[experts, out, in]`) and `mlp.experts.{gate,up}_proj.bias` (`[experts, ff]`).
-pub fn expert_name(l: usize, part: &str) -> String {
-    format!("model.layers.{l}.mlp.experts.{part}")
-}
+use super::weights::{WeightError, expert_name};
 
 /// Adds every layer's experts cut and transposed (see the module doc) to `files`.
 pub fn split_experts(files: &mut SafetensorsFiles, config: &ModelConfig) -> Result<(), WeightError> {

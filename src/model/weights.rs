@@ -238,7 +238,7 @@ impl WeightFile {
                 let p = format!("model.layers.{l}.mlp.");
                 let router = self.checked(&format!("{p}router.weight"), &[e, h])?;
                 let router_bias = Some(self.checked(&format!("{p}router.bias"), &[e])?);
-                let name = |part: &str| super::gpt_oss::expert_name(l, part);
+                let name = |part: &str| expert_name(l, part);
                 let gate = self.checked(&name("gate_proj.weight"), &[e, ff, h])?;
                 let up = self.checked(&name("up_proj.weight"), &[e, ff, h])?;
                 let down = self.checked(&name("down_proj.weight"), &[e, h, ff])?;
@@ -531,4 +531,11 @@ impl<'a> LlamaWeights<'a> {
         };
         Ok(Self { embed_tokens, layers, norm, lm_head })
     }
+}
+
+/// The names gpt-oss's experts get once `gpt_oss::split_experts` has cut them, for layer `l`:
+/// `mlp.experts.{gate,up,down}_proj.weight` (`[experts, out, in]`) and
+/// `mlp.experts.{gate,up}_proj.bias` (`[experts, ff]`).
+pub fn expert_name(l: usize, part: &str) -> String {
+    format!("model.layers.{l}.mlp.experts.{part}")
 }
