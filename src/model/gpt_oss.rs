@@ -7,7 +7,7 @@
 
 use super::architecture::ModelConfig;
 use super::safetensors::SafetensorsFiles;
-use super::weights::{WeightError, expert_name};
+use super::weights::{WeightError, expert_name, of_shape};
 
 /// Adds every layer's experts cut and transposed (see the module doc) to `files`.
 pub fn split_experts(files: &mut SafetensorsFiles, config: &ModelConfig) -> Result<(), WeightError> {
@@ -72,15 +72,7 @@ fn checked<'a>(
     name: &str,
     expected: &[usize],
 ) -> Result<super::TensorView<'a>, WeightError> {
-    let t = files.tensor(name)?;
-    if *t.shape != *expected {
-        return Err(WeightError::ShapeMismatch {
-            name: name.to_owned(),
-            expected: expected.to_vec(),
-            found: t.shape.to_vec(),
-        });
-    }
-    Ok(t)
+    of_shape(name, files.tensor(name)?, expected)
 }
 
 /// Bytes of one element of `dtype` (safetensors' f32, f16 and bf16 only).

@@ -315,16 +315,24 @@ impl WeightFile {
     }
 
     fn checked(&self, name: &str, expected: &[usize]) -> Result<TensorView<'_>, WeightError> {
-        let t = self.tensor(name)?;
-        if *t.shape != *expected {
-            return Err(WeightError::ShapeMismatch {
-                name: name.to_owned(),
-                expected: expected.to_vec(),
-                found: t.shape.to_vec(),
-            });
-        }
-        Ok(t)
+        of_shape(name, self.tensor(name)?, expected)
     }
+}
+
+/// `t` (the tensor `name`) when its shape is `expected`, else a shape mismatch naming it.
+pub fn of_shape<'a>(
+    name: &str,
+    t: TensorView<'a>,
+    expected: &[usize],
+) -> Result<TensorView<'a>, WeightError> {
+    if *t.shape != *expected {
+        return Err(WeightError::ShapeMismatch {
+            name: name.to_owned(),
+            expected: expected.to_vec(),
+            found: t.shape.to_vec(),
+        });
+    }
+    Ok(t)
 }
 
 /// Rows `first..first + rows` of the fused matrix `name` (see [`TensorView::rows`]).
