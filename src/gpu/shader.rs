@@ -611,6 +611,8 @@ pub enum KernelVariant {
         /// The activation.
         act: GateActivation,
     },
+    /// gpt-oss's clamped SwiGLU of a gate and an up projection (`swiglu_clamped.wgsl`).
+    SwigluClamped,
     /// `a *= s`.
     Scale,
     /// `a = c * tanh(a / c)`.
@@ -622,6 +624,8 @@ pub enum KernelVariant {
     /// Rows of a matrix, each scaled, put at the rows an index list names (an expert's
     /// outputs, weighted, into their tokens' slots).
     ScatterRows,
+    /// Token ids copied between buffers by (source, destination) index pairs.
+    CopyIds,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
     /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
@@ -674,6 +678,9 @@ pub enum KernelVariant {
         group: u32,
         /// How split-KV combines its partitions ([`Tree::Shared`] on the other paths).
         tree: Tree,
+        /// Each head's softmax has a learned sink logit (gpt-oss; `shaders/sink_logit.wgsl`
+        /// holds the formula), bound at `SINKS`.
+        sinks: bool,
     },
 }
 
@@ -710,7 +717,9 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
+            Self::CopyIds => "copy_ids".into(),
             Self::MoeCombine => "moe_combine".into(),
+            Self::SwigluClamped => "swiglu_clamped".into(),
             Self::LoraShrink => "lora_shrink".into(),
             Self::LoraExpand => "lora_expand".into(),
             Self::TopK => "top_k".into(),
@@ -735,14 +744,19 @@ impl KernelVariant {
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
             }
-            Self::Attention { kv, head_dim, path, group, tree } => {
+            Self::Attention { kv, head_dim, path, group, tree, sinks } => {
                 let path = match path {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
                 };
                 let group = if *group > 1 { format!("/g{group}") } else { String::new() };
-                format!("attention/{}/hd{head_dim}/{path}{}{group}", kv.name(), tree.suffix())
+                format!(
+                    "attention/{}/hd{head_dim}/{path}{}{group}{}",
+                    kv.name(),
+                    tree.suffix(),
+                    if *sinks { "/sinks" } else { "" }
+                )
             }
         }
     }
@@ -838,7 +852,9 @@ impl KernelVariant {
             | Self::AddInPlace
             | Self::GatherRows
             | Self::ScatterRows
-            | Self::MoeCombine => ElementwiseParams::LAYOUT,
+            | Self::CopyIds
+            | Self::MoeCombine
+            | Self::SwigluClamped => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
             Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
@@ -858,7 +874,9 @@ impl KernelVariant {
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
+            Self::CopyIds => slots::copy_ids::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
+            Self::SwigluClamped => slots::swiglu_clamped::ALL,
             Self::LoraShrink => slots::lora_shrink::ALL,
             Self::LoraExpand => slots::lora_expand::ALL,
             Self::TopK => slots::top_k::ALL,
@@ -882,7 +900,8 @@ impl KernelVariant {
             },
             Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
             Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
-            Self::Attention { .. } => slots::attention::ALL,
+            Self::Attention { sinks: false, .. } => slots::attention::ALL,
+            Self::Attention { sinks: true, .. } => slots::attention_sinks::ALL,
         }
     }
 }
@@ -904,9 +923,12 @@ pub(crate) fn gemm_exchange_floats(band_rows: u32) -> u32 {
     LINEAR_WG / 2 * LINEAR_GEMM_BANDS * band_rows * LINEAR_KSPLIT_COLS
 }
 
-/// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
-/// prologues, epilogues, trees, KV formats and the tested head dimensions; of the GEMV over
-/// several rows, a sample ([`builds_every`]).
+/// The variants the portability and contract tests build: every kernel structure a linear
+/// path has (row tile, weight source, activation load, tree) for every weight type, each with
+/// one of the prologue and epilogue pairs in turn (so every type meets every pair), and every
+/// structure with every pair for [`FULL_CROSS_DTYPE`] (the prologues and epilogues are the same
+/// code whatever the weight type); the single kernels, embeddings, RoPE and attention variants
+/// in full.
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
@@ -917,64 +939,51 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::AddInPlace,
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
+        KernelVariant::CopyIds,
         KernelVariant::MoeCombine,
+        KernelVariant::SwigluClamped,
         KernelVariant::LoraShrink,
         KernelVariant::LoraExpand,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];
     paths.extend(SUBGROUP_SIZES.iter().map(|&sg| LinearPath::Sequential { subgroup: Some(sg) }));
-    for dtype in WEIGHT_DTYPES {
+    let pairs: Vec<_> = prologue_epilogue_pairs().collect();
+    for (index, dtype) in WEIGHT_DTYPES.into_iter().enumerate() {
         for source in WeightSource::ALL {
             out.push(KernelVariant::Embed { dtype, source });
         }
+        // Each type starts the turn of pairs elsewhere, so every path meets every pair.
+        let mut turn = index * 7;
         for &path in &paths {
-            out.extend(linear_variants(dtype, path));
+            for structure in linear_structures(dtype, path) {
+                if dtype == FULL_CROSS_DTYPE {
+                    out.extend(pairs.iter().map(|&(prologue, epilogue)| structure(prologue, epilogue)));
+                } else {
+                    let (prologue, epilogue) = pairs[turn % pairs.len()];
+                    out.push(structure(prologue, epilogue));
+                    turn += 1;
+                }
+            }
         }
     }
     for kv in [KvFormat::F32, KvFormat::F16Packed, KvFormat::F16Native] {
         out.push(KernelVariant::RopeCache { kv, qk_norm: false });
         out.push(KernelVariant::RopeCache { kv, qk_norm: true });
         for head_dim in TESTED_HEAD_DIMS {
-            let path = AttentionPath::PerQuery;
-            out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree: Tree::Shared });
-            for tree in Tree::all() {
-                let path = AttentionPath::SplitKv;
-                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree });
-            }
-            for group in 1..=ATTENTION_MAX_GROUP {
-                let path = AttentionPath::PerQuerySubgroup;
-                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree: Tree::Shared });
-            }
-        }
-    }
-    out
-}
-
-/// Every linear variant of `dtype` on `path` that [`builds_every`] keeps.
-fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
-    let mut out = Vec::new();
-    for kernel in path.kernels() {
-        for prologue in LinearPrologue::ALL {
-            for epilogue in LinearEpilogue::ALL {
-                for &source in path.weight_sources() {
-                    for &x_load in path.x_loads() {
-                        for tree in path.trees(kernel) {
-                            let variant = KernelVariant::Linear {
-                                dtype,
-                                source,
-                                path,
-                                kernel,
-                                x_load,
-                                tree,
-                                prologue,
-                                epilogue,
-                            };
-                            if builds_every(&variant) {
-                                out.push(variant);
-                            }
-                        }
-                    }
+            // sinks (gpt-oss) at its head dimension only
+            for sinks in [false, true].into_iter().take(1 + usize::from(head_dim == 64)) {
+                let path = AttentionPath::PerQuery;
+                let tree = Tree::Shared;
+                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree, sinks });
+                for tree in Tree::all() {
+                    let path = AttentionPath::SplitKv;
+                    out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree, sinks });
+                }
+                for group in 1..=ATTENTION_MAX_GROUP {
+                    let path = AttentionPath::PerQuerySubgroup;
+                    let tree = Tree::Shared;
+                    out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks });
                 }
             }
         }
@@ -982,22 +991,59 @@ fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
     out
 }
 
-/// True for the linear variants [`all_variants`] holds: every one but the GEMV's over several
-/// rows, whose code differs from the one-row GEMV's only by its row lines, of which it keeps
-/// the store and the gated epilogue (one output a weight row, or a gate and an up row), plain
-/// and normed, with every load and tree at each row count, and at 8 rows every epilogue over
-/// a plain input in 16-byte units with each tree: what every adapter class takes for batched
-/// decode (rows of a multiple of 4 weights, norms apart). About 100 a weight type instead of
-/// 396.
-fn builds_every(variant: &KernelVariant) -> bool {
-    let KernelVariant::Linear { kernel: LinearKernel::Gemv { rows }, x_load, prologue, epilogue, .. } =
-        *variant
-    else {
-        return true;
-    };
-    let ends = matches!(epilogue, LinearEpilogue::Store | LinearEpilogue::Gated(GateActivation::Silu));
+/// The weight type whose linear kernels the tests build with every prologue and epilogue on
+/// every structure: f32, the quickest to compose and validate (a Q4_K variant takes about six
+/// times as long: with it, this cross took most of the two shader tests' time).
+const FULL_CROSS_DTYPE: DType = DType::F32;
+
+/// Every (prologue, epilogue) pair, prologues outer.
+fn prologue_epilogue_pairs() -> impl Iterator<Item = (LinearPrologue, LinearEpilogue)> {
+    LinearPrologue::ALL.into_iter().flat_map(|p| LinearEpilogue::ALL.into_iter().map(move |e| (p, e)))
+}
+
+/// Every kernel structure of `dtype`'s linear variants on `path` (kernel and tile, weight
+/// source, activation load, tree) that [`is_sampled`] keeps, each as the variant it is with a
+/// given prologue and epilogue.
+fn linear_structures(
+    dtype: DType,
+    path: LinearPath,
+) -> Vec<impl Fn(LinearPrologue, LinearEpilogue) -> KernelVariant> {
+    let mut out = Vec::new();
+    for kernel in path.kernels() {
+        for &source in path.weight_sources() {
+            for &x_load in path.x_loads() {
+                for tree in path.trees(kernel) {
+                    if !is_sampled(kernel, x_load, tree) {
+                        continue;
+                    }
+                    out.push(move |prologue, epilogue| KernelVariant::Linear {
+                        dtype,
+                        source,
+                        path,
+                        kernel,
+                        x_load,
+                        tree,
+                        prologue,
+                        epilogue,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// True for the linear structures [`all_variants`] holds: every one but the GEMV's over 2 and
+/// 4 rows, whose code differs from the 8 rows' only by the count of its unrolled row lines, of
+/// which it keeps one (16-byte loads, the shared tree).
+fn is_sampled(kernel: LinearKernel, x_load: XLoad, tree: Tree) -> bool {
     let widest = LINEAR_GEMV_ROWS[LINEAR_GEMV_ROWS.len() - 1];
-    rows == 1 || ends || (rows == widest && x_load == XLoad::Units && prologue == LinearPrologue::Plain)
+    match kernel {
+        LinearKernel::Gemv { rows } if rows != 1 && rows != widest => {
+            x_load == XLoad::Units && tree == Tree::Shared
+        }
+        _ => true,
+    }
 }
 
 #[cfg(test)]
@@ -1026,19 +1072,52 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 12 single kernels (the
-    /// LoRA shrink and expand, the experts' scatter and combine among them), 2
-    /// embeddings and 1,023 linears for each of the 16 weight types (132 on each of the five
-    /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 363 on the
-    /// K-split path: 2 prologues x 11 epilogues x 2 activation loads for the one-row GEMV with
-    /// each of the 3 trees and for the GEMM's 3 tiles, and 99 of the GEMV over 2, 4 and 8 rows:
-    /// 2 prologues x 2 epilogues x 2 loads x 3 trees at each, and the 9 other epilogues x 3
-    /// trees at 8 rows), and 50 RoPE and attention variants for each of the 3 KV formats.
-    /// Adding an option multiplies this: a new dimension should come with a reason.
+    /// How many variants the portability and contract tests build: 14 single kernels (the
+    /// LoRA shrink and expand, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
+    /// the token-id copy among them), 2 embeddings for each of the 16 weight types, the linear
+    /// structures (30 on the five sequential paths: 3 row tiles x 2 weight sources; 20 on the
+    /// K-split path: the GEMV of 1 and of 8 rows with each of the 2 activation loads and 3
+    /// trees, of 2 and of 4 rows with one, and the GEMM's 3 tiles with each load) once for 15
+    /// types and with all 22 prologue and epilogue pairs for f32, and 58 RoPE and attention
+    /// variants for each of the 3 KV formats (the 8 attention kernels with sinks at gpt-oss's
+    /// head dimension 64 only). Adding an option multiplies this: a new dimension should come
+    /// with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 12 + 16 * (2 + 5 * 132 + 132 + 132 + 99) + 3 * 50);
-        assert_eq!(all_variants().len(), 16_562);
+        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 50 + 50 * 22 + 3 * 58);
+    }
+
+    /// Every weight type meets every prologue and epilogue pair, and every linear structure
+    /// meets every pair (with f32 at least).
+    #[test]
+    fn the_sampled_linears_cover_every_type_pair_and_structure_pair() {
+        use super::{LinearEpilogue, LinearPrologue, WEIGHT_DTYPES};
+        use std::collections::HashSet;
+        let mut type_pairs = HashSet::new();
+        let mut structure_pairs = HashSet::new();
+        for variant in all_variants() {
+            if let KernelVariant::Linear {
+                dtype,
+                source,
+                path,
+                kernel,
+                x_load,
+                tree,
+                prologue,
+                epilogue,
+            } = variant
+            {
+                type_pairs.insert((dtype, prologue, epilogue));
+                structure_pairs.insert((
+                    format!("{path:?} {kernel:?} {source:?} {x_load:?} {tree:?}"),
+                    prologue,
+                    epilogue,
+                ));
+            }
+        }
+        let pairs = LinearPrologue::ALL.len() * LinearEpilogue::ALL.len();
+        assert_eq!(type_pairs.len(), WEIGHT_DTYPES.len() * pairs);
+        assert_eq!(structure_pairs.len(), 50 * pairs);
     }
 
     #[test]

@@ -230,7 +230,11 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::ScatterRows => vec![shader_file!("elementwise.wgsl"), shader_file!("scatter_rows.wgsl")],
+            Self::CopyIds => vec![shader_file!("elementwise.wgsl"), shader_file!("copy_ids.wgsl")],
             Self::MoeCombine => vec![shader_file!("elementwise.wgsl"), shader_file!("moe_combine.wgsl")],
+            Self::SwigluClamped => {
+                vec![shader_file!("elementwise.wgsl"), shader_file!("swiglu_clamped.wgsl")]
+            }
             Self::TopK => vec![shader_file!("top_k.wgsl")],
             Self::LoraShrink => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_shrink.wgsl")],
             Self::LoraExpand => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_expand.wgsl")],
@@ -243,7 +247,7 @@ impl KernelVariant {
                 };
                 vec![kv.file(), norm, shader_file!("rope_angle.wgsl"), shader_file!("rope_cache.wgsl")]
             }
-            Self::Attention { kv, path, tree, .. } => {
+            Self::Attention { kv, path, tree, sinks, .. } => {
                 let body = match path {
                     AttentionPath::PerQuery => vec![shader_file!("attention.wgsl")],
                     AttentionPath::PerQuerySubgroup => vec![shader_file!("attention_lanes.wgsl")],
@@ -253,7 +257,11 @@ impl KernelVariant {
                     true => shader_file!("kvsrc_units.wgsl"),
                     false => shader_file!("kvsrc_pairs.wgsl"),
                 };
-                [vec![kv.file(), pools, shader_file!("attention_common.wgsl")], body].concat()
+                let sink = match sinks {
+                    true => shader_file!("sink_logit.wgsl"),
+                    false => shader_file!("sink_none.wgsl"),
+                };
+                [vec![kv.file(), pools, shader_file!("attention_common.wgsl"), sink], body].concat()
             }
         }
     }
