@@ -1096,16 +1096,8 @@ mod tests {
         let mut type_pairs = HashSet::new();
         let mut structure_pairs = HashSet::new();
         for variant in all_variants() {
-            if let KernelVariant::Linear {
-                dtype,
-                source,
-                path,
-                kernel,
-                x_load,
-                tree,
-                prologue,
-                epilogue,
-            } = variant
+            if let KernelVariant::Linear { dtype, source, path, kernel, x_load, tree, prologue, epilogue } =
+                variant
             {
                 type_pairs.insert((dtype, prologue, epilogue));
                 structure_pairs.insert((
