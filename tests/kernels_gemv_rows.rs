@@ -215,3 +215,33 @@ fn fused_epilogues_and_norms_keep_each_rows_bits_in_a_batch() {
         }
     }
 }
+
+/// A weight of more rows than one grid dimension holds workgroups of (a large vocabulary's
+/// head: Gemma 3's 262,144 rows are 65,536 workgroups of 4), whose workgroups wrap into the
+/// grid's z: every row of a batch of 3 (one ragged workgroup of 4 rows) has the bits of the row
+/// alone, in the columns past the wrap too.
+#[test]
+fn the_gemv_over_several_rows_wraps_its_columns_into_z_as_the_one_row_gemv_does() {
+    let c = ksplit_ctx(None);
+    let max_dim = c.capabilities().limits.max_compute_workgroups_per_dimension as usize;
+    let (n, k, m) = (4 * max_dim + 5, 32, 3);
+    let variant = linear_variant_of(
+        c.capabilities(),
+        DType::F32,
+        WeightSource::Buffer,
+        k,
+        m,
+        LinearPrologue::Plain,
+        LinearEpilogue::Store,
+    );
+    assert_eq!(variant.rows_per_workgroup(), 4);
+    assert!(n.div_ceil(variant.columns_tile() as usize) > max_dim, "the grid does not wrap");
+    let w =
+        c.upload_weight("head", DType::F32, n, k, &quantize(DType::F32, &Rng::new(8).vec(n * k))).unwrap();
+    let x = Rng::new(9).vec(m * k);
+    let alone = store(&c, &w, &x, &(0..m).map(|r| (r, 1)).collect::<Vec<_>>());
+    let batch = store(&c, &w, &x, &[(0, m)]);
+    assert_rows_alone(&[m], &alone, &batch, n, "f32 head past the grid's x");
+    // The columns past the wrap are written, not left at zero.
+    assert!(batch[0][(m - 1) * n + n - 5..].iter().all(|&v| v != 0.0));
+}
