@@ -26,8 +26,8 @@ export PAGODA_MIX_DIR="$(scripts/make-mixes.sh)"
 # The default model split by llama.cpp's `llama-gguf-split` into parts (the first run builds it).
 export PAGODA_SPLIT_DIR="$(scripts/make-splits.sh)"
 # Tiny random-weight models of each family (Llama 3, Qwen2/3, Mistral, Gemma 2/3, Phi-3, and the
-# mixtures of experts Qwen3-MoE, Mixtral and gpt-oss; gpt-oss as HF only, its GGUF comes from the
-# converter in scripts/family-reference.sh) as HF
+# mixtures of experts Qwen3-MoE, Qwen2-MoE, Mixtral and gpt-oss; gpt-oss as HF only, f32 and
+# MXFP4, its GGUF comes from the converter in scripts/family-reference.sh) as HF
 # directories and as llama.cpp's converter writes them (tests/fixtures/families/).
 export PAGODA_FAMILIES_DIR="$(python3 scripts/tiny-families.py)"
 # Tiny LoRA adapters of two of them, in PEFT's format and as llama.cpp's LoRA GGUF

@@ -973,6 +973,56 @@ def write_json(path, value):
     path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+# openai/gpt-oss-20b's quantization_config: the experts in MXFP4, everything else as it is
+GPT_OSS_MXFP4_CONFIG = {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    "quant_method": "mxfp4",
+}
+
+
+def mxfp4_pack(w):
+    """[..., rows, cols] weights on the MXFP4 grid as the hub's gpt-oss checkpoints store them
+    (what transformers' convert_moe_packed_tensors reads): `_blocks` uint8 [..., rows, cols / 32,
+    16], element 2j in byte j's low nibble and 2j + 1 in its high one (e2m1 codes: sign bit 8,
+    magnitude index into E2M1), and `_scales` uint8 [..., rows, cols / 32], the E8M0 exponent
+    plus 127. Exact: each block's largest magnitude is 6 times its power of two, and every
+    value a code times it (mxfp4_grid's weights), which the assertions check."""
+    blocks = np.ascontiguousarray(w, dtype=np.float32).reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
+    top = np.abs(blocks).max(axis=-1)
+    exponent = np.round(np.log2(top / 6.0)).astype(np.int32)
+    assert np.all(np.float32(6.0) * np.exp2(exponent).astype(np.float32) == top), "a block off the MXFP4 grid"
+    scaled = blocks / np.exp2(exponent).astype(np.float32)[..., None]
+    magnitude = np.searchsorted(E2M1, np.abs(scaled))
+    assert np.all(E2M1[np.minimum(magnitude, 7)] == np.abs(scaled)), "a value off the e2m1 grid"
+    codes = (magnitude | np.where(scaled < 0, 8, 0)).astype(np.uint8)
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(packed), np.ascontiguousarray(exponent + 127, dtype=np.uint8)
+
+
+def write_mxfp4_checkpoint(family, weights, hf_dir):
+    """hf_dir/mxfp4: the same gpt-oss as hf_dir in the hub checkpoint's MXFP4 form (config
+    with openai/gpt-oss-20b's quantization_config; `mlp.experts.{gate_up,down}_proj_blocks`
+    and `_scales` in place of the f32 experts, which lie on the MXFP4 grid, so it is exactly
+    the same model). transformers' MXFP4 quantizer needs the Triton kernels (a GPU), so the
+    packing is mxfp4_pack's; scripts/make-mxfp4-reference.py checks that transformers reads it
+    back to the f32 weights and what llama.cpp's converter makes of it."""
+    from safetensors.numpy import save_file
+
+    out = hf_dir / "mxfp4"
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", dict(family["config"], quantization_config=GPT_OSS_MXFP4_CONFIG))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (out / name).write_bytes((hf_dir / name).read_bytes())
+    packed = {}
+    for name, data in weights.items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            # HF's [experts, in, out] is the transpose of the checkpoint's [experts, out, in]
+            packed[name + "_blocks"], packed[name + "_scales"] = mxfp4_pack(np.swapaxes(data, 1, 2))
+        else:
+            packed[name] = data
+    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
 def write_hf(name, family, out):
     from safetensors.numpy import save_file
 
@@ -987,6 +1037,8 @@ def write_hf(name, family, out):
         (out / "tokenizer.model").unlink(missing_ok=True)
     weights = make_weights(name, family)
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if family["config"]["model_type"] == "gpt_oss":
+        write_mxfp4_checkpoint(family, weights, out)
     return spec, cfg, normalizer, weights
 
 

@@ -26,8 +26,17 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Families pagoda runs from both formats.
-const RUNS: [&str; 8] =
-    ["llama", "llama-rope-parameters", "qwen2", "qwen3", "gemma3", "phi3", "qwen3-moe", "mixtral"];
+const RUNS: [&str; 9] = [
+    "llama",
+    "llama-rope-parameters",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "phi3",
+    "qwen3-moe",
+    "mixtral",
+    "qwen2-moe",
+];
 const BLOCK: usize = 16;
 
 fn fixture(name: &str) -> Value {
@@ -429,6 +438,7 @@ fn every_family_is_batch_and_preemption_invariant() {
         "phi3-longrope",
         "qwen3-moe",
         "mixtral",
+        "qwen2-moe",
         "gpt-oss",
     ] {
         let files = ModelFiles::open(families_dir().join(name)).unwrap();

@@ -116,6 +116,7 @@ pub enum MlpActivation {
 /// | qwen2   | Q/K/V biases; a `sliding_window` it does not use (`use_sliding_window: false`) |
 /// | qwen3   | per-head RMSNorm of q and k before RoPE |
 /// | qwen3_moe | Qwen3 with a mixture of experts for every MLP ([`MoeConfig`]) |
+/// | qwen2_moe | Qwen2 with a mixture of experts for every MLP and a sigmoid-gated shared expert beside them |
 /// | mixtral | Mistral with a mixture of experts for every MLP, no sliding window |
 /// | gemma2  | `(1 + w)` norms, embeddings × √hidden, GELU-tanh MLP, norms after attention and MLP, soft-capped attention scores and final logits, `query_pre_attn_scalar`, sliding window on even layers, tied head |
 /// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full (or the file's own pattern) |
@@ -142,7 +143,7 @@ fn traits(architecture: &str) -> FamilyTraits {
         sliding_pattern: None,
     };
     match architecture {
-        "qwen2" => FamilyTraits { attention_bias: true, ..llama },
+        "qwen2" | "qwen2_moe" | "qwen2moe" => FamilyTraits { attention_bias: true, ..llama },
         "qwen3" | "qwen3moe" | "qwen3_moe" => FamilyTraits { qk_norm: true, ..llama },
         "phi3" => FamilyTraits { fused: true, ..llama },
         "gpt_oss" | "gpt-oss" => FamilyTraits { attention_bias: true, sliding_pattern: Some(2), ..llama },
@@ -270,7 +271,7 @@ pub enum ConfigError {
     },
     /// An architecture pagoda does not run.
     #[error(
-        "unsupported architecture {0:?} (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss)"
+        "unsupported architecture {0:?} (supported: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss)"
     )]
     UnsupportedArchitecture(String),
     /// Reading GGUF metadata failed.
@@ -295,11 +296,13 @@ impl From<InvalidPattern> for ConfigError {
     }
 }
 
-const SUPPORTED: [&str; 13] = [
+const SUPPORTED: [&str; 15] = [
     "llama",
     "mistral",
     "mixtral",
     "qwen2",
+    "qwen2_moe",
+    "qwen2moe",
     "qwen3",
     "qwen3_moe",
     "qwen3moe",
@@ -378,7 +381,11 @@ impl ModelConfig {
             max_position_embeddings: f.usize("max_position_embeddings")?,
             tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(family.gemma),
             fused_projections: family.fused,
-            attention_bias: f.opt_bool("attention_bias")?.unwrap_or(family.attention_bias),
+            // Qwen2-MoE's config names its Q/K/V biases `qkv_bias` (transformers 5; always on before)
+            attention_bias: f
+                .opt_bool("attention_bias")?
+                .or(f.opt_bool("qkv_bias")?)
+                .unwrap_or(family.attention_bias),
             qk_norm: family.qk_norm,
             layer_windows: hf_layer_windows(config, num_hidden_layers, sliding_pattern)?,
             mlp_activation: hf_mlp_activation(config)?,
@@ -510,7 +517,7 @@ impl ModelConfig {
             rope_scaling,
             rope_variant: if matches!(
                 architecture,
-                "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "phi3" | "gpt-oss"
+                "qwen2" | "qwen2moe" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "phi3" | "gpt-oss"
             ) {
                 RopeVariant::HalfSplit
             } else {

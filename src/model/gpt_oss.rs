@@ -122,6 +122,7 @@ mod tests {
             experts_per_token: 1,
             expert_intermediate_size: 2,
             rule: crate::model::moe::RouterRule::TopKSoftmax,
+            shared_expert_intermediate_size: None,
         });
         split_experts(&mut files, &config).unwrap();
         let get = |part: &str| files.tensor(&expert_name(0, part)).unwrap().to_f32();
