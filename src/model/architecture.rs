@@ -356,6 +356,7 @@ impl ModelConfig {
         }
         let bos_token_id = ids_of(config.get("bos_token_id"), "bos_token_id")?.first().copied();
         refuse_unsupported_math(config)?;
+        refuse_quantization(config, &architecture)?;
         let family = traits(&architecture);
         let num_hidden_layers = layer_count(f.usize("num_hidden_layers")?, "num_hidden_layers")?;
         let sliding_pattern = f.opt_usize("sliding_window_pattern")?.or(family.sliding_pattern);
@@ -771,6 +772,23 @@ fn hf_rope_theta(config: &Value) -> Result<f32, ConfigError> {
     Ok(Fields(config).opt_f32("rope_theta")?.unwrap_or(10000.0))
 }
 
+/// Refuses a `quantization_config` pagoda does not read: all but gpt-oss's `mxfp4` (its experts
+/// in MXFP4 blocks, read by [`super::gpt_oss`]). GPTQ, AWQ, FP8 and the rest would otherwise
+/// fail later on their tensors' types, or not at all.
+fn refuse_quantization(config: &Value, architecture: &str) -> Result<(), ConfigError> {
+    let Some(q) = config.get("quantization_config").filter(|v| !v.is_null()) else { return Ok(()) };
+    match q.get("quant_method").and_then(Value::as_str) {
+        Some("mxfp4") if architecture == "gpt_oss" => Ok(()),
+        method => Err(ConfigError::Unsupported {
+            field: "quantization_config".into(),
+            reason: format!(
+                "{} weights (pagoda reads MXFP4 gpt-oss checkpoints; other quantized models load as GGUF)",
+                method.unwrap_or("unnamed")
+            ),
+        }),
+    }
+}
+
 /// Refuses the fields that change the math of a Llama-family decoder in ways the forward pass
 /// does not implement (MLP biases, partial rotary embeddings): a model that needs them must
 /// not run as if they were absent. (An unknown activation is refused where it is read.)
@@ -1108,6 +1126,22 @@ mod tests {
                 other => panic!("{scaling}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn quantized_checkpoints_other_than_gpt_oss_mxfp4_are_refused_by_name() {
+        for method in ["gptq", "awq", "fp8", "mxfp4"] {
+            let mut v = base();
+            v["quantization_config"] = json!({"quant_method": method, "bits": 4});
+            assert!(
+                matches!(ModelConfig::from_hf_json(&v, None), Err(ConfigError::Unsupported { field, reason })
+                    if field == "quantization_config" && reason.starts_with(method)),
+                "{method} on llama"
+            );
+        }
+        let mut v = base();
+        v["quantization_config"] = Value::Null;
+        assert!(ModelConfig::from_hf_json(&v, None).is_ok());
     }
 
     #[test]
