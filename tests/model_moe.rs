@@ -146,6 +146,13 @@ fn gpt_oss_logits_do_not_depend_on_batch_chunks_or_decoding() {
     check_invariance("gpt-oss", "");
 }
 
+/// gpt-oss from its MXFP4 checkpoint: the experts' MXFP4 linears (GEMV and GEMM) keep every
+/// row's bits whatever the rows beside it.
+#[test]
+fn gpt_oss_mxfp4_logits_do_not_depend_on_batch_chunks_or_decoding() {
+    check_invariance("gpt-oss", "mxfp4");
+}
+
 /// `pagoda info`'s numbers for the tiny Qwen3-MoE: every parameter, and a token's share — all
 /// but 6 of each layer's 8 experts (2 chosen), each expert 3 matrices of 32 × 64.
 #[test]
