@@ -91,11 +91,13 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # decides (Gemma 2's attention scale, Mistral's missing window) and reads each family from its
 # HF directory only (the GGUFs' weight types reach these kernels in kernels_reference above,
 # their layouts in the default pass), and not llama-rope-parameters (Llama's weights, another
-# config layout); the long run reads all.
+# config layout) nor qwen2-moe (Qwen3-MoE's routed experts plus a shared expert, a gated MLP
+# and a one-row linear as every family has: nothing these kernels do differently, and minutes
+# on lavapipe); the long run reads all.
 # (and gpt-oss's MXFP4 checkpoint: its MXFP4 linears reach these kernels in kernels_reference)
 mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window \
     gpt_oss_mxfp4_checkpoint)
-formats=hf repeats=llama-rope-parameters
+formats=hf repeats=llama-rope-parameters,qwen2-moe
 if [ -n "$long" ]; then formats=hf,f32,f16 repeats=; fi
 PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \
     PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv \
