@@ -494,6 +494,33 @@ fn rms_norm_matches_reference_and_is_row_independent() {
     }
 }
 
+/// Gemma's sandwich: `rms_norm_add` (a projection's output normed and added to the residual in
+/// one dispatch) gives bit for bit `rms_norm` into a scratch tensor then `add_in_place`, and
+/// refuses the wrong shapes.
+#[test]
+fn rms_norm_add_equals_rms_norm_then_add_bit_for_bit() {
+    let c = ctx();
+    for (rows, d) in [(1usize, 37usize), (17, 576), (3, 2304)] {
+        let (o, g) = (Rng::new(7).vec(rows * d), Rng::new(8).vec(d));
+        let residual: Vec<f32> = Rng::new(9).vec(rows * d).iter().map(|v| v * 30.0).collect();
+        let (ot, gt) = (c.upload_f32(&[rows, d], &o).unwrap(), c.upload_f32(&[d], &g).unwrap());
+        let fused = c.upload_f32(&[rows, d], &residual).unwrap();
+        let apart = c.upload_f32(&[rows, d], &residual).unwrap();
+        let h = c.tensor(Elem::F32, &[rows, d]).unwrap();
+        let mut step = c.step();
+        step.rms_norm_add(&ot, &gt, 1e-6, &fused).unwrap();
+        step.rms_norm(&ot, &gt, 1e-6, &h).unwrap();
+        step.add_in_place(&apart, &h).unwrap();
+        let wrong = c.tensor(Elem::F32, &[rows, d + 1]).unwrap();
+        assert!(matches!(step.rms_norm_add(&ot, &gt, 1e-6, &wrong), Err(GpuError::Shape(_))));
+        let (f, a) = (step.read(&fused), step.read(&apart));
+        let mut out = step.submit().unwrap();
+        let (f, a) = (out.f32s(f), out.f32s(a));
+        assert_eq!(bits(&f), bits(&a), "rows {rows} d {d}");
+        assert_ne!(bits(&f), bits(&residual), "rows {rows} d {d}: nothing added");
+    }
+}
+
 /// `x` RMS-normed with `w` (f64), or `x` itself without weights.
 fn head_normed(x: &[f32], w: Option<&[f32]>, eps: f64) -> Vec<f64> {
     let x: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();

@@ -440,10 +440,35 @@ impl Step<'_> {
 
     /// `out = x / sqrt(mean(x²) + eps) * weight` per row; `x`, `out`: f32 `[R, D]`, `weight`: `[D]`.
     pub fn rms_norm(&mut self, x: &Tensor, weight: &Tensor, eps: f32, out: &Tensor) -> Result<(), GpuError> {
+        self.record_rms_norm(x, weight, eps, out, false)
+    }
+
+    /// `out += x / sqrt(mean(x²) + eps) * weight` per row (Gemma's sandwich: a projection's
+    /// output normed and added to the residual stream) in one dispatch, with the bits of
+    /// [`Self::rms_norm`] into a scratch tensor then [`Self::add_in_place`] of it into `out`;
+    /// `x`, `out`: f32 `[R, D]` (distinct tensors), `weight`: `[D]`.
+    pub fn rms_norm_add(
+        &mut self,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        self.record_rms_norm(x, weight, eps, out, true)
+    }
+
+    fn record_rms_norm(
+        &mut self,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &Tensor,
+        accumulate: bool,
+    ) -> Result<(), GpuError> {
         let (rows, d) = dims2(x, "rms_norm x")?;
         weight.expect("rms_norm weight", Elem::F32, &[d])?;
         out.expect("rms_norm out", Elem::F32, &[rows, d])?;
-        let params = RmsNormParams { rows: u(rows), d: u(d), eps };
+        let params = RmsNormParams { rows: u(rows), d: u(d), eps, accumulate: u32::from(accumulate) };
         let grid = self.grid_groups(rows);
         let bindings = [
             Binding::tensor(slots::rms_norm::X, x),

@@ -490,8 +490,8 @@ impl Inputs {
 
 /// The activation buffers: the residual stream `x`, the normed input `h` (where norms are not
 /// fused into the linears they feed), the fused Q/K/V row `qkv`, the attention output `att`,
-/// the MLP's activation `act`; `o`, a projection's output before Gemma's post-norm (normed into
-/// `h`); and the gate and up outputs of an MLP whose two projections have different types.
+/// the MLP's activation `act`; `o`, a projection's output before Gemma's post-norm (normed and
+/// added into `x`); and the gate and up outputs of an MLP whose two projections have different types.
 #[derive(Debug)]
 struct Activations {
     x: Tensor,
@@ -652,10 +652,7 @@ impl GpuLayer {
         eps: f32,
     ) -> Result<(), LlamaError> {
         match post_norm {
-            Some(norm) => {
-                step.rms_norm(&a.o, norm, eps, &a.h)?;
-                step.add_in_place(&a.x, &a.h)?;
-            }
+            Some(norm) => step.rms_norm_add(&a.o, norm, eps, &a.x)?,
             None => step.add_in_place(&a.x, &a.o)?,
         }
         Ok(())
@@ -852,8 +849,8 @@ struct Projection<'a> {
 }
 
 /// `x += proj(input)`, or with Gemma's sandwich `x += post_norm(proj(input))` (`o` holds the
-/// projection and `h`, free by then, the normed output); a biased projection (gpt-oss's
-/// output) goes through `o` too.
+/// projection, normed and added in one dispatch); a biased projection (gpt-oss's output) goes
+/// through `o` too.
 fn add_projection(
     step: &mut Step<'_>,
     a: &Activations,
@@ -865,8 +862,7 @@ fn add_projection(
     match (post_norm, proj.bias) {
         (Some(norm), bias) => {
             step.linear_into(input, proj.weight, bias, &a.o, 0)?;
-            step.rms_norm(&a.o, norm, eps, &a.h)?;
-            step.add_in_place(&a.x, &a.h)?;
+            step.rms_norm_add(&a.o, norm, eps, &a.x)?;
         }
         (None, Some(bias)) => {
             step.linear_into(input, proj.weight, Some(bias), &a.o, 0)?;
