@@ -4,8 +4,11 @@
 //! residual add, RMSNorm, the gated MLP projection with its activation, the down projection
 //! with the residual add: 8 dispatches, 7 with RoPE in the projection's epilogue and 5 with the
 //! norms fused too, the default in one-row tiles (the K-split decode GEMV, and the sequential
-//! kernels over subgroups of 8 or 16); then the final norm and the LM head on
-//! only the rows that need logits, and top-k/argmax on the GPU).
+//! kernels over subgroups of 8 or 16); Q/K norms (Qwen3, Gemma 3) keep RoPE a dispatch of its
+//! own, and Gemma's sandwich norms add one dispatch after each of the output and down
+//! projections, the post-norm and the residual add together (tests/model_dispatches.rs states
+//! each family's count); then the final norm and the LM head on only the rows that need
+//! logits, and top-k/argmax on the GPU).
 
 use std::borrow::Cow;
 
