@@ -356,7 +356,9 @@ impl Step<'_> {
     ) -> Result<(wgpu::CommandBuffer, Vec<DeviceBuffer>, Vec<Encoded>), GpuError> {
         let ctx = self.ctx;
         if resident.holds_step() {
-            return Err(GpuError::Order("a held step is not submitted yet: no step is encoded before it".into()));
+            return Err(GpuError::Order(
+                "a held step is not submitted yet: no step is encoded before it".into(),
+            ));
         }
         let mut encoder =
             ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
@@ -508,11 +510,7 @@ impl StepInFlight {
 
 /// Records `encoded` into one compute pass, or with `timer` each dispatch into a pass of its
 /// own that writes its beginning and end timestamps.
-fn encode_passes(
-    encoder: &mut wgpu::CommandEncoder,
-    encoded: &[Encoded],
-    timer: Option<&KernelTimer>,
-) {
+fn encode_passes(encoder: &mut wgpu::CommandEncoder, encoded: &[Encoded], timer: Option<&KernelTimer>) {
     let mut record = |dispatches: &[Encoded], timestamp_writes| {
         let mut pass = encoder
             .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes });

@@ -22,9 +22,9 @@ use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use super::yarn::yarn_inv_freq;
 use crate::gpu::{
-    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
-    HeldStep, Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step, StepInFlight,
-    StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, HeldStep, KvCache,
+    LinearInput, Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step,
+    StepInFlight, StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.

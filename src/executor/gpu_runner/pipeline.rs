@@ -265,22 +265,18 @@ impl WgpuExecutor {
             ids
         });
         let submitted = match (forward, ids) {
-            (Launched::Held(held), Some(ids)) => self.write_sampled(&ids).and_then(|()| {
-                held.submit(&self.ctx).map(Launched::Running).map_err(from_llama)
-            }),
-            (Launched::Held(_), None) => Err(ExecutorError::Device(
-                "the step before it, which it reads tokens from, failed".into(),
-            )),
+            (Launched::Held(held), Some(ids)) => self
+                .write_sampled(&ids)
+                .and_then(|()| held.submit(&self.ctx).map(Launched::Running).map_err(from_llama)),
+            (Launched::Held(_), None) => {
+                Err(ExecutorError::Device("the step before it, which it reads tokens from, failed".into()))
+            }
             (running, _) => Ok(running),
         };
         let slot = match submitted {
-            Ok(forward) => Slot::Flight(Box::new(Flight {
-                forward,
-                forwarded,
-                masks,
-                samples: held_samples,
-                retired,
-            })),
+            Ok(forward) => {
+                Slot::Flight(Box::new(Flight { forward, forwarded, masks, samples: held_samples, retired }))
+            }
             Err(error) => {
                 for req_id in retired {
                     self.requests.remove(&req_id);
@@ -373,12 +369,17 @@ impl StepPipeline for WgpuExecutor {
         let lora_rows = self.lora_rows(&requests)?;
         let pipeline = self.pipeline.as_ref().ok_or(ExecutorError::Config("no pipeline".into()))?;
         let feed = IdFeed { sampled: &pipeline.sampled, inputs: &inputs };
-        let lora = self.lora.as_ref().zip(lora_rows.as_deref()).map(|(l, rows)| LoraRows { slots: l.slots(), rows });
+        let lora =
+            self.lora.as_ref().zip(lora_rows.as_deref()).map(|(l, rows)| LoraRows { slots: l.slots(), rows });
         let launch = Launch { top_k, full_logits, feed, lora };
         let (ctx, ws, cache) = (&self.ctx, &self.workspace, &self.cache);
         let forward = match held {
-            true => Launched::Held(self.model.forward_hold(ctx, ws, cache, &batch, launch).map_err(from_llama)?),
-            false => Launched::Running(self.model.forward_launch(ctx, ws, cache, &batch, launch).map_err(from_llama)?),
+            true => {
+                Launched::Held(self.model.forward_hold(ctx, ws, cache, &batch, launch).map_err(from_llama)?)
+            }
+            false => Launched::Running(
+                self.model.forward_launch(ctx, ws, cache, &batch, launch).map_err(from_llama)?,
+            ),
         };
         let mut samples = Vec::new();
         let mut row = 0;

@@ -48,7 +48,9 @@ impl Step<'_> {
         self.check_live()?;
         let ctx = self.ctx;
         if ctx.kernel_times().is_some() {
-            return Err(GpuError::Order("a step whose kernels are timed is read back as it is submitted".into()));
+            return Err(GpuError::Order(
+                "a step whose kernels are timed is read back as it is submitted".into(),
+            ));
         }
         if self.command_buffers > 0 {
             return Err(GpuError::Order("a step submitted in part cannot be held".into()));
@@ -59,6 +61,7 @@ impl Step<'_> {
         let (command_buffer, staging, encoded) = self.encode(&mut resident, true, None)?;
         let held = resident.hold_step();
         drop(resident);
+        ctx.count().step_held();
         let step = HeldStep {
             command_buffer: Some(command_buffer),
             staging,
