@@ -406,6 +406,14 @@ fn by_logit_desc(a: &(TokenId, f32), b: &(TokenId, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
+/// A key whose ascending order is [`by_logit_desc`]'s: the logit's bits mapped to an
+/// unsigned integer in `f32::total_cmp`'s order and flipped, then the id.
+fn descending_key(id: TokenId, logit: f32) -> u64 {
+    let bits = logit.to_bits() as i32;
+    let ordered = (bits ^ (((bits >> 31) as u32) >> 1) as i32) as u32 ^ 0x8000_0000;
+    (u64::from(!ordered) << 32) | u64::from(id)
+}
+
 /// log(sum(exp(x))), stable; -inf for no finite value.
 fn log_sum_exp(values: impl Iterator<Item = f32> + Clone) -> f32 {
     let max = values.clone().fold(f32::NEG_INFINITY, f32::max);
@@ -500,7 +508,8 @@ fn draw(mut candidates: Vec<(TokenId, f32)>, params: &SamplingParams, uniform: f
     if candidates.is_empty() {
         return 0;
     }
-    candidates.sort_by(by_logit_desc);
+    // The order `by_logit_desc` gives (a total order: ids differ), by one integer a pair.
+    candidates.sort_unstable_by_key(|&(id, logit)| descending_key(id, logit));
     let max = candidates[0].1;
     let temperature = f64::from(params.temperature);
     let weights: Vec<f64> =
@@ -600,6 +609,28 @@ mod tests {
             bad(|p| p.logit_bias = BTreeMap::from([(0, f32::NAN)])),
             SamplingParamsError::LogitBias { .. }
         ));
+    }
+
+    #[test]
+    fn the_draw_key_orders_as_by_logit_desc() {
+        let specials = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, f32::MAX];
+        let mut state = 1u32;
+        let mut pairs: Vec<(TokenId, f32)> = (0..2000u32)
+            .map(|id| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let logit = match id % 4 {
+                    0 => specials[(state >> 8) as usize % specials.len()],
+                    1 => ((state >> 16) % 8) as f32 - 4.0,
+                    _ => f32::from_bits(state) % 100.0,
+                };
+                (id, if logit.is_nan() { 0.5 } else { logit })
+            })
+            .collect();
+        let mut by_key = pairs.clone();
+        by_key.sort_unstable_by_key(|&(id, logit)| descending_key(id, logit));
+        pairs.sort_by(by_logit_desc);
+        let bits = |v: &[(TokenId, f32)]| v.iter().map(|&(id, l)| (id, l.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&by_key), bits(&pairs));
     }
 
     #[test]
