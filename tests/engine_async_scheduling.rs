@@ -195,10 +195,36 @@ fn tiny_families_one_step_ahead_match_the_serial_loop_bit_for_bit() {
     let seeded =
         SamplingParams { temperature: 1.0, seed: Some(3), logprobs: Some(1), ..SamplingParams::greedy(20) };
     let greedy = SamplingParams { logprobs: Some(1), ..SamplingParams::greedy(20) };
-    let requests = [("hello there", greedy.clone()), ("hello there", seeded), ("abc abc abc", greedy)];
+    let nucleus = SamplingParams { top_p: 0.8, top_k: 20, temperature: 0.9, ..SamplingParams::greedy(16) };
+    let penalized = SamplingParams {
+        min_p: 0.05,
+        repetition_penalty: 1.3,
+        frequency_penalty: 0.4,
+        temperature: 0.9,
+        ..SamplingParams::greedy(16)
+    };
+    // A greedy pick the host makes from candidates (min_tokens masks the stop tokens).
+    let held_back =
+        SamplingParams { min_tokens: 8, stop_token_ids: vec![5, 6], ..SamplingParams::greedy(16) };
+    let stopped = SamplingParams { stop: vec!["e".into()], ..nucleus.clone() };
+    let requests = [
+        ("hello there", greedy.clone()),
+        ("hello there", seeded),
+        ("abc abc abc", greedy),
+        ("abc abc", nucleus),
+        ("hello there friend", penalized),
+        ("one two three", held_back),
+        ("abc def", stopped),
+    ];
+    // 13 usable blocks of 4 tokens for seven requests of up to 24: some are preempted.
     for name in ["llama", "gemma3"] {
-        let (serial, _, _) = both_loops(family(name), 24, &base(&requests), None);
-        assert!(serial.values().all(|done| done.tokens.len() == 20), "{name}: {serial:?}");
+        let (serial, preemptions, [_, ahead]) = both_loops(family(name), 14, &base(&requests), Some((9, 3)));
+        assert!(preemptions.iter().all(|&n| n > 0), "{name}: {preemptions:?}");
+        assert!(serial[&0].tokens.len() == 20 && serial[&1].tokens.len() == 20, "{name}: {serial:?}");
+        // Most tokens are sampled on the host: a decode step is recorded while the one before
+        // it runs and held until its tokens are written (a step after a preemption or a
+        // resumption waits for the one before it instead).
+        assert!(ahead.held_steps * 2 > ahead.steps, "{name}: {ahead:?}");
     }
 }
 
@@ -229,38 +255,6 @@ fn greedy_steps_are_fed_on_the_device_and_match_the_serial_loop_bit_for_bit() {
 }
 
 #[test]
-fn host_sampled_steps_are_recorded_ahead_held_and_match_the_serial_loop_bit_for_bit() {
-    let seeded = SamplingParams { temperature: 0.9, seed: Some(11), ..SamplingParams::greedy(16) };
-    let nucleus = SamplingParams { top_p: 0.8, top_k: 20, logprobs: Some(2), ..seeded.clone() };
-    let penalized = SamplingParams {
-        min_p: 0.05,
-        repetition_penalty: 1.3,
-        frequency_penalty: 0.4,
-        seed: None,
-        ..seeded.clone()
-    };
-    // A greedy pick the host makes from candidates (min_tokens masks the stop tokens).
-    let held_back =
-        SamplingParams { min_tokens: 8, stop_token_ids: vec![5, 6], ..SamplingParams::greedy(16) };
-    let stopped = SamplingParams { stop: vec!["e".into()], ..seeded.clone() };
-    let requests = [
-        ("hello there", seeded),
-        ("abc abc abc", nucleus),
-        ("hello there friend", penalized),
-        ("one two three", held_back),
-        ("abc def", stopped),
-    ];
-    // 10 usable blocks of 4 tokens for five requests of up to 20: some are preempted.
-    let (serial, preemptions, [_, ahead]) = both_loops(family("llama"), 11, &base(&requests), Some((9, 1)));
-    assert!(preemptions.iter().all(|&n| n > 0), "{preemptions:?}");
-    assert_eq!(serial[&0].tokens.len(), 16);
-    // Every token is sampled on the host: a decode step is recorded while the one before it
-    // runs and held until its tokens are written (a step after a preemption or a resumption
-    // waits for the one before it instead).
-    assert!(ahead.held_steps * 2 > ahead.steps, "{ahead:?}");
-}
-
-#[test]
 fn lora_steps_pipeline_with_adapters_swapped_in_one_slot_and_match_the_serial_loop() {
     let lora = LoraConfig { max_loras: 1, max_lora_rank: 8, max_cpu_loras: 3 };
     let make = |ahead| {
@@ -271,16 +265,15 @@ fn lora_steps_pipeline_with_adapters_swapped_in_one_slot_and_match_the_serial_lo
         }
         engine
     };
-    let greedy = SamplingParams::greedy(12);
-    let seeded = SamplingParams { temperature: 0.8, seed: Some(2), ..SamplingParams::greedy(12) };
+    let greedy = SamplingParams::greedy(10);
+    let seeded = SamplingParams { temperature: 0.8, seed: Some(2), ..SamplingParams::greedy(10) };
     // One GPU slot: each adapter's requests run while the others wait, and a finishing
     // adapter's slot is refilled for the next step while the step in flight still reads it.
     let requests = [
         ("hello there", greedy.clone(), Some("sql")),
         ("hello there", greedy.clone(), Some("chat")),
         ("abc abc abc", seeded, Some("math")),
-        ("hello there", greedy.clone(), None),
-        ("abc abc abc", greedy, Some("sql")),
+        ("hello there", greedy, None),
     ];
     let (serial, _, [_, ahead]) = both_engines(make, &requests, None);
     assert_ne!(serial[&0].tokens, serial[&1].tokens, "the adapters change the continuation");
