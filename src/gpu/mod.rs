@@ -98,7 +98,7 @@ pub use shader::{
     AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearKernel, LinearPath,
     LinearPrologue, Tree, WeightSource,
 };
-pub use step::{ReadbackId, Step, StepInFlight, StepOutput};
+pub use step::{HeldStep, ReadbackId, Step, StepInFlight, StepOutput};
 pub use tensor::{Elem, Tensor};
 pub use weights::{Weight, resident_bytes};
 

@@ -20,14 +20,14 @@ use super::files::ModelFiles;
 use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::lora::LoraTarget;
 use super::lora::bank::LoraSlots;
-use super::moe_layer::{MoeBuffers, MoeLayer};
+use super::moe_layer::{MoeBuffers, MoeLayer, SharedExpert};
 use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use super::yarn::yarn_inv_freq;
 use crate::gpu::{
-    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
-    Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step, StepInFlight,
-    StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, HeldStep, KvCache,
+    LinearInput, Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step,
+    StepInFlight, StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -148,9 +148,11 @@ impl LlamaModel {
         let per_layer = 6 + optional.iter().filter(|(on, _)| *on).map(|(_, n)| n).sum::<u64>();
         let mlp_tensors = |w: &LayerWeights<'_>| match &w.mlp {
             MlpWeights::Dense(_) => 3,
-            MlpWeights::Experts { experts, router_bias, .. } => {
+            MlpWeights::Experts { experts, router_bias, shared, .. } => {
                 let biases = if experts.iter().any(|e| e.biases.is_some()) { 3 } else { 0 };
-                1 + u64::from(router_bias.is_some()) + (3 + biases) * experts.len() as u64
+                1 + u64::from(router_bias.is_some())
+                    + (3 + biases) * experts.len() as u64
+                    + if shared.is_some() { 4 } else { 0 }
             }
         };
         let total = weights.layers.iter().map(|w| per_layer + mlp_tensors(w)).sum::<u64>() + 3;
@@ -227,31 +229,59 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, None, Readback { top_k, full_logits, feed: None })
+        let readback = Readback { top_k, full_logits, feed: None, whole: false };
+        self.forward_lora(ctx, ws, cache, batch, None, readback)
     }
 
     /// [`Self::forward`] submitted without waiting for the device: the step runs while the
-    /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `feed.inputs`
-    /// name are copied on the device from `feed.sampled` (the step launched before this one
+    /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `launch.feed`
+    /// names are copied on the device from its sampled ids (the step launched before this one
     /// left its rows' argmaxes there), and this step leaves its own there. Not for a
     /// mixture-of-experts model, whose steps read the router's choices back mid-step.
-    #[allow(clippy::too_many_arguments)]
     pub fn forward_launch(
         &self,
         ctx: &GpuContext,
         ws: &Workspace,
         cache: &KvCache,
         batch: &ForwardBatch,
-        top_k: usize,
-        full_logits: bool,
-        feed: IdFeed<'_>,
+        launch: Launch<'_>,
     ) -> Result<ForwardInFlight, LlamaError> {
+        let (step, reads) = self.record_launch(ctx, ws, cache, batch, launch, false)?;
+        Ok(ForwardInFlight { step: step.submit_async()?, reads })
+    }
+
+    /// [`Self::forward_launch`] recorded and encoded but not submitted: the host writes the
+    /// sampled ids the step reads that the device does not hold (tokens sampled on the host,
+    /// [`GpuContext::write_u32`]) and then submits it with [`ForwardHeld::submit`]. Until
+    /// then no other step can be recorded.
+    pub fn forward_hold(
+        &self,
+        ctx: &GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        launch: Launch<'_>,
+    ) -> Result<ForwardHeld, LlamaError> {
+        let (step, reads) = self.record_launch(ctx, ws, cache, batch, launch, true)?;
+        Ok(ForwardHeld { step: step.hold()?, reads })
+    }
+
+    /// Records a launched step (whole, in one command buffer, when `held`).
+    fn record_launch<'c>(
+        &self,
+        ctx: &'c GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        launch: Launch<'_>,
+        held: bool,
+    ) -> Result<(Step<'c>, HeadReads), LlamaError> {
         if self.config.moe.is_some() {
             return Err(LlamaError::Unsupported("a mixture-of-experts step is read back as it runs".into()));
         }
-        let readback = Readback { top_k, full_logits, feed: Some(feed) };
-        let (step, reads) = self.record_forward(ctx, ws, cache, batch, None, readback)?;
-        Ok(ForwardInFlight { step: step.submit_async()?, reads })
+        let Launch { top_k, full_logits, feed, lora } = launch;
+        let readback = Readback { top_k, full_logits, feed: Some(feed), whole: held };
+        self.record_forward(ctx, ws, cache, batch, lora, readback)
     }
 
     /// [`Self::forward`] with each token row's LoRA adapter: `lora.rows[t]` is the slot of
@@ -270,7 +300,8 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, Some(lora), Readback { top_k, full_logits, feed: None })
+        let readback = Readback { top_k, full_logits, feed: None, whole: false };
+        self.forward_lora(ctx, ws, cache, batch, Some(lora), readback)
     }
 
     fn forward_lora(
@@ -298,7 +329,7 @@ impl LlamaModel {
     ) -> Result<(Step<'c>, HeadReads), LlamaError> {
         ws.check(batch)?;
         let t = batch.input_ids.len();
-        let mut step = ctx.step();
+        let mut step = if readback.whole { ctx.whole_step() } else { ctx.step() };
         let inputs = Inputs::write(&mut step, ws, batch)?;
         let lora = match lora {
             Some(l) if l.rows.iter().any(|&s| s != NO_LORA) => Some(l.write(&mut step, t)?),
@@ -395,6 +426,35 @@ impl ForwardInFlight {
     }
 }
 
+/// A step recorded with [`LlamaModel::forward_hold`], not submitted yet.
+#[derive(Debug)]
+pub struct ForwardHeld {
+    step: HeldStep,
+    reads: HeadReads,
+}
+
+impl ForwardHeld {
+    /// Submits the step (after the writes made since it was recorded) and returns at once.
+    pub fn submit(self, ctx: &GpuContext) -> Result<ForwardInFlight, LlamaError> {
+        Ok(ForwardInFlight { step: self.step.submit(ctx)?, reads: self.reads })
+    }
+}
+
+/// How [`LlamaModel::forward_launch`] runs a step: the top `top_k` candidates of each logits
+/// row read back (and the full rows with `full_logits`), input ids fed from the device's
+/// sampled ids, and each row's LoRA adapter where `lora` is set.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// Candidates read back a row (at least 1: the argmax).
+    pub top_k: usize,
+    /// Read the full logits rows back too.
+    pub full_logits: bool,
+    /// The input ids copied from the sampled ids, which this step's argmaxes replace.
+    pub feed: IdFeed<'a>,
+    /// Each token row's adapter ([`LlamaModel::forward_with_lora`]).
+    pub lora: Option<LoraRows<'a>>,
+}
+
 impl LlamaModel {
     /// Hands `each` the logits row of every token in `rows` (indices into the batch the last
     /// [`Self::forward`] on `ws` ran; nothing may run on `ws` in between), in order, a group at
@@ -443,6 +503,8 @@ struct Readback<'f> {
     top_k: usize,
     full_logits: bool,
     feed: Option<IdFeed<'f>>,
+    /// Record the step whole, in one command buffer (to hold it for a later submit).
+    whole: bool,
 }
 
 /// A batch's inputs, written into the workspace: token ids, positions, KV slots, the
@@ -951,7 +1013,7 @@ impl Loader<'_> {
             post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| self.norm(ffn)).transpose()?,
             mlp: match &w.mlp {
                 MlpWeights::Dense(mlp) => GpuMlp::Dense(self.gated_mlp(&format!("layers.{l}"), mlp)?),
-                MlpWeights::Experts { router, router_bias, experts } => GpuMlp::Experts(MoeLayer {
+                MlpWeights::Experts { router, router_bias, experts, shared } => GpuMlp::Experts(MoeLayer {
                     router: self.matrix(&format!("layers.{l}.router"), router)?,
                     router_bias: router_bias
                         .as_ref()
@@ -963,6 +1025,13 @@ impl Loader<'_> {
                         .enumerate()
                         .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
                         .collect::<Result<_, _>>()?,
+                    shared: match shared {
+                        Some(s) => Some(Box::new(SharedExpert {
+                            mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp)?,
+                            gate: self.matrix(&format!("layers.{l}.shared_expert_gate"), &s.gate)?,
+                        })),
+                        None => None,
+                    },
                     moe: self.config.moe.ok_or_else(|| {
                         LlamaError::Unsupported("expert weights in a model without experts".into())
                     })?,
