@@ -102,6 +102,7 @@ use params::{
 use slots::KernelSlots;
 
 use crate::dtype::DType;
+pub use crate::gpu::FLASH_WG;
 
 /// How a linear layer reduces over K. Both keep one fixed order per output row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -401,6 +402,14 @@ pub enum AttentionPath {
     /// partitions fixed by its length (at most [`KV_PARTITION_TOKENS`] keys each), combined in a
     /// fixed tree.
     SplitKv,
+    /// Flash-decoding (`shaders/attention_flash.wgsl`, [`crate::gpu::FLASH_WG`]): one workgroup
+    /// per query token and [`crate::gpu::flash_group`] heads of a KV head, its lanes over the
+    /// keys (partitions fixed by the keys' positions) and the heads' dimensions, the partitions
+    /// combined in a fixed tree; prefill and decode tokens alike.
+    Flash {
+        /// One more logit per query head joins each softmax (attention sinks, gpt-oss).
+        sinks: bool,
+    },
 }
 
 /// Element format of the paged K/V pools.
@@ -628,7 +637,8 @@ pub enum KernelVariant {
         /// How one query's context is spread.
         path: AttentionPath,
         /// Query heads of one KV head computed together, each key and value read once for
-        /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`], else 1).
+        /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`],
+        /// [`crate::gpu::flash_group`] on [`AttentionPath::Flash`], else 1).
         group: u32,
         /// How split-KV combines its partitions ([`Tree::Shared`] on the other paths).
         tree: Tree,
@@ -652,7 +662,7 @@ impl KernelVariant {
             self,
             Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
                 | Self::Linear { tree: Tree::Subgroup { .. }, .. }
-                | Self::Attention { path: AttentionPath::PerQuerySubgroup, .. }
+                | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash { .. }, .. }
                 | Self::Attention { tree: Tree::Subgroup { .. }, .. }
         )
     }
@@ -698,6 +708,8 @@ impl KernelVariant {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
+                    AttentionPath::Flash { sinks: false } => "flash".to_string(),
+                    AttentionPath::Flash { sinks: true } => "flash-sinks".to_string(),
                 };
                 let group = if *group > 1 { format!("/g{group}") } else { String::new() };
                 format!("attention/{}/hd{head_dim}/{path}{}{group}", kv.name(), tree.suffix())
@@ -725,6 +737,7 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::PerQuerySubgroup, .. } => {
                 (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES")
             }
+            Self::Attention { path: AttentionPath::Flash { .. }, .. } => (FLASH_WG, "FLASH_WG"),
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
@@ -770,6 +783,9 @@ impl KernelVariant {
             },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
+            }
+            Self::Attention { path: AttentionPath::Flash { .. }, head_dim, group, .. } => {
+                crate::gpu::attention_flash::workgroup_bytes(head_dim, group)
             }
             Self::TopK => 8 * TOP_K_WG,
             _ => 0,
@@ -843,6 +859,7 @@ impl KernelVariant {
             },
             Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
             Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
+            Self::Attention { path: AttentionPath::Flash { sinks: true }, .. } => slots::attention_sinks::ALL,
             Self::Attention { .. } => slots::attention::ALL,
         }
     }
@@ -906,6 +923,16 @@ pub fn all_variants() -> Vec<KernelVariant> {
                 let path = AttentionPath::PerQuerySubgroup;
                 out.push(KernelVariant::Attention { kv, head_dim, path, group, tree: Tree::Shared });
             }
+            for group in 1..=crate::gpu::flash_max_group(head_dim) {
+                let path = AttentionPath::Flash { sinks: false };
+                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree: Tree::Shared });
+            }
+        }
+        // The sinks variants of gpt-oss's heads (64 dimensions, 8 query heads a KV head) and
+        // of one head a group.
+        for group in [1, 8] {
+            let path = AttentionPath::Flash { sinks: true };
+            out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree: Tree::Shared });
         }
     }
     out
@@ -970,11 +997,13 @@ mod tests {
     /// embeddings and 924 linears for each of the 16 weight types (132 on each of the five
     /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
     /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
-    /// with each of the 3 trees), and 50 RoPE and attention variants for each of the 3 KV
-    /// formats. Adding an option multiplies this: a new dimension should come with a reason.
+    /// with each of the 3 trees), and 83 RoPE and attention variants for each of the 3 KV
+    /// formats (2 RoPE; for each of the 6 head dimensions 1 per-query, 3 split-KV and 4
+    /// subgroup ones; 31 flash ones, a group of each size up to `flash_max_group` (8, 6, 6, 5,
+    /// 4 and 2 heads); 2 flash ones with sinks). Adding an option multiplies this: a new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 12 + 16 * (2 + 924) + 3 * 50);
+        assert_eq!(all_variants().len(), 12 + 16 * (2 + 924) + 3 * (2 + 6 * 8 + 31 + 2));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::{
     MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_exchange_floats, slots,
 };
 use crate::dtype::DType;
+use crate::gpu::attention_flash::select_sinks;
 
 /// One file of `shaders/`.
 #[derive(Debug, Clone, Copy)]
@@ -166,8 +167,9 @@ impl KernelVariant {
             Self::Linear { rows_tile, epilogue, .. } => {
                 unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
-            Self::Attention { head_dim, group, .. } => {
-                unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES, group)
+            Self::Attention { head_dim, group, path, .. } => {
+                let sinks = path == AttentionPath::Flash { sinks: true };
+                unroll_head(&select_sinks(&src, sinks), head_dim / 2, ATTENTION_DOT_LANES, group)
             }
             _ => src,
         }
@@ -206,7 +208,7 @@ impl KernelVariant {
         match *self {
             Self::Attention { kv, head_dim, path, .. } => {
                 kv != KvFormat::F32
-                    && path != AttentionPath::PerQuerySubgroup
+                    && matches!(path, AttentionPath::PerQuery | AttentionPath::SplitKv)
                     && (head_dim / 2).is_multiple_of(4)
             }
             _ => false,
@@ -248,6 +250,7 @@ impl KernelVariant {
                     AttentionPath::PerQuery => vec![shader_file!("attention.wgsl")],
                     AttentionPath::PerQuerySubgroup => vec![shader_file!("attention_lanes.wgsl")],
                     AttentionPath::SplitKv => vec![tree.file(), shader_file!("attention_split.wgsl")],
+                    AttentionPath::Flash { .. } => vec![shader_file!("attention_flash.wgsl")],
                 };
                 let pools = match self.kv_units() {
                     true => shader_file!("kvsrc_units.wgsl"),
@@ -382,7 +385,7 @@ impl KernelVariant {
                 Injected::new("CHUNK", ATTENTION_SPLIT_CHUNK, "shader::ATTENTION_SPLIT_CHUNK"),
                 Injected::new("PART_KEYS", KV_PARTITION_TOKENS, "shader::KV_PARTITION_TOKENS"),
             ]),
-            AttentionPath::PerQuerySubgroup => {
+            AttentionPath::PerQuerySubgroup | AttentionPath::Flash { .. } => {
                 out.push(Injected::new("GH", group, "KernelVariant::Attention::group"))
             }
             AttentionPath::PerQuery => {}

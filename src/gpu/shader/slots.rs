@@ -234,4 +234,15 @@ binding_slots! {
         QUERY_START = 6,
         OUT = 7,
     }
+    /// `shaders/attention_flash.wgsl` with attention sinks: the attention slots and the sinks.
+    attention_sinks {
+        Q = 1,
+        K_CACHE = 2,
+        V_CACHE = 3,
+        BLOCK_TABLE = 4,
+        SEQ_LENS = 5,
+        QUERY_START = 6,
+        OUT = 7,
+        SINKS = 8,
+    }
 }
