@@ -68,20 +68,20 @@ PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
 PAGODA_NORM=fused cargo test --test kernels_reference
 # And with the kernels a discrete GPU gets: K-split linear layers, split-KV attention.
 PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_reference
-# The model families through the kernels GPUs get, K-split linears and split-KV attention (their
-# sliding windows, soft caps, Q/K norms, gated activations and experts, the GEMV's and split-KV's
-# subgroup trees): every prompt's logits against transformers (the prefill GEMM) and the
+# The model families through the kernels GPUs get, K-split linears and flash attention (their
+# sliding windows, soft caps, Q/K norms, gated activations and experts, the GEMV's subgroup
+# tree, flash attention's GQA groups): every prompt's logits against transformers (the prefill GEMM) and the
 # batch/chunk/preemption invariance (decode GEMV rows bit-equal to those prefill rows). Skipped
 # here, run above in the default configuration: the greedy continuations (argmax of logits these
 # two tests pin down) and the tests that reach no kernel (templates, converter files,
 # tokenizers, refusals).
-PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test model_families -- \
+PAGODA_LINEAR=ksplit PAGODA_ATTENTION=flash cargo test --test model_families -- \
     --skip continues_greedily --skip renders_its_chat_template --skip the_gguf_files_are \
     --skip each_family_vocabulary --skip phi3_gguf_strips_whitespace --skip does_not_run_is_refused
 # Steps submitted in chunks as they are recorded, as GPUs submit them (lavapipe takes one
-# command buffer a step): the default model's parity with the fp32 reference and RECOMPUTE's
-# bits.
-PAGODA_SUBMIT=chunked cargo test --test smollm2_greedy --test smollm2_recompute
+# command buffer a step), with the flash attention GPUs get: the default model's parity with the
+# fp32 reference and RECOMPUTE's bits.
+PAGODA_SUBMIT=chunked PAGODA_ATTENTION=flash cargo test --test smollm2_greedy --test smollm2_recompute
 
 # The official openai Python package against `pagoda serve` on the default model: the binary
 # (with the test fixtures) and the C ABI's library as the test run built them. `--all-targets`

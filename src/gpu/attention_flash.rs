@@ -159,6 +159,50 @@ impl Step<'_> {
 #[cfg(test)]
 mod tests {
     use super::{flash_group, flash_max_group, select_sinks, workgroup_bytes};
+    use crate::gpu::{AttentionPath, AttentionStrategy, Capabilities, FeatureMask};
+
+    /// An adapter with subgroups of `sizes` lanes (none where `None`), forced to `forced`.
+    fn caps(is_cpu: bool, sizes: Option<(u32, u32)>, forced: Option<AttentionStrategy>) -> Capabilities {
+        Capabilities {
+            adapter_name: "test".into(),
+            backend: "Vulkan".into(),
+            driver: String::new(),
+            device_type: if is_cpu { "Cpu" } else { "DiscreteGpu" }.into(),
+            is_cpu,
+            shader_f16: true,
+            subgroup: sizes.is_some(),
+            subgroup_sizes: sizes.unwrap_or((0, 0)),
+            timestamp_query: false,
+            masked: FeatureMask::default(),
+            webgpu_default_limits: false,
+            limits: wgpu::Limits::default(),
+            forced_linear: None,
+            forced_attention: forced,
+            forced_norm: None,
+            forced_rope: None,
+            forced_gemm_rows: None,
+            forced_weight_source: None,
+            forced_submit: None,
+            profile_kernels: false,
+        }
+    }
+
+    #[test]
+    fn gpus_with_subgroups_of_8_lanes_or_more_take_flash_by_default() {
+        let flash = AttentionPath::Flash { sinks: false };
+        assert_eq!(caps(false, Some((32, 32)), None).attention_path(), flash);
+        assert_eq!(caps(false, Some((8, 64)), None).attention_path(), flash);
+        assert_eq!(caps(false, Some((4, 4)), None).attention_path(), AttentionPath::SplitKv);
+        assert_eq!(caps(false, None, None).attention_path(), AttentionPath::SplitKv);
+        let forced = Some(AttentionStrategy::Flash);
+        assert_eq!(caps(false, None, forced).attention_path(), AttentionPath::SplitKv);
+        let split = Some(AttentionStrategy::SplitKv);
+        assert_eq!(caps(false, Some((32, 32)), split).attention_path(), AttentionPath::SplitKv);
+        // Lavapipe keeps its per-query kernel unless flash is forced.
+        assert_eq!(caps(true, Some((8, 8)), None).attention_path(), AttentionPath::PerQuerySubgroup);
+        assert_eq!(caps(true, Some((8, 8)), forced).attention_path(), flash);
+        assert_eq!(caps(true, Some((8, 8)), forced).attention_path_for(40_000), flash);
+    }
 
     #[test]
     fn groups_fit_the_registers_and_divide_the_heads_of_a_kv_head() {
