@@ -221,7 +221,7 @@ fn kernels(c: &mut Criterion) {
     // The other of flash and split-KV attention beside the adapter's choice: split-KV where
     // flash is the default (GPUs with subgroups), else flash where the adapter can run it.
     let other = match caps.attention_path() {
-        AttentionPath::Flash { .. } => Some((AttentionStrategy::SplitKv, "split-kv/")),
+        AttentionPath::Flash => Some((AttentionStrategy::SplitKv, "split-kv/")),
         _ if caps.subgroup && caps.subgroup_sizes.0 >= 8 => Some((AttentionStrategy::Flash, "flash/")),
         _ => None,
     };

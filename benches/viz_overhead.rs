@@ -15,7 +15,7 @@ use pagoda::executor::sim::{SimConfig, SimExecutor};
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::viz::feed::{self, FeedReceiver};
 use pagoda::viz::presets;
-use pagoda::viz::source::SchedulerProbe;
+use pagoda::viz::source::{HostLoad, SchedulerProbe};
 use pagoda::viz::state::VizState;
 use pagoda::workload::BuiltinWorkload;
 
@@ -102,11 +102,11 @@ fn run_attached() -> Duration {
     loop {
         let more = step(&mut scheduler, &mut executor);
         if !more {
-            feed.send_engine(probe.report(&scheduler, executor.elapsed_seconds(), true));
+            feed.send_engine(probe.report(&scheduler, executor.elapsed_seconds(), HostLoad::default(), true));
             break;
         }
         if feed.wants_frame() {
-            feed.send_engine(probe.report(&scheduler, executor.elapsed_seconds(), true));
+            feed.send_engine(probe.report(&scheduler, executor.elapsed_seconds(), HostLoad::default(), true));
         }
     }
     let elapsed = start.elapsed();

@@ -64,7 +64,8 @@ typedef enum PagodaStatus {
   PAGODA_STATUS_INVALID_HANDLE = 2,
   // An argument is malformed: invalid UTF-8, bad JSON, an unknown field, a value out of range.
   PAGODA_STATUS_INVALID_ARGUMENT = 3,
-  // The model, its tokenizer or its chat template could not be used.
+  // The model, its tokenizer or its chat template could not be used, or a LoRA adapter
+  // could not be read or does not fit the model or the engine's LoRA limits.
   PAGODA_STATUS_MODEL = 4,
   // The GPU or the executor failed.
   PAGODA_STATUS_DEVICE = 5,
@@ -77,8 +78,14 @@ typedef enum PagodaStatus {
   // engine that panicked can only be freed.
   PAGODA_STATUS_PANIC = 8,
   // The call is not allowed where it was made: stepping an engine from inside its own
-  // output callback.
+  // output callback, or unloading a LoRA adapter that live requests use.
   PAGODA_STATUS_BUSY = 9,
+  // The engine was created without LoRA (`"enable_lora": true` in its options).
+  PAGODA_STATUS_LORA_NOT_ENABLED = 10,
+  // No LoRA adapter of this name is loaded.
+  PAGODA_STATUS_UNKNOWN_LORA = 11,
+  // Nothing exists at the path given (a LoRA adapter's).
+  PAGODA_STATUS_NOT_FOUND = 12,
 } PagodaStatus;
 
 // Why a request finished, or that it has not.
@@ -161,9 +168,10 @@ void pagoda_string_free(char *text);
 // `max_num_batched_tokens`, `max_model_len`, `enable_chunked_prefill`,
 // `scheduling_policy` (`"fcfs"`, `"priority"`), `speculative_config` (vLLM's object, e.g.
 // `{"method": "ngram", "num_speculative_tokens": 4}`), `executor` (`"wgpu"`, `"sim"`), `seed`,
-// `backend`, `adapter`, `disable_features` (`"f16,subgroup"`), `webgpu_limits`. An unknown
-// field is an error. On success `*out_engine` is the new handle, freed with
-// `pagoda_engine_free`.
+// `backend`, `adapter` (the GPU's), `disable_features` (`"f16,subgroup"`), `webgpu_limits`,
+// and LoRA's (vLLM's names): `enable_lora`, `max_loras` (default 1), `max_lora_rank`
+// (default 16), `max_cpu_loras` (default `max_loras`). An unknown field is an error. On
+// success `*out_engine` is the new handle, freed with `pagoda_engine_free`.
 //
 // # Safety
 // `options_json` is NULL or a NUL-terminated string; `out_engine` is NULL or writable.
@@ -179,7 +187,10 @@ enum PagodaStatus pagoda_engine_free(struct PagodaEngine *engine);
 // `seed`, `max_tokens`, `min_tokens`, `stop`, `stop_token_ids`, `ignore_eos`, penalties,
 // `logit_bias`, `prompt_logprobs` (its values come in the first output's
 // `prompt_logprobs_json`), ...; NULL or `""` for the defaults, a field set to `null` takes its
-// default). `*out_request_id` receives the request's id.
+// default), and `lora`, the name of a LoRA adapter loaded with `pagoda_engine_load_lora` to
+// run the request with (`PAGODA_STATUS_UNKNOWN_LORA` when none has that name,
+// `PAGODA_STATUS_LORA_NOT_ENABLED` on an engine without LoRA). `*out_request_id` receives the
+// request's id.
 //
 // # Safety
 // `prompt` and `params_json` are NULL or NUL-terminated; `out_request_id` is NULL or writable.
@@ -243,6 +254,28 @@ enum PagodaStatus pagoda_engine_abort(struct PagodaEngine *engine, uint64_t requ
 // # Safety
 // `out_json` is NULL or writable.
 enum PagodaStatus pagoda_engine_metrics_json(struct PagodaEngine *engine, char **out_json);
+
+// Reads the LoRA adapter at `path` (a PEFT directory with `adapter_config.json` and
+// `adapter_model.safetensors`, or a llama.cpp LoRA GGUF) and makes it available to requests
+// as `name` (their parameters' `"lora": name`). Fails with `PAGODA_STATUS_LORA_NOT_ENABLED`
+// on an engine created without `"enable_lora": true`, `PAGODA_STATUS_NOT_FOUND` when nothing
+// is at `path`, `PAGODA_STATUS_MODEL` when the adapter cannot be read or does not fit the
+// model or `max_lora_rank`, and `PAGODA_STATUS_INVALID_ARGUMENT` when `name` is empty or
+// already loaded.
+//
+// # Safety
+// `name` and `path` are NULL or NUL-terminated.
+enum PagodaStatus pagoda_engine_load_lora(struct PagodaEngine *engine,
+                                          const char *name,
+                                          const char *path);
+
+// Forgets the LoRA adapter `name`. Fails with `PAGODA_STATUS_UNKNOWN_LORA` when none has
+// that name, `PAGODA_STATUS_BUSY` while requests that use it are live (abort them, or step
+// until they finish), and `PAGODA_STATUS_LORA_NOT_ENABLED` on an engine without LoRA.
+//
+// # Safety
+// `name` is NULL or NUL-terminated.
+enum PagodaStatus pagoda_engine_unload_lora(struct PagodaEngine *engine, const char *name);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -363,7 +363,8 @@ model_weight() {
 # Prints speculative decoding's pair (issue 52's targets) for the caller's model: the
 # input-grounded workload (each prompt a passage twice, then its first quarter; 32 tokens out)
 # at 1 and 32 requests, without speculation ("spec B=N off") and with n-gram speculation
-# ("spec B=N ngram", its acceptance rate after the row). A random-weight model copies nothing,
+# ("spec B=N ngram", its acceptance rate and its decode tok/s from TPOT after the row: the row's
+# own tok/s counts one token per step). A random-weight model copies nothing,
 # so its proposals are mostly rejected: its rows price speculation under load (target: ngram
 # at 32 requests not below 0.9x off). SPEC_GGUF names a real model to run instead (the default
 # model copies its prompt: target ngram at 1 request >= 1.5x off).
@@ -376,7 +377,11 @@ spec_rows() {
         [[ $mode == ngram ]] && extra=(--speculative-config "$ngram")
         while read -r report; do
             rate=$(grep -o '"acceptance_rate": *[0-9.eE+-]*' <<<"$report" | grep -o '[0-9.eE+-]*$' || echo -)
-            echo "$(decode_row " spec $mode" "$report")  acceptance ${rate:--}"
+            # The row's tok/s is per step (B / ITL); a verify step brings several tokens, so the
+            # decode speed to compare is the one from TPOT (every token counted).
+            tpot=$(awk -v b="$(field num_requests "$report")" -v t="$(field tpot_mean_s "$report")" \
+                'BEGIN { if (t > 0) printf "%.1f", b / t; else printf "-" }')
+            echo "$(decode_row " spec $mode" "$report")  acceptance ${rate:--}  TPOT tok/s $tpot"
         done < <(timeout "$(cap)" "$bin" bench --executor wgpu --workload input-grounded --json \
             --model "${SPEC_GGUF:-$file}" --num-requests 1,32 --output-len 32 "${extra[@]}")
     done

@@ -2,7 +2,8 @@
 # The C ABI's checks: the header is current, the library builds, and the C/C++ examples and
 # misuse tests, compiled with the system compiler against include/pagoda.h, pass under
 # AddressSanitizer (leaks included). Called by scripts/test.sh; needs PAGODA_MODEL_GGUF or
-# the cached default model.
+# the cached default model, and PAGODA_FAMILIES_DIR with the tiny adapters
+# (scripts/tiny-families.py, scripts/tiny-adapters.py) for the LoRA test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,7 @@ cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" examples/c/chat.c -o "$out/ch
 c++ -std=c++17 -Wall -Wextra -Werror "${sanitize[@]}" examples/c/batch.cpp -o "$out/batch" "${link[@]}"
 cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" capi/tests/c/misuse.c -o "$out/misuse" "${link[@]}"
 cc -std=c11 -Wall -Wextra -Werror -pthread "${sanitize[@]}" capi/tests/c/threads.c -o "$out/threads" "${link[@]}"
+cc -std=c11 -Wall -Wextra -Werror "${sanitize[@]}" capi/tests/c/lora.c -o "$out/lora" "${link[@]}"
 # The static library links too (with the system libraries Rust's std needs).
 cc -std=c11 -Wall -Werror examples/c/chat.c -o "$out/chat-static" -I include "$lib/libpagoda_c.a" -lm -ldl -lpthread
 
@@ -73,3 +75,17 @@ for prompt in "${prompts[@]}"; do
     fi
 done
 echo "test-capi: batch.cpp completions equal pagoda generate"
+
+# A LoRA adapter through the C ABI (tiny Llama and its "sql" adapter): its greedy completion
+# differs from the base model's (lora.c checks) and equals `pagoda generate --lora`'s.
+family="${PAGODA_FAMILIES_DIR:?PAGODA_FAMILIES_DIR names the tiny family models}/llama"
+prompt="The capital of France is"
+from_c="$(sanitized "$out/lora" "$family" "$family/lora/sql" "$family/llama.f32.gguf" "$prompt" 8)"
+from_rust="$("$target/debug/pagoda" generate --model "$family" --seed 1 --num-gpu-blocks 64 \
+    --lora "sql=$family/lora/sql" --max-lora-rank 8 --temperature 0 --max-tokens 8 --ignore-eos \
+    --json "$prompt" 2>/dev/null | python3 -c 'import json, sys; print(*json.load(sys.stdin)["token_ids"])')"
+if [ "$(sed -n 's/^lora //p' <<<"$from_c")" != "$from_rust" ]; then
+    printf 'test-capi: lora.c gave\n%s\nbut pagoda generate --lora gave\n%s\n' "$from_c" "$from_rust" >&2
+    exit 1
+fi
+echo "test-capi: lora.c's adapter completion equals pagoda generate --lora: $from_rust"

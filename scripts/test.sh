@@ -42,6 +42,9 @@ export PAGODA_CHAT_TEMPLATES="$(scripts/chat-templates.sh)"
 # subscriber; here neither may skip.
 export PAGODA_REQUIRE_XVFB=1
 export PAGODA_REQUIRE_PYTHON=1
+# scripts/test-long.sh sets PAGODA_TEST_LONG=1: the full versions of the passes CI cuts short
+# below (each says what it leaves to the long run), and PAGODA_SPEC_EXACTNESS=all.
+long="${PAGODA_TEST_LONG:-}"
 
 cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
@@ -49,12 +52,12 @@ cargo test --all-targets
 
 # A short fuzz pass with another seed than cargo test's own (scripts/fuzz.sh 1000000 for
 # the long run).
-scripts/fuzz.sh 3000 --seed 1
+if [ -n "$long" ]; then scripts/fuzz.sh 1000000 --seed 1; else scripts/fuzz.sh 3000 --seed 1; fi
 
 # A short soak on each executor (cargo test ran 5 s on the simulated model; scripts/soak.sh
 # without arguments is the long one): 64 clients for 20 s on the simulated model, 8 for
 # 10 s on the default model (lavapipe is slow).
-scripts/soak.sh 20 10 8
+if [ -n "$long" ]; then scripts/soak.sh; else scripts/soak.sh 20 10 8; fi
 
 # The kernel suite again under each forced fallback: no shader-f16, no subgroups, neither,
 # WebGPU's default limits, and the discrete-GPU kernels (the SmolLM2 parity test builds these
@@ -64,24 +67,46 @@ for features in f16 subgroup f16,subgroup; do
 done
 PAGODA_WEBGPU_LIMITS=1 cargo test --test kernels_reference
 # Norms fused into every linear tile (lavapipe fuses them into one-row tiles only), so the
-# sequential kernels' subgroups sum the scales of 4 and 8 rows too.
-PAGODA_NORM=fused cargo test --test kernels_reference
-# And with the kernels a discrete GPU gets: K-split linear layers, split-KV attention.
-PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_reference
-# The model families through the kernels GPUs get, K-split linears and flash attention (their
-# sliding windows, soft caps, Q/K norms, gated activations and experts, the GEMV's subgroup
-# tree, flash attention's GQA groups): every prompt's logits against transformers (the prefill GEMM) and the
+# sequential kernels' subgroups sum the scales of 4 and 8 rows too. The tests of kernels no norm
+# is fused into (attention, sampling, embedding, element-wise, scatter) ran above unchanged by
+# it; the long run runs them again anyway.
+# `--skip` for each name in CI; nothing in the long run.
+ci_skip() { [ -n "$long" ] || printf -- '--skip\n%s\n' "$@"; }
+mapfile -t no_norm < <(ci_skip attention wide_heads long_contexts contexts_past top_k \
+    embedding elementwise scatter_rows)
+PAGODA_NORM=fused cargo test --test kernels_reference -- "${no_norm[@]}"
+# And with the kernels a discrete GPU gets: K-split linear layers, split-KV attention. CI skips
+# the sampling, embedding, element-wise and scatter kernels (no other version to reach) and the
+# two subgroup tests, which choose these strategies themselves and so ran exactly so above.
+mapfile -t no_split < <(ci_skip top_k embedding elementwise scatter_rows the_subgroup_tree \
+    the_subgroup_attention_kernel)
+PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_reference -- "${no_split[@]}"
+# The model families through the kernels GPUs get, K-split linears and split-KV attention (their
+# sliding windows, soft caps, Q/K norms, gated activations and experts, the GEMV's and split-KV's
+# subgroup trees): every prompt's logits against transformers (the prefill GEMM) and the
 # batch/chunk/preemption invariance (decode GEMV rows bit-equal to those prefill rows). Skipped
 # here, run above in the default configuration: the greedy continuations (argmax of logits these
 # two tests pin down) and the tests that reach no kernel (templates, converter files,
-# tokenizers, refusals).
-PAGODA_LINEAR=ksplit PAGODA_ATTENTION=flash cargo test --test model_families -- \
+# tokenizers, refusals). CI's pass also leaves to the default one what only the GGUF's metadata
+# decides (Gemma 2's attention scale, Mistral's missing window) and reads each family from its
+# HF directory only (the GGUFs' weight types reach these kernels in kernels_reference above,
+# their layouts in the default pass), and not llama-rope-parameters (Llama's weights, another
+# config layout); the long run reads all.
+mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window)
+formats=hf repeats=llama-rope-parameters
+if [ -n "$long" ]; then formats=hf,f32,f16 repeats=; fi
+PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \
+    PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv \
+    cargo test --test model_families -- \
     --skip continues_greedily --skip renders_its_chat_template --skip the_gguf_files_are \
-    --skip each_family_vocabulary --skip phi3_gguf_strips_whitespace --skip does_not_run_is_refused
+    --skip each_family_vocabulary --skip phi3_gguf_strips_whitespace --skip does_not_run_is_refused \
+    "${gguf_only[@]}"
 # Steps submitted in chunks as they are recorded, as GPUs submit them (lavapipe takes one
-# command buffer a step), with the flash attention GPUs get: the default model's parity with the
-# fp32 reference and RECOMPUTE's bits.
-PAGODA_SUBMIT=chunked PAGODA_ATTENTION=flash cargo test --test smollm2_greedy --test smollm2_recompute
+# command buffer a step): the default model's parity with the fp32 reference and RECOMPUTE's
+# bits. CI leaves out the f16 KV cache's continuations and the prefix cache's count (neither
+# submits otherwise than the f32 runs these keep); the long run keeps them.
+mapfile -t same_submits < <(ci_skip with_f16_kv a_shared_system_prompt)
+PAGODA_SUBMIT=chunked cargo test --test smollm2_greedy --test smollm2_recompute -- "${same_submits[@]}"
 
 # The official openai Python package against `pagoda serve` on the default model: the binary
 # (with the test fixtures) and the C ABI's library as the test run built them. `--all-targets`

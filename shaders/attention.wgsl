@@ -21,8 +21,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc: array<vec2<f32>, HP>;
     var state = Softmax(-3.0e38, 0.0);
     attend_keys(at.seq, at.head / (P.heads / P.kv_heads), first_key(ctx), key_end(ctx), &q, &acc, &state);
+    let fin = sink_finish(at.head, state.m, state.l);
     for (var d = 0u; d < HP; d++) {
-        let o = acc[d] / state.l;
+        let o = acc[d] * fin.x / fin.y;
         OUT[oo + 2u * d] = o.x;
         OUT[oo + 2u * d + 1u] = o.y;
     }

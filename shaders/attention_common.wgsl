@@ -5,7 +5,9 @@
 // [t, heads * HD]. Token t of sequence b sits at position seq_lens[b] - (query_start_loc[b + 1]
 // - t) and attends to keys 0..=position through block_table[b] (only the last `window` when
 // window > 0: a sliding-window layer). Scores are `q·k * scale`, soft-capped to
-// `softcap * tanh(s / softcap)` when softcap > 0.
+// `softcap * tanh(s / softcap)` when softcap > 0. Each kernel ends a query with
+// `sink_finish` (sink_none.wgsl, or sink_logit.wgsl for attention sinks, where their formula
+// is), which gives the factor of its weighted values and their denominator.
 struct AttentionParams {
     tokens: u32,
     heads: u32,

@@ -14,9 +14,8 @@
 // head's bits do not depend on the other heads of its group. Prefill and decode tokens take the
 // same kernel.
 //
-// Optional attention sinks (gpt-oss): with lines marked SINKS kept, SINKS[head] is one more
-// logit per query head that joins the maximum and adds exp(sink - max) to the denominator,
-// nothing to the values.
+// Each head ends with `sink_finish` over the combined maximum and sum (sink_none.wgsl, or
+// sink_logit.wgsl for attention sinks, gpt-oss), as every attention kernel does.
 //
 // The loops over a lane's pairs and over the heads are written out (LANE_PAIRS, GROUP_HEADS:
 // src/gpu/shader/unroll.rs); the walk over the context is one loop of ceil(keys / KL) trips,
@@ -26,8 +25,6 @@
 // Dimension pairs each lane holds, and the key lanes.
 const PL: u32 = (HP + DOT_LANES - 1u) / DOT_LANES;
 const KL: u32 = WG / DOT_LANES;
-
-SINKS @group(0) @binding(SLOT_SINKS) var<storage, read> SINKS: array<f32>;
 
 // The key lanes' maxima and sums for the GH heads, and one head's weighted values.
 var<workgroup> red_m: array<f32, KL * GH>;
@@ -162,7 +159,6 @@ fn main(
     var weight: array<f32, GH>;
     for (var h = 0u; h < GH; h++) {
         m_all[h] = flash_tree_max(h * KL);
-        SINKS m_all[h] = max(m_all[h], SINKS[at.head + h]);
         // A lane without keys has l = 0 and weighs exp(-3e38 - m_all) = 0.
         weight[h] = exp(m[h] - m_all[h]);
     }
@@ -171,8 +167,7 @@ fn main(
     }
     workgroupBarrier();
     for (var h = 0u; h < GH; h++) {
-        var l_all = flash_tree_sum(h * KL);
-        SINKS l_all = l_all + exp(SINKS[at.head + h] - m_all[h]);
+        let fin = sink_finish(at.head + h, m_all[h], flash_tree_sum(h * KL));
         for (var p = 0u; p < PL; p++) {
             let d = p * DOT_LANES + dl;
             if (d < HP) {
@@ -183,7 +178,7 @@ fn main(
         // Inconsistent batch metadata (ctx 0) writes zeros rather than a wrapped-around context.
         let oo = (first_query + h) * HD;
         for (var d = t; d < HP; d += WG) {
-            let o = select(vec2<f32>(0.0), flash_tree_pair(d) / l_all, ctx > 0u);
+            let o = select(vec2<f32>(0.0), flash_tree_pair(d) * fin.x / fin.y, ctx > 0u);
             OUT[oo + 2u * d] = o.x;
             OUT[oo + 2u * d + 1u] = o.y;
         }

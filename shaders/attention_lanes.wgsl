@@ -109,10 +109,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // Inconsistent batch metadata (ctx 0) writes zeros rather than a wrapped-around context.
     for (var h = 0u; h < GH; h++) {
         let oo = (first_query + h) * HD;
+        let fin = sink_finish(at.head + h, m[h], l[h]);
         for (var p = 0u; p < PL; p++) {
             let d = p * DOT_LANES + lane;
             if (d < HP) {
-                let o = select(vec2<f32>(0.0), acc[h][p] / l[h], ctx > 0u);
+                let o = select(vec2<f32>(0.0), acc[h][p] * fin.x / fin.y, ctx > 0u);
                 OUT[oo + 2u * d] = o.x;
                 OUT[oo + 2u * d + 1u] = o.y;
             }

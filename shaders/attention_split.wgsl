@@ -62,6 +62,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
     let l_all = tree_add(lanes, narrow, red_l[tree_lane(lanes, narrow)]);
+    let fin = sink_finish(at.head, m_all, l_all);
     for (var c0 = 0u; c0 < HD; c0 += CHUNK) {
         for (var c = 0u; c < CHUNK; c += 2u) {
             if (c0 + c < HD) {
@@ -82,7 +83,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var c = 0u; c < CHUNK; c++) {
             let v = tree_add(lanes, narrow, red_v[c * WG + tree_lane(lanes, narrow)]);
             if (live && c % WG == t && c0 + c < HD) {
-                OUT[oo + c0 + c] = select(0.0, v / l_all, valid);
+                OUT[oo + c0 + c] = select(0.0, v * fin.x / fin.y, valid);
             }
         }
         workgroupBarrier();

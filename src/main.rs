@@ -885,6 +885,7 @@ fn print_report(report: &WorkloadReport) {
             "ITL mean / p50 / p99",
             format!("{} / {} / {}", ms(report.itl_mean_s), ms(report.itl_p50_s), ms(report.itl_p99_s)),
         ),
+        ("TPOT mean", ms(report.tpot_mean_s)),
         ("preemptions", report.num_preemptions.to_string()),
         ("recomputed tokens", report.num_recomputed_tokens.to_string()),
         ("prefix cache hit rate", format!("{:.1} %", report.prefix_cache_hit_rate * 100.0)),
@@ -946,6 +947,10 @@ fn print_report(report: &WorkloadReport) {
         println!(
             "{:<32} {:.0} us / {:.0} us",
             "host time per step mean / p50", d.host_us_per_step, d.host_us_p50
+        );
+        println!(
+            "{:<32} {:.0} us / {:.0} us",
+            "device idle per step mean / p50", d.idle_us_per_step, d.idle_us_p50
         );
         println!(
             "{:<32} {:.1} / {:.1}",
@@ -1011,6 +1016,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
         c.tie_word_embeddings,
         if model.chat_template.is_some() { "yes" } else { "no" },
     );
+    print_attention(c);
     print_footprint(&model)?;
     if let Some(template) = &model.chat_template {
         println!(
@@ -1021,6 +1027,35 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
     }
     print_weight_types(&model.weights);
     Ok(())
+}
+
+/// What a model's attention adds to plain causal attention (sliding windows per layer, sinks,
+/// rotary scaling), when it adds anything.
+fn print_attention(c: &pagoda::model::ModelConfig) {
+    let sliding: Vec<String> =
+        c.layer_windows.iter().enumerate().filter_map(|(l, w)| w.map(|w| format!("{l}:{w}"))).collect();
+    let mut parts = Vec::new();
+    if !sliding.is_empty() {
+        parts.push(format!("sliding windows (layer:keys) {}", sliding.join(" ")));
+    }
+    if c.attention_sinks {
+        parts.push("attention sinks".to_string());
+    }
+    if let Some(scaling) = &c.rope_scaling {
+        let name = match scaling {
+            pagoda::model::RopeScaling::Linear { .. } => "linear",
+            pagoda::model::RopeScaling::Llama3 { .. } => "llama3",
+            pagoda::model::RopeScaling::LongRope { .. } => "longrope",
+            pagoda::model::RopeScaling::Yarn { .. } => "yarn",
+        };
+        parts.push(format!("rope scaling {name}"));
+    }
+    if let Some(limit) = c.swiglu_limit {
+        parts.push(format!("clamped SwiGLU (limit {limit}) with biased experts"));
+    }
+    if !parts.is_empty() {
+        println!("  attention and MLP: {}", parts.join(", "));
+    }
 }
 
 /// A mixture of experts' experts and router, and every model's parameters and weight bytes, in

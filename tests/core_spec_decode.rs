@@ -222,3 +222,30 @@ fn the_scheduler_refuses_an_invalid_speculative_config() {
     let error = Scheduler::new(config, cache(10)).unwrap_err();
     assert!(error.to_string().contains("num_speculative_tokens=0"), "{error}");
 }
+
+/// vLLM's `num_speculative_tokens_per_batch_size`: with `[[1, 1, 2], [2, 256, 0]]` a request
+/// alone gets two proposals, and none while two requests run (speculation off under load).
+#[test]
+fn the_batch_size_schedule_turns_proposals_off_for_larger_batches() {
+    let spec = SpeculativeConfig {
+        num_speculative_tokens_per_batch_size: Some(vec![[1, 1, 2], [2, 256, 0]]),
+        ..SpeculativeConfig::ngram(3, 1, 2)
+    };
+    let run = |ids: &[RequestId]| {
+        let cache = CacheConfig { block_size: 4, num_gpu_blocks: 40, ..CacheConfig::default() };
+        let mut s = spec_scheduler(64, cache, Some(spec.clone()));
+        for &id in ids {
+            s.add_request(request(id, vec![1, 2, 3, 4, 5, 6, 7, 1, 2], 10)).unwrap();
+        }
+        let out = s.schedule();
+        let sampled = ModelRunnerOutput {
+            sampled_token_ids: ids.iter().map(|&id| (id, vec![3])).collect(),
+            ..Default::default()
+        };
+        s.update_from_output(&out, &sampled);
+        ids.iter().map(|&id| s.get_request(id).unwrap().spec_token_ids.clone()).collect::<Vec<_>>()
+    };
+    // [.., 1, 2, 3] proposes 4, 5 (of 4, 5, 6) alone, nothing beside another request.
+    assert_eq!(run(&[1]), vec![vec![4, 5]]);
+    assert_eq!(run(&[1, 2]), vec![Vec::<TokenId>::new(), Vec::new()]);
+}

@@ -68,20 +68,40 @@ fn run(
     done
 }
 
+/// What the device did over a run: steps, and those submitted to an idle device.
+#[derive(Debug, Clone, Copy)]
+struct DeviceSteps {
+    steps: u64,
+    idle_gaps: u64,
+}
+
+/// [`run`], with the device's steps over it.
+fn run_counted(
+    engine: &mut Engine,
+    requests: &[(&str, SamplingParams)],
+    abort: Option<(usize, usize)>,
+) -> (BTreeMap<RequestId, Done>, DeviceSteps) {
+    let before = engine.device_counters().expect("a GPU executor counts its steps");
+    let done = run(engine, requests, abort);
+    let run = engine.device_counters().unwrap().since(&before);
+    (done, DeviceSteps { steps: run.steps, idle_gaps: run.idle_gaps })
+}
+
 /// Runs `requests` serially and one step ahead and checks they agree bit for bit (the
-/// aborted request's cut point aside); returns the serial outputs and both preemption counts.
+/// aborted request's cut point aside); returns the serial outputs, both preemption counts and
+/// both runs' device steps.
 fn both_loops(
     model: PathBuf,
     blocks: usize,
     requests: &[(&str, SamplingParams)],
     abort: Option<(usize, usize)>,
-) -> (BTreeMap<RequestId, Done>, [u64; 2]) {
+) -> (BTreeMap<RequestId, Done>, [u64; 2], [DeviceSteps; 2]) {
     let mut serial_engine = engine(model.clone(), false, blocks);
     assert!(!serial_engine.async_scheduling());
-    let mut serial = run(&mut serial_engine, requests, abort);
+    let (mut serial, serial_device) = run_counted(&mut serial_engine, requests, abort);
     let mut ahead_engine = engine(model, true, blocks);
     assert!(ahead_engine.async_scheduling());
-    let mut ahead = run(&mut ahead_engine, requests, abort);
+    let (mut ahead, ahead_device) = run_counted(&mut ahead_engine, requests, abort);
     if let Some((_, index)) = abort {
         let (s, a) =
             (serial.remove(&(index as RequestId)).unwrap(), ahead.remove(&(index as RequestId)).unwrap());
@@ -98,7 +118,10 @@ fn both_loops(
             metrics.scheduler.num_steps
         );
     }
-    (serial, preemptions)
+    // The serial loop reads every step back before it records the next: each starts on an
+    // idle device.
+    assert_eq!(serial_device.idle_gaps, serial_device.steps, "{serial_device:?}");
+    (serial, preemptions, [serial_device, ahead_device])
 }
 
 fn family(name: &str) -> PathBuf {
@@ -129,7 +152,7 @@ fn the_default_model_one_step_ahead_matches_the_serial_loop_bit_for_bit() {
     // 13 usable blocks of 4 tokens: the two long stories (about 49 tokens each, their first
     // four blocks shared) cannot run together.
     let model = default_model_path().expect("default model");
-    let (serial, preemptions) = both_loops(model, 14, &requests, Some((6, 5)));
+    let (serial, preemptions, _) = both_loops(model, 14, &requests, Some((6, 5)));
     assert!(preemptions.iter().all(|&n| n > 0), "{preemptions:?}");
     assert_eq!(serial[&3].reason, Some(FinishReason::Stop));
     assert!(serial[&3].tokens.len() < 24);
@@ -143,7 +166,33 @@ fn tiny_families_one_step_ahead_match_the_serial_loop_bit_for_bit() {
     let greedy = SamplingParams { logprobs: Some(1), ..SamplingParams::greedy(20) };
     let requests = [("hello there", greedy.clone()), ("hello there", seeded), ("abc abc abc", greedy)];
     for name in ["llama", "gemma3"] {
-        let (serial, _) = both_loops(family(name), 24, &requests, None);
+        let (serial, _, _) = both_loops(family(name), 24, &requests, None);
         assert!(serial.values().all(|done| done.tokens.len() == 20), "{name}: {serial:?}");
     }
+}
+
+#[test]
+fn greedy_steps_are_fed_on_the_device_and_match_the_serial_loop_bit_for_bit() {
+    let story = "<|im_start|>user\nTell me a short story about a cat.<|im_end|>\n<|im_start|>assistant\n";
+    let dog = "<|im_start|>user\nTell me a short story about a dog.<|im_end|>\n<|im_start|>assistant\n";
+    let capital = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+    let stopped = SamplingParams { stop: vec![" cat".into()], ..SamplingParams::greedy(24) };
+    // Plain greedy picks (the argmax the device keeps), a stop string and an abort mid-batch,
+    // two prompts sharing their first blocks, on a pool too small for all of them at once.
+    let requests = [
+        (story, SamplingParams::greedy(28)),
+        (dog, SamplingParams::greedy(28)),
+        (capital, SamplingParams::greedy(20)),
+        (story, stopped),
+        (capital, SamplingParams::greedy(24)),
+    ];
+    let model = default_model_path().expect("default model");
+    let (serial, preemptions, [_, ahead]) = both_loops(model, 16, &requests, Some((5, 4)));
+    assert!(preemptions.iter().all(|&n| n > 0), "{preemptions:?}");
+    assert_eq!(serial[&3].reason, Some(FinishReason::Stop));
+    assert_eq!(serial[&0].tokens.len(), 28);
+    // One step ahead, most steps are submitted while the one before runs (their inputs read
+    // from its sampled ids on the device): only a step after a preemption, a resumption or
+    // the first of a run waits for the one before it.
+    assert!(ahead.idle_gaps * 2 < ahead.steps, "{ahead:?}");
 }

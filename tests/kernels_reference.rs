@@ -791,6 +791,8 @@ struct AttnCase {
     kv: KvPrecision,
     window: Option<usize>,
     softcap: Option<f32>,
+    /// Each head's attention sink logit (gpt-oss), `[heads]`.
+    sinks: Option<&'static [f32]>,
 }
 
 impl AttnCase {
@@ -834,9 +836,11 @@ fn attention_reference(case: &AttnCase, d: &SeqData, pos: usize, head: usize) ->
             case.softcap.map_or(score, |cap| f64::from(cap) * (score / f64::from(cap)).tanh())
         })
         .collect();
-    let max = scores.iter().copied().fold(f64::MIN, f64::max);
+    // a sink joins the max and the denominator, with no value (transformers' GptOssAttention)
+    let sink = case.sinks.map(|s| f64::from(s[head]));
+    let max = scores.iter().copied().chain(sink).fold(f64::MIN, f64::max);
     let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-    let total: f64 = weights.iter().sum();
+    let total: f64 = weights.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
     (0..hd)
         .map(|e| {
             keys.clone().zip(&weights).map(|(j, w)| w * f64::from(d.v[(j * kvh + g) * hd + e])).sum::<f64>()
@@ -940,7 +944,8 @@ fn run_attention_on(
             step.submit().unwrap();
             continue;
         }
-        step.paged_attention(&qkv_t, &cache, 0, &batch, &case.spec(), &out).unwrap();
+        let sinks = case.sinks.map(|s| c.upload_f32(&[h], s).unwrap());
+        step.paged_attention_sinks(&qkv_t, &cache, 0, &batch, &case.spec(), sinks.as_ref(), &out).unwrap();
         let id = step.read(&out);
         let o = step.submit().unwrap().f32s(id);
         let mut row = 0;
@@ -964,6 +969,7 @@ const FULL: AttnCase = AttnCase {
     kv: KvPrecision::F32,
     window: None,
     softcap: None,
+    sinks: None,
 };
 
 fn attention_cases() -> Vec<AttnCase> {
@@ -1155,6 +1161,38 @@ fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
     let data = [seq_data(&case, 40_000, 97)];
     let outs = run_attention_on(ctx(), &case, &seqs, &data, &after_the_prefix(&seqs));
     assert_near_reference(&outs, &case, &seqs, &data, &format!("{:?}", caps.attention_path_for(40_000)));
+}
+
+/// Attention sinks (gpt-oss: a learned logit per head in the softmax's denominator, no value)
+/// in every attention kernel — per query, its subgroup form, split-KV — against the f64
+/// reference: 4 heads on 2 KV heads of 64, sinks below, among and far above the scores (one
+/// that takes nearly all the weight), a full layer and a 16-key window (gpt-oss's alternation),
+/// over a cached prefix with a prefill chunk, a 40-token prompt, a decode and a one-token
+/// sequence; and on each kernel a query's bits do not depend on its batch or its chunking.
+#[test]
+fn attention_sinks_match_the_reference_on_every_kernel() {
+    const SINKS: [f32; 4] = [0.0, -3.0, 2.5, 12.0];
+    let sinking = AttnCase { heads: 4, kv_heads: 2, sinks: Some(&SINKS), ..FULL };
+    let per_query =
+        GpuOptions { attention_strategy: Some(AttentionStrategy::PerQuery), ..GpuOptions::default() };
+    let (lanes, plain) = (ctx_with_subgroups(&per_query, true), ctx_with_subgroups(&per_query, false));
+    let seqs = [
+        Seq { cached: 20, new: 13 },
+        Seq { cached: 0, new: 40 },
+        Seq { cached: 45, new: 1 },
+        Seq { cached: 0, new: 1 },
+    ];
+    for case in [AttnCase { ..sinking }, AttnCase { window: Some(16), ..sinking }] {
+        let data: Vec<SeqData> =
+            seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 70 + s as u64)).collect();
+        for c in [&lanes, &plain, gpu_class_ctx()] {
+            let path = c.capabilities().attention_path();
+            let together = run_attention_on(c, &case, &seqs, &data, &after_the_prefix(&seqs));
+            assert_near_reference(&together, &case, &seqs, &data, &format!("sinks {path:?}"));
+            let alone = run_attention_on(c, &case, &seqs[1..2], &data[1..2], &|_, _, _| 7);
+            assert_eq!(bits(&alone[0]), bits(&together[1]), "sinks {path:?}: chunks of 7 alone vs batched");
+        }
+    }
 }
 
 /// A context with `options` and the adapter's subgroups (`subgroups`) or none, beside what the

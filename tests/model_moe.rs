@@ -1,8 +1,8 @@
 //! Mixture-of-experts layers keep the invariance rule bit for bit: a token's logits do not
 //! depend on the other sequences of its batch (which share its experts or not), on how its
 //! prompt is cut into chunks, or on whether it is decoded one token at a time. The tiny
-//! Qwen3-MoE and Mixtral models of scripts/tiny-families.py (`PAGODA_FAMILIES_DIR`); their
-//! parity with transformers is tests/model_families.rs'.
+//! Qwen3-MoE, Mixtral and gpt-oss models of scripts/tiny-families.py (`PAGODA_FAMILIES_DIR`);
+//! their parity with transformers is tests/model_families.rs'.
 
 use std::path::PathBuf;
 
@@ -14,8 +14,8 @@ use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits}
 use serde_json::Value;
 
 const BLOCK: usize = 4;
-/// Blocks each sequence owns (enough for the longest fixture prompt).
-const SEQ_BLOCKS: usize = 24;
+/// Blocks each sequence owns (enough for the longest fixture prompt, gpt-oss's 105-token chat).
+const SEQ_BLOCKS: usize = 27;
 
 fn prompts(name: &str) -> Vec<Vec<u32>> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/families/{name}.json"));
@@ -129,6 +129,13 @@ fn qwen3_moe_logits_do_not_depend_on_batch_chunks_or_decoding() {
 #[test]
 fn mixtral_logits_do_not_depend_on_batch_chunks_or_decoding() {
     check_invariance("mixtral", "mixtral.f32.gguf");
+}
+
+/// gpt-oss from its HF directory: biased experts through the clamped SwiGLU, attention sinks,
+/// a sliding layer (16 keys, which the long prompts pass) beside a full one.
+#[test]
+fn gpt_oss_logits_do_not_depend_on_batch_chunks_or_decoding() {
+    check_invariance("gpt-oss", "");
 }
 
 /// `pagoda info`'s numbers for the tiny Qwen3-MoE: every parameter, and a token's share — all

@@ -3,7 +3,8 @@
 //! names an adapter and gets the library's completion for that adapter; `/v1/models` lists the
 //! adapters with the base as `parent`; the load and unload routes answer as vLLM's do (and sit
 //! behind the API key); an adapter in use is not unloaded; `vllm:lora_requests_info` names the
-//! adapters of the running requests.
+//! adapters of the running requests; the request counters carry each adapter's name as
+//! `model_name`.
 #![cfg(feature = "server")]
 
 mod server_support;
@@ -78,6 +79,7 @@ fn adapters_are_served_listed_loaded_and_unloaded_as_vllm_does() {
     for name in ["sql", "chat"] {
         library.load_lora(name, &adapter(name)).unwrap();
     }
+    let prompt_len = library.encode_prompt(&Prompt::from(PROMPT)).unwrap().len() as u64;
     for lora in [Some("sql"), Some("chat"), None, Some("sql")] {
         expected
             .push(library.generate_with_lora([Prompt::from(PROMPT)], &params, lora).unwrap().remove(0).text);
@@ -121,6 +123,23 @@ fn adapters_are_served_listed_loaded_and_unloaded_as_vllm_does() {
     }
     assert_ne!(served[0].0, served[1].0);
     assert_ne!(served[0].0, served[2].0);
+
+    // The request counters per served model: the base model's requests under its name, each
+    // adapter's under the adapter's (two "sql" requests, one "chat", one base; 6 tokens each).
+    let (_, text) = request_with(server.addr, "GET", "/metrics", None, &[]);
+    let sample = |name: &str, labels: String| -> u64 {
+        let prefix = format!("vllm:{name}{{{labels}}} ");
+        let value = text.lines().find_map(|l| l.strip_prefix(&prefix));
+        value.unwrap_or_else(|| panic!("no {prefix} in\n{text}")).parse().unwrap()
+    };
+    for (model, requests) in [("sql", 2), ("chat", 1), (MODEL, 1)] {
+        let labels = format!("model_name=\"{model}\",engine=\"0\"");
+        assert_eq!(sample("prompt_tokens_total", labels.clone()), requests * prompt_len, "{model}");
+        assert_eq!(sample("generation_tokens_total", labels.clone()), requests * 6, "{model}");
+        let finished =
+            |reason: &str| sample("request_success_total", format!("finished_reason=\"{reason}\",{labels}"));
+        assert_eq!((finished("length"), finished("stop")), (requests, 0), "{model}");
+    }
     let chat = json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3});
     let (status, text) = post(&server, "/v1/chat/completions", &chat);
     assert_eq!(

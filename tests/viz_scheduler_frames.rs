@@ -74,7 +74,7 @@ fn request(id: RequestId, prompt: Vec<TokenId>, max_tokens: usize) -> (RequestId
     )
 }
 
-fn driver(num_gpu_blocks: usize, arrivals: Vec<(RequestId, Arrival)>) -> Driver<ConstantExecutor> {
+fn driver(num_gpu_blocks: usize, arrivals: Vec<(RequestId, Arrival)>) -> Driver {
     let cache = CacheConfig { block_size: 4, num_gpu_blocks, ..CacheConfig::default() };
     let sched = SchedulerConfig {
         max_num_batched_tokens: 64,

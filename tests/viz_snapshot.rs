@@ -167,9 +167,10 @@ fn snapshot_of_a_run_equals_snapshot_of_its_replay() {
         ["--workload", "memory-pressure", "--snapshot", &s(&live), "--step", "90", "--record", &s(&trace)];
     pagoda::viz::run(&cli(&args)).unwrap();
     let records = pagoda::viz::trace::read_trace(&trace).unwrap();
-    assert_eq!(records.len(), 90);
     assert!(records.iter().all(|r| r.kv.is_some()), "a recorded trace has a KV view every step");
-    assert_eq!(records.iter().map(|r| r.step).collect::<Vec<_>>(), (1..=90).collect::<Vec<u64>>());
+    // The engine's loop schedules one step ahead (async scheduling, on by default): taking
+    // step 1's outputs already scheduled step 2, and each later record is one step more.
+    assert_eq!(records.iter().map(|r| r.step).collect::<Vec<_>>(), (2..=90).collect::<Vec<u64>>());
     pagoda::viz::run(&cli(&["--replay", &s(&trace), "--snapshot", &s(&replayed), "--step", "90"])).unwrap();
     let (a, b) = (read_png(&live), read_png(&replayed));
     assert_eq!((a.0, a.1), (WIDTH, HEIGHT));
@@ -215,13 +216,15 @@ fn the_real_model_on_wgpu_runs_prompts_from_a_file_to_a_snapshot() {
         "--snapshot",
         &s(&out),
         "--step",
-        "2",
+        "3",
         "--record",
         &s(&trace),
     ];
     pagoda::viz::run(&cli(&args)).unwrap();
     let records = pagoda::viz::trace::read_trace(&trace).unwrap();
-    assert_eq!(records.iter().map(|r| r.step).collect::<Vec<_>>(), vec![1, 2]);
+    // One step ahead on wgpu too: the first record is step 2's, scheduled while step 1 ran.
+    assert_eq!(records.iter().map(|r| r.step).collect::<Vec<_>>(), vec![2, 3]);
+    assert!(records.iter().all(|r| r.counters.async_scheduling));
     let kv = records[0].kv.as_ref().unwrap();
     assert_eq!(kv.blocks.len(), 32);
     let mut ids: Vec<u64> = kv.requests.iter().map(|r| r.id).collect();
@@ -240,8 +243,10 @@ fn engine_flags_reach_the_visualizer_and_a_failed_step_fails_its_live_requests()
     assert_eq!(config.cache.num_gpu_blocks, 100);
     assert_eq!(config.executor, pagoda::ExecutorKind::Sim);
     let mut driver = pagoda::viz::sim_driver(&args, &config).unwrap();
-    let records = run_to_step(&mut driver, 5, false).unwrap();
-    assert_eq!(records.len(), 5);
+    // One step ahead: step 5 fails when its outputs are taken, with step 6 in flight; both
+    // are undone and the record is step 6's.
+    let records = run_to_step(&mut driver, 6, false).unwrap();
+    assert_eq!(records.iter().map(|r| r.step).collect::<Vec<_>>(), (2..=6).collect::<Vec<u64>>());
     let kv = records.last().unwrap().kv.as_ref().unwrap();
     assert!(kv.requests.is_empty(), "every request live at the failed step ended with it");
     run_to_step(&mut driver, u64::MAX, false).unwrap();
@@ -250,4 +255,39 @@ fn engine_flags_reach_the_visualizer_and_a_failed_step_fails_its_live_requests()
     let lost = cli(&["--workload", "memory-pressure", "--sim-fault", "5:device-lost"]);
     let mut driver = pagoda::viz::sim_driver(&lost, &pagoda::viz::engine_config(&lost).unwrap()).unwrap();
     assert!(run_to_step(&mut driver, 10, false).is_err());
+}
+
+/// The visualizer runs the engine's loop: with async scheduling (the default) each step is
+/// scheduled while the one before it runs, the run generates what the serial loop does, and
+/// the engine's host time per step can hide behind the running step; the serial loop's cannot.
+#[test]
+fn the_visualizer_runs_the_engines_loop_one_step_ahead() {
+    use pagoda::viz::driver::run_to_step;
+    let run = |extra: &[&str]| {
+        // Real-time simulated steps (4 ms and more), so a step runs while the host schedules.
+        let mut flags = vec!["--workload", "shared-prefix", "--num-requests", "4", "--sim-realtime"];
+        flags.extend_from_slice(extra);
+        let args = cli(&flags);
+        let mut driver = pagoda::viz::sim_driver(&args, &pagoda::viz::engine_config(&args).unwrap()).unwrap();
+        let mut records = run_to_step(&mut driver, 1, false).unwrap();
+        records.extend(run_to_step(&mut driver, u64::MAX, false).unwrap());
+        assert!(driver.is_done());
+        (driver.async_scheduling(), records)
+    };
+    let (ahead, async_records) = run(&[]);
+    let (serial, serial_records) = run(&["--no-async-scheduling"]);
+    assert!(ahead && !serial);
+    assert_eq!(async_records[0].step, 2, "step 2 is scheduled before step 1's outputs are taken");
+    assert_eq!(serial_records[0].step, 1);
+    let (a, s) = (async_records.last().unwrap().counters, serial_records.last().unwrap().counters);
+    assert_eq!((a.num_finished, a.generated_tokens), (4, s.generated_tokens));
+    assert_eq!(s.num_finished, 4);
+    assert!(a.async_scheduling && !s.async_scheduling);
+    assert!(a.host_steps > 0 && s.host_steps > 0);
+    // How much is hidden depends on the machine (on two busy cores the executor's thread
+    // often waits for a core while the host works); that some is, and that the serial loop
+    // hides next to none of it, does not.
+    assert!(a.host_hidden_s > 0.0, "one step ahead, the host works while a step runs: {a:?}");
+    let (s_hidden, s_exposed) = s.host_us_per_step();
+    assert!(s_hidden < s_exposed, "the serial loop leaves the executor idle while the host works: {s:?}");
 }

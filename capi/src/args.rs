@@ -41,18 +41,41 @@ pub unsafe fn write_out<T>(out: *mut T, name: &str, value: T) -> Result<(), Fail
     Ok(())
 }
 
-/// Sampling parameters from a JSON object with vLLM's field names; empty means the defaults,
-/// and so does a field set to `null`. A field `SamplingParams` does not have is an error, not
-/// ignored.
-pub fn sampling_params(json: &str) -> Result<SamplingParams, Failure> {
+/// A request's options: its sampling parameters and the LoRA adapter it runs with.
+#[derive(Debug, Default)]
+pub struct RequestOptions {
+    /// The sampling parameters.
+    pub params: SamplingParams,
+    /// The name of a loaded LoRA adapter; `None` runs the base model.
+    pub lora: Option<String>,
+}
+
+/// A request's options from a JSON object: vLLM's sampling parameter names and `lora` (an
+/// adapter's name); empty means the defaults, and so does a field set to `null`. A field
+/// `SamplingParams` does not have is an error, not ignored.
+pub fn request_options(json: &str) -> Result<RequestOptions, Failure> {
     if json.trim().is_empty() {
-        return Ok(SamplingParams::default());
+        return Ok(RequestOptions::default());
     }
     let value: Value =
         serde_json::from_str(json).map_err(|e| Failure::invalid(format!("sampling parameters: {e}")))?;
     let Value::Object(mut fields) = value else {
         return Err(Failure::invalid("sampling parameters: expected a JSON object"));
     };
+    let lora = match fields.remove("lora") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name),
+        Some(other) => {
+            return Err(Failure::invalid(format!(
+                "sampling parameters: `lora`: expected an adapter's name (a string), got {other}"
+            )));
+        }
+    };
+    Ok(RequestOptions { params: sampling_params(fields)?, lora })
+}
+
+/// Sampling parameters from the fields of a JSON object.
+fn sampling_params(mut fields: serde_json::Map<String, Value>) -> Result<SamplingParams, Failure> {
     let known = serde_json::to_value(SamplingParams::default()).unwrap_or_default();
     if let Some(unknown) = fields.keys().find(|key| known.get(key.as_str()).is_none()) {
         return Err(Failure::invalid(format!("sampling parameters: unknown field `{unknown}`")));

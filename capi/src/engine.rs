@@ -4,7 +4,7 @@ use std::ffi::{CString, c_char, c_void};
 
 use pagoda::{Engine, EngineError, Prompt, RequestOutput};
 
-use crate::args::{chat_messages, optional_str, required_str, sampling_params, write_out};
+use crate::args::{chat_messages, optional_str, request_options, required_str, write_out};
 use crate::handles::{self, EngineSlot, PagodaEngine};
 use crate::options::EngineOptions;
 use crate::output::{OwnedOutput, PagodaOutput};
@@ -27,9 +27,10 @@ pub type PagodaOutputCallback =
 /// `max_num_batched_tokens`, `max_model_len`, `enable_chunked_prefill`,
 /// `scheduling_policy` (`"fcfs"`, `"priority"`), `speculative_config` (vLLM's object, e.g.
 /// `{"method": "ngram", "num_speculative_tokens": 4}`), `executor` (`"wgpu"`, `"sim"`), `seed`,
-/// `backend`, `adapter`, `disable_features` (`"f16,subgroup"`), `webgpu_limits`. An unknown
-/// field is an error. On success `*out_engine` is the new handle, freed with
-/// `pagoda_engine_free`.
+/// `backend`, `adapter` (the GPU's), `disable_features` (`"f16,subgroup"`), `webgpu_limits`,
+/// and LoRA's (vLLM's names): `enable_lora`, `max_loras` (default 1), `max_lora_rank`
+/// (default 16), `max_cpu_loras` (default `max_loras`). An unknown field is an error. On
+/// success `*out_engine` is the new handle, freed with `pagoda_engine_free`.
 ///
 /// # Safety
 /// `options_json` is NULL or a NUL-terminated string; `out_engine` is NULL or writable.
@@ -64,7 +65,10 @@ pub extern "C" fn pagoda_engine_free(engine: *mut PagodaEngine) -> PagodaStatus 
 /// `seed`, `max_tokens`, `min_tokens`, `stop`, `stop_token_ids`, `ignore_eos`, penalties,
 /// `logit_bias`, `prompt_logprobs` (its values come in the first output's
 /// `prompt_logprobs_json`), ...; NULL or `""` for the defaults, a field set to `null` takes its
-/// default). `*out_request_id` receives the request's id.
+/// default), and `lora`, the name of a LoRA adapter loaded with `pagoda_engine_load_lora` to
+/// run the request with (`PAGODA_STATUS_UNKNOWN_LORA` when none has that name,
+/// `PAGODA_STATUS_LORA_NOT_ENABLED` on an engine without LoRA). `*out_request_id` receives the
+/// request's id.
 ///
 /// # Safety
 /// `prompt` and `params_json` are NULL or NUL-terminated; `out_request_id` is NULL or writable.
@@ -139,10 +143,12 @@ fn require_out(out_request_id: *mut u64) -> Result<(), Failure> {
 
 /// Adds one request to the engine behind `handle`.
 fn add(handle: *mut PagodaEngine, prompt: Prompt, params_json: &str) -> Result<u64, Failure> {
-    let params = sampling_params(params_json)?;
+    let options = request_options(params_json)?;
     let slot = handles::get(handle)?;
     let mut hosted = handles::lock(&slot)?;
-    Ok(hosted.engine.add_request(prompt, params)?)
+    let engine = &mut hosted.engine;
+    let prompt_token_ids = engine.encode_prompt(&prompt)?;
+    Ok(engine.add_tokens_request_with_lora(prompt_token_ids, options.params, options.lora.as_deref())?)
 }
 
 /// Runs one engine step (when any request is live) and calls `on_output` once per request

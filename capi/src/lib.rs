@@ -9,6 +9,7 @@
 mod args;
 mod engine;
 mod handles;
+mod lora;
 mod options;
 mod output;
 mod status;
@@ -17,6 +18,7 @@ use std::ffi::{CString, c_char};
 
 pub use engine::*;
 pub use handles::PagodaEngine;
+pub use lora::{pagoda_engine_load_lora, pagoda_engine_unload_lora};
 pub use output::{PagodaFinishReason, PagodaOutput};
 pub use status::PagodaStatus;
 

@@ -12,11 +12,15 @@
 //! Hub id (`"Qwen/Qwen3-8B"`, `"org/name-GGUF:Q4_K_M"`), found in or downloaded into the
 //! Hugging Face cache.
 //!
+//! LoRA is off unless `"enable_lora": true`; `max_loras`, `max_lora_rank` and `max_cpu_loras`
+//! (vLLM's names) set its limits.
+//!
 //! An unknown field is an error, never ignored: a misspelt knob must not silently fall
 //! back to its default.
 
 use std::path::PathBuf;
 
+use pagoda::executor::lora::LoraConfig;
 use pagoda::gpu::GpuOptions;
 use pagoda::{
     CacheConfig, EngineConfig, ExecutorKind, KvCacheDtype, SchedulerConfig, SchedulingPolicy,
@@ -49,6 +53,10 @@ pub struct EngineOptions {
     adapter: Option<String>,
     disable_features: Option<String>,
     webgpu_limits: Option<bool>,
+    enable_lora: Option<bool>,
+    max_loras: Option<usize>,
+    max_lora_rank: Option<usize>,
+    max_cpu_loras: Option<usize>,
 }
 
 impl EngineOptions {
@@ -64,8 +72,32 @@ impl EngineOptions {
         })
     }
 
+    /// The LoRA limits when `enable_lora` is on (as the CLI's flags give them); the limits
+    /// without it are refused rather than ignored.
+    fn lora(&self) -> Result<Option<LoraConfig>, String> {
+        if self.enable_lora != Some(true) {
+            let limits = [
+                ("max_loras", self.max_loras),
+                ("max_lora_rank", self.max_lora_rank),
+                ("max_cpu_loras", self.max_cpu_loras),
+            ];
+            return match limits.iter().find(|(_, value)| value.is_some()) {
+                Some((field, _)) => Err(format!("engine options: `{field}` needs `\"enable_lora\": true`")),
+                None => Ok(None),
+            };
+        }
+        let defaults = LoraConfig::default();
+        let max_loras = self.max_loras.unwrap_or(defaults.max_loras);
+        Ok(Some(LoraConfig {
+            max_loras,
+            max_lora_rank: self.max_lora_rank.unwrap_or(defaults.max_lora_rank),
+            max_cpu_loras: self.max_cpu_loras.unwrap_or(max_loras),
+        }))
+    }
+
     /// The engine configuration these options describe.
     pub fn into_config(self) -> Result<EngineConfig, String> {
+        let lora = self.lora()?;
         let cache_defaults = CacheConfig::default();
         let scheduler_defaults = SchedulerConfig::default();
         let gpu = GpuOptions::from_names(
@@ -112,7 +144,7 @@ impl EngineOptions {
             show_progress: false,
             sim_realtime: false,
             sim_faults: Vec::new(),
-            lora: None,
+            lora,
         })
     }
 }
@@ -142,5 +174,30 @@ mod tests {
                 .unwrap_err();
             assert_eq!(error, format!("engine options: `speculative_config`: {expected}"));
         }
+    }
+
+    #[test]
+    fn lora_is_off_by_default_and_its_limits_need_it_on() {
+        let config = |json: &str| EngineOptions::from_json(json).unwrap().into_config();
+        assert_eq!(config("{}").unwrap().lora, None);
+        assert_eq!(
+            config(r#"{"enable_lora": true}"#).unwrap().lora,
+            Some(LoraConfig { max_loras: 1, max_lora_rank: 16, max_cpu_loras: 1 })
+        );
+        assert_eq!(
+            config(r#"{"enable_lora": true, "max_loras": 3, "max_lora_rank": 8}"#).unwrap().lora,
+            Some(LoraConfig { max_loras: 3, max_lora_rank: 8, max_cpu_loras: 3 })
+        );
+        assert_eq!(
+            config(r#"{"enable_lora": true, "max_loras": 2, "max_cpu_loras": 5}"#).unwrap().lora,
+            Some(LoraConfig { max_loras: 2, max_lora_rank: 16, max_cpu_loras: 5 })
+        );
+        assert_eq!(
+            config(r#"{"max_loras": 2}"#).unwrap_err(),
+            "engine options: `max_loras` needs `\"enable_lora\": true`"
+        );
+        assert!(
+            config(r#"{"enable_lora": false, "max_lora_rank": 8}"#).unwrap_err().contains("max_lora_rank")
+        );
     }
 }

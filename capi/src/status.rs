@@ -6,6 +6,7 @@ use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use pagoda::EngineError;
+use pagoda::engine::lora::LoraError;
 
 /// What every call returns: `PAGODA_STATUS_OK` (0), or why it failed. After a failure,
 /// `pagoda_last_error()` on the same thread says what went wrong in words.
@@ -20,7 +21,8 @@ pub enum PagodaStatus {
     InvalidHandle = 2,
     /// An argument is malformed: invalid UTF-8, bad JSON, an unknown field, a value out of range.
     InvalidArgument = 3,
-    /// The model, its tokenizer or its chat template could not be used.
+    /// The model, its tokenizer or its chat template could not be used, or a LoRA adapter
+    /// could not be read or does not fit the model or the engine's LoRA limits.
     Model = 4,
     /// The GPU or the executor failed.
     Device = 5,
@@ -33,8 +35,14 @@ pub enum PagodaStatus {
     /// engine that panicked can only be freed.
     Panic = 8,
     /// The call is not allowed where it was made: stepping an engine from inside its own
-    /// output callback.
+    /// output callback, or unloading a LoRA adapter that live requests use.
     Busy = 9,
+    /// The engine was created without LoRA (`"enable_lora": true` in its options).
+    LoraNotEnabled = 10,
+    /// No LoRA adapter of this name is loaded.
+    UnknownLora = 11,
+    /// Nothing exists at the path given (a LoRA adapter's).
+    NotFound = 12,
 }
 
 /// A failed call: its status and the message `pagoda_last_error` will return.
@@ -71,7 +79,12 @@ impl From<EngineError> for Failure {
             | EngineError::PromptLogprobsUnsupported
             | EngineError::Config(_)
             | EngineError::Sim(_)
-            | EngineError::Lora(_) => PagodaStatus::InvalidArgument,
+            | EngineError::Lora(LoraError::NameTaken(_)) => PagodaStatus::InvalidArgument,
+            EngineError::Lora(LoraError::NotEnabled) => PagodaStatus::LoraNotEnabled,
+            EngineError::Lora(LoraError::Unknown(_)) => PagodaStatus::UnknownLora,
+            EngineError::Lora(LoraError::NotFound(_)) => PagodaStatus::NotFound,
+            EngineError::Lora(LoraError::Refused { .. }) => PagodaStatus::Model,
+            EngineError::Lora(LoraError::InUse(_)) => PagodaStatus::Busy,
             EngineError::Rejected(_) | EngineError::Overloaded { .. } => PagodaStatus::Rejected,
             EngineError::Tokenizer(_) | EngineError::Chat(_) | EngineError::Model(_) => PagodaStatus::Model,
             EngineError::Executor(_)

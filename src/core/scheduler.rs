@@ -330,6 +330,10 @@ impl Scheduler {
     ) -> Vec<EngineCoreOutput> {
         let mut outputs = std::mem::take(&mut self.pending_outputs);
         let mut stopped = Vec::new();
+        // Proposals per request at this batch size (the speculative config's schedule).
+        let batch_size = self.running.len();
+        let proposals_per_request =
+            self.config.speculative_config.as_ref().map_or(0, |c| c.num_speculative_tokens_at(batch_size));
         let scheduled = scheduler_output
             .scheduled_cached_reqs
             .iter()
@@ -418,7 +422,7 @@ impl Scheduler {
                 if freed > 0 {
                     *self.freed_tail_blocks.entry(request_id).or_default() += freed;
                 }
-                let room = room_for_proposals(request, self.config.max_model_len);
+                let room = room_for_proposals(request, self.config.max_model_len).min(proposals_per_request);
                 request.spec_token_ids = match &self.proposer {
                     Some(proposer) => {
                         let index = self.ngram_indexes.entry(request_id).or_default();

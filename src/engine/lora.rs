@@ -3,12 +3,43 @@
 //! waiting requests use (vLLM's `lora_requests_info`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Engine, EngineError};
 use crate::core::lora::LoraRequest;
 use crate::executor::ExecutorError;
 use crate::executor::lora::LoraConfig;
+
+/// Why a LoRA call was refused, one variant per cause so that callers (the server's status
+/// codes, the C ABI's) tell them apart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoraError {
+    /// The engine was built without LoRA (`--enable-lora`, `EngineConfig::lora`).
+    #[error("LoRA is not enabled (--enable-lora)")]
+    NotEnabled,
+    /// No adapter of this name is loaded.
+    #[error("no LoRA adapter named {0:?} is loaded")]
+    Unknown(String),
+    /// An adapter's name is empty or already taken.
+    #[error("a LoRA adapter named {0:?} is already loaded")]
+    NameTaken(String),
+    /// Nothing exists at the adapter's path.
+    #[error("no LoRA adapter found at {}", .0.display())]
+    NotFound(PathBuf),
+    /// The adapter at `path` could not be read, or does not fit the model or the limits.
+    #[error("LoRA adapter {name:?} at {}: {reason}", path.display())]
+    Refused {
+        /// The name it was to be loaded as.
+        name: String,
+        /// Where it was read from.
+        path: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// Live requests still use the adapter.
+    #[error("LoRA adapter {0:?} is in use by live requests")]
+    InUse(String),
+}
 
 /// Adapters by name.
 #[derive(Debug, Default)]
@@ -25,11 +56,11 @@ impl LoraRegistry {
     }
 
     /// The adapter named `name`.
-    pub fn get(&self, name: &str) -> Result<LoraRequest, EngineError> {
-        self.by_name
-            .get(name)
-            .cloned()
-            .ok_or_else(|| EngineError::Lora(format!("no LoRA adapter named {name:?} is loaded")))
+    pub fn get(&self, name: &str) -> Result<LoraRequest, LoraError> {
+        if self.limits.is_none() {
+            return Err(LoraError::NotEnabled);
+        }
+        self.by_name.get(name).cloned().ok_or_else(|| LoraError::Unknown(name.to_owned()))
     }
 }
 
@@ -46,21 +77,30 @@ pub struct LoraUsage {
 
 impl Engine {
     /// Reads the adapter at `path` (a PEFT directory or a LoRA GGUF) and makes it available
-    /// to requests as `name`; refused when LoRA is not enabled, the name is taken, or the
-    /// adapter does not fit the model or the limits.
+    /// to requests as `name`; refused ([`LoraError`]) when LoRA is not enabled, the name is
+    /// empty or taken, nothing is at `path`, or the adapter does not fit the model or the limits.
     pub fn load_lora(&mut self, name: &str, path: &Path) -> Result<LoraRequest, EngineError> {
         if self.loras.limits.is_none() {
-            return Err(EngineError::Lora("LoRA is not enabled (--enable-lora)".into()));
+            return Err(LoraError::NotEnabled.into());
         }
         if name.is_empty() || self.loras.by_name.contains_key(name) {
-            return Err(EngineError::Lora(format!("a LoRA adapter named {name:?} is already loaded")));
+            return Err(LoraError::NameTaken(name.to_owned()).into());
+        }
+        if !path.exists() {
+            return Err(LoraError::NotFound(path.to_path_buf()).into());
         }
         let lora = LoraRequest { id: self.loras.next_id, name: name.to_owned() };
         let (id, owned) = (lora.id, path.to_path_buf());
-        self.executor
+        self.steps
+            .executor()
             .call(move |executor| executor.load_lora(id, &owned))
             .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))
-            .map_err(|e| EngineError::Lora(e.to_string()))?;
+            .map_err(|e| match e {
+                ExecutorError::Config(reason) => {
+                    LoraError::Refused { name: name.to_owned(), path: path.to_path_buf(), reason }.into()
+                }
+                other => EngineError::Executor(other),
+            })?;
         self.loras.next_id += 1;
         self.loras.by_name.insert(name.to_owned(), lora.clone());
         Ok(lora)
@@ -71,13 +111,13 @@ impl Engine {
         let lora = self.loras.get(name)?;
         let usage = self.lora_usage();
         if usage.running.iter().chain(&usage.waiting).any(|n| n == name) {
-            return Err(EngineError::Lora(format!("LoRA adapter {name:?} is in use by live requests")));
+            return Err(LoraError::InUse(name.to_owned()).into());
         }
         let id = lora.id;
-        self.executor
+        self.steps
+            .executor()
             .call(move |executor| executor.unload_lora(id))
-            .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))
-            .map_err(|e| EngineError::Lora(e.to_string()))?;
+            .unwrap_or_else(|| Err(ExecutorError::DeviceLost("the executor thread stopped".into())))?;
         self.loras.by_name.remove(name);
         Ok(())
     }

@@ -17,10 +17,11 @@ pub mod metrics;
 pub mod output;
 pub mod overlap;
 pub mod perplexity;
+pub mod step_loop;
 pub mod stop;
 pub mod worker;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,9 +32,8 @@ use self::detokenizer::IncrementalDetokenizer;
 pub use self::engine_config::{EngineBuilder, EngineConfig, ExecutorKind};
 use self::metrics::EngineMetrics;
 pub use self::output::{CompletionOutput, RequestOutput};
-use self::overlap::OverlapMeter;
+use self::step_loop::{StepLoop, StepMaskMap};
 use self::stop::StopStrings;
-use self::worker::ExecutorWorker;
 use crate::core::output::EngineCoreOutput;
 use crate::core::output::SchedulerOutput;
 use crate::core::request::{FinishReason, Request, RequestStatus};
@@ -167,8 +167,8 @@ pub enum EngineError {
     #[error("the engine stopped: {0}")]
     DeviceLost(String),
     /// An unknown LoRA adapter name, an adapter refused, or LoRA not enabled.
-    #[error("{0}")]
-    Lora(String),
+    #[error(transparent)]
+    Lora(#[from] lora::LoraError),
     /// The GPU could not be set up.
     #[error(transparent)]
     Gpu(#[from] GpuError),
@@ -205,6 +205,8 @@ struct RequestState {
     constraint: Option<ConstraintState>,
     /// Why its constraint failed; it ends with an error at its next output.
     constraint_error: Option<ConstraintError>,
+    /// The name of its LoRA adapter, for the per-adapter metrics.
+    lora: Option<String>,
 }
 
 /// The text side of the model: tokenizer, chat template and stop tokens.
@@ -220,18 +222,9 @@ struct TextModel {
 /// An LLM inference engine: a scheduler, an executor and a tokenizer.
 pub struct Engine {
     scheduler: Scheduler,
-    /// The executor, on a thread of its own.
-    executor: ExecutorWorker,
-    /// Steps handed to the executor whose outputs have not been taken, oldest first (two
-    /// with async scheduling: the next one is scheduled before the last one's tokens are known).
-    in_flight: VecDeque<Arc<SchedulerOutput>>,
-    /// Schedule one step ahead (the scheduler's `async_scheduling`, where the executor runs
-    /// such steps).
-    async_scheduling: bool,
-    /// Host work hidden behind steps and exposed between them.
-    overlap: OverlapMeter,
-    /// The device counters after the last step whose outputs were taken.
-    last_counters: Option<crate::gpu::GpuCounters>,
+    /// The executor on a thread of its own, and the steps in flight on it (one ahead with
+    /// the scheduler's `async_scheduling`, where the executor runs such steps).
+    steps: StepLoop,
     text: TextModel,
     requests: HashMap<RequestId, RequestState>,
     next_request_id: RequestId,
@@ -326,14 +319,9 @@ impl Engine {
         let extra_eos_token_ids: Vec<TokenId> =
             model.config.eos_token_ids.iter().copied().filter(|&id| Some(id) != eos_token_id).collect();
         let tokenizer = Arc::new(model.tokenizer);
-        let executor = ExecutorWorker::spawn(executor);
         Ok(Self {
-            async_scheduling: scheduler.async_scheduling() && executor.supports_async_scheduling(),
+            steps: StepLoop::new(executor, scheduler.async_scheduling()),
             scheduler,
-            executor,
-            in_flight: VecDeque::new(),
-            overlap: OverlapMeter::default(),
-            last_counters: None,
             text: TextModel {
                 grammars: Grammars::new(tokenizer.clone(), eos_token_id, extra_eos_token_ids.clone()),
                 tokenizer,
@@ -372,27 +360,30 @@ impl Engine {
     /// created, steps, dispatches, host time per step).
     pub fn device_counters(&self) -> Option<crate::gpu::GpuCounters> {
         // After a step, its snapshot: asking the executor would wait for the step in flight.
-        self.last_counters.or_else(|| self.executor.call(|executor| executor.device_counters()).flatten())
+        let steps = &self.steps;
+        steps
+            .last_counters()
+            .or_else(|| steps.executor().call(|executor| executor.device_counters()).flatten())
     }
 
     /// Device time per kernel variant when the engine's device times its kernels
     /// ([`crate::gpu::GpuOptions::profile_kernels`]).
     pub fn kernel_times(&self) -> Option<crate::gpu::KernelTimes> {
-        self.executor.call(|executor| executor.kernel_times()).flatten()
+        self.steps.executor().call(|executor| executor.kernel_times()).flatten()
     }
 
     /// Everything measured so far, with the scheduler's current stats.
     pub fn metrics(&self) -> EngineMetrics {
         EngineMetrics {
             scheduler: self.scheduler.stats(),
-            host_overlap: self.overlap.totals(),
+            host_overlap: self.steps.host_overlap(),
             ..self.metrics.clone()
         }
     }
 
     /// True when it schedules one step ahead of the executor (async scheduling).
     pub fn async_scheduling(&self) -> bool {
-        self.async_scheduling
+        self.steps.async_scheduling()
     }
 
     /// Forgets every cached block hash; refused (false) while any block is in use.
@@ -494,7 +485,7 @@ impl Engine {
         }
         let lora = lora.map(|name| self.loras.get(name)).transpose()?;
         params.validate()?;
-        if params.prompt_logprobs.is_some() && !self.executor.computes_prompt_logprobs() {
+        if params.prompt_logprobs.is_some() && !self.steps.executor().computes_prompt_logprobs() {
             return Err(EngineError::PromptLogprobsUnsupported);
         }
         self.check_token_ids(&prompt_token_ids)?;
@@ -527,6 +518,7 @@ impl Engine {
             arrival: Instant::now(),
             constraint,
             constraint_error: None,
+            lora: lora.as_ref().map(|lora| lora.name.clone()),
         };
         let request_id = self.next_request_id;
         let mut request =
@@ -563,31 +555,14 @@ impl Engine {
         if let Some(reason) = &self.device_lost {
             return Err(EngineError::DeviceLost(reason.clone()));
         }
-        let mut start = Instant::now();
-        if self.in_flight.is_empty() {
-            start = self.submit_next(start);
-        }
-        if self.async_scheduling && !self.in_flight.is_empty() {
-            start = self.submit_next(start);
-        }
-        self.overlap.host(start);
-        let Some(scheduled) = self.in_flight.pop_front() else {
-            return Ok(Vec::new());
+        let requests = &mut self.requests;
+        let stepped = self
+            .steps
+            .step(&mut self.scheduler, |scheduler, scheduled| step_masks(scheduler, requests, scheduled));
+        let core_outputs = match stepped {
+            Ok(outputs) => outputs,
+            Err(source) => return Err(self.fail_step(source)),
         };
-        let result = self.executor.wait();
-        let start = Instant::now();
-        self.overlap.step(result.started, result.ended);
-        self.last_counters = result.counters.or(self.last_counters);
-        let runner_output = match result.output {
-            Ok(output) => output,
-            Err(source) => return Err(self.fail_step(&scheduled, source)),
-        };
-        if let Some(timing) = result.timing {
-            self.scheduler.observe_step_timing(&timing);
-        }
-        let mut core_outputs = self.scheduler.update_from_output(&scheduled, &runner_output);
-        let failed = &runner_output.failed_kv_transfers;
-        core_outputs.extend(self.scheduler.handle_failed_transfers(&failed.stores, &failed.loads));
         let now = Instant::now();
         let mut outputs = Vec::with_capacity(core_outputs.len());
         for core_output in core_outputs {
@@ -595,38 +570,14 @@ impl Engine {
                 outputs.push(output);
             }
         }
-        self.overlap.host(start);
+        self.steps.processed();
         Ok(outputs)
     }
 
-    /// Schedules a step and hands it to the executor, with its constrained requests' masks
-    /// (nothing while no request is live). The host work from `start` is measured up to the
-    /// hand-over; returns when the host's work goes on.
-    fn submit_next(&mut self, start: Instant) -> Instant {
-        if !self.scheduler.has_unfinished_requests() {
-            return start;
-        }
-        let scheduled = self.scheduler.schedule();
-        let samplers = constrained_samplers(&self.scheduler, &self.requests, &scheduled);
-        let masks =
-            if samplers.is_empty() { HashMap::new() } else { constraint_masks(&mut self.requests, samplers) };
-        let scheduled = Arc::new(scheduled);
-        self.overlap.host(start);
-        self.executor.submit(scheduled.clone(), masks);
-        self.in_flight.push_back(scheduled);
-        Instant::now()
-    }
-
-    /// After the executor failed `scheduled`: takes the steps still in flight, undoes them
-    /// all in the scheduler, and ends every live request with an error.
-    fn fail_step(&mut self, scheduled: &SchedulerOutput, source: ExecutorError) -> EngineError {
+    /// After the executor failed a step (undone by the step loop with every step in flight):
+    /// ends every live request with an error.
+    fn fail_step(&mut self, source: ExecutorError) -> EngineError {
         tracing::error!(error = %source, "engine step failed; failing every live request");
-        while let Some(later) = self.in_flight.pop_back() {
-            let result = self.executor.wait();
-            self.overlap.step(result.started, result.ended);
-            self.scheduler.discard_step(&later);
-        }
-        self.scheduler.discard_step(scheduled);
         let outputs = self.fail_all();
         if source.is_device_lost() {
             self.device_lost = Some(source.to_string());
@@ -714,13 +665,13 @@ impl Engine {
         core_output.new_logprobs.truncate(kept);
         match self.latencies.record(request_id, kept, (now - self.started).as_secs_f64()) {
             Some(Latency::FirstToken(seconds)) => {
-                self.metrics.prompt_tokens += state.num_prompt_tokens as u64;
+                self.metrics.record_prompt(state.lora.as_deref(), state.num_prompt_tokens as u64);
                 self.metrics.time_to_first_token.observe(seconds);
             }
             Some(Latency::InterToken(seconds)) => self.metrics.inter_token_latency.observe(seconds),
             None => {}
         }
-        self.metrics.generation_tokens += kept as u64;
+        self.metrics.record_generation(state.lora.as_deref(), kept as u64);
 
         let check_stops = state.num_output_tokens >= state.min_tokens;
         let mut finish_reason = core_output.finish_reason;
@@ -782,10 +733,21 @@ impl Engine {
     fn finish_metrics(&mut self, request_id: RequestId, reason: FinishReason, now: Instant) {
         self.latencies.finish(request_id);
         if let Some(state) = self.requests.remove(&request_id) {
-            self.metrics.finished.record(reason);
+            self.metrics.record_finish(state.lora.as_deref(), reason);
             self.metrics.e2e_request_latency.observe((now - state.arrival).as_secs_f64());
         }
     }
+}
+
+/// The masks of the constrained requests that sample in step `scheduled` (none when no
+/// request is constrained).
+fn step_masks(
+    scheduler: &Scheduler,
+    requests: &mut HashMap<RequestId, RequestState>,
+    scheduled: &SchedulerOutput,
+) -> StepMaskMap {
+    let samplers = constrained_samplers(scheduler, requests, scheduled);
+    if samplers.is_empty() { HashMap::new() } else { constraint_masks(requests, samplers) }
 }
 
 /// A constrained request that samples this step: the output tokens its constraint has not

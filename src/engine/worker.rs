@@ -1,8 +1,11 @@
 //! The executor on a thread of its own: the engine hands it steps in order and takes their
 //! outputs back in order, so with async scheduling it schedules step n+1 and processes
-//! step n's outputs while the executor runs.
+//! step n's outputs while the executor runs. Where the executor pipelines steps
+//! ([`ModelExecutor::pipeline`]) and the engine runs ahead, a step is launched as it arrives
+//! (recorded and submitted while the step before it still runs on the device) and collected
+//! when the engine waits for it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
@@ -23,7 +26,17 @@ type Call = Box<dyn FnOnce(&mut (dyn ModelExecutor + Send)) + Send>;
 
 enum Job {
     Step(Arc<SchedulerOutput>, HashMap<RequestId, Vec<TokenMask>>),
+    /// The engine waits for the oldest step's result.
+    Collect,
     Call(Call),
+}
+
+/// A step handed to the executor whose result the engine has not taken.
+enum Outstanding {
+    /// Launched on the executor's pipeline at this instant, to be collected.
+    Launched(Instant),
+    /// Run (or failed to launch) already.
+    Done(Box<StepResult>),
 }
 
 /// One step's result from the worker.
@@ -57,8 +70,9 @@ impl std::fmt::Debug for ExecutorWorker {
 }
 
 impl ExecutorWorker {
-    /// Moves `executor` to a new thread.
-    pub fn spawn(mut executor: BoxedExecutor) -> Self {
+    /// Moves `executor` to a new thread; with `ahead` (the engine schedules one step ahead),
+    /// steps go through its pipeline where it has one.
+    pub fn spawn(mut executor: BoxedExecutor, ahead: bool) -> Self {
         let supports_async_scheduling = executor.supports_async_scheduling();
         let computes_prompt_logprobs = executor.computes_prompt_logprobs();
         let (jobs, job_queue) = channel::<Job>();
@@ -66,20 +80,40 @@ impl ExecutorWorker {
         let thread = std::thread::Builder::new()
             .name("pagoda-executor".into())
             .spawn(move || {
+                let mut outstanding = VecDeque::new();
                 for job in job_queue {
                     match job {
                         Job::Step(scheduled, masks) => {
-                            let started = Instant::now();
-                            let output = executor.execute(&scheduled, &mut StepMasks::ready(masks));
-                            let timing = executor.last_step_timing();
-                            let ended = Instant::now();
-                            let counters = executor.device_counters();
-                            let result = StepResult { output, timing, started, ended, counters };
+                            outstanding.push_back(run_or_launch(executor.as_mut(), ahead, &scheduled, masks));
+                        }
+                        Job::Collect => {
+                            let result = match outstanding.pop_front() {
+                                Some(Outstanding::Done(result)) => *result,
+                                Some(Outstanding::Launched(started)) => {
+                                    let output = match executor.pipeline() {
+                                        Some(pipeline) => pipeline.collect(),
+                                        None => Err(ExecutorError::Config(
+                                            "the launched step has no pipeline".into(),
+                                        )),
+                                    };
+                                    finished(executor.as_ref(), output, started)
+                                }
+                                None => finished(
+                                    executor.as_ref(),
+                                    Err(ExecutorError::Config("no step to wait for".into())),
+                                    Instant::now(),
+                                ),
+                            };
                             if results.send(result).is_err() {
                                 break;
                             }
                         }
-                        Job::Call(call) => call(executor.as_mut()),
+                        Job::Call(call) => {
+                            if let Some(pipeline) = executor.pipeline() {
+                                pipeline.settle();
+                            }
+                            call(executor.as_mut())
+                        }
                     }
                 }
             })
@@ -113,6 +147,10 @@ impl ExecutorWorker {
 
     /// The result of the oldest step submitted and not waited for.
     pub fn wait(&self) -> StepResult {
+        if let Some(jobs) = &self.jobs {
+            // A stopped thread shows in the receive.
+            let _ = jobs.send(Job::Collect);
+        }
         self.results.recv().unwrap_or_else(|_| {
             let now = Instant::now();
             StepResult {
@@ -138,6 +176,36 @@ impl ExecutorWorker {
         self.jobs.as_ref()?.send(job).ok()?;
         answer.recv().ok()
     }
+}
+
+/// Runs `scheduled` on `executor`, or with `ahead` launches it on its pipeline where it has one.
+fn run_or_launch(
+    executor: &mut (dyn ModelExecutor + Send),
+    ahead: bool,
+    scheduled: &SchedulerOutput,
+    masks: HashMap<RequestId, Vec<TokenMask>>,
+) -> Outstanding {
+    let started = Instant::now();
+    let output = match executor.pipeline().filter(|_| ahead) {
+        Some(pipeline) => match pipeline.launch(scheduled, masks) {
+            Ok(()) => return Outstanding::Launched(started),
+            Err(error) => Err(error),
+        },
+        None => executor.execute(scheduled, &mut StepMasks::ready(masks)),
+    };
+    Outstanding::Done(Box::new(finished(executor, output, started)))
+}
+
+/// The result of a step `executor` started at `started` and just finished with `output`.
+fn finished(
+    executor: &(dyn ModelExecutor + Send),
+    output: Result<ModelRunnerOutput, ExecutorError>,
+    started: Instant,
+) -> StepResult {
+    let timing = executor.last_step_timing();
+    let ended = Instant::now();
+    let counters = executor.device_counters();
+    StepResult { output, timing, started, ended, counters }
 }
 
 impl Drop for ExecutorWorker {

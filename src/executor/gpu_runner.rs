@@ -16,7 +16,7 @@ use std::time::Instant;
 use super::draft::{DraftModel, DraftSeq};
 use super::fault::{FaultKind, FaultPlan};
 use super::host_kv::HostKv;
-use super::{ExecutorError, ModelExecutor, StepMasks};
+use super::{ExecutorError, ModelExecutor, StepMasks, StepPipeline};
 use crate::core::cache_config::{CacheConfig, KvCacheDtype};
 use crate::core::host_tier::StepTiming;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
@@ -26,7 +26,7 @@ use crate::gpu::{
 };
 use crate::ids::{RequestId, TokenId};
 use crate::model::ModelFiles;
-use crate::model::llama::{ForwardBatch, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
+use crate::model::llama::{ForwardBatch, ForwardOutput, LlamaError, LlamaModel, Workspace, WorkspaceLimits};
 use crate::sampling::{
     PromptLogprobs, SampledToken, SamplingContext, SamplingParams, prompt_token_logprobs, sample_candidates,
     sample_logits,
@@ -38,6 +38,8 @@ use crate::structured::TokenMask;
 /// is a scan of the whole vocabulary, and lavapipe ends an invocation's loops past 65,535
 /// iterations, about 480 such scans of Gemma 3's 262,144 entries.
 const MAX_GPU_CANDIDATES: usize = 64;
+
+mod pipeline;
 
 /// What the executor remembers about one request between steps.
 #[derive(Debug)]
@@ -169,6 +171,8 @@ pub struct WgpuExecutor {
     /// The draft model and how many tokens it proposes (draft-model speculation).
     draft: Option<(DraftModel, usize)>,
     max_model_len: usize,
+    /// The steps launched ahead, where it pipelines them (see [`pipeline`]).
+    pipeline: Option<pipeline::GpuPipeline>,
 }
 
 impl std::fmt::Debug for WgpuExecutor {
@@ -313,9 +317,12 @@ impl WgpuExecutor {
             faults: FaultPlan::default(),
             host: None,
             last_timing: None,
+            pipeline: None,
         };
+        let pipelined = pipeline::GpuPipeline::fits(&executor, scheduler);
         let executor = Self {
             host: (cache.kv_offloading_size > 0.0).then(|| HostKv::new(executor.cache.block_bytes())),
+            pipeline: pipelined.then(|| pipeline::GpuPipeline::new(&executor.ctx, limits)).transpose()?,
             ..executor
         };
         executor.warm_up()?;
@@ -345,7 +352,7 @@ impl WgpuExecutor {
                 .forward(&self.ctx, &self.workspace, &self.cache, &batch, 1, false)
                 .map_err(from_llama)?;
         }
-        Ok(())
+        self.warm_up_pipeline()
     }
 
     /// The same executor, made to fail for real at the steps `faults` names (counting the
@@ -605,43 +612,15 @@ impl ModelExecutor for WgpuExecutor {
         scheduler_output: &SchedulerOutput,
         masks: &mut StepMasks<'_>,
     ) -> Result<ModelRunnerOutput, ExecutorError> {
-        self.last_timing = None;
-        let transfers = &scheduler_output.kv_transfers;
-        let copies = match &mut self.host {
-            Some(host) => {
-                host.run(&self.ctx, &self.cache, transfers).map_err(|e| device(e, "host KV copies"))?
-            }
-            None if transfers.is_empty() => Default::default(),
-            None => return Err(ExecutorError::HostTierUnsupported),
-        };
-        let mut scheduled = self.update_states(scheduler_output)?;
-        // A request whose blocks did not load is not run: the scheduler recomputes them.
-        let unloaded: HashSet<u32> = copies.failed.loads.iter().map(|copy| copy.block_id).collect();
-        scheduled.retain(|s| !self.requests[&s.req_id].block_ids.iter().any(|id| unloaded.contains(id)));
-        let mut timing = copies.timing;
-        let result = ModelRunnerOutput { failed_kv_transfers: copies.failed, ..Default::default() };
+        let (scheduled, timing, result) = self.prepare_step(scheduler_output)?;
         if scheduled.is_empty() {
             self.last_timing = Some(timing);
             return Ok(result);
         }
         let forward_started = Instant::now();
-        match self.faults.next_fault() {
-            Some(FaultKind::Transient) => self.ctx.fail_next_submit(),
-            Some(FaultKind::DeviceLost) => self.ctx.lose_device(),
-            None => {}
-        }
+        self.inject_fault();
         let (batch, scored) = self.build_batch(&scheduled)?;
-        let samplers: Vec<&RequestState> =
-            scheduled.iter().filter(|s| s.samples).map(|s| &self.requests[&s.req_id]).collect();
-        let needs_logits = samplers.iter().any(|r| r.needs_logits());
-        let vocab = self.model.config().vocab_size;
-        let top_k = samplers
-            .iter()
-            .filter(|r| !r.needs_logits())
-            .map(|r| r.greedy_candidates())
-            .max()
-            .unwrap_or(1)
-            .min(vocab);
+        let (top_k, needs_logits) = self.head_readback(&scheduled);
         let out = match &mut self.lora {
             Some(lora) => {
                 let seqs: Vec<_> = scheduled.iter().map(|s| (self.requests[&s.req_id].lora, s.len)).collect();
@@ -660,6 +639,111 @@ impl ModelExecutor for WgpuExecutor {
             None => self.model.forward(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits),
         }
         .map_err(from_llama)?;
+        let forwarded = Forwarded { scheduled, batch, scored, timing, started: forward_started, result };
+        self.finish_forward(forwarded, out, masks)
+    }
+
+    fn computes_prompt_logprobs(&self) -> bool {
+        true
+    }
+
+    fn supports_async_scheduling(&self) -> bool {
+        true
+    }
+
+    fn pipeline(&mut self) -> Option<&mut dyn StepPipeline> {
+        match self.pipeline.is_some() {
+            true => Some(self),
+            false => None,
+        }
+    }
+
+    fn last_step_timing(&self) -> Option<StepTiming> {
+        self.last_timing
+    }
+
+    fn device_counters(&self) -> Option<GpuCounters> {
+        Some(self.ctx.counters())
+    }
+
+    fn kernel_times(&self) -> Option<KernelTimes> {
+        self.ctx.kernel_times()
+    }
+}
+
+/// A step's forward pass as recorded: what sampling after it needs.
+struct Forwarded {
+    scheduled: Vec<Scheduled>,
+    batch: ForwardBatch,
+    scored: ScoredRows,
+    timing: StepTiming,
+    /// When its forward pass began.
+    started: Instant,
+    /// Its output so far (the failed KV transfers).
+    result: ModelRunnerOutput,
+}
+
+impl WgpuExecutor {
+    /// A step's host KV copies run and the request states updated from it: the requests it
+    /// runs in batch order (not those whose blocks failed to load), what the copies took, and
+    /// its output so far.
+    fn prepare_step(
+        &mut self,
+        scheduler_output: &SchedulerOutput,
+    ) -> Result<(Vec<Scheduled>, StepTiming, ModelRunnerOutput), ExecutorError> {
+        self.last_timing = None;
+        let transfers = &scheduler_output.kv_transfers;
+        let copies = match &mut self.host {
+            Some(host) => {
+                host.run(&self.ctx, &self.cache, transfers).map_err(|e| device(e, "host KV copies"))?
+            }
+            None if transfers.is_empty() => Default::default(),
+            None => return Err(ExecutorError::HostTierUnsupported),
+        };
+        let mut scheduled = self.update_states(scheduler_output)?;
+        // A request whose blocks did not load is not run: the scheduler recomputes them.
+        let unloaded: HashSet<u32> = copies.failed.loads.iter().map(|copy| copy.block_id).collect();
+        scheduled.retain(|s| !self.requests[&s.req_id].block_ids.iter().any(|id| unloaded.contains(id)));
+        let result = ModelRunnerOutput { failed_kv_transfers: copies.failed, ..Default::default() };
+        Ok((scheduled, copies.timing, result))
+    }
+
+    /// Makes the step about to be submitted fail as the fault plan says.
+    fn inject_fault(&mut self) {
+        match self.faults.next_fault() {
+            Some(FaultKind::Transient) => self.ctx.fail_next_submit(),
+            Some(FaultKind::DeviceLost) => self.ctx.lose_device(),
+            None => {}
+        }
+    }
+
+    /// The head's readback for `scheduled`: how many top-k candidates a row, and whether the
+    /// full logits rows too (some sampling request needs them).
+    fn head_readback(&self, scheduled: &[Scheduled]) -> (usize, bool) {
+        let samplers: Vec<&RequestState> =
+            scheduled.iter().filter(|s| s.samples).map(|s| &self.requests[&s.req_id]).collect();
+        let needs_logits = samplers.iter().any(|r| r.needs_logits());
+        let vocab = self.model.config().vocab_size;
+        let top_k = samplers
+            .iter()
+            .filter(|r| !r.needs_logits())
+            .map(|r| r.greedy_candidates())
+            .max()
+            .unwrap_or(1)
+            .min(vocab);
+        (top_k, needs_logits)
+    }
+
+    /// After a step's forward pass `out`: its prompt logprobs gathered, each sampling request
+    /// sampled (its tokens through the one it sampled), and the draft's proposals.
+    fn finish_forward(
+        &mut self,
+        forwarded: Forwarded,
+        out: ForwardOutput,
+        masks: &mut StepMasks<'_>,
+    ) -> Result<ModelRunnerOutput, ExecutorError> {
+        let Forwarded { scheduled, batch, scored, mut timing, started: forward_started, result } = forwarded;
+        let vocab = self.model.config().vocab_size;
         if !scored.rows.is_empty() {
             self.gather_prompt_logprobs(&scored)?;
         }
@@ -736,26 +820,6 @@ impl ModelExecutor for WgpuExecutor {
             result.draft_token_ids = self.draft(&batch, &scheduled)?;
         }
         Ok(result)
-    }
-
-    fn computes_prompt_logprobs(&self) -> bool {
-        true
-    }
-
-    fn supports_async_scheduling(&self) -> bool {
-        true
-    }
-
-    fn last_step_timing(&self) -> Option<StepTiming> {
-        self.last_timing
-    }
-
-    fn device_counters(&self) -> Option<GpuCounters> {
-        Some(self.ctx.counters())
-    }
-
-    fn kernel_times(&self) -> Option<KernelTimes> {
-        self.ctx.kernel_times()
     }
 }
 

@@ -6,10 +6,12 @@ pub mod gpu_runner;
 pub mod host_kv;
 pub mod lora;
 pub mod masks;
+pub mod pipeline;
 pub mod sim;
 pub mod step;
 
 pub use self::masks::StepMasks;
+pub use self::pipeline::StepPipeline;
 pub use self::step::{FailedStep, MaskJob, run_step};
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 
@@ -35,6 +37,12 @@ pub trait ModelExecutor {
     /// `new_token_ids`) from them.
     fn supports_async_scheduling(&self) -> bool {
         false
+    }
+
+    /// Its step pipeline, where it launches steps without waiting for them (async
+    /// scheduling then records and submits a step while the one before it runs).
+    fn pipeline(&mut self) -> Option<&mut dyn StepPipeline> {
+        None
     }
 
     /// True when it computes prompt logprobs (`SamplingParams::prompt_logprobs`); the engine

@@ -15,9 +15,9 @@
 //!   ([`AttentionParams`]).
 //! - **Workgroup memory.** The key lanes' maxima and sums of the `GH` heads, and one head's
 //!   weighted values ([`workgroup_bytes`]).
-//! - **Sinks.** [`AttentionPath::Flash`]'s `sinks` builds the variant that reads one extra
-//!   logit per query head (`SINKS`, f32 `[heads]`, gpt-oss): it joins the maximum and adds
-//!   `exp(sink - max)` to the denominator.
+//! - **Sinks.** As every attention kernel, each head ends with `sink_finish` over the combined
+//!   maximum and sum: `shaders/sink_logit.wgsl` for the variant with sinks (one logit per
+//!   query head, f32 `[heads]`, gpt-oss), `shaders/sink_none.wgsl` without.
 //! - **Decisions.** Needs subgroups of at least 8 lanes ([`supported`]); the capability layer
 //!   makes it the default attention of non-CPU adapters that have them
 //!   ([`Capabilities::attention_path_for`](super::Capabilities::attention_path_for)). The
@@ -78,33 +78,16 @@ pub fn supported(caps: &Capabilities) -> bool {
     caps.subgroup && caps.subgroup_sizes.0 >= ATTENTION_DOT_LANES
 }
 
-/// `src` with the lines marked `SINKS` kept (without the word) when `sinks`, else dropped.
-pub(crate) fn select_sinks(src: &str, sinks: bool) -> String {
-    let mut out = String::with_capacity(src.len());
-    for line in src.lines() {
-        let text = line.trim_start();
-        match text.strip_prefix("SINKS ") {
-            Some(rest) if sinks => {
-                out.push_str(&line[..line.len() - text.len()]);
-                out.push_str(rest);
-            }
-            Some(_) => continue,
-            None => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
-}
-
 /// The flash variant for a cache of `kv` heads of `head_dim`, `heads_per_kv` query heads a KV
 /// head, with or without sinks.
 pub fn variant(kv: super::KvFormat, head_dim: u32, heads_per_kv: u32, sinks: bool) -> KernelVariant {
     KernelVariant::Attention {
         kv,
         head_dim,
-        path: AttentionPath::Flash { sinks },
+        path: AttentionPath::Flash,
         group: flash_group(heads_per_kv, head_dim),
         tree: Tree::Shared,
+        sinks,
     }
 }
 
@@ -158,7 +141,7 @@ impl Step<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{flash_group, flash_max_group, select_sinks, workgroup_bytes};
+    use super::{flash_group, flash_max_group, workgroup_bytes};
     use crate::gpu::{AttentionPath, AttentionStrategy, Capabilities, FeatureMask};
 
     /// An adapter with subgroups of `sizes` lanes (none where `None`), forced to `forced`.
@@ -189,7 +172,7 @@ mod tests {
 
     #[test]
     fn gpus_with_subgroups_of_8_lanes_or_more_take_flash_by_default() {
-        let flash = AttentionPath::Flash { sinks: false };
+        let flash = AttentionPath::Flash;
         assert_eq!(caps(false, Some((32, 32)), None).attention_path(), flash);
         assert_eq!(caps(false, Some((8, 64)), None).attention_path(), flash);
         assert_eq!(caps(false, Some((4, 4)), None).attention_path(), AttentionPath::SplitKv);
@@ -220,12 +203,5 @@ mod tests {
     fn workgroup_memory_is_the_lanes_states_and_one_heads_values() {
         assert_eq!(workgroup_bytes(64, 8), 4 * 2 * 8 * 8 + 8 * 8 * 32);
         assert_eq!(workgroup_bytes(256, 2), 4 * 2 * 8 * 2 + 8 * 8 * 128);
-    }
-
-    #[test]
-    fn sink_lines_are_kept_only_for_the_sinks_variant() {
-        let src = "a\n    SINKS b = 1;\nc\n";
-        assert_eq!(select_sinks(src, true), "a\n    b = 1;\nc\n");
-        assert_eq!(select_sinks(src, false), "a\nc\n");
     }
 }

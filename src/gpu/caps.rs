@@ -115,9 +115,7 @@ impl Capabilities {
     pub fn attention_tree(&self, path: AttentionPath) -> Tree {
         match path {
             AttentionPath::SplitKv => self.tree(),
-            AttentionPath::PerQuery | AttentionPath::PerQuerySubgroup | AttentionPath::Flash { .. } => {
-                Tree::Shared
-            }
+            AttentionPath::PerQuery | AttentionPath::PerQuerySubgroup | AttentionPath::Flash => Tree::Shared,
         }
     }
 
@@ -166,8 +164,8 @@ impl Capabilities {
                 AttentionPath::PerQuerySubgroup
             }
             (Some(AttentionStrategy::PerQuery), _) | (None, true) => AttentionPath::PerQuery,
-            (Some(AttentionStrategy::Flash), _) if flash => AttentionPath::Flash { sinks: false },
-            (None, false) if flash && !self.is_cpu => AttentionPath::Flash { sinks: false },
+            (Some(AttentionStrategy::Flash), _) if flash => AttentionPath::Flash,
+            (None, false) if flash && !self.is_cpu => AttentionPath::Flash,
             (Some(AttentionStrategy::SplitKv | AttentionStrategy::Flash), _) | (None, false) => {
                 AttentionPath::SplitKv
             }
@@ -383,7 +381,7 @@ impl Capabilities {
                     None => "no subgroups of 8 lanes or more",
                 }
             ),
-            AttentionPath::Flash { .. } => format!(
+            AttentionPath::Flash => format!(
                 "attention: flash, one workgroup per token and up to {} query heads of a KV head (each key and value read once for them), {FLASH_KEY_LANES} key lanes each walking every {FLASH_KEY_LANES}th key of the context in {ATTENTION_DOT_LANES} dimension lanes (q·k summed by subgroup shuffles), the key lanes combined in a fixed tree ({})",
                 attention_flash::FLASH_MAX_GROUP,
                 if self.forced_attention.is_some() {

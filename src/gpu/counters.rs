@@ -3,8 +3,9 @@
 //! submitting them. The counts make "a steady-state step creates nothing" and "the warm-up
 //! builds every pipeline" tests; the host time is for benchmarks.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Running totals since the context was opened (see [`GpuContext::counters`](super::GpuContext::counters)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,6 +27,13 @@ pub struct GpuCounters {
     /// the wait for the device), summed. A step submitted in chunks counts the time a driver
     /// blocks in a submit too (lavapipe waits there for the chunk before).
     pub host_time: Duration,
+    /// Steps whose first command buffer was submitted to a device with no step left to run
+    /// (the host had read every earlier step back): each starts after an idle gap.
+    pub idle_gaps: u64,
+    /// Those gaps, summed: from the host seeing the last step done to the next step's first
+    /// submit (with async scheduling on a pipelining executor, steps are submitted before the
+    /// one ahead is done, and no gap opens).
+    pub idle_time: Duration,
 }
 
 impl GpuCounters {
@@ -39,6 +47,8 @@ impl GpuCounters {
             command_buffers: self.command_buffers - earlier.command_buffers,
             dispatches: self.dispatches - earlier.dispatches,
             host_time: self.host_time.saturating_sub(earlier.host_time),
+            idle_gaps: self.idle_gaps - earlier.idle_gaps,
+            idle_time: self.idle_time.saturating_sub(earlier.idle_time),
         }
     }
 
@@ -58,6 +68,18 @@ pub(crate) struct CounterCells {
     command_buffers: AtomicU64,
     dispatches: AtomicU64,
     host_nanos: AtomicU64,
+    idle: Mutex<IdleClock>,
+}
+
+/// What the device has to run, as the host sees it.
+#[derive(Debug, Default)]
+struct IdleClock {
+    /// Steps submitted and not yet seen done.
+    outstanding: u64,
+    /// When the host saw the device run out of steps.
+    idle_since: Option<Instant>,
+    gaps: u64,
+    idle: Duration,
 }
 
 impl CounterCells {
@@ -82,7 +104,43 @@ impl CounterCells {
         self.host_nanos.fetch_add(host.as_nanos() as u64, Ordering::Relaxed);
     }
 
+    fn idle(&self) -> std::sync::MutexGuard<'_, IdleClock> {
+        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A step's first command buffer is about to be submitted: a gap ends if the device was idle.
+    pub(crate) fn device_fed(&self) {
+        let mut clock = self.idle();
+        if clock.outstanding == 0
+            && let Some(since) = clock.idle_since.take()
+        {
+            clock.gaps += 1;
+            clock.idle += since.elapsed();
+        }
+        clock.outstanding += 1;
+    }
+
+    /// The host saw one submitted step done.
+    pub(crate) fn step_done(&self) {
+        let mut clock = self.idle();
+        clock.outstanding = clock.outstanding.saturating_sub(1);
+        if clock.outstanding == 0 {
+            clock.idle_since = Some(Instant::now());
+        }
+    }
+
+    /// The host saw every submitted step done (it waited for the whole queue).
+    pub(crate) fn device_drained(&self) {
+        let mut clock = self.idle();
+        clock.outstanding = 0;
+        clock.idle_since = Some(Instant::now());
+    }
+
     pub(crate) fn snapshot(&self) -> GpuCounters {
+        let (idle_gaps, idle_time) = {
+            let clock = self.idle();
+            (clock.gaps, clock.idle)
+        };
         GpuCounters {
             pipelines_created: self.pipelines_created.load(Ordering::Relaxed),
             buffers_created: self.buffers_created.load(Ordering::Relaxed),
@@ -91,6 +149,8 @@ impl CounterCells {
             command_buffers: self.command_buffers.load(Ordering::Relaxed),
             dispatches: self.dispatches.load(Ordering::Relaxed),
             host_time: Duration::from_nanos(self.host_nanos.load(Ordering::Relaxed)),
+            idle_gaps,
+            idle_time,
         }
     }
 }

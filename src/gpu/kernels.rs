@@ -696,6 +696,28 @@ impl Step<'_> {
         self.elementwise(variant, gate.len(), 1, 0.0, bindings)
     }
 
+    /// gpt-oss's clamped SwiGLU elementwise: `out = (clamp(up, ±limit) + 1) · g · σ(1.702 g)`
+    /// with `g = min(gate, limit)`; all three f32 of the same shape.
+    pub fn swiglu_clamped(
+        &mut self,
+        limit: f32,
+        gate: &Tensor,
+        up: &Tensor,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        if !(limit.is_finite() && limit > 0.0) {
+            return Err(GpuError::Shape(format!("swiglu_clamped: the limit must be positive, not {limit}")));
+        }
+        up.expect("swiglu up", Elem::F32, gate.shape())?;
+        out.expect("swiglu out", Elem::F32, gate.shape())?;
+        let bindings = [
+            Binding::tensor(slots::swiglu_clamped::GATE, gate),
+            Binding::tensor(slots::swiglu_clamped::UP, up),
+            Binding::tensor(slots::swiglu_clamped::OUT, out),
+        ];
+        self.elementwise(KernelVariant::SwigluClamped, gate.len(), 1, limit, bindings)
+    }
+
     /// `x *= factor` elementwise, in place.
     pub fn scale(&mut self, x: &Tensor, factor: f32) -> Result<(), GpuError> {
         self.elementwise(KernelVariant::Scale, x.len(), 1, factor, [Binding::tensor(slots::scale::X, x)])
@@ -818,14 +840,34 @@ impl Step<'_> {
         spec: &AttentionSpec,
         out: &Tensor,
     ) -> Result<(), GpuError> {
+        self.paged_attention_sinks(q, cache, layer, batch, spec, None, out)
+    }
+
+    /// [`Self::paged_attention`] with each head's attention sink, `sinks: f32 [heads]` (a
+    /// logit in the softmax's denominator with no value: gpt-oss; the formula is in
+    /// `shaders/sink_logit.wgsl`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn paged_attention_sinks(
+        &mut self,
+        q: &Tensor,
+        cache: &KvCache,
+        layer: usize,
+        batch: &AttentionBatch,
+        spec: &AttentionSpec,
+        sinks: Option<&Tensor>,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
         let heads = spec.heads;
+        if let Some(sinks) = sinks {
+            sinks.expect("attention sinks", Elem::F32, &[heads])?;
+        }
         let s = cache.shape();
         let params = attention_params(q, cache, batch, spec, out)?;
         let (t, max_blocks) = (params.tokens as usize, params.max_blocks as usize);
         let walk = spec.window.map_or(max_blocks * s.block_size, |w| w.min(max_blocks * s.block_size));
         let path = self.ctx.capabilities().attention_path_for(walk);
-        if let AttentionPath::Flash { .. } = path {
-            return self.flash_attention(q, cache, layer, batch, spec, None, out);
+        if let AttentionPath::Flash = path {
+            return self.flash_attention(q, cache, layer, batch, spec, sinks, out);
         }
         let group = match path {
             AttentionPath::PerQuerySubgroup => attention_group(u(heads / s.num_kv_heads)),
@@ -833,8 +875,8 @@ impl Step<'_> {
         };
         let (kc, vc) = cache.layer(layer)?;
         let tree = self.ctx.capabilities().attention_tree(path);
-        let variant =
-            KernelVariant::Attention { kv: cache.format(), head_dim: u(s.head_dim), path, group, tree };
+        let (kv, head_dim, with_sinks) = (cache.format(), u(s.head_dim), sinks.is_some());
+        let variant = KernelVariant::Attention { kv, head_dim, path, group, tree, sinks: with_sinks };
         let grid = match path {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
             AttentionPath::PerQuerySubgroup => self.grid_groups(t * heads / group as usize),
@@ -848,7 +890,9 @@ impl Step<'_> {
             Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
             Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
             Binding::tensor(slots::attention::OUT, out),
-        ];
+        ]
+        .into_iter()
+        .chain(sinks.map(|s| Binding::tensor(slots::attention_sinks::SINKS, s)));
         self.dispatch(variant, &params, bindings, grid)
     }
 

@@ -61,6 +61,7 @@ mod attention_flash;
 mod bind_cache;
 mod caps;
 mod context;
+mod copy_ids;
 mod counters;
 mod error_scopes;
 mod kernel_timer;
@@ -99,7 +100,7 @@ pub use shader::{
     AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearKernel, LinearPath,
     LinearPrologue, Tree, WeightSource,
 };
-pub use step::{ReadbackId, Step, StepOutput};
+pub use step::{ReadbackId, Step, StepInFlight, StepOutput};
 pub use tensor::{Elem, Tensor};
 pub use weights::{Weight, resident_bytes};
 

@@ -406,10 +406,7 @@ pub enum AttentionPath {
     /// per query token and [`crate::gpu::flash_group`] heads of a KV head, its lanes over the
     /// keys (partitions fixed by the keys' positions) and the heads' dimensions, the partitions
     /// combined in a fixed tree; prefill and decode tokens alike.
-    Flash {
-        /// One more logit per query head joins each softmax (attention sinks, gpt-oss).
-        sinks: bool,
-    },
+    Flash,
 }
 
 /// Element format of the paged K/V pools.
@@ -578,6 +575,8 @@ pub enum KernelVariant {
         /// The activation.
         act: GateActivation,
     },
+    /// gpt-oss's clamped SwiGLU of a gate and an up projection (`swiglu_clamped.wgsl`).
+    SwigluClamped,
     /// `a *= s`.
     Scale,
     /// `a = c * tanh(a / c)`.
@@ -589,6 +588,8 @@ pub enum KernelVariant {
     /// Rows of a matrix, each scaled, put at the rows an index list names (an expert's
     /// outputs, weighted, into their tokens' slots).
     ScatterRows,
+    /// Token ids copied between buffers by (source, destination) index pairs.
+    CopyIds,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
     /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
@@ -642,6 +643,9 @@ pub enum KernelVariant {
         group: u32,
         /// How split-KV combines its partitions ([`Tree::Shared`] on the other paths).
         tree: Tree,
+        /// Each head's softmax has a learned sink logit (gpt-oss; `shaders/sink_logit.wgsl`
+        /// holds the formula), bound at `SINKS`.
+        sinks: bool,
     },
 }
 
@@ -662,7 +666,7 @@ impl KernelVariant {
             self,
             Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
                 | Self::Linear { tree: Tree::Subgroup { .. }, .. }
-                | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash { .. }, .. }
+                | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash, .. }
                 | Self::Attention { tree: Tree::Subgroup { .. }, .. }
         )
     }
@@ -678,7 +682,9 @@ impl KernelVariant {
             Self::AddInPlace => "add_in_place".into(),
             Self::GatherRows => "gather_rows".into(),
             Self::ScatterRows => "scatter_rows".into(),
+            Self::CopyIds => "copy_ids".into(),
             Self::MoeCombine => "moe_combine".into(),
+            Self::SwigluClamped => "swiglu_clamped".into(),
             Self::LoraShrink => "lora_shrink".into(),
             Self::LoraExpand => "lora_expand".into(),
             Self::TopK => "top_k".into(),
@@ -703,16 +709,20 @@ impl KernelVariant {
             Self::RopeCache { kv, qk_norm } => {
                 format!("rope_cache/{}{}", kv.name(), if *qk_norm { "/qk-norm" } else { "" })
             }
-            Self::Attention { kv, head_dim, path, group, tree } => {
+            Self::Attention { kv, head_dim, path, group, tree, sinks } => {
                 let path = match path {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
-                    AttentionPath::Flash { sinks: false } => "flash".to_string(),
-                    AttentionPath::Flash { sinks: true } => "flash-sinks".to_string(),
+                    AttentionPath::Flash => "flash".to_string(),
                 };
                 let group = if *group > 1 { format!("/g{group}") } else { String::new() };
-                format!("attention/{}/hd{head_dim}/{path}{}{group}", kv.name(), tree.suffix())
+                format!(
+                    "attention/{}/hd{head_dim}/{path}{}{group}{}",
+                    kv.name(),
+                    tree.suffix(),
+                    if *sinks { "/sinks" } else { "" }
+                )
             }
         }
     }
@@ -737,7 +747,7 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::PerQuerySubgroup, .. } => {
                 (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES")
             }
-            Self::Attention { path: AttentionPath::Flash { .. }, .. } => (FLASH_WG, "FLASH_WG"),
+            Self::Attention { path: AttentionPath::Flash, .. } => (FLASH_WG, "FLASH_WG"),
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
@@ -784,7 +794,7 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
             }
-            Self::Attention { path: AttentionPath::Flash { .. }, head_dim, group, .. } => {
+            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. } => {
                 crate::gpu::attention_flash::workgroup_bytes(head_dim, group)
             }
             Self::TopK => 8 * TOP_K_WG,
@@ -815,7 +825,9 @@ impl KernelVariant {
             | Self::AddInPlace
             | Self::GatherRows
             | Self::ScatterRows
-            | Self::MoeCombine => ElementwiseParams::LAYOUT,
+            | Self::CopyIds
+            | Self::MoeCombine
+            | Self::SwigluClamped => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
             Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
@@ -835,7 +847,9 @@ impl KernelVariant {
             Self::AddInPlace => slots::add_in_place::ALL,
             Self::GatherRows => slots::gather_rows::ALL,
             Self::ScatterRows => slots::scatter_rows::ALL,
+            Self::CopyIds => slots::copy_ids::ALL,
             Self::MoeCombine => slots::moe_combine::ALL,
+            Self::SwigluClamped => slots::swiglu_clamped::ALL,
             Self::LoraShrink => slots::lora_shrink::ALL,
             Self::LoraExpand => slots::lora_expand::ALL,
             Self::TopK => slots::top_k::ALL,
@@ -859,8 +873,8 @@ impl KernelVariant {
             },
             Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
             Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
-            Self::Attention { path: AttentionPath::Flash { sinks: true }, .. } => slots::attention_sinks::ALL,
-            Self::Attention { .. } => slots::attention::ALL,
+            Self::Attention { sinks: false, .. } => slots::attention::ALL,
+            Self::Attention { sinks: true, .. } => slots::attention_sinks::ALL,
         }
     }
 }
@@ -882,8 +896,12 @@ pub(crate) fn gemm_exchange_floats(rows_tile: u32) -> u32 {
     LINEAR_WG / 2 * LINEAR_GEMM_BANDS * rows_tile * LINEAR_KSPLIT_COLS
 }
 
-/// Every variant pagoda can build: all weight types, linear paths, subgroup sizes, row tiles,
-/// prologues, epilogues, trees, KV formats and the tested head dimensions.
+/// The variants the portability and contract tests build: every kernel structure a linear
+/// path has (row tile, weight source, activation load, tree) for every weight type, each with
+/// one of the prologue and epilogue pairs in turn (so every type meets every pair), and every
+/// structure with every pair for [`FULL_CROSS_DTYPE`] (the prologues and epilogues are the same
+/// code whatever the weight type); the single kernels, embeddings, RoPE and attention variants
+/// in full.
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
@@ -894,71 +912,99 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::AddInPlace,
         KernelVariant::GatherRows,
         KernelVariant::ScatterRows,
+        KernelVariant::CopyIds,
         KernelVariant::MoeCombine,
+        KernelVariant::SwigluClamped,
         KernelVariant::LoraShrink,
         KernelVariant::LoraExpand,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];
     paths.extend(SUBGROUP_SIZES.iter().map(|&sg| LinearPath::Sequential { subgroup: Some(sg) }));
-    for dtype in WEIGHT_DTYPES {
+    let pairs: Vec<_> = prologue_epilogue_pairs().collect();
+    for (index, dtype) in WEIGHT_DTYPES.into_iter().enumerate() {
         for source in WeightSource::ALL {
             out.push(KernelVariant::Embed { dtype, source });
         }
+        // Each type starts the turn of pairs elsewhere, so every path meets every pair.
+        let mut turn = index * 7;
         for &path in &paths {
-            out.extend(linear_variants(dtype, path));
+            for structure in linear_structures(dtype, path) {
+                if dtype == FULL_CROSS_DTYPE {
+                    out.extend(pairs.iter().map(|&(prologue, epilogue)| structure(prologue, epilogue)));
+                } else {
+                    let (prologue, epilogue) = pairs[turn % pairs.len()];
+                    out.push(structure(prologue, epilogue));
+                    turn += 1;
+                }
+            }
         }
     }
     for kv in [KvFormat::F32, KvFormat::F16Packed, KvFormat::F16Native] {
         out.push(KernelVariant::RopeCache { kv, qk_norm: false });
         out.push(KernelVariant::RopeCache { kv, qk_norm: true });
         for head_dim in TESTED_HEAD_DIMS {
-            let path = AttentionPath::PerQuery;
-            out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree: Tree::Shared });
-            for tree in Tree::all() {
-                let path = AttentionPath::SplitKv;
-                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree });
-            }
-            for group in 1..=ATTENTION_MAX_GROUP {
-                let path = AttentionPath::PerQuerySubgroup;
-                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree: Tree::Shared });
+            // sinks (gpt-oss) at its head dimension only
+            for sinks in [false, true].into_iter().take(1 + usize::from(head_dim == 64)) {
+                let path = AttentionPath::PerQuery;
+                let tree = Tree::Shared;
+                out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree, sinks });
+                for tree in Tree::all() {
+                    let path = AttentionPath::SplitKv;
+                    out.push(KernelVariant::Attention { kv, head_dim, path, group: 1, tree, sinks });
+                }
+                for group in 1..=ATTENTION_MAX_GROUP {
+                    let path = AttentionPath::PerQuerySubgroup;
+                    let tree = Tree::Shared;
+                    out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks });
+                }
             }
             for group in 1..=crate::gpu::flash_max_group(head_dim) {
-                let path = AttentionPath::Flash { sinks: false };
-                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree: Tree::Shared });
+                let (path, tree) = (AttentionPath::Flash, Tree::Shared);
+                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks: false });
             }
         }
-        // The sinks variants of gpt-oss's heads (64 dimensions, 8 query heads a KV head) and
-        // of one head a group.
+        // Flash with sinks at gpt-oss's heads (64 dimensions, 8 query heads a KV head) and one
+        // head a group.
         for group in [1, 8] {
-            let path = AttentionPath::Flash { sinks: true };
-            out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree: Tree::Shared });
+            let (path, tree) = (AttentionPath::Flash, Tree::Shared);
+            out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree, sinks: true });
         }
     }
     out
 }
 
-/// Every linear variant of `dtype` on `path`.
-fn linear_variants(dtype: DType, path: LinearPath) -> Vec<KernelVariant> {
+/// The weight type whose linear kernels the tests build with every prologue and epilogue on
+/// every structure: f32, the quickest to compose and validate (a Q4_K variant takes about six
+/// times as long: with it, this cross took most of the two shader tests' time).
+const FULL_CROSS_DTYPE: DType = DType::F32;
+
+/// Every (prologue, epilogue) pair, prologues outer.
+fn prologue_epilogue_pairs() -> impl Iterator<Item = (LinearPrologue, LinearEpilogue)> {
+    LinearPrologue::ALL.into_iter().flat_map(|p| LinearEpilogue::ALL.into_iter().map(move |e| (p, e)))
+}
+
+/// Every kernel structure of `dtype`'s linear variants on `path` (row tile, weight source,
+/// activation load, tree), each as the variant it is with a given prologue and epilogue.
+fn linear_structures(
+    dtype: DType,
+    path: LinearPath,
+) -> Vec<impl Fn(LinearPrologue, LinearEpilogue) -> KernelVariant> {
     let mut out = Vec::new();
     for &rows_tile in path.row_tiles() {
-        for prologue in LinearPrologue::ALL {
-            for epilogue in LinearEpilogue::ALL {
-                for &source in path.weight_sources() {
-                    for &x_load in path.x_loads() {
-                        for tree in path.trees(rows_tile) {
-                            out.push(KernelVariant::Linear {
-                                dtype,
-                                source,
-                                path,
-                                rows_tile,
-                                x_load,
-                                tree,
-                                prologue,
-                                epilogue,
-                            });
-                        }
-                    }
+        for &source in path.weight_sources() {
+            for &x_load in path.x_loads() {
+                for tree in path.trees(rows_tile) {
+                    out.push(move |prologue, epilogue| KernelVariant::Linear {
+                        dtype,
+                        source,
+                        path,
+                        rows_tile,
+                        x_load,
+                        tree,
+                        prologue,
+                        epilogue,
+                    });
                 }
             }
         }
@@ -992,18 +1038,54 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 12 single kernels (the
-    /// LoRA shrink and expand, the experts' scatter and combine among them), 2
-    /// embeddings and 924 linears for each of the 16 weight types (132 on each of the five
-    /// sequential paths: 3 row tiles x 2 prologues x 11 epilogues x 2 weight sources; 264 on the
-    /// K-split path: 4 row tiles x 2 prologues x 11 epilogues x 2 activation loads, the GEMV's
-    /// with each of the 3 trees), and 83 RoPE and attention variants for each of the 3 KV
+    /// How many variants the portability and contract tests build: 14 single kernels (the
+    /// LoRA shrink and expand, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
+    /// the token-id copy among them), 2 embeddings for
+    /// each of the 16 weight types, the linear structures (30 on the five sequential paths: 3
+    /// row tiles x 2 weight sources; 12 on the K-split path: 4 row tiles x 2 activation loads,
+    /// the GEMV's with each of the 3 trees) once for 15 types and with all 22 prologue and
+    /// epilogue pairs for f32, and 91 RoPE and attention variants for each of the 3 KV
     /// formats (2 RoPE; for each of the 6 head dimensions 1 per-query, 3 split-KV and 4
-    /// subgroup ones; 31 flash ones, a group of each size up to `flash_max_group` (8, 6, 6, 5,
-    /// 4 and 2 heads); 2 flash ones with sinks). Adding an option multiplies this: a new dimension should come with a reason.
+    /// subgroup ones, again with sinks at gpt-oss's head dimension 64 only; 31 flash ones, a
+    /// group of each size up to `flash_max_group` (8, 6, 6, 5, 4 and 2 heads), and 2 with sinks
+    /// at 64: groups of 1 and 8). Adding an option multiplies this: a new dimension should come
+    /// with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 12 + 16 * (2 + 924) + 3 * (2 + 6 * 8 + 31 + 2));
+        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2));
+    }
+
+    /// Every weight type meets every prologue and epilogue pair, and every linear structure
+    /// meets every pair (with f32 at least).
+    #[test]
+    fn the_sampled_linears_cover_every_type_pair_and_structure_pair() {
+        use super::{LinearEpilogue, LinearPrologue, WEIGHT_DTYPES};
+        use std::collections::HashSet;
+        let mut type_pairs = HashSet::new();
+        let mut structure_pairs = HashSet::new();
+        for variant in all_variants() {
+            if let KernelVariant::Linear {
+                dtype,
+                source,
+                path,
+                rows_tile,
+                x_load,
+                tree,
+                prologue,
+                epilogue,
+            } = variant
+            {
+                type_pairs.insert((dtype, prologue, epilogue));
+                structure_pairs.insert((
+                    format!("{path:?} {rows_tile} {source:?} {x_load:?} {tree:?}"),
+                    prologue,
+                    epilogue,
+                ));
+            }
+        }
+        let pairs = LinearPrologue::ALL.len() * LinearEpilogue::ALL.len();
+        assert_eq!(type_pairs.len(), WEIGHT_DTYPES.len() * pairs);
+        assert_eq!(structure_pairs.len(), 42 * pairs);
     }
 
     #[test]

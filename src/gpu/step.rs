@@ -94,6 +94,8 @@ pub struct Step<'a> {
     scratch: Vec<DeviceBuffer>,
     /// The variant of each timed pass, in order.
     timed: Vec<KernelVariant>,
+    /// The queue's index of the last command buffer submitted.
+    submission: Option<wgpu::SubmissionIndex>,
 }
 
 /// The readbacks of a submitted step.
@@ -140,6 +142,7 @@ impl GpuContext {
             readbacks: Vec::new(),
             scratch: Vec::new(),
             timed: Vec::new(),
+            submission: None,
         }
     }
 }
@@ -246,29 +249,33 @@ impl Step<'_> {
             timer.map(self.timed.len());
         }
         ctx.wait_idle()?;
+        ctx.count().device_drained();
         if let Some(timer) = &mut timer {
             timer.collect(&self.timed)?;
         }
         drop(timer);
-        let mut data = Vec::with_capacity(staging.len());
-        for (buf, r) in staging.iter().zip(&self.readbacks) {
-            let view = buf
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| ctx.check_health().err().unwrap_or_else(|| GpuError::Device(e.to_string())))?;
-            data.push(view[..r.size as usize].to_vec());
-            drop(view);
-            buf.unmap();
+        let sizes = self.readbacks.iter().map(|r| r.size).collect();
+        StepInFlight { staging, sizes, scratch: std::mem::take(&mut self.scratch), submission: None }
+            .read(ctx)
+    }
+
+    /// Submits the step as [`Self::submit`] does but returns at once: the device runs it while
+    /// the host goes on (records the next step), and [`StepInFlight::wait`] reads it back. Not
+    /// for a context that times kernels (their queries are read per step).
+    pub fn submit_async(mut self) -> Result<StepInFlight, GpuError> {
+        self.check_live()?;
+        if self.ctx.kernel_times().is_some() {
+            return Err(GpuError::Order(
+                "a step whose kernels are timed is read back as it is submitted".into(),
+            ));
         }
-        let mut resident = ctx.resident();
-        // Given back in reverse, so the next step takes the same buffer for the same request.
-        for buf in staging.into_iter().rev() {
-            resident.give_back(STAGING, buf);
+        let staging = self.submit_pending(true, None)?;
+        for buf in &staging {
+            buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
         }
-        for buf in self.scratch.drain(..).rev() {
-            resident.give_back(SCRATCH, buf);
-        }
-        Ok(StepOutput { data })
+        let sizes = self.readbacks.iter().map(|r| r.size).collect();
+        let scratch = std::mem::take(&mut self.scratch);
+        Ok(StepInFlight { staging, sizes, scratch, submission: self.submission.take() })
     }
 
     /// An error once a command buffer of this step has failed.
@@ -322,7 +329,10 @@ impl Step<'_> {
             true => self.encode_readbacks(&mut encoder, &mut resident)?,
             false => Vec::new(),
         };
-        ctx.queue.submit([encoder.finish()]);
+        if self.command_buffers == 0 {
+            ctx.count().device_fed();
+        }
+        self.submission = Some(ctx.queue.submit([encoder.finish()]));
         drop(resident);
         self.command_buffers += 1;
         if last {
@@ -417,6 +427,51 @@ impl Step<'_> {
         }
         resident.end_step(self.submitted);
         Ok(staging)
+    }
+}
+
+/// A step submitted with [`Step::submit_async`] and not read back yet: its staging buffers
+/// (mapped once the device is done) and scratch tensors, held until then.
+#[derive(Debug)]
+pub struct StepInFlight {
+    staging: Vec<DeviceBuffer>,
+    sizes: Vec<u64>,
+    scratch: Vec<DeviceBuffer>,
+    submission: Option<wgpu::SubmissionIndex>,
+}
+
+impl StepInFlight {
+    /// Waits for this step (not for steps submitted after it) and reads it back.
+    pub fn wait(self, ctx: &GpuContext) -> Result<StepOutput, GpuError> {
+        let poll = wgpu::PollType::Wait { submission_index: self.submission.clone(), timeout: None };
+        let polled = ctx.device.poll(poll);
+        ctx.check_health()?;
+        polled.map_err(|e| GpuError::Device(e.to_string()))?;
+        ctx.count().step_done();
+        self.read(ctx)
+    }
+
+    /// The mapped readbacks' bytes; the staging and scratch buffers go back to the pool.
+    fn read(mut self, ctx: &GpuContext) -> Result<StepOutput, GpuError> {
+        let mut data = Vec::with_capacity(self.staging.len());
+        for (buf, &size) in self.staging.iter().zip(&self.sizes) {
+            let view = buf
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| ctx.check_health().err().unwrap_or_else(|| GpuError::Device(e.to_string())))?;
+            data.push(view[..size as usize].to_vec());
+            drop(view);
+            buf.unmap();
+        }
+        let mut resident = ctx.resident();
+        // Given back in reverse, so the next step takes the same buffer for the same request.
+        for buf in self.staging.drain(..).rev() {
+            resident.give_back(STAGING, buf);
+        }
+        for buf in self.scratch.drain(..).rev() {
+            resident.give_back(SCRATCH, buf);
+        }
+        Ok(StepOutput { data })
     }
 }
 

@@ -75,6 +75,26 @@ pub enum RopeScaling {
         /// Scale of cos and sin.
         attention_factor: f32,
     },
+    /// YaRN (gpt-oss): each frequency blended between itself (extrapolated, the fast ones)
+    /// and itself divided by `factor` (interpolated, the slow ones) along a linear ramp over
+    /// the dimensions whose rotations in the original context fall between `beta_fast` and
+    /// `beta_slow`, and scores scaled by `attention_factor²` (cos and sin scaled by
+    /// `attention_factor`), as transformers' `_compute_yarn_parameters` does.
+    Yarn {
+        /// Context extension factor.
+        factor: f32,
+        /// Context length the model was first trained with.
+        original_max_position_embeddings: usize,
+        /// Rotations bounding the ramp's extrapolated end.
+        beta_fast: f32,
+        /// Rotations bounding the ramp's interpolated end.
+        beta_slow: f32,
+        /// The ramp's bounds rounded outwards to whole dimensions (transformers' default;
+        /// gpt-oss's config says `false`).
+        truncate: bool,
+        /// Scale of cos and sin.
+        attention_factor: f32,
+    },
 }
 
 /// The activation of the gated MLP: `down(act(gate(x)) * up(x))`.
@@ -100,6 +120,7 @@ pub enum MlpActivation {
 /// | gemma2  | `(1 + w)` norms, embeddings × √hidden, GELU-tanh MLP, norms after attention and MLP, soft-capped attention scores and final logits, `query_pre_attn_scalar`, sliding window on even layers, tied head |
 /// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full (or the file's own pattern) |
 /// | phi3    | fused `qkv_proj` and `gate_up_proj`; LongRoPE short/long factors on the long-context models |
+/// | gpt_oss | experts with biases (top-k then softmax, clamped SwiGLU), attention sinks, Q/K/V/O biases, sliding window on even layers, YaRN |
 #[derive(Debug, Clone, Copy)]
 struct FamilyTraits {
     fused: bool,
@@ -124,6 +145,7 @@ fn traits(architecture: &str) -> FamilyTraits {
         "qwen2" => FamilyTraits { attention_bias: true, ..llama },
         "qwen3" | "qwen3moe" | "qwen3_moe" => FamilyTraits { qk_norm: true, ..llama },
         "phi3" => FamilyTraits { fused: true, ..llama },
+        "gpt_oss" | "gpt-oss" => FamilyTraits { attention_bias: true, sliding_pattern: Some(2), ..llama },
         "gemma2" => FamilyTraits { gemma: true, sliding_pattern: Some(2), ..llama },
         "gemma3" | "gemma3_text" => {
             FamilyTraits { qk_norm: true, gemma: true, sliding_pattern: Some(6), ..llama }
@@ -197,6 +219,14 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// Every layer's MLP is a mixture of these experts (Qwen3-MoE, Mixtral); `None`: dense.
     pub moe: Option<MoeConfig>,
+    /// The attention output projection carries a bias (gpt-oss).
+    pub o_bias: bool,
+    /// Each attention head has a learned sink logit in its softmax's denominator (gpt-oss).
+    pub attention_sinks: bool,
+    /// gpt-oss's clamped SwiGLU of the experts, `(clamp(up, ±limit) + 1) · g · σ(1.702 g)` with
+    /// `g = min(gate, limit)`, and biases on every expert projection and the router; `None`:
+    /// the plain gated MLP.
+    pub swiglu_limit: Option<f32>,
 }
 
 /// Why a model config could not be built.
@@ -240,7 +270,7 @@ pub enum ConfigError {
     },
     /// An architecture pagoda does not run.
     #[error(
-        "unsupported architecture {0:?} (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3)"
+        "unsupported architecture {0:?} (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss)"
     )]
     UnsupportedArchitecture(String),
     /// Reading GGUF metadata failed.
@@ -265,7 +295,7 @@ impl From<InvalidPattern> for ConfigError {
     }
 }
 
-const SUPPORTED: [&str; 11] = [
+const SUPPORTED: [&str; 13] = [
     "llama",
     "mistral",
     "mixtral",
@@ -277,6 +307,8 @@ const SUPPORTED: [&str; 11] = [
     "gemma3",
     "gemma3_text",
     "phi3",
+    "gpt_oss",
+    "gpt-oss",
 ];
 
 impl ModelConfig {
@@ -329,7 +361,8 @@ impl ModelConfig {
         let attention_scale = match f.opt_f32("query_pre_attn_scalar")? {
             Some(scalar) if family.gemma => (f64::from(scalar)).powf(-0.5) as f32,
             _ => 1.0 / (head_dim as f32).sqrt(),
-        } * longrope_score_scale(rope_scaling.as_ref());
+        } * rope_score_scale(rope_scaling.as_ref());
+        let gpt_oss = architecture == "gpt_oss";
         let config = Self {
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
@@ -359,6 +392,9 @@ impl ModelConfig {
             bos_token_id,
             eos_token_ids,
             moe: MoeConfig::from_hf(&architecture, config)?,
+            o_bias: gpt_oss,
+            attention_sinks: gpt_oss,
+            swiglu_limit: if gpt_oss { Some(hf_swiglu_limit(config)?) } else { None },
             architecture,
         };
         config.validate()?;
@@ -421,6 +457,22 @@ impl ModelConfig {
                     .get_float(&key("rope.scaling.factor"))?
                     .ok_or_else(|| missing(&key("rope.scaling.factor")))? as f32,
             }),
+            Some("yarn") => {
+                let float = |k: &str| -> Result<Option<f32>, ConfigError> {
+                    Ok(gguf.get_float(&key(k))?.map(|v| v as f32))
+                };
+                let factor =
+                    float("rope.scaling.factor")?.ok_or_else(|| missing(&key("rope.scaling.factor")))?;
+                Some(yarn(
+                    factor,
+                    req(&key("rope.scaling.original_context_length"))?,
+                    float("rope.scaling.yarn_beta_fast")?,
+                    float("rope.scaling.yarn_beta_slow")?,
+                    // llama.cpp's converter writes no `truncate`; gpt-oss's own config says false
+                    architecture != "gpt-oss",
+                    float("rope.scaling.attn_factor")?,
+                )?)
+            }
             Some(other) => {
                 return Err(ConfigError::InvalidField {
                     field: key("rope.scaling.type"),
@@ -428,7 +480,8 @@ impl ModelConfig {
                 });
             }
         };
-        let attention_scale = 1.0 / (head_dim as f32).sqrt() * longrope_score_scale(rope_scaling.as_ref());
+        let attention_scale = 1.0 / (head_dim as f32).sqrt() * rope_score_scale(rope_scaling.as_ref());
+        let gpt_oss = architecture == "gpt-oss";
         let token_id = |k: &str| -> Result<Option<u32>, ConfigError> {
             int(k)?
                 .map(|v| {
@@ -457,7 +510,7 @@ impl ModelConfig {
             rope_scaling,
             rope_variant: if matches!(
                 architecture,
-                "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "phi3"
+                "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "phi3" | "gpt-oss"
             ) {
                 RopeVariant::HalfSplit
             } else {
@@ -483,6 +536,10 @@ impl ModelConfig {
             bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
             eos_token_ids: token_id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
             moe: MoeConfig::from_gguf(architecture, gguf, intermediate_size)?,
+            o_bias: gguf.has_tensor("blk.0.attn_output.bias"),
+            attention_sinks: gguf.has_tensor("blk.0.attn_sinks.weight"),
+            // llama.cpp's limit for gpt-oss (its GGUF carries none)
+            swiglu_limit: gpt_oss.then_some(GPT_OSS_SWIGLU_LIMIT),
         };
         config.validate()?;
         Ok(config)
@@ -725,12 +782,75 @@ fn refuse_unsupported_math(config: &Value) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// How much LongRoPE's scaled cos and sin scale the attention scores: `attention_factor²`.
-fn longrope_score_scale(scaling: Option<&RopeScaling>) -> f32 {
+/// How much LongRoPE's or YaRN's scaled cos and sin scale the attention scores:
+/// `attention_factor²`.
+fn rope_score_scale(scaling: Option<&RopeScaling>) -> f32 {
     match scaling {
-        Some(RopeScaling::LongRope { attention_factor, .. }) => attention_factor * attention_factor,
+        Some(RopeScaling::LongRope { attention_factor, .. } | RopeScaling::Yarn { attention_factor, .. }) => {
+            attention_factor * attention_factor
+        }
         _ => 1.0,
     }
+}
+
+/// gpt-oss's SwiGLU limit when its config gives none (transformers' and llama.cpp's 7).
+const GPT_OSS_SWIGLU_LIMIT: f32 = 7.0;
+
+/// gpt-oss's `swiglu_limit` (7 when absent); its `swiglu_alpha` must be the 1.702 the kernel
+/// uses.
+fn hf_swiglu_limit(config: &Value) -> Result<f32, ConfigError> {
+    let f = Fields(config);
+    if let Some(alpha) = f.opt_f32("swiglu_alpha")?
+        && alpha != 1.702
+    {
+        return Err(ConfigError::Unsupported {
+            field: "swiglu_alpha".into(),
+            reason: format!("{alpha} (1.702 runs)"),
+        });
+    }
+    let limit = f.opt_f32("swiglu_limit")?.unwrap_or(GPT_OSS_SWIGLU_LIMIT);
+    if !(limit.is_finite() && limit > 0.0) {
+        return Err(out_of_range("swiglu_limit", format!("{limit} is not a positive number")));
+    }
+    Ok(limit)
+}
+
+/// YaRN's settings, the defaults transformers gives the absent ones (beta 32 and 1, the
+/// attention factor `0.1 ln(factor) + 1`).
+fn yarn(
+    factor: f32,
+    original_max_position_embeddings: usize,
+    beta_fast: Option<f32>,
+    beta_slow: Option<f32>,
+    truncate: bool,
+    attention_factor: Option<f32>,
+) -> Result<RopeScaling, ConfigError> {
+    if !(factor.is_finite() && factor > 0.0) {
+        return Err(out_of_range("rope_scaling.factor", format!("{factor} is not a positive number")));
+    }
+    if original_max_position_embeddings == 0 {
+        return Err(out_of_range(
+            "rope_scaling.original_max_position_embeddings",
+            "0 is not positive".into(),
+        ));
+    }
+    let (beta_fast, beta_slow) = (beta_fast.unwrap_or(32.0), beta_slow.unwrap_or(1.0));
+    if !(beta_fast > 0.0 && beta_slow > 0.0) {
+        return Err(out_of_range(
+            "rope_scaling.beta_fast",
+            format!("{beta_fast} / {beta_slow} must be positive"),
+        ));
+    }
+    let attention_factor = attention_factor
+        .unwrap_or_else(|| if factor <= 1.0 { 1.0 } else { (0.1 * f64::from(factor).ln() + 1.0) as f32 });
+    Ok(RopeScaling::Yarn {
+        factor,
+        original_max_position_embeddings,
+        beta_fast,
+        beta_slow,
+        truncate,
+        attention_factor,
+    })
 }
 
 /// LongRoPE's scale of cos and sin when the config gives none (transformers' rule):
@@ -811,6 +931,27 @@ fn hf_rope_scaling(v: Option<&Value>, config: &Value) -> Result<Option<RopeScali
                 original_max_position_embeddings: original,
                 attention_factor,
             }))
+        }
+        "yarn" => {
+            if f.opt_f32("mscale")?.is_some() || f.opt_f32("mscale_all_dim")?.is_some() {
+                return Err(ConfigError::Unsupported {
+                    field: "rope_scaling.mscale".into(),
+                    reason: "YaRN with DeepSeek's mscale".into(),
+                });
+            }
+            let original = match f.opt_usize("original_max_position_embeddings")? {
+                Some(original) => original,
+                None => Fields(config).usize("max_position_embeddings")?,
+            };
+            yarn(
+                positive("factor")?,
+                original,
+                f.opt_f32("beta_fast")?,
+                f.opt_f32("beta_slow")?,
+                f.opt_bool("truncate")?.unwrap_or(true),
+                f.opt_f32("attention_factor")?,
+            )
+            .map(Some)
         }
         other => Err(ConfigError::InvalidField {
             field: "rope_scaling.rope_type".into(),

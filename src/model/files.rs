@@ -119,7 +119,11 @@ impl ModelFiles {
             (tokenizer.token_text(tokenizer.bos_token_id()), tokenizer.token_text(tokenizer.eos_token_id()));
         let chat_template = optional_template(ChatTemplate::from_hf_dir(dir, &bos, &eos))?;
         add_turn_ends(&mut config, &tokenizer, chat_template.as_ref());
-        let weights = WeightFile::Safetensors(SafetensorsFiles::open_dir(dir)?);
+        let mut safetensors = SafetensorsFiles::open_dir(dir)?;
+        if config.architecture == "gpt_oss" {
+            super::gpt_oss::split_experts(&mut safetensors, &config)?;
+        }
+        let weights = WeightFile::Safetensors(safetensors);
         Ok(Self { path: dir.to_owned(), config, tokenizer, chat_template, weights })
     }
 

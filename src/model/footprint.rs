@@ -54,19 +54,22 @@ impl Footprint {
             for t in layer.qkv_bias.iter().flatten().chain(layer.qk_norm.iter().flatten()) {
                 add(t, true);
             }
-            for t in layer.post_norms.iter().flatten() {
+            for t in layer.post_norms.iter().flatten().chain(&layer.o_bias).chain(&layer.sinks) {
                 add(t, true);
             }
             match &layer.mlp {
                 MlpWeights::Dense(m) => {
                     [&m.gate_proj, &m.up_proj, &m.down_proj].into_iter().for_each(|t| add(t, true))
                 }
-                MlpWeights::Experts { router, experts } => {
-                    add(router, true);
+                MlpWeights::Experts { router, router_bias, experts } => {
+                    router_bias.iter().chain([router]).for_each(|t| add(t, true));
                     for (e, m) in experts.iter().enumerate() {
                         // which experts a token takes varies; each costs the same
                         let active = e < experts_per_token;
-                        [&m.gate_proj, &m.up_proj, &m.down_proj].into_iter().for_each(|t| add(t, active));
+                        [&m.gate_proj, &m.up_proj, &m.down_proj]
+                            .into_iter()
+                            .chain(m.biases.iter().flatten())
+                            .for_each(|t| add(t, active));
                     }
                 }
             }

@@ -8,6 +8,8 @@ use crate::gpu::{GateActivation, GpuError, LinearInput, Step, Tensor, Weight};
 pub(crate) struct GatedMlp {
     pub(crate) gate_up: GateUp,
     pub(crate) down_proj: Weight,
+    /// The gate's, up's and down's biases (gpt-oss's experts, kept as [`GateUp::Split`]).
+    pub(crate) biases: Option<Box<[Tensor; 3]>>,
 }
 
 /// The MLP's gate and up projections: one gated weight when they share a type, else two.
@@ -15,6 +17,30 @@ pub(crate) struct GatedMlp {
 pub(crate) enum GateUp {
     Gated(Weight),
     Split { gate: Weight, up: Weight },
+}
+
+/// gpt-oss's expert over `rows` (`[n, hidden]`): `out = down(swiglu_clamped(gate(rows) + b_g,
+/// up(rows) + b_u)) + b_d`, through `act` (`[n, ff]`) and the gate's and up's outputs `split`.
+pub(crate) fn record_biased_expert(
+    step: &mut Step<'_>,
+    mlp: &GatedMlp,
+    limit: f32,
+    rows: &Tensor,
+    act: &Tensor,
+    split: &[Tensor; 2],
+    out: &Tensor,
+) -> Result<(), GpuError> {
+    let (GateUp::Split { gate, up }, Some([gate_bias, up_bias, down_bias])) =
+        (&mlp.gate_up, mlp.biases.as_deref())
+    else {
+        return Err(GpuError::Shape("a biased expert needs its gate and up apart, with biases".into()));
+    };
+    let [gate_out, up_out] = split;
+    step.linear_into(rows, gate, Some(gate_bias), gate_out, 0)?;
+    step.linear_into(rows, up, Some(up_bias), up_out, 0)?;
+    step.swiglu_clamped(limit, gate_out, up_out, act)?;
+    step.linear_into(act, &mlp.down_proj, Some(down_bias), out, 0)?;
+    Ok(())
 }
 
 /// `out = act(gate_proj(h)) * up_proj(h)`; `split` holds the gate's and the up projection's

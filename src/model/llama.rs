@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::architecture::{MlpActivation, ModelConfig, RopeScaling, RopeVariant, interleave_rope_rows};
+use super::fed_ids::{FedIds, IdFeed};
 use super::files::ModelFiles;
 use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::lora::LoraTarget;
@@ -19,10 +20,11 @@ use super::lora::bank::LoraSlots;
 use super::moe_layer::{MoeBuffers, MoeLayer};
 use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
+use super::yarn::yarn_inv_freq;
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
-    Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, RopeCacheArgs, RopeMode, Step, Tensor, Weight,
-    llama3_freq_factors, rope_inv_freq,
+    Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step, StepInFlight,
+    StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -51,6 +53,10 @@ struct GpuLayer {
     /// Qwen3's and Gemma 3's per-head norms, `[2, head_dim]` (query's, then key's).
     qk_norm: Option<Tensor>,
     o_proj: Weight,
+    /// The output projection's bias (gpt-oss).
+    o_bias: Option<Tensor>,
+    /// Each query head's attention sink logit (gpt-oss), `[heads]`.
+    sinks: Option<Tensor>,
     ffn_norm: Tensor,
     /// Gemma's sandwich: norms of the attention and the MLP outputs.
     post_attn_norm: Option<Tensor>,
@@ -129,11 +135,20 @@ impl LlamaModel {
     ) -> Result<Self, LlamaError> {
         let config = files.config.clone();
         let weights = files.llama_weights()?;
-        let optional = [(config.attention_bias, 3), (config.qk_norm, 2), (config.sandwich_norms, 2)];
+        let optional = [
+            (config.attention_bias, 3),
+            (config.qk_norm, 2),
+            (config.sandwich_norms, 2),
+            (config.o_bias, 1),
+            (config.attention_sinks, 1),
+        ];
         let per_layer = 6 + optional.iter().filter(|(on, _)| *on).map(|(_, n)| n).sum::<u64>();
         let mlp_tensors = |w: &LayerWeights<'_>| match &w.mlp {
             MlpWeights::Dense(_) => 3,
-            MlpWeights::Experts { experts, .. } => 1 + 3 * experts.len() as u64,
+            MlpWeights::Experts { experts, router_bias, .. } => {
+                let biases = if experts.iter().any(|e| e.biases.is_some()) { 3 } else { 0 };
+                1 + u64::from(router_bias.is_some()) + (3 + biases) * experts.len() as u64
+            }
         };
         let total = weights.layers.iter().map(|w| per_layer + mlp_tensors(w)).sum::<u64>() + 3;
         let bar = if progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
@@ -209,7 +224,31 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, None, Readback { top_k, full_logits })
+        self.forward_lora(ctx, ws, cache, batch, None, Readback { top_k, full_logits, feed: None })
+    }
+
+    /// [`Self::forward`] submitted without waiting for the device: the step runs while the
+    /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `feed.inputs`
+    /// name are copied on the device from `feed.sampled` (the step launched before this one
+    /// left its rows' argmaxes there), and this step leaves its own there. Not for a
+    /// mixture-of-experts model, whose steps read the router's choices back mid-step.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_launch(
+        &self,
+        ctx: &GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        top_k: usize,
+        full_logits: bool,
+        feed: IdFeed<'_>,
+    ) -> Result<ForwardInFlight, LlamaError> {
+        if self.config.moe.is_some() {
+            return Err(LlamaError::Unsupported("a mixture-of-experts step is read back as it runs".into()));
+        }
+        let readback = Readback { top_k, full_logits, feed: Some(feed) };
+        let (step, reads) = self.record_forward(ctx, ws, cache, batch, None, readback)?;
+        Ok(ForwardInFlight { step: step.submit_async()?, reads })
     }
 
     /// [`Self::forward`] with each token row's LoRA adapter: `lora.rows[t]` is the slot of
@@ -228,7 +267,7 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, Some(lora), Readback { top_k, full_logits })
+        self.forward_lora(ctx, ws, cache, batch, Some(lora), Readback { top_k, full_logits, feed: None })
     }
 
     fn forward_lora(
@@ -238,8 +277,22 @@ impl LlamaModel {
         cache: &KvCache,
         batch: &ForwardBatch,
         lora: Option<LoraRows<'_>>,
-        readback: Readback,
+        readback: Readback<'_>,
     ) -> Result<ForwardOutput, LlamaError> {
+        let (step, reads) = self.record_forward(ctx, ws, cache, batch, lora, readback)?;
+        Ok(reads.take(step.submit()?))
+    }
+
+    /// Records a step over `batch` up to its head's readbacks, not submitted yet.
+    fn record_forward<'c>(
+        &self,
+        ctx: &'c GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        lora: Option<LoraRows<'_>>,
+        readback: Readback<'_>,
+    ) -> Result<(Step<'c>, HeadReads), LlamaError> {
         ws.check(batch)?;
         let t = batch.input_ids.len();
         let mut step = ctx.step();
@@ -248,6 +301,12 @@ impl LlamaModel {
             Some(l) if l.rows.iter().any(|&s| s != NO_LORA) => Some(l.write(&mut step, t)?),
             _ => None,
         };
+        let k = readback.top_k.clamp(1, self.config.vocab_size);
+        let tile_rows: Vec<usize> = inputs.head.iter().map(|tile| tile.indices.len()).collect();
+        let fed = readback.feed.map(|feed| FedIds::write(&mut step, feed, t, &tile_rows, k)).transpose()?;
+        if let Some(fed) = &fed {
+            fed.copy_in(&mut step, &inputs.ids)?;
+        }
         let acts = ws.acts.rows(t)?;
         step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
         if let Some(scale) = self.config.embedding_scale {
@@ -257,22 +316,24 @@ impl LlamaModel {
             let lora = lora.as_ref().map(|l| l.layer(index));
             step = layer.record(step, self, &inputs, &acts, KvLayer { cache, index }, lora)?;
         }
-        self.record_head(step, &inputs, &acts, readback)
+        self.record_head(step, &inputs, &acts, readback, fed.as_ref())
     }
 
     /// Records the head — per tile of sampled rows: the rows gathered, the final norm, the
-    /// LM head and the top-k — then submits the step and reads back what `readback` asks for.
-    fn record_head(
+    /// LM head and the top-k (its argmaxes copied to `fed`'s sampled ids) — and the readbacks
+    /// `readback` asks for.
+    fn record_head<'c>(
         &self,
-        mut step: Step<'_>,
+        mut step: Step<'c>,
         inputs: &Inputs,
         acts: &Activations,
-        readback: Readback,
-    ) -> Result<ForwardOutput, LlamaError> {
-        let Readback { top_k, full_logits } = readback;
+        readback: Readback<'_>,
+        fed: Option<&FedIds>,
+    ) -> Result<(Step<'c>, HeadReads), LlamaError> {
+        let Readback { top_k, full_logits, .. } = readback;
         let k = top_k.clamp(1, self.config.vocab_size);
         let mut reads = Vec::new();
-        for tile in &inputs.head {
+        for (index, tile) in inputs.head.iter().enumerate() {
             let (indices, xr, hr, logits) = (&tile.indices, &tile.x_rows, &tile.h_rows, &tile.logits);
             let rows = indices.len();
             step.gather_rows(&acts.x, indices, xr)?;
@@ -284,18 +345,50 @@ impl LlamaModel {
             let top_values = step.scratch(Elem::F32, &[rows, k])?;
             let top_ids = step.scratch(Elem::U32, &[rows, k])?;
             step.top_k(logits, k, &top_values, &top_ids)?;
+            if let Some(fed) = fed {
+                fed.copy_out(&mut step, index, &top_ids)?;
+            }
             reads.push((step.read(&top_values), step.read(&top_ids), full_logits.then(|| step.read(logits))));
         }
-        let mut out = step.submit()?;
-        let mut output = ForwardOutput { k, top_values: Vec::new(), top_ids: Vec::new(), logits: None };
-        for (values_id, ids_id, logits_id) in reads {
+        Ok((step, HeadReads { k, reads }))
+    }
+}
+
+/// The readbacks of a step's head, tile by tile: top values, top ids, and the logits where
+/// asked for.
+#[derive(Debug)]
+struct HeadReads {
+    k: usize,
+    reads: Vec<(ReadbackId, ReadbackId, Option<ReadbackId>)>,
+}
+
+impl HeadReads {
+    /// The step's output from its readbacks.
+    fn take(self, mut out: StepOutput) -> ForwardOutput {
+        let mut output =
+            ForwardOutput { k: self.k, top_values: Vec::new(), top_ids: Vec::new(), logits: None };
+        for (values_id, ids_id, logits_id) in self.reads {
             output.top_values.extend(out.f32s(values_id));
             output.top_ids.extend(out.u32s(ids_id));
             if let Some(id) = logits_id {
                 output.logits.get_or_insert_with(Vec::new).extend(out.f32s(id));
             }
         }
-        Ok(output)
+        output
+    }
+}
+
+/// A step launched with [`LlamaModel::forward_launch`], running on the device.
+#[derive(Debug)]
+pub struct ForwardInFlight {
+    step: StepInFlight,
+    reads: HeadReads,
+}
+
+impl ForwardInFlight {
+    /// Waits for the step (not for steps launched after it) and reads its output back.
+    pub fn wait(self, ctx: &GpuContext) -> Result<ForwardOutput, LlamaError> {
+        Ok(self.reads.take(self.step.wait(ctx)?))
     }
 }
 
@@ -340,11 +433,13 @@ impl LlamaModel {
 }
 
 /// What a step reads back: the `top_k` candidates of each sampled row, and with
-/// `full_logits` the whole rows.
+/// `full_logits` the whole rows; where `feed` is set, its input ids come from the device's
+/// sampled ids, and its rows' argmaxes go there.
 #[derive(Debug, Clone, Copy)]
-struct Readback {
+struct Readback<'f> {
     top_k: usize,
     full_logits: bool,
+    feed: Option<IdFeed<'f>>,
 }
 
 /// A batch's inputs, written into the workspace: token ids, positions, KV slots, the
@@ -473,13 +568,15 @@ impl GpuLayer {
         let eps = model.config.rms_norm_eps;
         let h = step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?;
         self.attention(&mut step, model, h, a, inputs, KvLayer { cache, index })?;
-        add_projection(&mut step, a, &a.att, &self.o_proj, self.post_attn_norm.as_ref(), eps)?;
+        let o = Projection { weight: &self.o_proj, bias: self.o_bias.as_ref() };
+        add_projection(&mut step, a, &a.att, o, self.post_attn_norm.as_ref(), eps)?;
         match &self.mlp {
             GpuMlp::Dense(mlp) => {
                 let h = step.rms_norm_input(&a.x, &self.ffn_norm, eps, &a.h)?;
                 let split = a.gate_up.as_ref();
                 record_gate_up(&mut step, &mlp.gate_up, activation(&model.config), h, &a.act, split)?;
-                add_projection(&mut step, a, &a.act, &mlp.down_proj, self.post_ffn_norm.as_ref(), eps)?;
+                let down = Projection { weight: &mlp.down_proj, bias: None };
+                add_projection(&mut step, a, &a.act, down, self.post_ffn_norm.as_ref(), eps)?;
                 Ok(step)
             }
             GpuMlp::Experts(moe) => {
@@ -518,7 +615,7 @@ impl GpuLayer {
             lora.add(step, target, &a.h, &a.qkv, col0, n)?;
         }
         self.attention_after_qkv(step, model, a, inputs, KvLayer { cache, index })?;
-        step.linear(&a.att, &self.o_proj, &a.o)?;
+        step.linear_into(&a.att, &self.o_proj, self.o_bias.as_ref(), &a.o, 0)?;
         lora.add(step, LoraTarget::O, &a.att, &a.o, 0, c.hidden_size)?;
         self.add_residual(step, a, self.post_attn_norm.as_ref(), eps)?;
         step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
@@ -647,7 +744,8 @@ impl GpuLayer {
             window,
             softcap: c.attn_logit_softcap,
         };
-        step.paged_attention(&a.qkv, cache, index, &inputs.attn, &spec, &a.att)?;
+        let sinks = self.sinks.as_ref();
+        step.paged_attention_sinks(&a.qkv, cache, index, &inputs.attn, &spec, sinks, &a.att)?;
         Ok(())
     }
 }
@@ -746,23 +844,35 @@ struct KvLayer<'a> {
     index: usize,
 }
 
+/// A projection's weight and its bias, if any.
+#[derive(Clone, Copy)]
+struct Projection<'a> {
+    weight: &'a Weight,
+    bias: Option<&'a Tensor>,
+}
+
 /// `x += proj(input)`, or with Gemma's sandwich `x += post_norm(proj(input))` (`o` holds the
-/// projection and `h`, free by then, the normed output).
+/// projection and `h`, free by then, the normed output); a biased projection (gpt-oss's
+/// output) goes through `o` too.
 fn add_projection(
     step: &mut Step<'_>,
     a: &Activations,
     input: &Tensor,
-    proj: &Weight,
+    proj: Projection<'_>,
     post_norm: Option<&Tensor>,
     eps: f32,
 ) -> Result<(), LlamaError> {
-    match post_norm {
-        Some(norm) => {
-            step.linear(input, proj, &a.o)?;
+    match (post_norm, proj.bias) {
+        (Some(norm), bias) => {
+            step.linear_into(input, proj.weight, bias, &a.o, 0)?;
             step.rms_norm(&a.o, norm, eps, &a.h)?;
             step.add_in_place(&a.x, &a.h)?;
         }
-        None => step.linear_add(input, proj, &a.x)?,
+        (None, Some(bias)) => {
+            step.linear_into(input, proj.weight, Some(bias), &a.o, 0)?;
+            step.add_in_place(&a.x, &a.o)?;
+        }
+        (None, None) => step.linear_add(input, proj.weight, &a.x)?,
     }
     Ok(())
 }
@@ -835,13 +945,20 @@ impl Loader<'_> {
                 None => None,
             },
             o_proj: self.matrix(&format!("layers.{l}.o_proj"), &w.o_proj)?,
+            o_bias: w.o_bias.as_ref().map(|b| self.vectors(&b.shape, &[b], 0.0)).transpose()?,
+            sinks: w.sinks.as_ref().map(|s| self.vectors(&s.shape, &[s], 0.0)).transpose()?,
             ffn_norm: self.norm(&w.ffn_norm)?,
             post_attn_norm: w.post_norms.as_ref().map(|[attn, _]| self.norm(attn)).transpose()?,
             post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| self.norm(ffn)).transpose()?,
             mlp: match &w.mlp {
                 MlpWeights::Dense(mlp) => GpuMlp::Dense(self.gated_mlp(&format!("layers.{l}"), mlp)?),
-                MlpWeights::Experts { router, experts } => GpuMlp::Experts(MoeLayer {
+                MlpWeights::Experts { router, router_bias, experts } => GpuMlp::Experts(MoeLayer {
                     router: self.matrix(&format!("layers.{l}.router"), router)?,
+                    router_bias: router_bias
+                        .as_ref()
+                        .map(|b| self.vectors(&b.shape, &[b], 0.0))
+                        .transpose()?,
+                    swiglu_limit: self.config.swiglu_limit,
                     experts: experts
                         .iter()
                         .enumerate()
@@ -857,9 +974,15 @@ impl Loader<'_> {
 
     /// A gated MLP (a layer's, or one expert's), its weights named after `prefix`.
     fn gated_mlp(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GatedMlp, LlamaError> {
+        let bias = |t: &TensorView<'_>| self.vectors(&t.shape, &[t], 0.0);
+        let biases = match &w.biases {
+            Some([g, u, d]) => Some(Box::new([bias(g)?, bias(u)?, bias(d)?])),
+            None => None,
+        };
         Ok(GatedMlp {
             gate_up: self.gate_up(prefix, w)?,
             down_proj: self.matrix(&format!("{prefix}.down_proj"), &w.down_proj)?,
+            biases,
         })
     }
 
@@ -907,7 +1030,10 @@ impl Loader<'_> {
 
     /// The gate and up projections as one gated weight when they share a type, else two.
     fn gate_up(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GateUp, LlamaError> {
-        if !self.split_mlp && w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape {
+        // a biased expert (gpt-oss) keeps its gate and up apart: its biases come before the
+        // clamped SwiGLU, which is no gated epilogue
+        let fused = !self.split_mlp && w.biases.is_none();
+        if fused && w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape {
             let name = format!("{prefix}.gate_up_proj");
             let (rows, cols) = matrix_dims(&name, &w.gate_proj)?;
             let weight = self.ctx.upload_gated_weight(
@@ -959,6 +1085,21 @@ fn inv_freqs(c: &ModelConfig, file: &WeightFile, max_model_len: usize) -> Result
             }),
         ) => Some(if max_model_len > original_max_position_embeddings { long_factor } else { short_factor }),
         (None, None) => None,
+        (
+            None,
+            Some(RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
+            }),
+        ) => {
+            let betas = (f64::from(beta_fast), f64::from(beta_slow));
+            let (factor, original) = (f64::from(factor), original_max_position_embeddings);
+            return Ok(yarn_inv_freq(c.head_dim, theta, factor, original, betas, truncate));
+        }
         (None, Some(RopeScaling::Linear { factor })) => Some(vec![factor; c.head_dim / 2]),
         (
             None,

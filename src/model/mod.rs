@@ -2,12 +2,14 @@
 
 pub mod architecture;
 pub mod chat;
+pub mod fed_ids;
 pub mod files;
 pub mod footprint;
 mod gated_mlp;
 pub mod gguf;
 pub mod gguf_split;
 pub mod gguf_vocab;
+pub mod gpt_oss;
 pub mod layer_pattern;
 pub mod llama;
 pub mod lora;
@@ -23,6 +25,7 @@ pub mod tensor;
 pub mod testing;
 pub mod tokenizer;
 pub mod weights;
+pub mod yarn;
 
 pub use architecture::{ModelConfig, RopeScaling, RopeVariant};
 pub use chat::{ChatMessage, ChatTemplate};

@@ -98,6 +98,12 @@ impl MoeConfig {
                 expert_intermediate_size: count("intermediate_size")?,
                 rule: RouterRule::SoftmaxTopK { renormalize: true },
             },
+            "gpt_oss" => Self {
+                num_experts: count("num_local_experts")?,
+                experts_per_token: count("num_experts_per_tok")?,
+                expert_intermediate_size: count("intermediate_size")?,
+                rule: RouterRule::TopKSoftmax,
+            },
             _ => return Ok(None),
         };
         moe.validate().map(Some)
@@ -106,7 +112,7 @@ impl MoeConfig {
     /// The experts of a GGUF file's metadata (`{arch}.expert_count` and the rest), `None` when
     /// it has none. Qwen3-MoE and Mixtral (a `llama` file with experts) renormalise the
     /// chosen weights, as llama.cpp does for them, unless `{arch}.expert_weights_norm` says
-    /// otherwise.
+    /// otherwise; gpt-oss takes the softmax of the top k logits.
     pub fn from_gguf(
         architecture: &str,
         gguf: &GgufFile,
@@ -126,12 +132,11 @@ impl MoeConfig {
             .ok_or_else(|| MoeConfigError::MissingField(key("expert_used_count")))?;
         let expert_intermediate_size = count("expert_feed_forward_length")?.unwrap_or(feed_forward);
         let renormalize = gguf.get_bool(&key("expert_weights_norm"))?.unwrap_or(true);
-        let moe = Self {
-            num_experts,
-            experts_per_token,
-            expert_intermediate_size,
-            rule: RouterRule::SoftmaxTopK { renormalize },
+        let rule = match architecture {
+            "gpt-oss" => RouterRule::TopKSoftmax,
+            _ => RouterRule::SoftmaxTopK { renormalize },
         };
+        let moe = Self { num_experts, experts_per_token, expert_intermediate_size, rule };
         moe.validate().map(Some)
     }
 

@@ -8,7 +8,7 @@
 //! own logits, every linear's row is reduced in one order whatever the rows beside it, and its
 //! slots are added in its own routing's order.
 
-use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
+use super::gated_mlp::{GateUp, GatedMlp, record_biased_expert, record_gate_up};
 use super::moe::{MoeConfig, group_by_expert};
 use crate::gpu::{Elem, GateActivation, GpuContext, GpuError, Step, Tensor, Weight};
 
@@ -17,6 +17,10 @@ use crate::gpu::{Elem, GateActivation, GpuContext, GpuError, Step, Tensor, Weigh
 pub(super) struct MoeLayer {
     /// The router, `[experts, hidden]`.
     pub(super) router: Weight,
+    /// The router's bias, `[experts]` (gpt-oss).
+    pub(super) router_bias: Option<Tensor>,
+    /// gpt-oss's clamped SwiGLU limit: each expert's projections then carry biases.
+    pub(super) swiglu_limit: Option<f32>,
     /// Each expert's gated MLP, in expert order.
     pub(super) experts: Vec<GatedMlp>,
     /// Its shape and routing rule.
@@ -76,7 +80,10 @@ impl MoeLayer {
         buffers: &MoeBuffers,
         act: GateActivation,
     ) -> Result<Step<'c>, GpuError> {
-        step.linear(h, &self.router, &buffers.logits)?;
+        match &self.router_bias {
+            Some(bias) => step.linear_into(h, &self.router, Some(bias), &buffers.logits, 0)?,
+            None => step.linear(h, &self.router, &buffers.logits)?,
+        }
         let read = step.read(&buffers.logits);
         let ctx = step.ctx;
         let logits = step.submit()?.f32s(read);
@@ -111,9 +118,16 @@ impl MoeLayer {
                 }
                 GateUp::Gated(_) => None,
             };
-            record_gate_up(&mut step, &mlp.gate_up, act, (&rows).into(), &act_out, split.as_ref())?;
             let out = step.scratch(Elem::F32, &[n, hidden])?;
-            step.linear(&act_out, &mlp.down_proj, &out)?;
+            match (self.swiglu_limit, &split) {
+                (Some(limit), Some(split)) => {
+                    record_biased_expert(&mut step, mlp, limit, &rows, &act_out, split, &out)?
+                }
+                _ => {
+                    record_gate_up(&mut step, &mlp.gate_up, act, (&rows).into(), &act_out, split.as_ref())?;
+                    step.linear(&act_out, &mlp.down_proj, &out)?;
+                }
+            }
             step.scatter_rows(&out, &inputs.outputs, &inputs.scales, &buffers.slots)?;
         }
         step.moe_combine(x, &buffers.slots, buffers.experts_per_token)?;

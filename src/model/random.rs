@@ -359,7 +359,7 @@ mod tests {
         assert_eq!((moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size), (8, 2, 64));
         assert_eq!((files.config.architecture.as_str(), files.config.head_dim), ("qwen3moe", 64));
         let w = files.llama_weights().unwrap();
-        let crate::model::weights::MlpWeights::Experts { router, experts } = &w.layers[1].mlp else {
+        let crate::model::weights::MlpWeights::Experts { router, experts, .. } = &w.layers[1].mlp else {
             panic!("a mixture of experts")
         };
         assert_eq!((router.dtype, experts.len(), experts[7].down_proj.dtype), (DType::F32, 8, DType::Q4_0));

@@ -74,6 +74,16 @@ struct Entry {
 pub struct SafetensorsFiles {
     maps: Vec<Mmap>,
     entries: HashMap<String, Entry>,
+    /// Tensors made at load from the file's ones ([`Self::add_derived`]), in memory.
+    derived: HashMap<String, Derived>,
+}
+
+/// A tensor made from the file's own ones (gpt-oss's experts cut and transposed).
+#[derive(Debug)]
+struct Derived {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Vec<u8>,
 }
 
 impl SafetensorsFiles {
@@ -160,7 +170,7 @@ impl SafetensorsFiles {
             }
             maps.push(map);
         }
-        Ok(Self { maps, entries })
+        Ok(Self { maps, entries, derived: HashMap::new() })
     }
 
     /// Names of every tensor.
@@ -170,7 +180,14 @@ impl SafetensorsFiles {
 
     /// True when a tensor of that name exists.
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.entries.contains_key(name)
+        self.entries.contains_key(name) || self.derived.contains_key(name)
+    }
+
+    /// Adds a tensor made from the file's own (`data` in `dtype`, row-major `shape`): found by
+    /// [`Self::tensor`] and [`Self::has_tensor`], not listed by [`Self::tensors`] or
+    /// [`Self::names`] (which list what the files hold).
+    pub fn add_derived(&mut self, name: String, dtype: DType, shape: Vec<usize>, data: Vec<u8>) {
+        self.derived.insert(name, Derived { dtype, shape, data });
     }
 
     /// Every tensor of the checkpoint, in no particular order.
@@ -184,6 +201,9 @@ impl SafetensorsFiles {
 
     /// The named tensor, or `MissingTensor`.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, SafetensorsError> {
+        if let Some(d) = self.derived.get(name) {
+            return Ok(TensorView { dtype: d.dtype, shape: Cow::Borrowed(&d.shape), data: &d.data });
+        }
         let e = self.entries.get(name).ok_or_else(|| SafetensorsError::MissingTensor(name.to_owned()))?;
         Ok(TensorView {
             dtype: e.dtype,

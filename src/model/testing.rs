@@ -152,6 +152,9 @@ impl TinyLlama {
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
             moe: None,
+            o_bias: false,
+            attention_sinks: false,
+            swiglu_limit: None,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut matrix = |name: String, rows: usize, cols: usize| {

@@ -56,6 +56,8 @@ pub enum TokenizerError {
 
 /// Llama 3's split.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// o200k's split (gpt-4o, gpt-oss), as llama.cpp's `gpt-4o` and its tokenizer.json write it.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's split.
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -399,6 +401,7 @@ fn gguf_pre_tokenizer(pre: &str) -> Result<Value, TokenizerError> {
         }),
         "llama3" | "llama-bpe" | "llama-v3" | "falcon3" | "pixtral" | "smaug-bpe" => split(LLAMA3_REGEX),
         "qwen2" | "deepseek-r1-qwen" | "megrez" => split(QWEN2_REGEX),
+        "gpt-4o" => split(GPT4O_REGEX),
         other => return Err(TokenizerError::UnsupportedPreTokenizer(other.to_owned())),
     })
 }

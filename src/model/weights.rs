@@ -72,6 +72,8 @@ enum LayerTensor {
     QNorm,
     KNorm,
     O,
+    OBias,
+    Sinks,
     Qkv,
     GateUp,
     FfnNorm,
@@ -142,6 +144,8 @@ impl WeightFile {
                     QNorm => "attn_q_norm.weight",
                     KNorm => "attn_k_norm.weight",
                     O => "attn_output.weight",
+                    OBias => "attn_output.bias",
+                    Sinks => "attn_sinks.weight",
                     Qkv => "attn_qkv.weight",
                     // llama.cpp keeps Phi-3's fused gate/up under the up projection's name.
                     GateUp => "ffn_up.weight",
@@ -166,6 +170,8 @@ impl WeightFile {
                     QNorm => "self_attn.q_norm.weight",
                     KNorm => "self_attn.k_norm.weight",
                     O => "self_attn.o_proj.weight",
+                    OBias => "self_attn.o_proj.bias",
+                    Sinks => "self_attn.sinks",
                     // Gemma's sandwich: `post_attention_layernorm` follows attention and
                     // `pre_feedforward_layernorm` is the MLP's input norm.
                     Qkv => "self_attn.qkv_proj.weight",
@@ -195,6 +201,8 @@ impl WeightFile {
     ) -> Result<MlpWeights<'_>, WeightError> {
         let (h, e, ff) = (config.hidden_size, moe.num_experts, moe.expert_intermediate_size);
         let mixtral = config.architecture == "mixtral";
+        // gpt-oss: biases on the router and on every expert projection
+        let biased = config.swiglu_limit.is_some();
         let (router, experts) = match self {
             Self::Gguf(_) => {
                 let p = format!("blk.{l}.");
@@ -203,16 +211,53 @@ impl WeightFile {
                 let up = self.checked(&format!("{p}ffn_up_exps.weight"), &[e, ff, h])?;
                 let down_name = format!("{p}ffn_down_exps.weight");
                 let down = self.checked(&down_name, &[e, h, ff])?;
+                let biases = match biased {
+                    true => Some([
+                        self.checked(&format!("{p}ffn_gate_exps.bias"), &[e, ff])?,
+                        self.checked(&format!("{p}ffn_up_exps.bias"), &[e, ff])?,
+                        self.checked(&format!("{p}ffn_down_exps.bias"), &[e, h])?,
+                    ]),
+                    false => None,
+                };
                 let experts = (0..e)
                     .map(|x| {
                         Ok(ExpertWeights {
                             gate_proj: expert(&gate, &format!("{p}ffn_gate_exps.weight"), x)?,
                             up_proj: expert(&up, &format!("{p}ffn_up_exps.weight"), x)?,
                             down_proj: expert(&down, &down_name, x)?,
+                            biases: expert_biases(biases.as_ref(), &format!("{p}ffn_*_exps.bias"), x)?,
                         })
                     })
                     .collect::<Result<Vec<_>, WeightError>>()?;
-                (router, experts)
+                let router_bias =
+                    biased.then(|| self.checked(&format!("{p}ffn_gate_inp.bias"), &[e])).transpose()?;
+                return Ok(MlpWeights::Experts { router, router_bias, experts });
+            }
+            Self::Safetensors(_) if biased => {
+                // gpt-oss: the experts split by gpt_oss::split_experts at load
+                let p = format!("model.layers.{l}.mlp.");
+                let router = self.checked(&format!("{p}router.weight"), &[e, h])?;
+                let router_bias = Some(self.checked(&format!("{p}router.bias"), &[e])?);
+                let name = |part: &str| expert_name(l, part);
+                let gate = self.checked(&name("gate_proj.weight"), &[e, ff, h])?;
+                let up = self.checked(&name("up_proj.weight"), &[e, ff, h])?;
+                let down = self.checked(&name("down_proj.weight"), &[e, h, ff])?;
+                let biases = [
+                    self.checked(&name("gate_proj.bias"), &[e, ff])?,
+                    self.checked(&name("up_proj.bias"), &[e, ff])?,
+                    self.checked(&name("down_proj_bias"), &[e, h])?,
+                ];
+                let experts = (0..e)
+                    .map(|x| {
+                        Ok(ExpertWeights {
+                            gate_proj: expert(&gate, &name("gate_proj.weight"), x)?,
+                            up_proj: expert(&up, &name("up_proj.weight"), x)?,
+                            down_proj: expert(&down, &name("down_proj.weight"), x)?,
+                            biases: expert_biases(Some(&biases), &name("*_proj.bias"), x)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, WeightError>>()?;
+                return Ok(MlpWeights::Experts { router, router_bias, experts });
             }
             Self::Safetensors(_) if mixtral => {
                 let p = format!("model.layers.{l}.block_sparse_moe.");
@@ -223,6 +268,7 @@ impl WeightFile {
                             gate_proj: self.checked(&format!("{p}experts.{x}.w1.weight"), &[ff, h])?,
                             up_proj: self.checked(&format!("{p}experts.{x}.w3.weight"), &[ff, h])?,
                             down_proj: self.checked(&format!("{p}experts.{x}.w2.weight"), &[h, ff])?,
+                            biases: None,
                         })
                     })
                     .collect::<Result<Vec<_>, WeightError>>()?;
@@ -243,6 +289,7 @@ impl WeightFile {
                                 gate_proj: cut(&both, &stacked, 0, ff)?,
                                 up_proj: cut(&both, &stacked, ff, ff)?,
                                 down_proj: expert(&down, &down_name, x)?,
+                                biases: None,
                             })
                         })
                         .collect::<Result<Vec<_>, WeightError>>()?
@@ -256,6 +303,7 @@ impl WeightFile {
                                 gate_proj: get("gate_proj", &[ff, h])?,
                                 up_proj: get("up_proj", &[ff, h])?,
                                 down_proj: get("down_proj", &[h, ff])?,
+                                biases: None,
                             })
                         })
                         .collect::<Result<Vec<_>, WeightError>>()?
@@ -263,20 +311,28 @@ impl WeightFile {
                 (router, experts)
             }
         };
-        Ok(MlpWeights::Experts { router, experts })
+        Ok(MlpWeights::Experts { router, router_bias: None, experts })
     }
 
     fn checked(&self, name: &str, expected: &[usize]) -> Result<TensorView<'_>, WeightError> {
-        let t = self.tensor(name)?;
-        if *t.shape != *expected {
-            return Err(WeightError::ShapeMismatch {
-                name: name.to_owned(),
-                expected: expected.to_vec(),
-                found: t.shape.to_vec(),
-            });
-        }
-        Ok(t)
+        of_shape(name, self.tensor(name)?, expected)
     }
+}
+
+/// `t` (the tensor `name`) when its shape is `expected`, else a shape mismatch naming it.
+pub fn of_shape<'a>(
+    name: &str,
+    t: TensorView<'a>,
+    expected: &[usize],
+) -> Result<TensorView<'a>, WeightError> {
+    if *t.shape != *expected {
+        return Err(WeightError::ShapeMismatch {
+            name: name.to_owned(),
+            expected: expected.to_vec(),
+            found: t.shape.to_vec(),
+        });
+    }
+    Ok(t)
 }
 
 /// Rows `first..first + rows` of the fused matrix `name` (see [`TensorView::rows`]).
@@ -291,6 +347,16 @@ fn cut<'a>(
         expected: vec![first + rows],
         found: fused.shape.to_vec(),
     })
+}
+
+/// Expert `x`'s gate, up and down biases of stacked `[experts, n]` biases.
+fn expert_biases<'a>(
+    stacked: Option<&[TensorView<'a>; 3]>,
+    name: &str,
+    x: usize,
+) -> Result<Option<[TensorView<'a>; 3]>, WeightError> {
+    let Some([g, u, d]) = stacked else { return Ok(None) };
+    Ok(Some([expert(g, name, x)?, expert(u, name, x)?, expert(d, name, x)?]))
 }
 
 /// Expert `x` of a stacked `[experts, rows, cols]` tensor, as a `[rows, cols]` matrix.
@@ -320,6 +386,10 @@ pub struct LayerWeights<'a> {
     pub qk_norm: Option<[TensorView<'a>; 2]>,
     /// Attention output projection, `[hidden, heads * head_dim]`.
     pub o_proj: TensorView<'a>,
+    /// Attention output projection's bias (gpt-oss), `[hidden]`.
+    pub o_bias: Option<TensorView<'a>>,
+    /// Each query head's attention sink logit (gpt-oss), `[heads]`.
+    pub sinks: Option<TensorView<'a>>,
     /// RMSNorm before the feed-forward, `[hidden]`.
     pub ffn_norm: TensorView<'a>,
     /// RMSNorms after attention and after the feed-forward, before each residual add (Gemma's
@@ -338,6 +408,8 @@ pub enum MlpWeights<'a> {
     Experts {
         /// The router's matrix.
         router: TensorView<'a>,
+        /// The router's bias, `[experts]` (gpt-oss).
+        router_bias: Option<TensorView<'a>>,
         /// Each expert's MLP.
         experts: Vec<ExpertWeights<'a>>,
     },
@@ -352,6 +424,9 @@ pub struct ExpertWeights<'a> {
     pub up_proj: TensorView<'a>,
     /// SwiGLU down, `[hidden, intermediate]`.
     pub down_proj: TensorView<'a>,
+    /// The gate's, up's and down's biases (gpt-oss's experts), `[intermediate]`,
+    /// `[intermediate]`, `[hidden]`.
+    pub biases: Option<[TensorView<'a>; 3]>,
 }
 
 impl<'a> LayerWeights<'a> {
@@ -414,6 +489,7 @@ impl<'a> LlamaWeights<'a> {
                             gate_proj,
                             up_proj,
                             down_proj: get(Down, &[h, ff])?,
+                            biases: None,
                         })
                     }
                 };
@@ -433,7 +509,19 @@ impl<'a> LlamaWeights<'a> {
                         None
                     },
                     o_proj: get(O, &[h, q])?,
-                    ffn_norm: get(FfnNorm, &[h])?,
+                    o_bias: if config.o_bias { Some(get(OBias, &[h])?) } else { None },
+                    sinks: if config.attention_sinks {
+                        Some(get(Sinks, &[config.num_attention_heads])?)
+                    } else {
+                        None
+                    },
+                    // llama.cpp's gpt-oss names the MLP's input norm after HF's
+                    // `post_attention_layernorm`
+                    ffn_norm: if config.architecture == "gpt-oss" {
+                        file.checked(&format!("blk.{l}.post_attention_norm.weight"), &[h])?
+                    } else {
+                        get(FfnNorm, &[h])?
+                    },
                     post_norms: if config.sandwich_norms {
                         Some([get(PostAttnNorm, &[h])?, get(PostFfnNorm, &[h])?])
                     } else {
@@ -451,4 +539,11 @@ impl<'a> LlamaWeights<'a> {
         };
         Ok(Self { embed_tokens, layers, norm, lm_head })
     }
+}
+
+/// The names gpt-oss's experts get once `gpt_oss::split_experts` has cut them, for layer `l`:
+/// `mlp.experts.{gate,up,down}_proj.weight` (`[experts, out, in]`) and
+/// `mlp.experts.{gate,up}_proj.bias` (`[experts, ff]`).
+pub fn expert_name(l: usize, part: &str) -> String {
+    format!("model.layers.{l}.mlp.experts.{part}")
 }

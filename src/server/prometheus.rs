@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::core::host_tier::HostTierStats;
 use crate::core::metrics::SpecDecodingStats;
 use crate::engine::lora::LoraUsage;
-use crate::engine::metrics::{EngineMetrics, Histogram};
+use crate::engine::metrics::{EngineMetrics, Histogram, RequestCounts};
 
 /// The prefix of every metric name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -142,8 +142,17 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
     if let Some(host) = &scheduler.host_tier {
         render_host_tier(&mut out, host, exposition.cache.block_size as u64);
     }
-    out.counter("prompt_tokens", "Number of prefill tokens processed.", metrics.prompt_tokens);
-    out.counter("generation_tokens", "Number of generation tokens processed.", metrics.generation_tokens);
+    // Request counters per served model: the base model's requests under its name, each LoRA
+    // adapter's under the adapter's (summed over `model_name`, the engine's totals).
+    let served = served_counts(metrics, exposition.model_name);
+    out.header("prompt_tokens_total", "Number of prefill tokens processed.", "counter");
+    for (model, counts) in &served {
+        out.sample_of(model, "prompt_tokens_total", "", counts.prompt_tokens);
+    }
+    out.header("generation_tokens_total", "Number of generation tokens processed.", "counter");
+    for (model, counts) in &served {
+        out.sample_of(model, "generation_tokens_total", "", counts.generation_tokens);
+    }
     render_spec_decoding(&mut out, &scheduler.spec_decoding);
     let overlap = &metrics.host_overlap;
     for (name, help, seconds) in [
@@ -169,15 +178,17 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
         );
     }
 
-    let finished = &metrics.finished;
     out.header("request_success_total", "Count of successfully processed requests.", "counter");
-    for (reason, value) in [
-        ("stop", finished.stop),
-        ("length", finished.length),
-        ("abort", finished.abort),
-        ("error", finished.error),
-    ] {
-        out.sample("request_success_total", &format!("finished_reason=\"{reason}\""), value);
+    for (model, counts) in &served {
+        let finished = &counts.finished;
+        for (reason, value) in [
+            ("stop", finished.stop),
+            ("length", finished.length),
+            ("abort", finished.abort),
+            ("error", finished.error),
+        ] {
+            out.sample_of(model, "request_success_total", &format!("finished_reason=\"{reason}\""), value);
+        }
     }
 
     let histograms = [
@@ -231,6 +242,12 @@ pub fn render(metrics: &EngineMetrics, exposition: &Exposition<'_>) -> String {
     out.out
 }
 
+/// The request counters by `model_name`: the base model's own first, then each adapter's.
+fn served_counts<'a>(metrics: &'a EngineMetrics, model_name: &'a str) -> Vec<(&'a str, RequestCounts)> {
+    let adapters = metrics.per_lora.iter().map(|(name, counts)| (name.as_str(), *counts));
+    std::iter::once((model_name, metrics.base_counts())).chain(adapters).collect()
+}
+
 /// Speculative decoding's counters under vLLM's names, once anything was proposed; the
 /// per-position series run to the last position that accepted a token.
 fn render_spec_decoding(out: &mut Writer, spec: &SpecDecodingStats) {
@@ -269,6 +286,17 @@ impl Writer {
         let _ = writeln!(self.out, "{prefix}:{name}{{{extra}{separator}{labels}}} {value}");
     }
 
+    /// One sample labelled with `model` as its `model_name` (a LoRA adapter's series).
+    fn sample_of(&mut self, model: &str, name: &str, extra: &str, value: impl std::fmt::Display) {
+        let prefix = self.prefix;
+        let separator = if extra.is_empty() { "" } else { "," };
+        let model = escape_label(model);
+        let _ = writeln!(
+            self.out,
+            "{prefix}:{name}{{{extra}{separator}model_name=\"{model}\",engine=\"0\"}} {value}"
+        );
+    }
+
     fn gauge(&mut self, name: &str, help: &str, value: f64) {
         self.header(name, help, "gauge");
         self.sample(name, "", value);
@@ -300,6 +328,7 @@ fn escape_label(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::request::FinishReason;
 
     fn exposition(prefix: MetricsPrefix) -> Exposition<'static> {
         Exposition {
@@ -385,6 +414,31 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn request_counters_are_split_by_model_name_between_the_base_and_each_adapter() {
+        let mut metrics = EngineMetrics::default();
+        metrics.record_prompt(None, 4);
+        metrics.record_prompt(Some("sql"), 6);
+        metrics.record_generation(Some("sql"), 3);
+        metrics.record_finish(Some("sql"), FinishReason::Length);
+        metrics.record_finish(None, FinishReason::Stop);
+        let text = render(&metrics, &exposition(MetricsPrefix::Vllm));
+        let (base, sql) = ("model_name=\"m\\\"x\",engine=\"0\"", "model_name=\"sql\",engine=\"0\"");
+        for line in [
+            format!("vllm:prompt_tokens_total{{{base}}} 4"),
+            format!("vllm:prompt_tokens_total{{{sql}}} 6"),
+            format!("vllm:generation_tokens_total{{{base}}} 0"),
+            format!("vllm:generation_tokens_total{{{sql}}} 3"),
+            format!("vllm:request_success_total{{finished_reason=\"stop\",{base}}} 1"),
+            format!("vllm:request_success_total{{finished_reason=\"length\",{base}}} 0"),
+            format!("vllm:request_success_total{{finished_reason=\"length\",{sql}}} 1"),
+            format!("vllm:request_success_total{{finished_reason=\"stop\",{sql}}} 0"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE vllm:prompt_tokens_total counter").count(), 1);
     }
 
     #[test]

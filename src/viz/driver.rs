@@ -1,25 +1,28 @@
-//! Drives a scheduler and an executor step by step for the visualizer: requests arrive on
-//! the engine clock, what the engine did becomes [`StepRecord`]s (one per step for traces
-//! and snapshots, one per window frame live), and a live run follows the window's
-//! pause/step/speed controls.
+//! Drives a scheduler and an executor step by step for the visualizer, through the engine's
+//! one loop ([`StepLoop`]: the executor on its own thread, one step ahead with async
+//! scheduling, host time measured hidden or exposed): requests arrive on the engine clock,
+//! what the engine did becomes [`StepRecord`]s (one per step for traces and snapshots, one
+//! per window frame live), and a live run follows the window's pause/step/speed controls.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
-use crate::core::output::SchedulerOutput;
+use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::core::request::RequestStatus;
 use crate::core::scheduler::{AddRequestError, Scheduler};
-use crate::executor::{ExecutorError, FailedStep, ModelExecutor, run_step};
+use crate::engine::step_loop::StepLoop;
+use crate::executor::{ExecutorError, ModelExecutor, StepMasks};
 use crate::ids::{RequestId, TokenId};
 use crate::viz::VizError;
 use crate::viz::control::SimControl;
 use crate::viz::feed::VizFeed;
 use crate::viz::model::StepRecord;
-use crate::viz::source::{EngineReport, RecordBuilder, SchedulerProbe};
+use crate::viz::source::{EngineReport, HostLoad, RecordBuilder, SchedulerProbe};
 use crate::viz::trace::TraceWriter;
 use crate::workload::Arrival;
 
-/// Reads an executor's engine time in seconds.
+/// Reads an executor's engine time in seconds (after each step, on the executor's thread).
 pub type EngineClock<E> = Box<dyn Fn(&E) -> f64 + Send>;
 
 /// Why a driven step failed.
@@ -33,23 +36,29 @@ pub enum DriverError {
     Executor(#[from] ExecutorError),
 }
 
-/// A scheduler, an executor, the requests still to arrive, and the probe that reports steps.
-pub struct Driver<E: ModelExecutor> {
+/// A scheduler, the engine's step loop around an executor, the requests still to arrive,
+/// and the probe that reports steps.
+pub struct Driver {
     scheduler: Scheduler,
-    executor: E,
-    clock: EngineClock<E>,
+    steps: StepLoop,
+    /// The executor's clock after each step it ran, in order.
+    step_clocks: Receiver<f64>,
+    /// The executor's clock after the last step whose outputs were taken.
+    clock_s: f64,
     pending: VecDeque<(RequestId, Arrival)>,
     eos_token_id: Option<TokenId>,
     probe: SchedulerProbe,
     idle_s: f64,
 }
 
-impl<E: ModelExecutor> Driver<E> {
+impl Driver {
     /// A driver; `clock` reads the executor's engine time in seconds (simulated time for the
-    /// sim executor, wall time for a real one). Arrivals (with their request ids, see
+    /// sim executor, wall time for a real one). The executor moves to the step loop's thread;
+    /// steps go one ahead when the scheduler's `async_scheduling` is on and the executor runs
+    /// such steps. Arrivals (with their request ids, see
     /// [`crate::workload::Workload::numbered`]) are taken in time order; requests stop at
     /// `eos_token_id` unless they ignore EOS.
-    pub fn new(
+    pub fn new<E: ModelExecutor + Send + 'static>(
         scheduler: Scheduler,
         executor: E,
         clock: EngineClock<E>,
@@ -58,13 +67,30 @@ impl<E: ModelExecutor> Driver<E> {
     ) -> Self {
         arrivals.sort_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s));
         let probe = SchedulerProbe::attach(&scheduler);
-        Self { scheduler, executor, clock, pending: arrivals.into(), eos_token_id, probe, idle_s: 0.0 }
+        let (clocks, step_clocks) = channel();
+        let clocked = Box::new(Clocked { executor, clock, clocks });
+        let steps = StepLoop::new(clocked, scheduler.async_scheduling());
+        Self {
+            scheduler,
+            steps,
+            step_clocks,
+            clock_s: 0.0,
+            pending: arrivals.into(),
+            eos_token_id,
+            probe,
+            idle_s: 0.0,
+        }
     }
 
-    /// Engine time now, seconds: the executor's clock plus any idle time skipped waiting for
-    /// arrivals.
+    /// Engine time, seconds: the executor's clock after the last step whose outputs were
+    /// taken, plus any idle time skipped waiting for arrivals.
     pub fn time_s(&self) -> f64 {
-        (self.clock)(&self.executor) + self.idle_s
+        self.clock_s + self.idle_s
+    }
+
+    /// True when it schedules one step ahead of the executor (async scheduling).
+    pub fn async_scheduling(&self) -> bool {
+        self.steps.async_scheduling()
     }
 
     /// The scheduler.
@@ -77,10 +103,11 @@ impl<E: ModelExecutor> Driver<E> {
         self.pending.is_empty() && !self.scheduler.has_unfinished_requests()
     }
 
-    /// Runs one engine step, admitting what has arrived and skipping idle time to the next
-    /// arrival when nothing is left to run. Returns false, doing nothing, when everything
-    /// is done. A failed step fails every live request (as the engine does); a lost device is
-    /// an error.
+    /// Runs one engine step (takes the outputs of the oldest step in flight, scheduling one
+    /// ahead with async scheduling), admitting what has arrived and skipping idle time to the
+    /// next arrival when nothing is left to run. Returns false, doing nothing, when
+    /// everything is done. A failed step fails every live request (as the engine does); a
+    /// lost device is an error.
     pub fn advance(&mut self) -> Result<bool, DriverError> {
         if self.is_done() {
             return Ok(false);
@@ -96,22 +123,28 @@ impl<E: ModelExecutor> Driver<E> {
                 self.scheduler.add_request(arrival.request(request_id, self.eos_token_id))?;
             }
         }
-        if let Err(FailedStep { scheduled, error }) =
-            run_step(&mut self.scheduler, &mut self.executor, |_, _| None)
-        {
+        let taken_before = self.steps.host_overlap().steps;
+        let stepped = self.steps.step(&mut self.scheduler, |_, _| HashMap::new());
+        self.steps.processed();
+        // The clock after each step taken (a failure also takes the steps in flight).
+        for _ in taken_before..self.steps.host_overlap().steps {
+            if let Ok(clock_s) = self.step_clocks.recv() {
+                self.clock_s = clock_s;
+            }
+        }
+        if let Err(error) = stepped {
             if error.is_device_lost() {
                 return Err(error.into());
             }
-            self.fail_live_requests(&scheduled, &error);
+            self.fail_live_requests(&error);
         }
         Ok(true)
     }
 
-    /// What the engine does when the executor fails a step: the step is undone and every
-    /// live request ends with an error; later arrivals still run.
-    fn fail_live_requests(&mut self, scheduled: &SchedulerOutput, error: &ExecutorError) {
+    /// What the engine does when the executor fails a step (the step loop undid it and the
+    /// steps in flight): every live request ends with an error; later arrivals still run.
+    fn fail_live_requests(&mut self, error: &ExecutorError) {
         tracing::warn!(%error, "step failed; failing every live request");
-        self.scheduler.discard_step(scheduled);
         let mut live = self.scheduler.waiting_ids();
         live.extend_from_slice(self.scheduler.running_ids());
         self.scheduler
@@ -122,7 +155,57 @@ impl<E: ModelExecutor> Driver<E> {
     /// Everything since the previous report (events, counters now), with a snapshot when
     /// `with_kv`.
     pub fn report(&self, with_kv: bool) -> EngineReport {
-        self.probe.report(&self.scheduler, self.time_s(), with_kv)
+        let host = HostLoad { async_scheduling: self.async_scheduling(), overlap: self.steps.host_overlap() };
+        self.probe.report(&self.scheduler, self.time_s(), host, with_kv)
+    }
+}
+
+/// An executor that sends its clock after every step it runs, so the driver knows the engine
+/// time of each step it takes while the executor is on the step loop's thread.
+struct Clocked<E> {
+    executor: E,
+    clock: EngineClock<E>,
+    clocks: Sender<f64>,
+}
+
+impl<E: ModelExecutor> ModelExecutor for Clocked<E> {
+    fn execute(
+        &mut self,
+        scheduler_output: &SchedulerOutput,
+        masks: &mut StepMasks<'_>,
+    ) -> Result<ModelRunnerOutput, ExecutorError> {
+        let output = self.executor.execute(scheduler_output, masks);
+        // The driver may be gone (its step loop outlives it while joining).
+        let _ = self.clocks.send((self.clock)(&self.executor));
+        output
+    }
+
+    fn last_step_timing(&self) -> Option<crate::core::host_tier::StepTiming> {
+        self.executor.last_step_timing()
+    }
+
+    fn supports_async_scheduling(&self) -> bool {
+        self.executor.supports_async_scheduling()
+    }
+
+    fn computes_prompt_logprobs(&self) -> bool {
+        self.executor.computes_prompt_logprobs()
+    }
+
+    fn device_counters(&self) -> Option<crate::gpu::GpuCounters> {
+        self.executor.device_counters()
+    }
+
+    fn kernel_times(&self) -> Option<crate::gpu::KernelTimes> {
+        self.executor.kernel_times()
+    }
+
+    fn load_lora(&mut self, id: u32, path: &std::path::Path) -> Result<(), ExecutorError> {
+        self.executor.load_lora(id, path)
+    }
+
+    fn unload_lora(&mut self, id: u32) -> Result<(), ExecutorError> {
+        self.executor.unload_lora(id)
     }
 }
 
@@ -142,10 +225,7 @@ pub struct LiveSinks<'a> {
 /// last (the window keeps asking while paused, so every step taken shows), and one at the
 /// end. Stops early, without error, when the window closes; on an engine or trace error the
 /// window still gets every step taken before it.
-pub fn drive_live<E: ModelExecutor>(
-    driver: &mut Driver<E>,
-    mut sinks: LiveSinks<'_>,
-) -> Result<(), VizError> {
+pub fn drive_live(driver: &mut Driver, mut sinks: LiveSinks<'_>) -> Result<(), VizError> {
     let mut next_due = Instant::now();
     let mut builder = RecordBuilder::default();
     let mut unreported = false;
@@ -201,11 +281,7 @@ pub fn drive_live<E: ModelExecutor>(
 /// Runs `driver` without pacing until step `step` (or the end, whichever is first) and
 /// returns every record, the last one with a KV view (all of them when `kv_every_step`, as
 /// a trace needs): the input of an offscreen snapshot.
-pub fn run_to_step<E: ModelExecutor>(
-    driver: &mut Driver<E>,
-    step: u64,
-    kv_every_step: bool,
-) -> Result<Vec<StepRecord>, VizError> {
+pub fn run_to_step(driver: &mut Driver, step: u64, kv_every_step: bool) -> Result<Vec<StepRecord>, VizError> {
     let mut records = Vec::new();
     let mut builder = RecordBuilder::default();
     loop {

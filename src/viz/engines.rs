@@ -43,7 +43,7 @@ fn num_requests(args: &VizArgs) -> usize {
 
 /// The scheduler, simulated executor (with `--sim-fault` and `--sim-realtime`) and arrivals
 /// of the built-in workload `args` names, on `config`'s cache and scheduler.
-pub fn sim_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver<SimExecutor>, VizError> {
+pub fn sim_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver, VizError> {
     let sim = SimConfig::default();
     let workload = args.workload.generate(num_requests(args), sim.vocab_size, args.seed);
     let scheduler = Scheduler::new(config.scheduler.clone(), config.cache.clone()).map_err(engine_error)?;
@@ -60,7 +60,7 @@ pub fn sim_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver<SimExe
 /// greedy for `args.max_tokens` tokens, stopping at EOS), or else the built-in workload's
 /// requests drawn over the model's vocabulary. The KV pool is `config`'s (the preset's unless
 /// a flag set it), the model length capped at the model's context.
-pub fn wgpu_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver<WgpuExecutor>, VizError> {
+pub fn wgpu_driver(args: &VizArgs, config: &EngineConfig) -> Result<Driver, VizError> {
     let path = resolve_model_path(config.model.as_deref(), config.show_progress).map_err(engine_error)?;
     let files = ModelFiles::open(&path).map_err(engine_error)?;
     let mut fitted = config.clone();

@@ -25,7 +25,6 @@ use std::time::Duration;
 pub use self::engines::{engine_config, sim_driver, wgpu_driver};
 use crate::engine::ExecutorKind;
 use crate::engine::args::EngineArgs;
-use crate::executor::ModelExecutor;
 use crate::viz::control::SimControl;
 use crate::viz::driver::{Driver, LiveSinks};
 use crate::viz::model::StepRecord;
@@ -108,10 +107,7 @@ pub fn run(args: &VizArgs) -> Result<(), VizError> {
 
 /// Runs `driver` as `args` say: to `--step` for a snapshot, or live in the window; records
 /// a trace when `--record` is given.
-pub fn run_driver<E: ModelExecutor + Send + 'static>(
-    mut driver: Driver<E>,
-    args: &VizArgs,
-) -> Result<(), VizError> {
+pub fn run_driver(mut driver: Driver, args: &VizArgs) -> Result<(), VizError> {
     match &args.snapshot {
         Some(out) => {
             let records = driver::run_to_step(&mut driver, args.step, args.record.is_some())?;
@@ -133,11 +129,7 @@ pub fn run_driver<E: ModelExecutor + Send + 'static>(
 
 /// Opens the window on this thread and drives `driver` on another, recording every step
 /// when `recorder` is given, until the run ends and the window closes.
-pub fn run_live<E: ModelExecutor + Send + 'static>(
-    mut driver: Driver<E>,
-    recorder: Option<TraceWriter>,
-    args: &VizArgs,
-) -> Result<(), VizError> {
+pub fn run_live(mut driver: Driver, recorder: Option<TraceWriter>, args: &VizArgs) -> Result<(), VizError> {
     let (feed, receiver) = feed::channel();
     let control = Arc::new(SimControl::new(args.paused, args.speed));
     let engine_control = Arc::clone(&control);

@@ -117,6 +117,20 @@ pub struct Counters {
     /// The host KV tier, when it is on.
     #[serde(default)]
     pub host: Option<HostTierView>,
+    /// True when the engine scheduled each step while the one before it ran (async
+    /// scheduling).
+    #[serde(default)]
+    pub async_scheduling: bool,
+    /// Steps whose outputs the engine took, cumulative.
+    #[serde(default)]
+    pub host_steps: u64,
+    /// Seconds of the engine's host work (scheduling, output processing) while a step ran
+    /// on the executor, cumulative.
+    #[serde(default)]
+    pub host_hidden_s: f64,
+    /// Seconds of the engine's host work while no step ran (the executor idle), cumulative.
+    #[serde(default)]
+    pub host_exposed_s: f64,
 }
 
 /// The host KV tier after one step: its slots and what moved, cumulative.
@@ -138,6 +152,13 @@ impl Counters {
     /// Prefix cache hit rate over the whole run, 0 when nothing was looked up.
     pub fn prefix_hit_rate(&self) -> f64 {
         if self.prefix_queries == 0 { 0.0 } else { self.prefix_hits as f64 / self.prefix_queries as f64 }
+    }
+
+    /// Host microseconds per step hidden behind a running step and exposed, means over the
+    /// run (0 before any step).
+    pub fn host_us_per_step(&self) -> (f64, f64) {
+        let steps = self.host_steps.max(1) as f64;
+        (self.host_hidden_s * 1e6 / steps, self.host_exposed_s * 1e6 / steps)
     }
 }
 

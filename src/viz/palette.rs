@@ -32,6 +32,10 @@ pub const REJECTED: Color32 = Color32::from_rgb(255, 110, 200);
 pub const HIT: Color32 = Color32::from_rgb(96, 220, 140);
 /// The host KV tier's used slots.
 pub const HOST_USED: Color32 = Color32::from_rgb(72, 168, 200);
+/// Host time per step hidden behind a running step (async scheduling's gain).
+pub const HOST_HIDDEN: Color32 = Color32::from_rgb(96, 220, 140);
+/// Host time per step exposed: the executor idle while the host works.
+pub const HOST_EXPOSED: Color32 = Color32::from_rgb(255, 160, 64);
 /// Ordinary text.
 pub const TEXT: Color32 = Color32::from_rgb(210, 214, 222);
 /// Secondary text.

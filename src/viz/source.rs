@@ -6,6 +6,7 @@ use crate::core::metrics::SchedulerStats;
 use crate::core::request::RequestStatus;
 use crate::core::scheduler::Scheduler;
 use crate::core::snapshot::KvSnapshot;
+use crate::engine::overlap::HostOverlap;
 use crate::viz::model::{
     BlockView, Counters, HostTierView, KvView, RequestPhase, RequestView, StepRecord, VizEvent,
 };
@@ -21,8 +22,20 @@ pub struct EngineReport {
     pub stats: SchedulerStats,
     /// The events since the previous report, in order.
     pub events: Vec<KvEvent>,
+    /// The engine loop's host time so far, and whether it schedules one step ahead.
+    pub host: HostLoad,
     /// The cache and queues after the latest step, when asked for.
     pub kv: Option<Box<KvSnapshot>>,
+}
+
+/// The engine loop's host time around its steps (scheduling, output processing), and
+/// whether it schedules one step ahead of the executor (async scheduling).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HostLoad {
+    /// True when the next step is scheduled while the current one runs.
+    pub async_scheduling: bool,
+    /// Host seconds hidden behind running steps and exposed between them, cumulative.
+    pub overlap: HostOverlap,
 }
 
 /// Records one scheduler's events and hands them over, with the counters, as an
@@ -41,13 +54,14 @@ impl SchedulerProbe {
         Self { events }
     }
 
-    /// Everything since the previous call, with a snapshot when `with_kv` (the only
-    /// O(blocks) part, so callers take it only on demand).
-    pub fn report(&self, scheduler: &Scheduler, time_s: f64, with_kv: bool) -> EngineReport {
+    /// Everything since the previous call, with the engine loop's `host` time and a
+    /// snapshot when `with_kv` (the only O(blocks) part, so callers take it only on demand).
+    pub fn report(&self, scheduler: &Scheduler, time_s: f64, host: HostLoad, with_kv: bool) -> EngineReport {
         EngineReport {
             time_s,
             stats: scheduler.stats(),
             events: self.events.take(),
+            host,
             kv: with_kv.then(|| Box::new(scheduler.snapshot())),
         }
     }
@@ -77,15 +91,16 @@ impl RecordBuilder {
         StepRecord {
             step: step.stats.num_steps,
             time_s: step.time_s,
-            counters: counters(&step.stats, self.computed_tokens),
+            counters: counters(&step.stats, self.computed_tokens, &step.host),
             events: convert_events(&step.events),
             kv: step.kv.as_deref().map(kv_view),
         }
     }
 }
 
-/// The visualizer's counters from the scheduler's stats and the tokens computed so far.
-pub fn counters(stats: &SchedulerStats, computed_tokens: u64) -> Counters {
+/// The visualizer's counters from the scheduler's stats, the tokens computed so far and the
+/// engine loop's host time.
+pub fn counters(stats: &SchedulerStats, computed_tokens: u64, host: &HostLoad) -> Counters {
     Counters {
         kv_usage: stats.kv_cache_usage,
         prefix_queries: stats.prefix_cache.queries,
@@ -106,6 +121,10 @@ pub fn counters(stats: &SchedulerStats, computed_tokens: u64) -> Counters {
         }),
         spec_draft_tokens: stats.spec_decoding.num_draft_tokens,
         spec_accepted_tokens: stats.spec_decoding.num_accepted_tokens,
+        async_scheduling: host.async_scheduling,
+        host_steps: host.overlap.steps,
+        host_hidden_s: host.overlap.hidden_seconds,
+        host_exposed_s: host.overlap.exposed_seconds,
     }
 }
 
@@ -290,7 +309,7 @@ mod tests {
         let request = &view.requests[0];
         assert_eq!((request.num_spec_tokens, request.num_rejected_tokens), (0, 2));
         assert_eq!(speculative_slots(request), ((12, 12), (11, 13)));
-        let counters = counters(&s.stats(), 0);
+        let counters = counters(&s.stats(), 0, &HostLoad::default());
         assert_eq!((counters.spec_draft_tokens, counters.spec_accepted_tokens), (3, 1));
     }
 }

@@ -565,6 +565,17 @@ fn side_panel(ui: &mut Ui, state: &VizState) {
             fixed_max: None,
         },
         Plot {
+            title: "host us/step hidden / exposed",
+            value: {
+                let (hidden, exposed) = c.host_us_per_step();
+                format!("{hidden:.0} / {exposed:.0}")
+            },
+            color: palette::HOST_HIDDEN,
+            series: series(&|s| s.counters.host_us_per_step().0),
+            second: Some((palette::HOST_EXPOSED, series(&|s| s.counters.host_us_per_step().1))),
+            fixed_max: None,
+        },
+        Plot {
             title: "tokens/s generated",
             value: format!("{:.0}", state.tokens_per_s()),
             color: Color32::from_rgb(255, 220, 120),
@@ -578,9 +589,14 @@ fn side_panel(ui: &mut Ui, state: &VizState) {
     }
     ui.add_space(6.0);
     ui.label(
-        RichText::new(format!("finished {}   generated {} tok", c.num_finished, c.generated_tokens))
-            .size(12.0)
-            .color(palette::TEXT_DIM),
+        RichText::new(format!(
+            "finished {}   generated {} tok   async scheduling {}",
+            c.num_finished,
+            c.generated_tokens,
+            if c.async_scheduling { "on" } else { "off" }
+        ))
+        .size(12.0)
+        .color(palette::TEXT_DIM),
     );
     ui.separator();
     ui.label(RichText::new("Events").size(14.0));

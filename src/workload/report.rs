@@ -49,6 +49,12 @@ pub struct WorkloadReport {
     pub itl_p50_s: f64,
     /// Inter-token latency, 99th percentile, seconds.
     pub itl_p99_s: f64,
+    /// Time per output token after the first (vLLM's TPOT: a finished request's time from
+    /// its first token to its last over its tokens after the first), mean over the finished
+    /// requests with two tokens or more, seconds. Unlike ITL it counts every token a step
+    /// brings, so it is the decode speed with speculative decoding too.
+    #[serde(default)]
+    pub tpot_mean_s: f64,
     /// Preemptions.
     pub num_preemptions: u64,
     /// Tokens computed a second time after preemptions.
@@ -118,6 +124,14 @@ pub struct DeviceReport {
     pub buffers_created: u64,
     /// Bind groups created during the run (first sight of each shape only).
     pub bind_groups_created: u64,
+    /// How long the device sat idle before an engine step's submit (from the host seeing
+    /// the step before it done), mean over the run's engine steps after its first,
+    /// microseconds: 0 where each step is submitted before the one ahead is done.
+    #[serde(default)]
+    pub idle_us_per_step: f64,
+    /// The same, median.
+    #[serde(default)]
+    pub idle_us_p50: f64,
 }
 
 impl DeviceReport {
@@ -134,7 +148,16 @@ impl DeviceReport {
             pipelines_created: c.pipelines_created,
             buffers_created: c.buffers_created,
             bind_groups_created: c.bind_groups_created,
+            idle_us_per_step: 0.0,
+            idle_us_p50: 0.0,
         }
+    }
+
+    /// The report with `step_idle_times`, the device's idle time before each engine step.
+    pub fn with_idle(self, step_idle_times: &[Duration]) -> Self {
+        let mut micros: Vec<f64> = step_idle_times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
+        let mean = micros.iter().sum::<f64>() / micros.len().max(1) as f64;
+        Self { idle_us_per_step: mean, idle_us_p50: percentile(&mut micros, 0.5), ..self }
     }
 }
 
@@ -261,6 +284,7 @@ impl WorkloadReport {
             itl_mean_s: mean(&itls),
             itl_p50_s: percentile(&mut itls, 0.50),
             itl_p99_s: percentile(&mut itls, 0.99),
+            tpot_mean_s: mean(&latencies.tpots),
             num_preemptions: stats.num_preemptions,
             num_recomputed_tokens: stats.num_recomputed_tokens,
             prefix_cache_hit_rate: stats.prefix_cache.hit_rate(),
@@ -293,6 +317,8 @@ pub struct Latencies {
     first_arrival_s: Option<f64>,
     ttfts: Vec<f64>,
     itls: Vec<f64>,
+    /// Each finished request's time per output token after the first.
+    tpots: Vec<f64>,
     /// Requests of conversations coming back ([`Latencies::returning`]), and their TTFTs.
     returning: HashSet<RequestId>,
     returning_ttfts: Vec<f64>,
@@ -301,13 +327,18 @@ pub struct Latencies {
 #[derive(Debug, Clone, Copy)]
 struct RequestClock {
     arrival_s: f64,
+    first_tokens_s: Option<f64>,
     last_tokens_s: Option<f64>,
+    num_tokens: usize,
 }
 
 impl Latencies {
     /// Starts the clock of `request_id`, which arrived at `arrival_s`.
     pub fn arrive(&mut self, request_id: RequestId, arrival_s: f64) {
-        self.clocks.insert(request_id, RequestClock { arrival_s, last_tokens_s: None });
+        self.clocks.insert(
+            request_id,
+            RequestClock { arrival_s, first_tokens_s: None, last_tokens_s: None, num_tokens: 0 },
+        );
         self.first_arrival_s = Some(self.first_arrival_s.map_or(arrival_s, |first| first.min(arrival_s)));
     }
 
@@ -319,7 +350,9 @@ impl Latencies {
             None => Latency::FirstToken(now_s - clock.arrival_s),
             Some(last) => Latency::InterToken(now_s - last),
         };
+        clock.first_tokens_s.get_or_insert(now_s);
         clock.last_tokens_s = Some(now_s);
+        clock.num_tokens += num_tokens;
         match latency {
             Latency::FirstToken(seconds) if self.returning.contains(&request_id) => {
                 self.ttfts.push(seconds);
@@ -337,9 +370,17 @@ impl Latencies {
         self.returning.insert(request_id);
     }
 
-    /// Stops the clock of a finished request.
+    /// Stops the clock of a finished request, recording its time per output token after the
+    /// first when it had two tokens or more.
     pub fn finish(&mut self, request_id: RequestId) {
-        self.clocks.remove(&request_id);
+        let Some(clock) = self.clocks.remove(&request_id) else {
+            return;
+        };
+        if let (Some(first), Some(last)) = (clock.first_tokens_s, clock.last_tokens_s)
+            && clock.num_tokens > 1
+        {
+            self.tpots.push((last - first) / (clock.num_tokens - 1) as f64);
+        }
     }
 
     /// The earliest arrival seen, if any.
@@ -368,6 +409,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tpot_counts_every_token_a_step_brings() {
+        let mut latencies = Latencies::default();
+        let (spec, single): (RequestId, RequestId) = (1, 2);
+        latencies.arrive(spec, 0.0);
+        latencies.arrive(single, 0.0);
+        assert_eq!(latencies.record(spec, 1, 1.0), Some(Latency::FirstToken(1.0)));
+        // A verify step bringing three tokens is one inter-token latency, three tokens of TPOT.
+        assert_eq!(latencies.record(spec, 3, 2.0), Some(Latency::InterToken(1.0)));
+        assert_eq!(latencies.record(spec, 2, 2.5), Some(Latency::InterToken(0.5)));
+        latencies.record(single, 1, 3.0);
+        latencies.finish(spec);
+        latencies.finish(single);
+        // (2.5 - 1.0) over the 5 tokens after the first; the one-token request has no TPOT.
+        assert_eq!(latencies.tpots, vec![0.3]);
+        assert_eq!(latencies.itls, vec![1.0, 0.5]);
+    }
+
+    #[test]
     fn device_report_has_the_mean_over_steps_and_the_median_step() {
         let counters = GpuCounters {
             steps: 4,
@@ -384,5 +443,7 @@ mod tests {
         assert_eq!(report.dispatches_per_step, 245.0);
         assert_eq!(report.command_buffers_per_step, 3.0);
         assert_eq!(DeviceReport::of(&GpuCounters::default(), &[]).host_us_p50, 0.0);
+        let idle = report.with_idle(&[0, 0, 900].map(Duration::from_micros));
+        assert_eq!((idle.idle_us_per_step, idle.idle_us_p50), (300.0, 0.0));
     }
 }

@@ -24,6 +24,9 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let kernels_before = engine.kernel_times();
     let mut device_last = device_before;
     let mut step_host_times = Vec::new();
+    // The device's idle time before each engine step but the run's first (which waited for
+    // the run to start).
+    let mut step_idle_times = Vec::new();
     let start = Instant::now();
     let mut latencies = Latencies::default();
     let mut counts = RunCounts { num_requests: workload.arrivals.len(), ..RunCounts::default() };
@@ -55,6 +58,9 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
                 if step.steps == 1 {
                     step_host_times.push(step.host_time);
                 }
+                if device_last != device_before {
+                    step_idle_times.push(step.idle_time);
+                }
                 device_last = Some(after);
             }
             peak_usage = peak_usage.max(engine.scheduler().kv_cache_manager().usage());
@@ -81,7 +87,8 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     let overlap = engine.metrics().host_overlap.since(&overlap_before);
     report.host_overlap = Some(HostOverlapReport::of(engine.async_scheduling(), &overlap));
     if let (Some(after), Some(before)) = (engine.device_counters(), device_before) {
-        report.device = Some(DeviceReport::of(&after.since(&before), &step_host_times));
+        report.device =
+            Some(DeviceReport::of(&after.since(&before), &step_host_times).with_idle(&step_idle_times));
     }
     if let (Some(after), Some(before)) = (engine.kernel_times(), kernels_before) {
         report.kernels = KernelReport::rows(&after.since(&before));

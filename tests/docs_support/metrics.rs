@@ -60,7 +60,10 @@ pub fn page() -> String {
     let mut page = format!(
         "# Metrics reference\n\n{}\n\n`GET /metrics` answers in the Prometheus text format. Each name below takes the \
          prefix `pagoda:`, or `vllm:` with `--metrics-prefix vllm`. Every series carries the labels `model_name` \
-         (the served model's name) and `engine` (`0`); histograms add `le`. The [server \
+         (the served model's name) and `engine` (`0`); histograms add `le`. The request counters \
+         `prompt_tokens_total`, `generation_tokens_total` and `request_success_total` have a series per served \
+         model: `model_name` is the base model's name for its own requests and a [LoRA \
+         adapter](../lora.md#serving)'s name for that adapter's. The [server \
          chapter](../server.md#metrics) says how routers use them.\n\n\
          | metric | type | labels | meaning |\n| --- | --- | --- | --- |\n",
         super::GENERATED

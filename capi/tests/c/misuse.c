@@ -86,6 +86,8 @@ int main(void) {
            PAGODA_STATUS_INVALID_ARGUMENT, "cuda");
     expect("new(missing model)", pagoda_engine_new("{\"model\": \"/nonexistent/model.gguf\"}", &engine),
            PAGODA_STATUS_MODEL, "/nonexistent/model.gguf");
+    expect("new(LoRA limits without LoRA)", pagoda_engine_new("{\"executor\": \"sim\", \"max_loras\": 2}", &engine),
+           PAGODA_STATUS_INVALID_ARGUMENT, "enable_lora");
     expect("new(bad block size)", pagoda_engine_new("{\"executor\": \"sim\", \"block_size\": 0}", &engine),
            PAGODA_STATUS_INVALID_ARGUMENT, NULL);
     if (engine != NULL) {
@@ -101,6 +103,8 @@ int main(void) {
     expect("add_text(garbage)", pagoda_engine_add_text(garbage, "hi", NULL, &id), PAGODA_STATUS_INVALID_HANDLE, "handle");
     expect("step(garbage)", pagoda_engine_step(garbage, NULL, NULL), PAGODA_STATUS_INVALID_HANDLE, "handle");
     expect("metrics(garbage)", pagoda_engine_metrics_json(garbage, &json), PAGODA_STATUS_INVALID_HANDLE, "handle");
+    expect("load_lora(garbage)", pagoda_engine_load_lora(garbage, "sql", "/a"), PAGODA_STATUS_INVALID_HANDLE, "handle");
+    expect("unload_lora(NULL engine)", pagoda_engine_unload_lora(NULL, "sql"), PAGODA_STATUS_NULL_ARGUMENT, "engine");
     expect("free(garbage)", pagoda_engine_free(garbage), PAGODA_STATUS_INVALID_HANDLE, "handle");
 
     expect("new(sim)", pagoda_engine_new("{\"executor\": \"sim\", \"max_model_len\": 64}", &engine), PAGODA_STATUS_OK, NULL);
@@ -151,6 +155,13 @@ int main(void) {
     expect("add_chat(empty)", pagoda_engine_add_chat(engine, "[]", NULL, &id), PAGODA_STATUS_INVALID_ARGUMENT, "empty");
     expect("add_chat(no content)", pagoda_engine_add_chat(engine, "[{\"role\": \"user\"}]", NULL, &id),
            PAGODA_STATUS_INVALID_ARGUMENT, "content");
+    /* LoRA on an engine created without it: refused as such, whatever the name or path. */
+    expect("load_lora(LoRA off)", pagoda_engine_load_lora(engine, "sql", "/nonexistent/adapter"),
+           PAGODA_STATUS_LORA_NOT_ENABLED, "--enable-lora");
+    expect("unload_lora(LoRA off)", pagoda_engine_unload_lora(engine, "sql"), PAGODA_STATUS_LORA_NOT_ENABLED,
+           "--enable-lora");
+    expect("add_text(lora, LoRA off)", pagoda_engine_add_text(engine, "hi", "{\"lora\": \"sql\"}", &id),
+           PAGODA_STATUS_LORA_NOT_ENABLED, "--enable-lora");
     expect("abort(unknown id)", pagoda_engine_abort(engine, 12345), PAGODA_STATUS_UNKNOWN_REQUEST, "12345");
     expect("has_unfinished(out NULL)", pagoda_engine_has_unfinished(engine, NULL), PAGODA_STATUS_NULL_ARGUMENT, NULL);
     expect("has_unfinished", pagoda_engine_has_unfinished(engine, &flag), PAGODA_STATUS_OK, NULL);

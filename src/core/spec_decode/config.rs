@@ -17,8 +17,8 @@ const DEFAULT_PROMPT_LOOKUP: usize = 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SpeculativeMethod {
-    /// Prompt lookup: the tokens that followed the latest n-gram's earlier occurrence in the
-    /// request's own prompt and output.
+    /// Prompt lookup: the tokens that followed the earliest earlier occurrence of the n-gram
+    /// ending the request's own prompt and output.
     Ngram,
     /// A smaller model with the same vocabulary (`model`) proposes greedily.
     DraftModel,
@@ -42,6 +42,14 @@ pub struct SpeculativeConfig {
     /// The draft model (draft-model method), or `"ngram"` for the n-gram method.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<PathBuf>,
+    /// Proposals per request by batch size (vLLM's dynamic speculative decoding):
+    /// `[[from, to, k], ...]`, inclusive ranges of running requests, the first from 1, in
+    /// order and disjoint; while that many requests run, at most `k` tokens are proposed
+    /// (capped at `num_speculative_tokens`; 0 turns speculation off). A batch size in a gap
+    /// or past the last range takes the range before it. Left out: `num_speculative_tokens`
+    /// at every batch size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_speculative_tokens_per_batch_size: Option<Vec<[usize; 3]>>,
 }
 
 /// A speculative configuration that cannot be used.
@@ -69,6 +77,9 @@ pub enum SpeculativeConfigError {
         /// Its value.
         value: usize,
     },
+    /// `num_speculative_tokens_per_batch_size` is not a schedule vLLM accepts.
+    #[error("speculative config: num_speculative_tokens_per_batch_size: {0}")]
+    BatchSizeSchedule(String),
     /// `prompt_lookup_min` exceeds `prompt_lookup_max`.
     #[error("speculative config: prompt_lookup_min={min} must be <= prompt_lookup_max={max}")]
     LookupOrder {
@@ -89,6 +100,7 @@ impl SpeculativeConfig {
             prompt_lookup_max: Some(prompt_lookup_max),
             prompt_lookup_min: Some(prompt_lookup_min),
             model: None,
+            num_speculative_tokens_per_batch_size: None,
         }
     }
 
@@ -101,7 +113,19 @@ impl SpeculativeConfig {
             prompt_lookup_max: None,
             prompt_lookup_min: None,
             model: Some(model.into()),
+            num_speculative_tokens_per_batch_size: None,
         }
+    }
+
+    /// The most tokens proposed per request while `batch_size` requests run
+    /// ([`Self::num_speculative_tokens_per_batch_size`]'s entry for it, else
+    /// `num_speculative_tokens`).
+    pub fn num_speculative_tokens_at(&self, batch_size: usize) -> usize {
+        let Some(schedule) = &self.num_speculative_tokens_per_batch_size else {
+            return self.num_speculative_tokens;
+        };
+        let entry = schedule.iter().take_while(|[from, _, _]| *from <= batch_size.max(1)).last();
+        entry.map_or(self.num_speculative_tokens, |[_, _, k]| *k).min(self.num_speculative_tokens)
     }
 
     /// The draft model's path, for the draft-model method.
@@ -150,11 +174,37 @@ impl SpeculativeConfig {
         if min > max {
             return Err(SpeculativeConfigError::LookupOrder { min, max });
         }
+        if let Some(schedule) = &mut self.num_speculative_tokens_per_batch_size {
+            check_schedule(schedule).map_err(SpeculativeConfigError::BatchSizeSchedule)?;
+        }
         self.method = Some(method);
         self.prompt_lookup_min = Some(min);
         self.prompt_lookup_max = Some(max);
         Ok(self)
     }
+}
+
+/// Sorts a batch-size schedule and checks it as vLLM does: not empty, each range positive
+/// and in order, the ranges disjoint, the first from batch size 1.
+fn check_schedule(schedule: &mut [[usize; 3]]) -> Result<(), String> {
+    schedule.sort_unstable();
+    let Some(first) = schedule.first() else {
+        return Err("must not be empty".into());
+    };
+    if first[0] != 1 {
+        return Err(format!("the first batch-size range must start at 1, not {}", first[0]));
+    }
+    let mut previous_end = 0;
+    for &[from, to, _] in schedule.iter() {
+        if from == 0 || from > to {
+            return Err(format!("batch-size range ({from}, {to}) must be positive and in order"));
+        }
+        if from <= previous_end {
+            return Err(format!("batch-size range ({from}, {to}) overlaps the one before it"));
+        }
+        previous_end = to;
+    }
+    Ok(())
 }
 
 impl std::str::FromStr for SpeculativeConfig {
@@ -221,5 +271,35 @@ mod tests {
             Err(SpeculativeConfigError::ZeroLookup { field: "prompt_lookup_min", value: 0 })
         );
         assert!(SpeculativeConfig::from_json("{").is_err());
+    }
+
+    #[test]
+    fn the_batch_size_schedule_caps_proposals_as_vllms_dense_lookup_does() {
+        let config = SpeculativeConfig::from_json(
+            r#"{"method": "ngram", "num_speculative_tokens": 4,
+                "num_speculative_tokens_per_batch_size": [[9, 16, 0], [1, 2, 6], [4, 8, 2]]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            config.num_speculative_tokens_per_batch_size,
+            Some(vec![[1, 2, 6], [4, 8, 2], [9, 16, 0]])
+        );
+        // [1, 2]: 6 capped at 4; 3 falls in the gap after [1, 2]; past the last range its k.
+        let ks: Vec<usize> =
+            [0, 1, 2, 3, 4, 8, 9, 16, 500].map(|b| config.num_speculative_tokens_at(b)).into();
+        assert_eq!(ks, [4, 4, 4, 4, 2, 2, 0, 0, 0]);
+        assert_eq!(SpeculativeConfig::ngram(3, 1, 2).num_speculative_tokens_at(1000), 3);
+        let refused = |schedule: &str| {
+            let json = format!(
+                r#"{{"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": {schedule}}}"#
+            );
+            SpeculativeConfig::from_json(&json).unwrap_err().to_string()
+        };
+        assert!(refused("[]").contains("must not be empty"));
+        assert!(refused("[[2, 4, 1]]").contains("must start at 1"));
+        assert!(refused("[[1, 4, 1], [3, 8, 0]]").contains("overlaps"));
+        assert!(refused("[[1, 4, 1], [6, 5, 0]]").contains("in order"));
+        // vLLM's context-bucketed 5-item entries are not served (a JSON error).
+        assert!(refused("[[1, 4, 1, 1, 8]]").starts_with("speculative config: "));
     }
 }

@@ -47,8 +47,11 @@ impl NgramProposer {
     /// The tokens that followed the earliest earlier occurrence of the longest n-gram
     /// (`min_n..=max_n` tokens) ending `prompt` + `output`, at most `max_tokens` of them (and
     /// at most `k`, and never past the end of the tokens); empty when nothing matches. As
-    /// vLLM's `_find_longest_matched_ngram_and_propose_tokens`: among equally long matches
-    /// the earliest wins. `index` is this request's, extended here by the tokens it gained.
+    /// vLLM's `_find_longest_matched_ngram_and_propose_tokens`
+    /// (`vllm/v1/spec_decode/ngram_proposer.py`): among equally long matches the earliest
+    /// wins (its KMP over the reversed tokens moves `position` on `prev_lps >= longest_ngram`,
+    /// "the earliest position in the original tokens"). `index` is this request's, extended
+    /// here by the tokens it gained.
     pub fn propose(
         &self,
         index: &mut NgramIndex,
@@ -159,6 +162,41 @@ mod tests {
         assert_eq!(proposer(2, 2, 3).propose_all(&tokens, usize::MAX), vec![2, 4]);
         // Capped at max_n, the earlier 3-gram wins again.
         assert_eq!(proposer(2, 2, 2).propose_all(&tokens, usize::MAX), vec![1, 5]);
+    }
+
+    /// vLLM's `tests/v1/spec_decode/test_ngram.py` (`test_find_longest_matched_ngram_and_propose_tokens`
+    /// and `test_ngram_proposer`, max_model_len 1024), case by case with its expected outputs.
+    #[test]
+    fn vllms_test_ngram_cases_propose_what_vllm_asserts() {
+        // (tokens, min_n, max_n, k, expected)
+        type Case = (&'static [TokenId], usize, usize, usize, &'static [TokenId]);
+        let cases: [Case; 13] = [
+            (&[1, 2, 3, 4, 1, 2, 3, 5, 6], 2, 2, 2, &[]),
+            (&[1, 2, 3, 4, 1, 2, 3], 2, 2, 3, &[4, 1, 2]),
+            (&[1, 2, 3, 4, 1, 2, 3], 2, 2, 2, &[4, 1]),
+            (&[1, 2, 3, 4, 1, 2, 3], 1, 1, 3, &[4, 1, 2]),
+            (&[1, 2, 3, 4, 1, 2, 3], 1, 1, 2, &[4, 1]),
+            (&[1, 3, 6, 2, 3, 4, 1, 2, 3], 2, 2, 3, &[4, 1, 2]),
+            // "Return on the first match": 3 occurs at 1 and 4, the earlier wins.
+            (&[1, 3, 6, 2, 3, 4, 1, 2, 3], 1, 1, 2, &[6, 2]),
+            // No match.
+            (&[1, 2, 3, 4, 5], 2, 2, 2, &[]),
+            // No match for the 4-gram.
+            (&[1, 2, 3, 4, 1, 2, 3], 4, 4, 2, &[]),
+            // No match for the 4-gram but one for the 3-gram.
+            (&[1, 2, 3, 4, 1, 2, 3], 3, 4, 2, &[4, 1]),
+            // Both a 4-gram and a 3-gram match: the 4-gram's (not [5, 1]).
+            (&[2, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3, 4], 3, 4, 2, &[1, 2]),
+            // A 2-gram and a 3-gram match, no 4-gram: the 3-gram's (not [5, 2]).
+            (&[3, 4, 5, 2, 3, 4, 1, 2, 3, 4], 2, 4, 2, &[1, 2]),
+            // "Multiple 3-gram matched, but always pick the first one."
+            (&[1, 2, 3, 100, 1, 2, 3, 200, 1, 2, 3, 300, 1, 2, 3], 3, 3, 2, &[100, 1]),
+        ];
+        for (tokens, min_n, max_n, k, expected) in cases {
+            let max_model_len = 1024;
+            let proposed = proposer(k, min_n, max_n).propose_all(tokens, max_model_len - tokens.len());
+            assert_eq!(proposed, expected, "{tokens:?} min_n={min_n} max_n={max_n} k={k}");
+        }
     }
 
     #[test]

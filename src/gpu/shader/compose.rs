@@ -8,7 +8,6 @@ use super::{
     MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_exchange_floats, slots,
 };
 use crate::dtype::DType;
-use crate::gpu::attention_flash::select_sinks;
 
 /// One file of `shaders/`.
 #[derive(Debug, Clone, Copy)]
@@ -167,9 +166,8 @@ impl KernelVariant {
             Self::Linear { rows_tile, epilogue, .. } => {
                 unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
-            Self::Attention { head_dim, group, path, .. } => {
-                let sinks = path == AttentionPath::Flash { sinks: true };
-                unroll_head(&select_sinks(&src, sinks), head_dim / 2, ATTENTION_DOT_LANES, group)
+            Self::Attention { head_dim, group, .. } => {
+                unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES, group)
             }
             _ => src,
         }
@@ -232,7 +230,11 @@ impl KernelVariant {
             Self::AddInPlace => vec![shader_file!("elementwise.wgsl"), shader_file!("add_in_place.wgsl")],
             Self::GatherRows => vec![shader_file!("elementwise.wgsl"), shader_file!("gather_rows.wgsl")],
             Self::ScatterRows => vec![shader_file!("elementwise.wgsl"), shader_file!("scatter_rows.wgsl")],
+            Self::CopyIds => vec![shader_file!("elementwise.wgsl"), shader_file!("copy_ids.wgsl")],
             Self::MoeCombine => vec![shader_file!("elementwise.wgsl"), shader_file!("moe_combine.wgsl")],
+            Self::SwigluClamped => {
+                vec![shader_file!("elementwise.wgsl"), shader_file!("swiglu_clamped.wgsl")]
+            }
             Self::TopK => vec![shader_file!("top_k.wgsl")],
             Self::LoraShrink => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_shrink.wgsl")],
             Self::LoraExpand => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_expand.wgsl")],
@@ -245,18 +247,22 @@ impl KernelVariant {
                 };
                 vec![kv.file(), norm, shader_file!("rope_angle.wgsl"), shader_file!("rope_cache.wgsl")]
             }
-            Self::Attention { kv, path, tree, .. } => {
+            Self::Attention { kv, path, tree, sinks, .. } => {
                 let body = match path {
                     AttentionPath::PerQuery => vec![shader_file!("attention.wgsl")],
                     AttentionPath::PerQuerySubgroup => vec![shader_file!("attention_lanes.wgsl")],
                     AttentionPath::SplitKv => vec![tree.file(), shader_file!("attention_split.wgsl")],
-                    AttentionPath::Flash { .. } => vec![shader_file!("attention_flash.wgsl")],
+                    AttentionPath::Flash => vec![shader_file!("attention_flash.wgsl")],
                 };
                 let pools = match self.kv_units() {
                     true => shader_file!("kvsrc_units.wgsl"),
                     false => shader_file!("kvsrc_pairs.wgsl"),
                 };
-                [vec![kv.file(), pools, shader_file!("attention_common.wgsl")], body].concat()
+                let sink = match sinks {
+                    true => shader_file!("sink_logit.wgsl"),
+                    false => shader_file!("sink_none.wgsl"),
+                };
+                [vec![kv.file(), pools, shader_file!("attention_common.wgsl"), sink], body].concat()
             }
         }
     }
@@ -385,7 +391,7 @@ impl KernelVariant {
                 Injected::new("CHUNK", ATTENTION_SPLIT_CHUNK, "shader::ATTENTION_SPLIT_CHUNK"),
                 Injected::new("PART_KEYS", KV_PARTITION_TOKENS, "shader::KV_PARTITION_TOKENS"),
             ]),
-            AttentionPath::PerQuerySubgroup | AttentionPath::Flash { .. } => {
+            AttentionPath::PerQuerySubgroup | AttentionPath::Flash => {
                 out.push(Injected::new("GH", group, "KernelVariant::Attention::group"))
             }
             AttentionPath::PerQuery => {}

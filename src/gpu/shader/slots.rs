@@ -90,6 +90,12 @@ binding_slots! {
         UP = 2,
         OUT = 3,
     }
+    /// `shaders/swiglu_clamped.wgsl`.
+    swiglu_clamped {
+        GATE = 1,
+        UP = 2,
+        OUT = 3,
+    }
     /// `shaders/scale.wgsl`.
     scale {
         X = 1,
@@ -115,6 +121,12 @@ binding_slots! {
         INDICES = 2,
         SCALES = 3,
         OUT = 4,
+    }
+    /// `shaders/copy_ids.wgsl`.
+    copy_ids {
+        SRC = 1,
+        PAIRS = 2,
+        OUT = 3,
     }
     /// `shaders/moe_combine.wgsl`.
     moe_combine {
@@ -234,7 +246,7 @@ binding_slots! {
         QUERY_START = 6,
         OUT = 7,
     }
-    /// `shaders/attention_flash.wgsl` with attention sinks: the attention slots and the sinks.
+    /// The attention kernels with `sink_logit.wgsl`: each head's sink logit at `SINKS`.
     attention_sinks {
         Q = 1,
         K_CACHE = 2,
