@@ -11,10 +11,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cache="${PAGODA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pagoda}"
 venv="$cache/ref-venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transformers, gguf, sentencepiece" 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transformers, gguf, sentencepiece, accelerate" 2>/dev/null; then
     python3 -m venv "$venv"
+    # accelerate: transformers' MXFP4 reader (scripts/make-mxfp4-reference.py) needs it
     "$venv/bin/pip" install --quiet --disable-pip-version-check torch==2.11.0 transformers==5.24.0 gguf==0.19.0 \
-        safetensors==0.8.0 sentencepiece==0.2.3 "protobuf==4.25.9" numpy==2.4.6 jinja2==3.1.6 tokenizers==0.23.3
+        safetensors==0.8.0 sentencepiece==0.2.3 "protobuf==4.25.9" numpy==2.4.6 jinja2==3.1.6 tokenizers==0.23.3 \
+        accelerate==1.16.0
 fi
 sdist="$(scripts/llama-cpp-source.sh)"
 src="$cache/tools/src/$(basename "$sdist" .tar.gz)"
@@ -35,3 +37,7 @@ tokenize="$(scripts/llama-cpp-build.sh llama-tokenize llama-tokenize)"
 families="$("$venv/bin/python" scripts/tiny-families.py "$cache/families" "${only[@]}")"
 "$venv/bin/python" scripts/make-family-reference.py "$families" "$src/vendor/llama.cpp" "$tokenize" \
     "${only[@]}" "${quantize[@]}"
+# gpt-oss's MXFP4 checkpoint (tests/fixtures/families/gpt-oss-mxfp4.json), whenever gpt-oss is made
+if [ ${#only[@]} -eq 0 ] || [[ ",${only[1]}," == *,gpt-oss,* ]]; then
+    "$venv/bin/python" scripts/make-mxfp4-reference.py "$families" "$src/vendor/llama.cpp"
+fi

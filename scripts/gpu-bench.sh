@@ -2,8 +2,9 @@
 # The GPU benchmark, in one call of at most 9 minutes: the kernel tests on the adapter, then decode
 # at batch 1, 8, 32 and 128 (128-token prompts, 32 tokens each) and prefill of 512 and 2048 tokens
 # on random-weight models of real shapes that the binary writes where it runs (by default Llama 2
-# 7B's shape in Q4_K, Q4_0 and Q8_0, then Llama 3.2 1B's in Q4_K), each model's rows followed by
-# llama.cpp's on the same file, then the kernel bench. Prints tok/s, host time per step (median),
+# 7B's shape in Q4_K, Q4_0 and Q8_0, then Llama 3.2 1B's in Q4_K, then issue 50's mixture-of-experts
+# pair: Qwen3-30B-A3B's shape in Q4_K and a dense model of its active parameters), each model's
+# rows followed by llama.cpp's on the same file, then the kernel bench. Prints tok/s, host time per step (median),
 # dispatches per step, and the weights' GB/s as a share of the adapter's memory bandwidth.
 #
 #   scripts/gpu-bench.sh build                # here: release binaries into target/gpu-bench/
@@ -28,6 +29,13 @@
 # time left in proportion to those weights when they start, so time a job leaves unused goes to
 # the later ones and a slow job is cut (its row says so) instead of starving the rest. Every
 # section prints the seconds it took, to rebalance the weights from a real run.
+#
+# The MoE pair (`qwen3-30b-a3b`: 48 layers of 128 experts of 768 columns, 8 a token, about 17 GB
+# in Q4_K; `qwen3-30b-a3b-dense`: the same attention and vocabulary with one MLP of 8 x 768
+# columns) decodes at MOE_BATCHES (1,8,32) and prefills MOE_PREFILL_LENS ("512") instead, and
+# ends with the MoE / dense decode tok/s at each batch, pagoda's and llama.cpp's (issue 50's
+# target: at least 0.8, the experts no token chose costing nothing). MOE_LAYERS writes both with
+# fewer layers (the ratio holds per layer).
 #
 # Narrow a run with MODELS="llama-3.2-1b:q4_k ...", DECODE_BATCHES=1,8 and PREFILL_LENS="512";
 # KERNEL_BENCH_FILTER is the kernel bench's regex (default: the 4096 x 4096 decode GEMVs of
@@ -232,12 +240,36 @@ prefill_line() {
         function whole(v) { return v == "-" ? v : sprintf("%.0f", v) }'
 }
 
-# Prints the decode row of pagoda's bench report $2 (JSON), labelled "decode B=N$1".
+# Prints the decode row of pagoda's bench report $2 (JSON), labelled "decode B=N$1"; a main row's
+# (no label suffix) tok/s is kept for the MoE pair's ratio.
 decode_row() {
     local b
     b=$(field num_requests "$2")
     decode_line "decode B=$b$1" "$b" "$(field itl_mean_s "$2")" "$(field ttft_p50_s "$2")" \
         "$(field host_us_p50 "$2")" "$(field dispatches_per_step "$2")"
+    [[ -n $1 ]] || keep_tps pagoda "$b" "$(field itl_mean_s "$2")"
+}
+
+# Keeps decode tok/s (batch $2 over ITL $3) of engine $1 for the caller's shape and dtype.
+keep_tps() {
+    decode_tps["$1 $shape $dtype $2"]=$(awk -v b="$2" -v itl="$3" 'BEGIN { printf "%.3f", b / itl }')
+}
+
+# Prints the MoE pair's ratio, MoE over dense decode tok/s at each of MOE_BATCHES, for dtype $1
+# (where both models' rows of an engine ran).
+moe_ratio_rows() {
+    local engine b moe dense counts
+    IFS=, read -ra counts <<<"${MOE_BATCHES:-1,8,32}"
+    for engine in pagoda llama.cpp; do
+        for b in "${counts[@]}"; do
+            moe=${decode_tps["$engine qwen3-30b-a3b $1 $b"]:-}
+            dense=${decode_tps["$engine qwen3-30b-a3b-dense $1 $b"]:-}
+            [[ -n $moe && -n $dense ]] || continue
+            awk -v e="$engine" -v d="$1" -v b="$b" -v moe="$moe" -v dense="$dense" 'BEGIN {
+                printf "MoE / dense decode tok/s, %s %s B=%s: %.2f (%.1f / %.1f; target >= 0.8)\n",
+                    e, d, b, moe / dense, moe, dense }'
+        done
+    done
 }
 
 # Prints the host KV tier's row for $file (the caller's model): the multi-turn-chat workload on a
@@ -282,8 +314,10 @@ llama_decode_rows() {
             echo "$shape $dtype llama.cpp decode B=$b: cut at its share of the time, or failed"
             continue
         fi
-        decode_line "llama.cpp B=$b" "$b" "$(awk -v t="$(field t_tg "$report")" 'BEGIN { print t / 32 }')" \
-            "$(field t_pp "$report")" - -
+        local itl
+        itl=$(awk -v t="$(field t_tg "$report")" 'BEGIN { print t / 32 }')
+        decode_line "llama.cpp B=$b" "$b" "$itl" "$(field t_pp "$report")" - -
+        keep_tps llama.cpp "$b" "$itl"
     done
 }
 
@@ -398,8 +432,9 @@ run() {
     [[ ${KERNEL_BENCH:-1} != 0 ]] && bench_reserve=${KERNEL_BENCH_S:-45}
     bin=$OUT/pagoda
     local dir=${PAGODA_BENCH_DIR:-/tmp/pagoda-gpu-bench}
-    local models=${MODELS:-"llama-2-7b:q4_k llama-2-7b:q4_0 llama-2-7b:q8_0 llama-3.2-1b:q4_k"}
-    batches=${DECODE_BATCHES:-1,8,32,128} prefill_lens=${PREFILL_LENS:-"512 2048"}
+    local models=${MODELS:-"llama-2-7b:q4_k llama-2-7b:q4_0 llama-2-7b:q8_0 llama-3.2-1b:q4_k qwen3-30b-a3b:q4_k qwen3-30b-a3b-dense:q4_k"}
+    local all_batches=${DECODE_BATCHES:-1,8,32,128} all_prefill_lens=${PREFILL_LENS:-"512 2048"}
+    declare -gA decode_tps=()
     ab_model=${AB_MODEL-llama-2-7b:q4_k}
     ab_settings="${AB_SETTINGS-$AB_DEFAULT ${AB_EXTRA:-}}"
     mkdir -p "$dir"
@@ -447,8 +482,14 @@ run() {
         fi
         shape=${spec%%:*} dtype=${spec##*:}
         file=$dir/$shape-$dtype.gguf
+        local layers=()
+        batches=$all_batches prefill_lens=$all_prefill_lens
+        if [[ $shape == qwen3-30b-a3b* ]]; then
+            batches=${MOE_BATCHES:-1,8,32} prefill_lens=${MOE_PREFILL_LENS:-"512"}
+            [[ -z ${MOE_LAYERS:-} ]] || layers=(--layers "$MOE_LAYERS")
+        fi
         job 1
-        if ! "$bin" random-model --shape "$shape" --dtype "$dtype" --out "$file" >/dev/null; then
+        if ! "$bin" random-model --shape "$shape" --dtype "$dtype" "${layers[@]}" --out "$file" >/dev/null; then
             echo "$spec: skipped, random-model failed"
             weight_left=$((weight_left - $(model_weight "$spec") + 1))
             continue
@@ -521,6 +562,7 @@ run() {
             took "host tier"
         fi
         rm -f "$file"
+        [[ $shape != qwen3-30b-a3b-dense ]] || moe_ratio_rows "$dtype"
     done
     if [[ ${KERNEL_BENCH:-1} != 0 ]]; then
         local limit=$((run_start + total - SECONDS))

@@ -26,8 +26,8 @@ export PAGODA_MIX_DIR="$(scripts/make-mixes.sh)"
 # The default model split by llama.cpp's `llama-gguf-split` into parts (the first run builds it).
 export PAGODA_SPLIT_DIR="$(scripts/make-splits.sh)"
 # Tiny random-weight models of each family (Llama 3, Qwen2/3, Mistral, Gemma 2/3, Phi-3, and the
-# mixtures of experts Qwen3-MoE, Mixtral and gpt-oss; gpt-oss as HF only, its GGUF comes from the
-# converter in scripts/family-reference.sh) as HF
+# mixtures of experts Qwen3-MoE, Qwen2-MoE, Mixtral and gpt-oss; gpt-oss as HF only, f32 and
+# MXFP4, its GGUF comes from the converter in scripts/family-reference.sh) as HF
 # directories and as llama.cpp's converter writes them (tests/fixtures/families/).
 export PAGODA_FAMILIES_DIR="$(python3 scripts/tiny-families.py)"
 # Tiny LoRA adapters of two of them, in PEFT's format and as llama.cpp's LoRA GGUF
@@ -87,14 +87,18 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # against transformers (the prefill GEMM) and the batch/chunk/preemption invariance (decode
 # GEMV rows bit-equal to those prefill rows). Skipped here, run above in the default
 # configuration: the greedy continuations (argmax of logits these two tests pin down) and the
-# tests that reach no kernel (templates, converter files, tokenizers, refusals). CI's pass also leaves to the default one what only the GGUF's metadata
-# decides (Gemma 2's attention scale, Mistral's missing window) and reads each family from its
-# HF directory only (the GGUFs' weight types reach these kernels in kernels_reference above,
+# tests that reach no kernel (templates, converter files, tokenizers, refusals). CI's pass
+# also leaves to the default one what only the GGUF's metadata decides (Gemma 2's attention
+# scale, Mistral's missing window) and reads each family from its HF directory only (the GGUFs' weight types reach these kernels in kernels_reference above,
 # their layouts in the default pass), and not llama-rope-parameters (Llama's weights, another
-# config layout); the long run reads all, and runs the pass again with split-KV attention (GPUs
+# config layout) nor qwen2-moe (Qwen3-MoE's routed experts plus a shared expert, a gated MLP
+# and a one-row linear as every family has: nothing these kernels do differently, and minutes
+# on lavapipe); the long run reads all, and runs the pass again with split-KV attention (GPUs
 # whose subgroups have fewer than 8 lanes; CI reaches split-KV in kernels_reference above).
-mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window)
-formats=hf repeats=llama-rope-parameters attentions=flash
+# (and gpt-oss's MXFP4 checkpoint: its MXFP4 linears reach these kernels in kernels_reference)
+mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window \
+    gpt_oss_mxfp4_checkpoint)
+formats=hf repeats=llama-rope-parameters,qwen2-moe attentions=flash
 if [ -n "$long" ]; then formats=hf,f32,f16 repeats= attentions="flash split-kv"; fi
 for attention in $attentions; do
     PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \

@@ -276,6 +276,24 @@ FAMILIES["mixtral"] = {
     "about": "Mixtral-8x7B style mixture of experts: 4 experts (block_sparse_moe.experts.E.w1/w2/w3) of 64 intermediate columns, 2 chosen a token (softmax, top-k, renormalised), no sliding window, GQA 4/2, untied head, Llama 2 SentencePiece vocabulary with Mistral's template. transformers 4 layout.",
 }
 
+# Qwen2-MoE (Qwen1.5-MoE-A2.7B's layout, transformers 4 config): routed experts beside one
+# shared expert whose output is gated by sigmoid(shared_expert_gate(x)) and added to theirs.
+FAMILIES["qwen2-moe"] = {
+    "seed": 1013, "tokenizer": "qwen2.5",
+    "config": {
+        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "attention_dropout": 0.0,
+        "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "hidden_act": "silu",
+        "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96, "max_position_embeddings": 8192,
+        "max_window_layers": 2, "moe_intermediate_size": 32, "norm_topk_prob": False, "num_attention_heads": 4,
+        "num_experts": 8, "num_experts_per_tok": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+        "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": 64, "sliding_window": 32768, "tie_word_embeddings": False,
+        "torch_dtype": "float32", "transformers_version": "4.57.6", "use_cache": True, "use_sliding_window": False,
+        "vocab_size": 151936,
+    },
+    "about": "Qwen1.5-MoE-A2.7B style mixture of experts: 8 routed experts of 32 intermediate columns, 4 chosen a token by softmax then top-k without renormalisation (norm_topk_prob false, as the real configs), plus a shared expert of 64 columns on every token, its output times sigmoid(shared_expert_gate(x)), added to the routed experts' sum; QKV biases, GQA 4/2, untied head, Qwen2.5 tokenizer and template. Experts stored one tensor each (mlp.experts.E.{gate,up,down}_proj), as the hub's checkpoints are. transformers 4 layout.",
+}
+
 # gpt-oss: the hub checkpoint's layout (fused, interleaved gate/up experts with biases, a router
 # with a bias, attention biases and sinks), transformers 4 config layout as openai/gpt-oss-20b
 # ships it. Expert weights lie on the MXFP4 grid (e2m1 values times a power of two per block of
@@ -486,6 +504,8 @@ def bf16_grid(x):
 MOE_NAMES = {
     "qwen3_moe": {"router": "mlp.gate.weight", "expert": "mlp.experts.{e}.{w}.weight",
                   "gate_up_down": ("gate_proj", "up_proj", "down_proj")},
+    "qwen2_moe": {"router": "mlp.gate.weight", "expert": "mlp.experts.{e}.{w}.weight",
+                  "gate_up_down": ("gate_proj", "up_proj", "down_proj")},
     "mixtral": {"router": "block_sparse_moe.gate.weight", "expert": "block_sparse_moe.experts.{e}.{w}.weight",
                 "gate_up_down": ("w1", "w3", "w2")},
 }
@@ -530,7 +550,7 @@ def make_weights(name, family):
             w[p + "self_attn.q_proj.weight"] = linear(heads * head_dim, hidden)
             w[p + "self_attn.k_proj.weight"] = linear(kv * head_dim, hidden)
             w[p + "self_attn.v_proj.weight"] = linear(kv * head_dim, hidden)
-        if mt == "qwen2":
+        if mt in ("qwen2", "qwen2_moe"):
             w[p + "self_attn.q_proj.bias"] = normal((heads * head_dim,), 0.5)
             w[p + "self_attn.k_proj.bias"] = normal((kv * head_dim,), 0.5)
             w[p + "self_attn.v_proj.bias"] = normal((kv * head_dim,), 0.5)
@@ -551,6 +571,13 @@ def make_weights(name, family):
                 w[gate] = linear(moe["ff"], hidden)
                 w[up] = linear(moe["ff"], hidden)
                 w[down] = linear(hidden, moe["ff"], gain=3.0)
+            if "shared_expert_intermediate_size" in c:
+                shared = c["shared_expert_intermediate_size"]
+                w[p + "mlp.shared_expert.gate_proj.weight"] = linear(shared, hidden)
+                w[p + "mlp.shared_expert.up_proj.weight"] = linear(shared, hidden)
+                w[p + "mlp.shared_expert.down_proj.weight"] = linear(hidden, shared, gain=3.0)
+                # gate logits of a few units: the sigmoid spans most of (0, 1) over the tokens
+                w[p + "mlp.shared_expert_gate.weight"] = linear(1, hidden, gain=2.0)
         else:
             w[p + "mlp.gate_proj.weight"] = linear(inter, hidden)
             w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
@@ -622,7 +649,7 @@ def gpt_oss_weights(c, rng, normal, norm, linear):
 # GGUF, as llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's llama.cpp) writes it
 # ---------------------------------------------------------------------------------------------
 
-GGUF_ARCH = {"gpt_oss": "gpt-oss", "llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen3_moe": "qwen3moe", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+GGUF_ARCH = {"gpt_oss": "gpt-oss", "llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
              "gemma3_text": "gemma3", "phi3": "phi3"}
 # tokenizer.ggml.pre the converter picks for each byte-level BPE tokenizer (from the hash of
 # its encoding of a test string; the byte identity check catches any change)
@@ -788,7 +815,7 @@ def moe_stack(c, name, data, pending):
     if len(held) < 3 * count:
         return []
     expert = "model.layers.{l}." + MOE_NAMES[mt]["expert"]
-    if mt == "qwen3_moe":
+    if mt in ("qwen3_moe", "qwen2_moe"):
         order, merged = ("down_proj", "gate_proj", "up_proj"), "model.layers.{l}.mlp.experts.{w}.weight"
     else:
         order, merged = ("w1", "w2", "w3"), "layers.{l}.feed_forward.experts.{w}.weight"
@@ -822,8 +849,9 @@ def write_gguf(name, family, hf_dir, spec, cfg, weights, outtype, path):
         writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
     for new, data in gguf_tensors(family, weights, arch):
         qtype = gguf.GGMLQuantizationType.F32
-        # the converter keeps a router (ffn_gate_inp) in f32
-        if outtype == "f16" and data.ndim > 1 and not new.endswith(("_norm.weight", "ffn_gate_inp.weight")):
+        # the converter keeps a router (ffn_gate_inp) and a shared expert's gate in f32
+        if outtype == "f16" and data.ndim > 1 and not new.endswith(
+                ("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")):
             qtype = gguf.GGMLQuantizationType.F16
         writer.add_tensor(new, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
 
@@ -886,6 +914,8 @@ def write_gguf(name, family, hf_dir, spec, cfg, weights, outtype, path):
         w.add_file_type(ftype)
         if "moe_intermediate_size" in c:
             w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+        if "shared_expert_intermediate_size" in c:
+            w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
         if arch == "llama":
             w.add_vocab_size(c["vocab_size"])
             w.add_rope_dimension_count(c.get("head_dim") or hidden // heads)
@@ -943,6 +973,56 @@ def write_json(path, value):
     path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+# openai/gpt-oss-20b's quantization_config: the experts in MXFP4, everything else as it is
+GPT_OSS_MXFP4_CONFIG = {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    "quant_method": "mxfp4",
+}
+
+
+def mxfp4_pack(w):
+    """[..., rows, cols] weights on the MXFP4 grid as the hub's gpt-oss checkpoints store them
+    (what transformers' convert_moe_packed_tensors reads): `_blocks` uint8 [..., rows, cols / 32,
+    16], element 2j in byte j's low nibble and 2j + 1 in its high one (e2m1 codes: sign bit 8,
+    magnitude index into E2M1), and `_scales` uint8 [..., rows, cols / 32], the E8M0 exponent
+    plus 127. Exact: each block's largest magnitude is 6 times its power of two, and every
+    value a code times it (mxfp4_grid's weights), which the assertions check."""
+    blocks = np.ascontiguousarray(w, dtype=np.float32).reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
+    top = np.abs(blocks).max(axis=-1)
+    exponent = np.round(np.log2(top / 6.0)).astype(np.int32)
+    assert np.all(np.float32(6.0) * np.exp2(exponent).astype(np.float32) == top), "a block off the MXFP4 grid"
+    scaled = blocks / np.exp2(exponent).astype(np.float32)[..., None]
+    magnitude = np.searchsorted(E2M1, np.abs(scaled))
+    assert np.all(E2M1[np.minimum(magnitude, 7)] == np.abs(scaled)), "a value off the e2m1 grid"
+    codes = (magnitude | np.where(scaled < 0, 8, 0)).astype(np.uint8)
+    packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(packed), np.ascontiguousarray(exponent + 127, dtype=np.uint8)
+
+
+def write_mxfp4_checkpoint(family, weights, hf_dir):
+    """hf_dir/mxfp4: the same gpt-oss as hf_dir in the hub checkpoint's MXFP4 form (config
+    with openai/gpt-oss-20b's quantization_config; `mlp.experts.{gate_up,down}_proj_blocks`
+    and `_scales` in place of the f32 experts, which lie on the MXFP4 grid, so it is exactly
+    the same model). transformers' MXFP4 quantizer needs the Triton kernels (a GPU), so the
+    packing is mxfp4_pack's; scripts/make-mxfp4-reference.py checks that transformers reads it
+    back to the f32 weights and what llama.cpp's converter makes of it."""
+    from safetensors.numpy import save_file
+
+    out = hf_dir / "mxfp4"
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", dict(family["config"], quantization_config=GPT_OSS_MXFP4_CONFIG))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (out / name).write_bytes((hf_dir / name).read_bytes())
+    packed = {}
+    for name, data in weights.items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            # HF's [experts, in, out] is the transpose of the checkpoint's [experts, out, in]
+            packed[name + "_blocks"], packed[name + "_scales"] = mxfp4_pack(np.swapaxes(data, 1, 2))
+        else:
+            packed[name] = data
+    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
 def write_hf(name, family, out):
     from safetensors.numpy import save_file
 
@@ -957,6 +1037,8 @@ def write_hf(name, family, out):
         (out / "tokenizer.model").unlink(missing_ok=True)
     weights = make_weights(name, family)
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if family["config"]["model_type"] == "gpt_oss":
+        write_mxfp4_checkpoint(family, weights, out)
     return spec, cfg, normalizer, weights
 
 

@@ -71,7 +71,7 @@ pub enum DType {
     /// GGUF 4-bit super-blocks of 256 indexing IQ4_NL's table, 6-bit scales per 32 weights.
     IQ4XS,
     /// OCP MXFP4 (ggml type 39, gpt-oss's experts): 32 E2M1 values and one E8M0 scale a
-    /// block. Read and dequantized on the CPU; the GPU kernels do not read it yet.
+    /// block, kept so on the GPU (`shaders/wfmt_mxfp4.wgsl`).
     MXFP4,
 }
 

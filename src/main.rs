@@ -1068,8 +1068,11 @@ fn print_footprint(model: &ModelFiles) -> anyhow::Result<()> {
             RouterRule::SoftmaxTopK { renormalize: false } => "softmax, top-k",
             RouterRule::TopKSoftmax => "top-k, softmax",
         };
+        let shared = moe
+            .shared_expert_intermediate_size
+            .map_or(String::new(), |ff| format!(", a shared expert of intermediate {ff}"));
         println!(
-            "  experts: {} a layer, {} a token ({rule}), expert intermediate {}",
+            "  experts: {} a layer, {} a token ({rule}), expert intermediate {}{shared}",
             moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size
         );
     }

@@ -13,21 +13,33 @@ use pagoda::core::cache_config::{CacheConfig, KvCacheDtype};
 use pagoda::core::request::Request;
 use pagoda::core::scheduler::Scheduler;
 use pagoda::core::scheduler_config::SchedulerConfig;
+use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::executor::gpu_runner::WgpuExecutor;
 use pagoda::executor::{ModelExecutor, StepMasks};
 use pagoda::gpu::{GpuContext, GpuOptions};
+use pagoda::model::TensorView;
 use pagoda::model::architecture::ConfigError;
 use pagoda::model::llama::LlamaModel;
 use pagoda::model::testing::prefill_logits;
+use pagoda::model::weights::{ExpertWeights, LayerWeights, MlpWeights};
 use pagoda::model::{ChatMessage, ChatTemplate, ModelError, ModelFiles, Tokenizer};
 use pagoda::{Engine, Prompt, SamplingParams};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Families pagoda runs from both formats.
-const RUNS: [&str; 8] =
-    ["llama", "llama-rope-parameters", "qwen2", "qwen3", "gemma3", "phi3", "qwen3-moe", "mixtral"];
+const RUNS: [&str; 9] = [
+    "llama",
+    "llama-rope-parameters",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "phi3",
+    "qwen3-moe",
+    "mixtral",
+    "qwen2-moe",
+];
 const BLOCK: usize = 16;
 
 fn fixture(name: &str) -> Value {
@@ -54,7 +66,7 @@ fn model_paths(name: &str) -> [PathBuf; 3] {
 /// weight type nor a layout), and skips `llama-rope-parameters` (Llama's very weights, its
 /// config written as transformers 5 writes it); the default pass reads them all.
 fn formats(name: &str) -> Vec<PathBuf> {
-    if std::env::var("PAGODA_FAMILY_SKIP").is_ok_and(|names| names.split(',').any(|n| n == name)) {
+    if skipped(name) {
         return Vec::new();
     }
     let [hf, f32_gguf, f16_gguf] = model_paths(name);
@@ -68,6 +80,11 @@ fn formats(name: &str) -> Vec<PathBuf> {
             other => panic!("PAGODA_FAMILY_FORMATS: {other:?} is none of hf, f32, f16"),
         })
         .collect()
+}
+
+/// Whether `PAGODA_FAMILY_SKIP` (comma-separated) names family `name`.
+fn skipped(name: &str) -> bool {
+    std::env::var("PAGODA_FAMILY_SKIP").is_ok_and(|names| names.split(',').any(|n| n == name))
 }
 
 fn ids(value: &Value) -> Vec<u32> {
@@ -109,11 +126,17 @@ fn compare_row(row: &[f32], reference: &Value, fixed_ids: &[u32], atol: f64, wha
 
 /// Checks every prompt's logits of the model at `path` against the fixture.
 fn check_logits(ctx: &GpuContext, name: &str, path: &PathBuf, atol: f64) {
+    check_prompt_logits(ctx, name, path, atol, |_| true);
+}
+
+/// [`check_logits`] for the fixture's prompts `wanted` picks by name.
+fn check_prompt_logits(ctx: &GpuContext, name: &str, path: &PathBuf, atol: f64, wanted: fn(&str) -> bool) {
     let reference = fixture(name);
     let files = ModelFiles::open(path).unwrap();
     let model = LlamaModel::load(ctx, &files, false).unwrap();
     let fixed_ids = ids(&reference["fixed_ids"]);
-    for prompt in reference["prompts"].as_array().unwrap() {
+    let prompts = reference["prompts"].as_array().unwrap();
+    for prompt in prompts.iter().filter(|p| wanted(p["name"].as_str().unwrap())) {
         let tokens = ids(&prompt["ids"]);
         let rows = gpu_logits(ctx, &model, &tokens);
         let expected = prompt["logits"].as_array().unwrap();
@@ -413,7 +436,8 @@ fn phi3_longrope_matches_transformers_for_the_factors_both_use() {
 
 /// Every family's greedy tokens do not depend on batching, chunked prefill or RECOMPUTE
 /// preemption: the fixture prompts run together through a pool too small for them, in
-/// 7-token steps, give bit for bit the tokens each gives alone.
+/// 7-token steps, give bit for bit the tokens each gives alone (the families
+/// `PAGODA_FAMILY_SKIP` names left out).
 #[test]
 fn every_family_is_batch_and_preemption_invariant() {
     const BLOCK: usize = 4;
@@ -429,8 +453,12 @@ fn every_family_is_batch_and_preemption_invariant() {
         "phi3-longrope",
         "qwen3-moe",
         "mixtral",
+        "qwen2-moe",
         "gpt-oss",
-    ] {
+    ]
+    .into_iter()
+    .filter(|name| !skipped(name))
+    {
         let files = ModelFiles::open(families_dir().join(name)).unwrap();
         let sched = |budget| SchedulerConfig {
             max_num_batched_tokens: budget,
@@ -622,4 +650,48 @@ fn gpt_oss_renders_its_chat_template_as_transformers_does() {
         };
         assert_eq!(encoded.unwrap(), ids(&prompt["ids"]), "gpt-oss: {} prompt ids", prompt["name"]);
     }
+}
+
+/// gpt-oss's MXFP4 checkpoint in the hub's form (experts as `_blocks`/`_scales`, written by
+/// scripts/tiny-families.py): its experts stay MXFP4, byte for byte the tensors llama.cpp's
+/// converter repacks the same checkpoint into (tests/fixtures/families/gpt-oss-mxfp4.json),
+/// dequantized to the f32 checkpoint's very experts (which transformers reads it back to), and
+/// its logits match transformers' at every position of the long prompt (past the 16-token
+/// window; the f32 checkpoint's test covers the others, these experts being its very values).
+#[test]
+fn gpt_oss_mxfp4_checkpoint_stays_mxfp4_as_llama_cpp_repacks_it_and_matches_transformers() {
+    let reference = fixture("gpt-oss-mxfp4");
+    assert_eq!(reference["transformers"]["parameters_equal_f32"], true);
+    assert_eq!(reference["transformers"]["max_logit_difference"], 0.0);
+    let path = families_dir().join("gpt-oss/mxfp4");
+    let files = ModelFiles::open(&path).unwrap();
+    let f32_files = ModelFiles::open(families_dir().join("gpt-oss")).unwrap();
+    let (weights, f32_weights) = (files.llama_weights().unwrap(), f32_files.llama_weights().unwrap());
+    fn experts<'a>(w: &LayerWeights<'a>) -> Vec<ExpertWeights<'a>> {
+        match &w.mlp {
+            MlpWeights::Experts { experts, .. } => experts.clone(),
+            MlpWeights::Dense(_) => panic!("gpt-oss has experts"),
+        }
+    }
+    fn of<'a>(e: &ExpertWeights<'a>, pick: usize) -> TensorView<'a> {
+        [&e.gate_proj, &e.up_proj, &e.down_proj][pick].clone()
+    }
+    let tensors = reference["converter"]["tensors"].as_array().unwrap();
+    for (l, (layer, f32_layer)) in weights.layers.iter().zip(&f32_weights.layers).enumerate() {
+        let (mx, f) = (experts(layer), experts(f32_layer));
+        for (part, pick) in [("gate", 0), ("up", 1), ("down", 2)] {
+            let bytes: Vec<u8> = mx.iter().flat_map(|e| of(e, pick).data.to_vec()).collect();
+            let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+            let name = format!("blk.{l}.ffn_{part}_exps.weight");
+            let expected = tensors.iter().find(|t| t["name"] == name.as_str()).unwrap();
+            assert_eq!(expected["type"], "MXFP4");
+            assert_eq!(digest, expected["sha256"].as_str().unwrap(), "{name}: the converter's bytes");
+            for (x, (m, w)) in mx.iter().zip(&f).enumerate() {
+                assert_eq!(of(m, pick).dtype, DType::MXFP4, "{name} expert {x} stays MXFP4");
+                let (got, want) = (of(m, pick).to_f32(), of(w, pick).to_f32());
+                assert_eq!(got, want, "{name} expert {x}: the f32 checkpoint's values");
+            }
+        }
+    }
+    check_prompt_logits(&ctx(), "gpt-oss", &path, 1e-3, |name| name == "long");
 }

@@ -1,7 +1,8 @@
 //! Mixture-of-experts layers keep the invariance rule bit for bit: a token's logits do not
 //! depend on the other sequences of its batch (which share its experts or not), on how its
 //! prompt is cut into chunks, or on whether it is decoded one token at a time. The tiny
-//! Qwen3-MoE, Mixtral and gpt-oss models of scripts/tiny-families.py (`PAGODA_FAMILIES_DIR`);
+//! Qwen3-MoE, Mixtral, Qwen2-MoE and gpt-oss models of scripts/tiny-families.py
+//! (`PAGODA_FAMILIES_DIR`);
 //! their parity with transformers is tests/model_families.rs'.
 
 use std::path::PathBuf;
@@ -131,11 +132,25 @@ fn mixtral_logits_do_not_depend_on_batch_chunks_or_decoding() {
     check_invariance("mixtral", "mixtral.f32.gguf");
 }
 
+/// Qwen2-MoE: 4 of 8 experts, not renormalised, and the shared expert every row goes through
+/// (its gate's sigmoid read back with the router's choice), from the F16 GGUF.
+#[test]
+fn qwen2_moe_with_its_shared_expert_logits_do_not_depend_on_batch_chunks_or_decoding() {
+    check_invariance("qwen2-moe", "qwen2-moe.f16.gguf");
+}
+
 /// gpt-oss from its HF directory: biased experts through the clamped SwiGLU, attention sinks,
 /// a sliding layer (16 keys, which the long prompts pass) beside a full one.
 #[test]
 fn gpt_oss_logits_do_not_depend_on_batch_chunks_or_decoding() {
     check_invariance("gpt-oss", "");
+}
+
+/// gpt-oss from its MXFP4 checkpoint: the experts' MXFP4 linears (GEMV and GEMM) keep every
+/// row's bits whatever the rows beside it.
+#[test]
+fn gpt_oss_mxfp4_logits_do_not_depend_on_batch_chunks_or_decoding() {
+    check_invariance("gpt-oss", "mxfp4");
 }
 
 /// `pagoda info`'s numbers for the tiny Qwen3-MoE: every parameter, and a token's share — all
@@ -156,4 +171,21 @@ fn a_token_reads_only_its_experts() {
     let f16 = ModelFiles::open(path.join("qwen3-moe.f16.gguf")).unwrap();
     let g = Footprint::of(&f16.llama_weights().unwrap(), 2);
     assert_eq!(g.bytes - g.bytes_per_token, layers * 6 * expert * 2, "unchosen f16 experts");
+}
+
+/// The tiny Qwen2-MoE's: its shared expert (3 matrices of 64 × 64 and a gate of 64) is read by
+/// every token, beside 4 of its 8 routed experts (3 matrices of 32 × 64 each).
+#[test]
+fn a_token_reads_the_shared_expert_and_its_routed_ones() {
+    let path = std::env::var_os("PAGODA_FAMILIES_DIR").map(PathBuf::from).unwrap().join("qwen2-moe");
+    let files = ModelFiles::open(path.join("qwen2-moe.f32.gguf")).unwrap();
+    let moe = files.config.moe.unwrap();
+    assert_eq!((moe.experts_per_token, moe.shared_expert_intermediate_size), (4, Some(64)));
+    let f = Footprint::of(&files.llama_weights().unwrap(), 4);
+    let (vocab, hidden, layers) = (151_936u64, 64u64, 2u64);
+    let attention = hidden + 64 * 64 + 2 * (32 * 64) + 64 * 64 + (64 + 2 * 32) + hidden;
+    let (expert, shared) = (3 * 32 * 64, 3 * 64 * 64 + 64);
+    let layer = attention + 8 * 64 + 8 * expert + shared;
+    assert_eq!(f.parameters, 2 * vocab * hidden + layers * layer + hidden);
+    assert_eq!(f.active_parameters, f.parameters - layers * 4 * expert);
 }

@@ -116,6 +116,7 @@ pub enum MlpActivation {
 /// | qwen2   | Q/K/V biases; a `sliding_window` it does not use (`use_sliding_window: false`) |
 /// | qwen3   | per-head RMSNorm of q and k before RoPE |
 /// | qwen3_moe | Qwen3 with a mixture of experts for every MLP ([`MoeConfig`]) |
+/// | qwen2_moe | Qwen2 with a mixture of experts for every MLP and a sigmoid-gated shared expert beside them |
 /// | mixtral | Mistral with a mixture of experts for every MLP, no sliding window |
 /// | gemma2  | `(1 + w)` norms, embeddings × √hidden, GELU-tanh MLP, norms after attention and MLP, soft-capped attention scores and final logits, `query_pre_attn_scalar`, sliding window on even layers, tied head |
 /// | gemma3  | Gemma 2 without soft-capping, with q/k norms, a local RoPE base on sliding layers, 5 sliding layers to 1 full (or the file's own pattern) |
@@ -142,7 +143,7 @@ fn traits(architecture: &str) -> FamilyTraits {
         sliding_pattern: None,
     };
     match architecture {
-        "qwen2" => FamilyTraits { attention_bias: true, ..llama },
+        "qwen2" | "qwen2_moe" | "qwen2moe" => FamilyTraits { attention_bias: true, ..llama },
         "qwen3" | "qwen3moe" | "qwen3_moe" => FamilyTraits { qk_norm: true, ..llama },
         "phi3" => FamilyTraits { fused: true, ..llama },
         "gpt_oss" | "gpt-oss" => FamilyTraits { attention_bias: true, sliding_pattern: Some(2), ..llama },
@@ -270,7 +271,7 @@ pub enum ConfigError {
     },
     /// An architecture pagoda does not run.
     #[error(
-        "unsupported architecture {0:?} (supported: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss)"
+        "unsupported architecture {0:?} (supported: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3, phi3, gpt_oss)"
     )]
     UnsupportedArchitecture(String),
     /// Reading GGUF metadata failed.
@@ -295,11 +296,13 @@ impl From<InvalidPattern> for ConfigError {
     }
 }
 
-const SUPPORTED: [&str; 13] = [
+const SUPPORTED: [&str; 15] = [
     "llama",
     "mistral",
     "mixtral",
     "qwen2",
+    "qwen2_moe",
+    "qwen2moe",
     "qwen3",
     "qwen3_moe",
     "qwen3moe",
@@ -353,6 +356,7 @@ impl ModelConfig {
         }
         let bos_token_id = ids_of(config.get("bos_token_id"), "bos_token_id")?.first().copied();
         refuse_unsupported_math(config)?;
+        refuse_quantization(config, &architecture)?;
         let family = traits(&architecture);
         let num_hidden_layers = layer_count(f.usize("num_hidden_layers")?, "num_hidden_layers")?;
         let sliding_pattern = f.opt_usize("sliding_window_pattern")?.or(family.sliding_pattern);
@@ -378,7 +382,11 @@ impl ModelConfig {
             max_position_embeddings: f.usize("max_position_embeddings")?,
             tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(family.gemma),
             fused_projections: family.fused,
-            attention_bias: f.opt_bool("attention_bias")?.unwrap_or(family.attention_bias),
+            // Qwen2-MoE's config names its Q/K/V biases `qkv_bias` (transformers 5; always on before)
+            attention_bias: f
+                .opt_bool("attention_bias")?
+                .or(f.opt_bool("qkv_bias")?)
+                .unwrap_or(family.attention_bias),
             qk_norm: family.qk_norm,
             layer_windows: hf_layer_windows(config, num_hidden_layers, sliding_pattern)?,
             mlp_activation: hf_mlp_activation(config)?,
@@ -510,7 +518,7 @@ impl ModelConfig {
             rope_scaling,
             rope_variant: if matches!(
                 architecture,
-                "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "phi3" | "gpt-oss"
+                "qwen2" | "qwen2moe" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "phi3" | "gpt-oss"
             ) {
                 RopeVariant::HalfSplit
             } else {
@@ -762,6 +770,23 @@ fn hf_rope_theta(config: &Value) -> Result<f32, ConfigError> {
         }
     }
     Ok(Fields(config).opt_f32("rope_theta")?.unwrap_or(10000.0))
+}
+
+/// Refuses a `quantization_config` pagoda does not read: all but gpt-oss's `mxfp4` (its experts
+/// in MXFP4 blocks, read by [`super::gpt_oss`]). GPTQ, AWQ, FP8 and the rest would otherwise
+/// fail later on their tensors' types, or not at all.
+fn refuse_quantization(config: &Value, architecture: &str) -> Result<(), ConfigError> {
+    let Some(q) = config.get("quantization_config").filter(|v| !v.is_null()) else { return Ok(()) };
+    match q.get("quant_method").and_then(Value::as_str) {
+        Some("mxfp4") if architecture == "gpt_oss" => Ok(()),
+        method => Err(ConfigError::Unsupported {
+            field: "quantization_config".into(),
+            reason: format!(
+                "{} weights (pagoda reads MXFP4 gpt-oss checkpoints; other quantized models load as GGUF)",
+                method.unwrap_or("unnamed")
+            ),
+        }),
+    }
 }
 
 /// Refuses the fields that change the math of a Llama-family decoder in ways the forward pass
@@ -1101,6 +1126,22 @@ mod tests {
                 other => panic!("{scaling}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn quantized_checkpoints_other_than_gpt_oss_mxfp4_are_refused_by_name() {
+        for method in ["gptq", "awq", "fp8", "mxfp4"] {
+            let mut v = base();
+            v["quantization_config"] = json!({"quant_method": method, "bits": 4});
+            assert!(
+                matches!(ModelConfig::from_hf_json(&v, None), Err(ConfigError::Unsupported { field, reason })
+                    if field == "quantization_config" && reason.starts_with(method)),
+                "{method} on llama"
+            );
+        }
+        let mut v = base();
+        v["quantization_config"] = Value::Null;
+        assert!(ModelConfig::from_hf_json(&v, None).is_ok());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What a model holds and what decoding one token reads of it: parameters in all and active
-//! (a mixture of experts uses `experts_per_token` of its experts), weight bytes in all and read
-//! a token (the token embedding's one row, and only the chosen experts of each layer).
+//! (a mixture of experts uses `experts_per_token` of its experts, and its shared expert), weight
+//! bytes in all and read a token (the token embedding's one row, and only the chosen experts of
+//! each layer).
 
 use super::tensor::TensorView;
 use super::weights::{LlamaWeights, MlpWeights};
@@ -61,8 +62,13 @@ impl Footprint {
                 MlpWeights::Dense(m) => {
                     [&m.gate_proj, &m.up_proj, &m.down_proj].into_iter().for_each(|t| add(t, true))
                 }
-                MlpWeights::Experts { router, router_bias, experts } => {
+                MlpWeights::Experts { router, router_bias, experts, shared } => {
                     router_bias.iter().chain([router]).for_each(|t| add(t, true));
+                    if let Some(s) = shared {
+                        [&s.gate, &s.mlp.gate_proj, &s.mlp.up_proj, &s.mlp.down_proj]
+                            .into_iter()
+                            .for_each(|t| add(t, true));
+                    }
                     for (e, m) in experts.iter().enumerate() {
                         // which experts a token takes varies; each costs the same
                         let active = e < experts_per_token;

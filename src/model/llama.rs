@@ -17,7 +17,7 @@ use super::files::ModelFiles;
 use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::lora::LoraTarget;
 use super::lora::bank::LoraSlots;
-use super::moe_layer::{MoeBuffers, MoeLayer};
+use super::moe_layer::{MoeBuffers, MoeLayer, SharedExpert};
 use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use super::yarn::yarn_inv_freq;
@@ -145,9 +145,11 @@ impl LlamaModel {
         let per_layer = 6 + optional.iter().filter(|(on, _)| *on).map(|(_, n)| n).sum::<u64>();
         let mlp_tensors = |w: &LayerWeights<'_>| match &w.mlp {
             MlpWeights::Dense(_) => 3,
-            MlpWeights::Experts { experts, router_bias, .. } => {
+            MlpWeights::Experts { experts, router_bias, shared, .. } => {
                 let biases = if experts.iter().any(|e| e.biases.is_some()) { 3 } else { 0 };
-                1 + u64::from(router_bias.is_some()) + (3 + biases) * experts.len() as u64
+                1 + u64::from(router_bias.is_some())
+                    + (3 + biases) * experts.len() as u64
+                    + if shared.is_some() { 4 } else { 0 }
             }
         };
         let total = weights.layers.iter().map(|w| per_layer + mlp_tensors(w)).sum::<u64>() + 3;
@@ -952,7 +954,7 @@ impl Loader<'_> {
             post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| self.norm(ffn)).transpose()?,
             mlp: match &w.mlp {
                 MlpWeights::Dense(mlp) => GpuMlp::Dense(self.gated_mlp(&format!("layers.{l}"), mlp)?),
-                MlpWeights::Experts { router, router_bias, experts } => GpuMlp::Experts(MoeLayer {
+                MlpWeights::Experts { router, router_bias, experts, shared } => GpuMlp::Experts(MoeLayer {
                     router: self.matrix(&format!("layers.{l}.router"), router)?,
                     router_bias: router_bias
                         .as_ref()
@@ -964,6 +966,13 @@ impl Loader<'_> {
                         .enumerate()
                         .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
                         .collect::<Result<_, _>>()?,
+                    shared: match shared {
+                        Some(s) => Some(Box::new(SharedExpert {
+                            mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp)?,
+                            gate: self.matrix(&format!("layers.{l}.shared_expert_gate"), &s.gate)?,
+                        })),
+                        None => None,
+                    },
                     moe: self.config.moe.ok_or_else(|| {
                         LlamaError::Unsupported("expert weights in a model without experts".into())
                     })?,

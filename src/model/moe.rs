@@ -60,11 +60,15 @@ pub struct MoeConfig {
     pub expert_intermediate_size: usize,
     /// How the router picks and weighs them.
     pub rule: RouterRule,
+    /// Intermediate width of the shared expert every token also goes through, its output
+    /// times `sigmoid(shared_expert_gate · x)` (Qwen2-MoE); `None`: no shared expert.
+    pub shared_expert_intermediate_size: Option<usize>,
 }
 
 impl MoeConfig {
-    /// The experts of an HF config (`qwen3_moe`, `mixtral`), `None` for a dense family.
-    /// Qwen3-MoE's dense layers (`mlp_only_layers`, `decoder_sparse_step` > 1) are refused.
+    /// The experts of an HF config (`qwen3_moe`, `qwen2_moe`, `mixtral`, `gpt_oss`), `None`
+    /// for a dense family. Qwen's dense layers between expert layers (`mlp_only_layers`,
+    /// `decoder_sparse_step` > 1) are refused.
     pub fn from_hf(architecture: &str, config: &Value) -> Result<Option<Self>, MoeConfigError> {
         let field = |name: &str| config.get(name).filter(|v| !v.is_null());
         let count = |name: &str| -> Result<usize, MoeConfigError> {
@@ -72,7 +76,7 @@ impl MoeConfig {
             v.as_u64().map(|n| n as usize).ok_or_else(|| invalid(name, format!("{v} is not a count")))
         };
         let moe = match architecture {
-            "qwen3_moe" => {
+            "qwen3_moe" | "qwen2_moe" => {
                 if field("mlp_only_layers").and_then(Value::as_array).is_some_and(|l| !l.is_empty()) {
                     return Err(unsupported("mlp_only_layers", "dense MLP layers between expert layers"));
                 }
@@ -90,6 +94,10 @@ impl MoeConfig {
                     experts_per_token: count("num_experts_per_tok")?,
                     expert_intermediate_size: count("moe_intermediate_size")?,
                     rule: RouterRule::SoftmaxTopK { renormalize },
+                    shared_expert_intermediate_size: match architecture {
+                        "qwen2_moe" => Some(count("shared_expert_intermediate_size")?),
+                        _ => None,
+                    },
                 }
             }
             "mixtral" => Self {
@@ -97,12 +105,14 @@ impl MoeConfig {
                 experts_per_token: count("num_experts_per_tok")?,
                 expert_intermediate_size: count("intermediate_size")?,
                 rule: RouterRule::SoftmaxTopK { renormalize: true },
+                shared_expert_intermediate_size: None,
             },
             "gpt_oss" => Self {
                 num_experts: count("num_local_experts")?,
                 experts_per_token: count("num_experts_per_tok")?,
                 expert_intermediate_size: count("intermediate_size")?,
                 rule: RouterRule::TopKSoftmax,
+                shared_expert_intermediate_size: None,
             },
             _ => return Ok(None),
         };
@@ -111,8 +121,10 @@ impl MoeConfig {
 
     /// The experts of a GGUF file's metadata (`{arch}.expert_count` and the rest), `None` when
     /// it has none. Qwen3-MoE and Mixtral (a `llama` file with experts) renormalise the
-    /// chosen weights, as llama.cpp does for them, unless `{arch}.expert_weights_norm` says
-    /// otherwise; gpt-oss takes the softmax of the top k logits.
+    /// chosen weights, as llama.cpp does for them, Qwen2-MoE does not (llama.cpp's
+    /// `qwen2moe`), unless `{arch}.expert_weights_norm` says otherwise; gpt-oss takes the
+    /// softmax of the top k logits. A shared expert has its width in
+    /// `{arch}.expert_shared_feed_forward_length`.
     pub fn from_gguf(
         architecture: &str,
         gguf: &GgufFile,
@@ -131,18 +143,28 @@ impl MoeConfig {
         let experts_per_token = count("expert_used_count")?
             .ok_or_else(|| MoeConfigError::MissingField(key("expert_used_count")))?;
         let expert_intermediate_size = count("expert_feed_forward_length")?.unwrap_or(feed_forward);
-        let renormalize = gguf.get_bool(&key("expert_weights_norm"))?.unwrap_or(true);
+        let renormalize = gguf.get_bool(&key("expert_weights_norm"))?.unwrap_or(architecture != "qwen2moe");
         let rule = match architecture {
             "gpt-oss" => RouterRule::TopKSoftmax,
             _ => RouterRule::SoftmaxTopK { renormalize },
         };
-        let moe = Self { num_experts, experts_per_token, expert_intermediate_size, rule };
+        let shared_expert_intermediate_size = count("expert_shared_feed_forward_length")?;
+        let moe = Self {
+            num_experts,
+            experts_per_token,
+            expert_intermediate_size,
+            rule,
+            shared_expert_intermediate_size,
+        };
         moe.validate().map(Some)
     }
 
     fn validate(self) -> Result<Self, MoeConfigError> {
         if self.num_experts == 0 || self.expert_intermediate_size == 0 {
             return Err(invalid("num_experts", "experts and their width must be positive".into()));
+        }
+        if self.shared_expert_intermediate_size == Some(0) {
+            return Err(invalid("shared_expert_intermediate_size", "the shared expert's width is 0".into()));
         }
         if self.experts_per_token == 0 || self.experts_per_token > self.num_experts {
             return Err(invalid(
@@ -231,7 +253,13 @@ mod tests {
     use super::*;
 
     fn moe(rule: RouterRule) -> MoeConfig {
-        MoeConfig { num_experts: 4, experts_per_token: 2, expert_intermediate_size: 8, rule }
+        MoeConfig {
+            num_experts: 4,
+            experts_per_token: 2,
+            expert_intermediate_size: 8,
+            rule,
+            shared_expert_intermediate_size: None,
+        }
     }
 
     #[test]
@@ -291,5 +319,18 @@ mod tests {
             serde_json::json!({"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 64});
         let m = MoeConfig::from_hf("mixtral", &x).unwrap().unwrap();
         assert_eq!((m.expert_intermediate_size, m.rule), (64, RouterRule::SoftmaxTopK { renormalize: true }));
+        assert_eq!(m.shared_expert_intermediate_size, None);
+        let mut shared = q.clone();
+        shared["norm_topk_prob"] = Value::Null;
+        shared["shared_expert_intermediate_size"] = serde_json::json!(64);
+        let m = MoeConfig::from_hf("qwen2_moe", &shared).unwrap().unwrap();
+        assert_eq!(m.shared_expert_intermediate_size, Some(64));
+        assert_eq!(m.rule, RouterRule::SoftmaxTopK { renormalize: false }, "Qwen2-MoE's default");
+        assert!(matches!(
+            MoeConfig::from_hf("qwen2_moe", &q),
+            Err(MoeConfigError::MissingField(f)) if f == "shared_expert_intermediate_size"
+        ));
+        shared["shared_expert_intermediate_size"] = serde_json::json!(0);
+        assert!(matches!(MoeConfig::from_hf("qwen2_moe", &shared), Err(MoeConfigError::InvalidField { .. })));
     }
 }

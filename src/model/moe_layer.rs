@@ -7,6 +7,11 @@
 //! chose are not read. A token's output depends on its own row only: its experts come from its
 //! own logits, every linear's row is reduced in one order whatever the rows beside it, and its
 //! slots are added in its own routing's order.
+//!
+//! A shared expert (Qwen2-MoE) runs over every row as one more slot, after the routed ones:
+//! its gate's logit is read back with the router's, and its output rows are weighted by the
+//! gate's sigmoid as a routed expert's are by the router. So a token's MLP output is
+//! `((e_1 + e_2 + ...) + shared)` in that order, whatever its batch.
 
 use super::gated_mlp::{GateUp, GatedMlp, record_biased_expert, record_gate_up};
 use super::moe::{MoeConfig, group_by_expert};
@@ -23,17 +28,28 @@ pub(super) struct MoeLayer {
     pub(super) swiglu_limit: Option<f32>,
     /// Each expert's gated MLP, in expert order.
     pub(super) experts: Vec<GatedMlp>,
+    /// The shared expert every token goes through (Qwen2-MoE).
+    pub(super) shared: Option<Box<SharedExpert>>,
     /// Its shape and routing rule.
     pub(super) moe: MoeConfig,
 }
 
-/// The workspace's buffers of a mixture-of-experts model: each token's router logits and its
-/// weighted expert outputs (slot-major: `experts_per_token` blocks of `T` rows).
+/// A shared expert on the GPU: its gated MLP and its gate, `[1, hidden]`.
+#[derive(Debug)]
+pub(super) struct SharedExpert {
+    pub(super) mlp: GatedMlp,
+    pub(super) gate: Weight,
+}
+
+/// The workspace's buffers of a mixture-of-experts model: each token's router logits, its
+/// shared expert's gate logit, and its weighted expert outputs (slot-major: one block of `T`
+/// rows per routed expert a token takes, then the shared expert's).
 #[derive(Debug)]
 pub(super) struct MoeBuffers {
     logits: Tensor,
+    shared_gate: Option<Tensor>,
     slots: Tensor,
-    experts_per_token: usize,
+    slots_per_token: usize,
 }
 
 impl MoeBuffers {
@@ -44,10 +60,13 @@ impl MoeBuffers {
         hidden: usize,
         max_tokens: usize,
     ) -> Result<Self, GpuError> {
+        let shared = moe.shared_expert_intermediate_size.is_some();
+        let slots_per_token = moe.experts_per_token + usize::from(shared);
         Ok(Self {
             logits: ctx.tensor(Elem::F32, &[max_tokens, moe.num_experts])?,
-            slots: ctx.tensor(Elem::F32, &[moe.experts_per_token * max_tokens, hidden])?,
-            experts_per_token: moe.experts_per_token,
+            shared_gate: shared.then(|| ctx.tensor(Elem::F32, &[max_tokens, 1])).transpose()?,
+            slots: ctx.tensor(Elem::F32, &[slots_per_token * max_tokens, hidden])?,
+            slots_per_token,
         })
     }
 
@@ -55,8 +74,9 @@ impl MoeBuffers {
     pub(super) fn rows(&self, t: usize) -> Result<Self, GpuError> {
         Ok(Self {
             logits: self.logits.rows(t)?,
-            slots: self.slots.rows(self.experts_per_token * t)?,
-            experts_per_token: self.experts_per_token,
+            shared_gate: self.shared_gate.as_ref().map(|g| g.rows(t)).transpose()?,
+            slots: self.slots.rows(self.slots_per_token * t)?,
+            slots_per_token: self.slots_per_token,
         })
     }
 }
@@ -84,9 +104,22 @@ impl MoeLayer {
             Some(bias) => step.linear_into(h, &self.router, Some(bias), &buffers.logits, 0)?,
             None => step.linear(h, &self.router, &buffers.logits)?,
         }
+        let gate_read = match (&self.shared, &buffers.shared_gate) {
+            (Some(shared), Some(gate)) => {
+                step.linear(h, &shared.gate, gate)?;
+                Some(step.read(gate))
+            }
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(GpuError::Shape(
+                    "a workspace made for another model: no shared expert's gate buffer".into(),
+                ));
+            }
+        };
         let read = step.read(&buffers.logits);
         let ctx = step.ctx;
-        let logits = step.submit()?.f32s(read);
+        let mut out = step.submit()?;
+        let logits = out.f32s(read);
         let groups = group_by_expert(&self.moe, &logits);
         let mut step = ctx.step();
         // the step's inputs first, then its dispatches
@@ -105,6 +138,20 @@ impl MoeLayer {
             step.write_u32(&inputs.scales, &bits)?;
             chosen.push(inputs);
         }
+        // the shared expert's rows: every token's, to the last slot, weighted by its gate
+        let shared_inputs = match gate_read {
+            Some(read) => {
+                let t = logits.len() / self.moe.num_experts;
+                let first = self.moe.experts_per_token * t;
+                let outputs = step.scratch(Elem::U32, &[t])?;
+                let scales = step.scratch(Elem::U32, &[t])?;
+                step.write_u32(&outputs, &(first..first + t).map(|r| r as u32).collect::<Vec<_>>())?;
+                let bits: Vec<u32> = out.f32s(read).iter().map(|&g| sigmoid(g).to_bits()).collect();
+                step.write_u32(&scales, &bits)?;
+                Some((outputs, scales))
+            }
+            None => None,
+        };
         let (hidden, ff) = (h.shape()[1], self.moe.expert_intermediate_size);
         for inputs in &chosen {
             let n = inputs.tokens.len();
@@ -130,7 +177,26 @@ impl MoeLayer {
             }
             step.scatter_rows(&out, &inputs.outputs, &inputs.scales, &buffers.slots)?;
         }
-        step.moe_combine(x, &buffers.slots, buffers.experts_per_token)?;
+        if let (Some(shared), Some((outputs, scales))) = (&self.shared, &shared_inputs) {
+            let (n, ff) = (outputs.len(), shared.mlp.down_proj.cols());
+            let act_out = step.scratch(Elem::F32, &[n, ff])?;
+            let split = match shared.mlp.gate_up {
+                GateUp::Split { .. } => {
+                    Some([step.scratch(Elem::F32, &[n, ff])?, step.scratch(Elem::F32, &[n, ff])?])
+                }
+                GateUp::Gated(_) => None,
+            };
+            let out = step.scratch(Elem::F32, &[n, hidden])?;
+            record_gate_up(&mut step, &shared.mlp.gate_up, act, h.into(), &act_out, split.as_ref())?;
+            step.linear(&act_out, &shared.mlp.down_proj, &out)?;
+            step.scatter_rows(&out, outputs, scales, &buffers.slots)?;
+        }
+        step.moe_combine(x, &buffers.slots, buffers.slots_per_token)?;
         Ok(step)
     }
+}
+
+/// `1 / (1 + e^-x)` in f32: the shared expert's weight from its gate's logit.
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }

@@ -1,5 +1,6 @@
 //! Memory-mapped safetensors: one `model.safetensors` or shards listed in
-//! `model.safetensors.index.json`; f32, f16 and bf16 tensors.
+//! `model.safetensors.index.json`; f32, f16 and bf16 tensors, and u8 ones as packed bytes
+//! (gpt-oss's MXFP4 `_blocks` and `_scales`, which [`super::gpt_oss`] repacks at load).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -11,6 +12,9 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::tensor::TensorView;
 use crate::dtype::DType;
+
+/// The dtypes a weight may have.
+const WEIGHT_DTYPES: &str = "F32, F16 or BF16";
 
 /// Name of a single-file checkpoint.
 pub const SINGLE_FILE: &str = "model.safetensors";
@@ -48,12 +52,14 @@ pub enum SafetensorsError {
     #[error("no {SINGLE_FILE} or {INDEX_FILE} in {0}")]
     NotFound(PathBuf),
     /// A tensor of a type pagoda does not load.
-    #[error("tensor {name:?} has dtype {dtype}, expected F32, F16 or BF16")]
+    #[error("tensor {name:?} has dtype {dtype}, expected {expected}")]
     UnsupportedDtype {
         /// The tensor.
         name: String,
         /// Its dtype.
         dtype: String,
+        /// What was expected of it.
+        expected: &'static str,
     },
     /// A tensor the caller asked for is absent.
     #[error("tensor {0:?} not found in the safetensors checkpoint")]
@@ -63,7 +69,8 @@ pub enum SafetensorsError {
 #[derive(Debug)]
 struct Entry {
     shard: usize,
-    dtype: DType,
+    /// `None`: u8 bytes, read only by [`SafetensorsFiles::packed`].
+    dtype: Option<DType>,
     shape: Vec<usize>,
     start: usize,
     end: usize,
@@ -78,12 +85,15 @@ pub struct SafetensorsFiles {
     derived: HashMap<String, Derived>,
 }
 
-/// A tensor made from the file's own ones (gpt-oss's experts cut and transposed).
+/// A tensor made from the file's own ones (gpt-oss's experts cut and transposed, or repacked
+/// from MXFP4 bytes).
 #[derive(Debug)]
 struct Derived {
     dtype: DType,
     shape: Vec<usize>,
     data: Vec<u8>,
+    /// Listed by [`SafetensorsFiles::tensors`]: it stands for packed tensors, which are not.
+    listed: bool,
 }
 
 impl SafetensorsFiles {
@@ -148,11 +158,16 @@ impl SafetensorsFiles {
             let data_start = 8 + header_len;
             for (name, info) in metadata.tensors() {
                 let dtype = match info.dtype {
-                    Dtype::F32 => DType::F32,
-                    Dtype::F16 => DType::F16,
-                    Dtype::BF16 => DType::BF16,
+                    Dtype::F32 => Some(DType::F32),
+                    Dtype::F16 => Some(DType::F16),
+                    Dtype::BF16 => Some(DType::BF16),
+                    Dtype::U8 => None,
                     other => {
-                        return Err(SafetensorsError::UnsupportedDtype { name, dtype: format!("{other:?}") });
+                        return Err(SafetensorsError::UnsupportedDtype {
+                            name,
+                            dtype: format!("{other:?}"),
+                            expected: WEIGHT_DTYPES,
+                        });
                     }
                 };
                 let (start, end) = info.data_offsets;
@@ -187,16 +202,44 @@ impl SafetensorsFiles {
     /// [`Self::tensor`] and [`Self::has_tensor`], not listed by [`Self::tensors`] or
     /// [`Self::names`] (which list what the files hold).
     pub fn add_derived(&mut self, name: String, dtype: DType, shape: Vec<usize>, data: Vec<u8>) {
-        self.derived.insert(name, Derived { dtype, shape, data });
+        self.derived.insert(name, Derived { dtype, shape, data, listed: false });
     }
 
-    /// Every tensor of the checkpoint, in no particular order.
+    /// [`Self::add_derived`] for a tensor made from packed (u8) ones, which it stands for in
+    /// [`Self::tensors`].
+    pub fn add_repacked(&mut self, name: String, dtype: DType, shape: Vec<usize>, data: Vec<u8>) {
+        self.derived.insert(name, Derived { dtype, shape, data, listed: true });
+    }
+
+    /// Every weight of the checkpoint, in no particular order: the files' typed tensors and
+    /// what packed ones were repacked into.
     pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
-        self.entries.values().map(|e| TensorView {
-            dtype: e.dtype,
-            shape: Cow::Borrowed(&e.shape),
-            data: &self.maps[e.shard][e.start..e.end],
-        })
+        let stored = self.entries.values().filter_map(|e| {
+            Some(TensorView {
+                dtype: e.dtype?,
+                shape: Cow::Borrowed(&e.shape),
+                data: &self.maps[e.shard][e.start..e.end],
+            })
+        });
+        let repacked = self.derived.values().filter(|d| d.listed).map(|d| TensorView {
+            dtype: d.dtype,
+            shape: Cow::Borrowed(&d.shape),
+            data: &d.data,
+        });
+        stored.chain(repacked)
+    }
+
+    /// A u8 tensor's shape and bytes (gpt-oss's MXFP4 blocks and scales).
+    pub fn packed(&self, name: &str) -> Result<(&[usize], &[u8]), SafetensorsError> {
+        let e = self.entries.get(name).ok_or_else(|| SafetensorsError::MissingTensor(name.to_owned()))?;
+        match e.dtype {
+            None => Ok((&e.shape, &self.maps[e.shard][e.start..e.end])),
+            Some(dtype) => Err(SafetensorsError::UnsupportedDtype {
+                name: name.to_owned(),
+                dtype: dtype.name().to_uppercase(),
+                expected: "U8 (packed MXFP4 blocks or scales)",
+            }),
+        }
     }
 
     /// The named tensor, or `MissingTensor`.
@@ -205,11 +248,12 @@ impl SafetensorsFiles {
             return Ok(TensorView { dtype: d.dtype, shape: Cow::Borrowed(&d.shape), data: &d.data });
         }
         let e = self.entries.get(name).ok_or_else(|| SafetensorsError::MissingTensor(name.to_owned()))?;
-        Ok(TensorView {
-            dtype: e.dtype,
-            shape: Cow::Borrowed(&e.shape),
-            data: &self.maps[e.shard][e.start..e.end],
-        })
+        let dtype = e.dtype.ok_or_else(|| SafetensorsError::UnsupportedDtype {
+            name: name.to_owned(),
+            dtype: "U8".into(),
+            expected: WEIGHT_DTYPES,
+        })?;
+        Ok(TensorView { dtype, shape: Cow::Borrowed(&e.shape), data: &self.maps[e.shard][e.start..e.end] })
     }
 }
 
@@ -227,6 +271,7 @@ pub fn serialize(tensors: &[(String, TensorView<'_>)]) -> Result<Vec<u8>, Safete
                     return Err(SafetensorsError::UnsupportedDtype {
                         name: name.clone(),
                         dtype: other.name().into(),
+                        expected: WEIGHT_DTYPES,
                     });
                 }
             };

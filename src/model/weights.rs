@@ -192,7 +192,8 @@ impl WeightFile {
     /// A mixture-of-experts layer's router and experts: GGUF's stacked `ffn_{gate,up,down}_exps`
     /// cut per expert; HF's per-expert tensors (Qwen3-MoE's `mlp.experts.E.gate_proj`,
     /// Mixtral's `block_sparse_moe.experts.E.w1`), or transformers 5's stacked
-    /// `mlp.experts.gate_up_proj` and `mlp.experts.down_proj`.
+    /// `mlp.experts.gate_up_proj` and `mlp.experts.down_proj`; and the shared expert with its
+    /// gate where the config has one.
     fn experts(
         &self,
         l: usize,
@@ -203,6 +204,7 @@ impl WeightFile {
         let mixtral = config.architecture == "mixtral";
         // gpt-oss: biases on the router and on every expert projection
         let biased = config.swiglu_limit.is_some();
+        let shared = self.shared_expert(l, config, moe)?;
         let (router, experts) = match self {
             Self::Gguf(_) => {
                 let p = format!("blk.{l}.");
@@ -231,7 +233,7 @@ impl WeightFile {
                     .collect::<Result<Vec<_>, WeightError>>()?;
                 let router_bias =
                     biased.then(|| self.checked(&format!("{p}ffn_gate_inp.bias"), &[e])).transpose()?;
-                return Ok(MlpWeights::Experts { router, router_bias, experts });
+                return Ok(MlpWeights::Experts { router, router_bias, experts, shared });
             }
             Self::Safetensors(_) if biased => {
                 // gpt-oss: the experts split by gpt_oss::split_experts at load
@@ -257,7 +259,7 @@ impl WeightFile {
                         })
                     })
                     .collect::<Result<Vec<_>, WeightError>>()?;
-                return Ok(MlpWeights::Experts { router, router_bias, experts });
+                return Ok(MlpWeights::Experts { router, router_bias, experts, shared });
             }
             Self::Safetensors(_) if mixtral => {
                 let p = format!("model.layers.{l}.block_sparse_moe.");
@@ -311,7 +313,33 @@ impl WeightFile {
                 (router, experts)
             }
         };
-        Ok(MlpWeights::Experts { router, router_bias: None, experts })
+        Ok(MlpWeights::Experts { router, router_bias: None, experts, shared })
+    }
+
+    /// Layer `l`'s shared expert (`[ff, hidden]` gate and up, `[hidden, ff]` down) and its gate
+    /// (`[1, hidden]`) when the config has one: GGUF's `ffn_{gate,up,down}_shexp` and
+    /// `ffn_gate_inp_shexp`, HF's `mlp.shared_expert.*` and `mlp.shared_expert_gate`.
+    fn shared_expert(
+        &self,
+        l: usize,
+        config: &ModelConfig,
+        moe: &MoeConfig,
+    ) -> Result<Option<SharedExpertWeights<'_>>, WeightError> {
+        let Some(ff) = moe.shared_expert_intermediate_size else { return Ok(None) };
+        let h = config.hidden_size;
+        let name = |gguf: &str, hf: &str| match self {
+            Self::Gguf(_) => format!("blk.{l}.{gguf}.weight"),
+            Self::Safetensors(_) => format!("model.layers.{l}.mlp.{hf}.weight"),
+        };
+        Ok(Some(SharedExpertWeights {
+            mlp: ExpertWeights {
+                gate_proj: self.checked(&name("ffn_gate_shexp", "shared_expert.gate_proj"), &[ff, h])?,
+                up_proj: self.checked(&name("ffn_up_shexp", "shared_expert.up_proj"), &[ff, h])?,
+                down_proj: self.checked(&name("ffn_down_shexp", "shared_expert.down_proj"), &[h, ff])?,
+                biases: None,
+            },
+            gate: self.checked(&name("ffn_gate_inp_shexp", "shared_expert_gate"), &[1, h])?,
+        }))
     }
 
     fn checked(&self, name: &str, expected: &[usize]) -> Result<TensorView<'_>, WeightError> {
@@ -412,7 +440,19 @@ pub enum MlpWeights<'a> {
         router_bias: Option<TensorView<'a>>,
         /// Each expert's MLP.
         experts: Vec<ExpertWeights<'a>>,
+        /// The shared expert every token goes through (Qwen2-MoE).
+        shared: Option<SharedExpertWeights<'a>>,
     },
+}
+
+/// A shared expert: a gated MLP every token goes through beside its routed experts, its output
+/// scaled by `sigmoid(gate · x)`.
+#[derive(Debug, Clone)]
+pub struct SharedExpertWeights<'a> {
+    /// The MLP.
+    pub mlp: ExpertWeights<'a>,
+    /// Its gate, `[1, hidden]`.
+    pub gate: TensorView<'a>,
 }
 
 /// One gated MLP (a dense layer's, or one expert's).
