@@ -1191,7 +1191,8 @@ fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
 }
 
 /// Attention sinks (gpt-oss: a learned logit per head in the softmax's denominator, no value)
-/// in every attention kernel — per query, its subgroup form, split-KV — against the f64
+/// in every attention kernel — per query, its subgroup form, split-KV, flash (split-KV again
+/// where the adapter's subgroups are narrower than 8 lanes) — against the f64
 /// reference: 4 heads on 2 KV heads of 64, sinks below, among and far above the scores (one
 /// that takes nearly all the weight), a full layer and a 16-key window (gpt-oss's alternation),
 /// over a cached prefix with a prefill chunk, a 40-token prompt, a decode and a one-token
@@ -1203,6 +1204,8 @@ fn attention_sinks_match_the_reference_on_every_kernel() {
     let per_query =
         GpuOptions { attention_strategy: Some(AttentionStrategy::PerQuery), ..GpuOptions::default() };
     let (lanes, plain) = (ctx_with_subgroups(&per_query, true), ctx_with_subgroups(&per_query, false));
+    let flash = GpuOptions { attention_strategy: Some(AttentionStrategy::Flash), ..GpuOptions::default() };
+    let flash = ctx_with_subgroups(&flash, true);
     let seqs = [
         Seq { cached: 20, new: 13 },
         Seq { cached: 0, new: 40 },
@@ -1212,7 +1215,7 @@ fn attention_sinks_match_the_reference_on_every_kernel() {
     for case in [AttnCase { ..sinking }, AttnCase { window: Some(16), ..sinking }] {
         let data: Vec<SeqData> =
             seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 70 + s as u64)).collect();
-        for c in [&lanes, &plain, gpu_class_ctx()] {
+        for c in [&lanes, &plain, gpu_class_ctx(), &flash] {
             let path = c.capabilities().attention_path();
             let together = run_attention_on(c, &case, &seqs, &data, &after_the_prefix(&seqs));
             assert_near_reference(&together, &case, &seqs, &data, &format!("sinks {path:?}"));

@@ -159,6 +159,36 @@ fn check_attention_q(
     Ok((t, q_stride))
 }
 
+/// Checks paged attention's inputs (queries `q`, `out`, the batch, `spec`) against `cache`;
+/// returns the kernels' parameters.
+pub(super) fn attention_params(
+    q: &Tensor,
+    cache: &KvCache,
+    batch: &AttentionBatch,
+    spec: &AttentionSpec,
+    out: &Tensor,
+) -> Result<AttentionParams, GpuError> {
+    let heads = spec.heads;
+    let s = cache.shape();
+    let (t, q_stride) = check_attention_q(q, out, heads, s)?;
+    let (b, max_blocks) = batch.check()?;
+    if spec.window == Some(0) || spec.softcap.is_some_and(|c| c <= 0.0) {
+        return Err(GpuError::Shape(format!("attention: window and soft-cap must be positive: {spec:?}")));
+    }
+    Ok(AttentionParams {
+        tokens: u(t),
+        heads: u(heads),
+        kv_heads: u(s.num_kv_heads),
+        block_size: u(s.block_size),
+        max_blocks: u(max_blocks),
+        num_seqs: u(b),
+        scale: spec.scale,
+        window: spec.window.map_or(0, u),
+        softcap: spec.softcap.unwrap_or(0.0),
+        q_stride: u(q_stride),
+    })
+}
+
 /// How one layer attends: its query heads, the scale of its scores, its sliding window and
 /// the soft-cap of its scores.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -857,39 +887,25 @@ impl Step<'_> {
             sinks.expect("attention sinks", Elem::F32, &[heads])?;
         }
         let s = cache.shape();
-        let (t, q_stride) = check_attention_q(q, out, heads, s)?;
-        let (b, max_blocks) = batch.check()?;
-        let (kc, vc) = cache.layer(layer)?;
-        if spec.window == Some(0) || spec.softcap.is_some_and(|c| c <= 0.0) {
-            return Err(GpuError::Shape(format!(
-                "attention: window and soft-cap must be positive: {spec:?}"
-            )));
-        }
-        let params = AttentionParams {
-            tokens: u(t),
-            heads: u(heads),
-            kv_heads: u(s.num_kv_heads),
-            block_size: u(s.block_size),
-            max_blocks: u(max_blocks),
-            num_seqs: u(b),
-            scale: spec.scale,
-            window: spec.window.map_or(0, u),
-            softcap: spec.softcap.unwrap_or(0.0),
-            q_stride: u(q_stride),
-        };
+        let params = attention_params(q, cache, batch, spec, out)?;
+        let (t, max_blocks) = (params.tokens as usize, params.max_blocks as usize);
         let walk = spec.window.map_or(max_blocks * s.block_size, |w| w.min(max_blocks * s.block_size));
         let path = self.ctx.capabilities().attention_path_for(walk);
+        if let AttentionPath::Flash = path {
+            return self.flash_attention(q, cache, layer, batch, spec, sinks, out);
+        }
         let group = match path {
             AttentionPath::PerQuerySubgroup => attention_group(u(heads / s.num_kv_heads)),
-            AttentionPath::PerQuery | AttentionPath::SplitKv => 1,
+            _ => 1,
         };
+        let (kc, vc) = cache.layer(layer)?;
         let tree = self.ctx.capabilities().attention_tree(path);
         let (kv, head_dim, with_sinks) = (cache.format(), u(s.head_dim), sinks.is_some());
         let variant = KernelVariant::Attention { kv, head_dim, path, group, tree, sinks: with_sinks };
         let grid = match path {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
             AttentionPath::PerQuerySubgroup => self.grid_groups(t * heads / group as usize),
-            AttentionPath::SplitKv => self.grid_groups(t * heads),
+            _ => self.grid_groups(t * heads),
         };
         let bindings = [
             Binding::tensor(slots::attention::Q, q),

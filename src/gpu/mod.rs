@@ -57,6 +57,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attention_flash;
 mod bind_cache;
 mod caps;
 mod context;
@@ -78,6 +79,7 @@ mod step;
 mod tensor;
 mod weights;
 
+pub use attention_flash::{FLASH_KEY_LANES, FLASH_MAX_GROUP, FLASH_WG, flash_group, flash_max_group};
 pub use caps::{CPU_PER_QUERY_MAX_KEYS, Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;

@@ -102,6 +102,7 @@ use params::{
 use slots::KernelSlots;
 
 use crate::dtype::DType;
+pub use crate::gpu::FLASH_WG;
 
 /// How a linear layer reduces over K. Both keep one fixed order per output row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -401,6 +402,11 @@ pub enum AttentionPath {
     /// partitions fixed by its length (at most [`KV_PARTITION_TOKENS`] keys each), combined in a
     /// fixed tree.
     SplitKv,
+    /// Flash-decoding (`shaders/attention_flash.wgsl`, [`crate::gpu::FLASH_WG`]): one workgroup
+    /// per query token and [`crate::gpu::flash_group`] heads of a KV head, its lanes over the
+    /// keys (partitions fixed by the keys' positions) and the heads' dimensions, the partitions
+    /// combined in a fixed tree; prefill and decode tokens alike.
+    Flash,
 }
 
 /// Element format of the paged K/V pools.
@@ -632,7 +638,8 @@ pub enum KernelVariant {
         /// How one query's context is spread.
         path: AttentionPath,
         /// Query heads of one KV head computed together, each key and value read once for
-        /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`], else 1).
+        /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`],
+        /// [`crate::gpu::flash_group`] on [`AttentionPath::Flash`], else 1).
         group: u32,
         /// How split-KV combines its partitions ([`Tree::Shared`] on the other paths).
         tree: Tree,
@@ -659,7 +666,7 @@ impl KernelVariant {
             self,
             Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
                 | Self::Linear { tree: Tree::Subgroup { .. }, .. }
-                | Self::Attention { path: AttentionPath::PerQuerySubgroup, .. }
+                | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash, .. }
                 | Self::Attention { tree: Tree::Subgroup { .. }, .. }
         )
     }
@@ -707,6 +714,7 @@ impl KernelVariant {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
+                    AttentionPath::Flash => "flash".to_string(),
                 };
                 let group = if *group > 1 { format!("/g{group}") } else { String::new() };
                 format!(
@@ -739,6 +747,7 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::PerQuerySubgroup, .. } => {
                 (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES")
             }
+            Self::Attention { path: AttentionPath::Flash, .. } => (FLASH_WG, "FLASH_WG"),
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
@@ -784,6 +793,9 @@ impl KernelVariant {
             },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
+            }
+            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. } => {
+                crate::gpu::attention_flash::workgroup_bytes(head_dim, group)
             }
             Self::TopK => 8 * TOP_K_WG,
             _ => 0,
@@ -947,6 +959,16 @@ pub fn all_variants() -> Vec<KernelVariant> {
                     out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks });
                 }
             }
+            for group in 1..=crate::gpu::flash_max_group(head_dim) {
+                let (path, tree) = (AttentionPath::Flash, Tree::Shared);
+                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks: false });
+            }
+        }
+        // Flash with sinks at gpt-oss's heads (64 dimensions, 8 query heads a KV head) and one
+        // head a group.
+        for group in [1, 8] {
+            let (path, tree) = (AttentionPath::Flash, Tree::Shared);
+            out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree, sinks: true });
         }
     }
     out
@@ -1022,11 +1044,15 @@ mod tests {
     /// each of the 16 weight types, the linear structures (30 on the five sequential paths: 3
     /// row tiles x 2 weight sources; 12 on the K-split path: 4 row tiles x 2 activation loads,
     /// the GEMV's with each of the 3 trees) once for 15 types and with all 22 prologue and
-    /// epilogue pairs for f32, and 58 RoPE and attention variants for each of the 3 KV
-    /// formats (the 8 attention kernels with sinks at gpt-oss's head dimension 64 only). Adding an option multiplies this: a new dimension should come with a reason.
+    /// epilogue pairs for f32, and 91 RoPE and attention variants for each of the 3 KV
+    /// formats (2 RoPE; for each of the 6 head dimensions 1 per-query, 3 split-KV and 4
+    /// subgroup ones, again with sinks at gpt-oss's head dimension 64 only; 31 flash ones, a
+    /// group of each size up to `flash_max_group` (8, 6, 6, 5, 4 and 2 heads), and 2 with sinks
+    /// at 64: groups of 1 and 8). Adding an option multiplies this: a new dimension should come
+    /// with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * 58);
+        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2));
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure
