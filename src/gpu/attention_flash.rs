@@ -1,9 +1,9 @@
 //! Flash-decoding paged attention (`shaders/attention_flash.wgsl`): what the kernel is built
 //! with and how it is dispatched.
 //!
-//! - **Workgroup.** [`FLASH_WG`] = 64 invocations for one query token and `GH` query heads of
+//! - **Workgroup.** [`FLASH_WG`](super::FLASH_WG) = 64 invocations for one query token and `GH` query heads of
 //!   one KV head ([`flash_group`]), so every key and value is read once for the group: 8 key
-//!   lanes ([`FLASH_KEY_LANES`]) of 8 dimension lanes ([`ATTENTION_DOT_LANES`]). Dimension
+//!   lanes ([`FLASH_KEY_LANES`](super::FLASH_KEY_LANES)) of 8 dimension lanes ([`ATTENTION_DOT_LANES`]). Dimension
 //!   lane `dl` holds pairs `dl, dl + 8, ...` of the heads; key lane `kl` walks keys
 //!   `kl, kl + 8, ...` of the context (8 partitions fixed by the keys' positions), an online
 //!   softmax step a key; a key's q·k is summed in the order of every attention kernel (pair `d`
@@ -14,11 +14,11 @@
 //!   outputs), `DOT_LANES`; loop bounds (keys, block size, window, soft-cap) are uniforms
 //!   ([`AttentionParams`]).
 //! - **Workgroup memory.** The key lanes' maxima and sums of the `GH` heads, and one head's
-//!   weighted values ([`workgroup_bytes`]).
+//!   weighted values ([`KernelVariant::workgroup_bytes`]).
 //! - **Sinks.** As every attention kernel, each head ends with `sink_finish` over the combined
 //!   maximum and sum: `shaders/sink_logit.wgsl` for the variant with sinks (one logit per
 //!   query head, f32 `[heads]`, gpt-oss), `shaders/sink_none.wgsl` without.
-//! - **Decisions.** Needs subgroups of at least 8 lanes ([`supported`]); the capability layer
+//! - **Decisions.** Needs subgroups of at least 8 lanes ([`Capabilities::supports_flash_attention`](super::Capabilities::supports_flash_attention)); the capability layer
 //!   makes it the default attention of non-CPU adapters that have them
 //!   ([`Capabilities::attention_path_for`](super::Capabilities::attention_path_for)). The
 //!   group is the largest divisor of the query heads per KV head up to [`flash_max_group`],
@@ -30,20 +30,12 @@
 
 use super::GpuError;
 use super::bind_cache::Binding;
-use super::caps::Capabilities;
 use super::kernels::{AttentionBatch, AttentionSpec, attention_params};
 use super::kv_cache::KvCache;
-use super::shader::{ATTENTION_DOT_LANES, AttentionPath, KernelVariant, Tree, slots};
+use super::shader::{ATTENTION_DOT_LANES, AttentionPath, FLASH_MAX_GROUP, KernelVariant, Tree, slots};
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
 
-/// Invocations per workgroup of flash attention: [`FLASH_KEY_LANES`] key lanes of
-/// [`ATTENTION_DOT_LANES`] dimension lanes.
-pub const FLASH_WG: u32 = 64;
-/// Key lanes of a flash workgroup: keys `kl, kl + FLASH_KEY_LANES, ...` go to key lane `kl`.
-pub const FLASH_KEY_LANES: u32 = FLASH_WG / ATTENTION_DOT_LANES;
-/// Most query heads of one KV head a flash workgroup computes together.
-pub const FLASH_MAX_GROUP: u32 = 8;
 /// Most dimension pairs of all its heads' queries (and as many of outputs) one lane holds.
 pub const FLASH_GROUP_PAIRS: u32 = 32;
 
@@ -64,18 +56,6 @@ pub fn flash_max_group(head_dim: u32) -> u32 {
 pub fn flash_group(heads_per_kv: u32, head_dim: u32) -> u32 {
     let max = flash_max_group(head_dim).min(heads_per_kv.max(1));
     (1..=max).rev().find(|g| heads_per_kv.is_multiple_of(*g)).unwrap_or(1)
-}
-
-/// Bytes of workgroup memory a flash variant of `head_dim` and `group` heads declares: the key
-/// lanes' maxima and sums of each head, and one head's weighted value pairs of every key lane.
-pub fn workgroup_bytes(head_dim: u32, group: u32) -> u32 {
-    4 * (2 * FLASH_KEY_LANES * group) + 8 * FLASH_KEY_LANES * (head_dim / 2)
-}
-
-/// True when `caps`' adapter can run flash attention: subgroups of at least
-/// [`ATTENTION_DOT_LANES`] lanes (the dimension lanes' shuffles stay inside one).
-pub fn supported(caps: &Capabilities) -> bool {
-    caps.subgroup && caps.subgroup_sizes.0 >= ATTENTION_DOT_LANES
 }
 
 /// The flash variant for a cache of `kv` heads of `head_dim`, `heads_per_kv` query heads a KV
@@ -107,7 +87,7 @@ impl Step<'_> {
         sinks: Option<&Tensor>,
         out: &Tensor,
     ) -> Result<(), GpuError> {
-        if !supported(self.ctx.capabilities()) {
+        if !self.ctx.capabilities().supports_flash_attention() {
             return Err(GpuError::Unsupported(format!(
                 "flash attention needs subgroups of at least {ATTENTION_DOT_LANES} lanes"
             )));
@@ -141,7 +121,8 @@ impl Step<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{flash_group, flash_max_group, workgroup_bytes};
+    use super::{flash_group, flash_max_group, variant};
+    use crate::gpu::KvFormat;
     use crate::gpu::{AttentionPath, AttentionStrategy, Capabilities, FeatureMask};
 
     /// An adapter with subgroups of `sizes` lanes (none where `None`), forced to `forced`.
@@ -201,7 +182,7 @@ mod tests {
 
     #[test]
     fn workgroup_memory_is_the_lanes_states_and_one_heads_values() {
-        assert_eq!(workgroup_bytes(64, 8), 4 * 2 * 8 * 8 + 8 * 8 * 32);
-        assert_eq!(workgroup_bytes(256, 2), 4 * 2 * 8 * 2 + 8 * 8 * 128);
+        assert_eq!(variant(KvFormat::F32, 64, 8, false).workgroup_bytes(), 4 * 2 * 8 * 8 + 8 * 8 * 32);
+        assert_eq!(variant(KvFormat::F32, 256, 2, true).workgroup_bytes(), 4 * 2 * 8 * 2 + 8 * 8 * 128);
     }
 }

@@ -1,10 +1,9 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::attention_flash::{self, FLASH_KEY_LANES};
 use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy, SubmitStrategy};
 use super::shader::{
-    ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LinearEpilogue, LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
+    ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, FLASH_KEY_LANES, FLASH_MAX_GROUP, KernelVariant,
+    KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
 };
 use crate::dtype::DType;
 
@@ -147,6 +146,12 @@ impl Capabilities {
         self.attention_path_for(0)
     }
 
+    /// True when the adapter can run flash attention: subgroups of at least
+    /// [`ATTENTION_DOT_LANES`] lanes (the dimension lanes' shuffles stay inside one).
+    pub fn supports_flash_attention(&self) -> bool {
+        self.subgroup && self.subgroup_sizes.0 >= ATTENTION_DOT_LANES
+    }
+
     /// The attention kernel for a layer whose queries walk at most `keys` keys (the block
     /// table's width in tokens, or the sliding window): [`Self::attention_path`], except that a
     /// CPU adapter not forced to per-query takes split-KV past [`CPU_PER_QUERY_MAX_KEYS`], where
@@ -156,9 +161,9 @@ impl Capabilities {
     /// on the model and the engine's configuration only, never on a batch.
     ///
     /// Forced `flash` on an adapter without such subgroups takes split-KV
-    /// ([`attention_flash::supported`]); a CPU adapter takes flash only when forced.
+    /// ([`Self::supports_flash_attention`]); a CPU adapter takes flash only when forced.
     pub fn attention_path_for(&self, keys: usize) -> AttentionPath {
-        let flash = attention_flash::supported(self);
+        let flash = self.supports_flash_attention();
         match (self.forced_attention, self.is_cpu && keys <= CPU_PER_QUERY_MAX_KEYS) {
             (Some(AttentionStrategy::PerQuery), _) | (None, true) if self.has_attention_lanes() => {
                 AttentionPath::PerQuerySubgroup
@@ -383,7 +388,7 @@ impl Capabilities {
             ),
             AttentionPath::Flash => format!(
                 "attention: flash, one workgroup per token and up to {} query heads of a KV head (each key and value read once for them), {FLASH_KEY_LANES} key lanes each walking every {FLASH_KEY_LANES}th key of the context in {ATTENTION_DOT_LANES} dimension lanes (q·k summed by subgroup shuffles), the key lanes combined in a fixed tree ({})",
-                attention_flash::FLASH_MAX_GROUP,
+                FLASH_MAX_GROUP,
                 if self.forced_attention.is_some() {
                     "forced"
                 } else {

@@ -79,7 +79,7 @@ mod step;
 mod tensor;
 mod weights;
 
-pub use attention_flash::{FLASH_KEY_LANES, FLASH_MAX_GROUP, FLASH_WG, flash_group, flash_max_group};
+pub use attention_flash::{flash_group, flash_max_group};
 pub use caps::{CPU_PER_QUERY_MAX_KEYS, Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
@@ -100,6 +100,7 @@ pub use shader::{
     AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearKernel, LinearPath,
     LinearPrologue, Tree, WeightSource,
 };
+pub use shader::{FLASH_KEY_LANES, FLASH_MAX_GROUP, FLASH_WG};
 pub use step::{HeldStep, ReadbackId, Step, StepInFlight, StepOutput};
 pub use tensor::{Elem, Tensor};
 pub use weights::{Weight, resident_bytes};

@@ -102,7 +102,6 @@ use params::{
 use slots::KernelSlots;
 
 use crate::dtype::DType;
-pub use crate::gpu::FLASH_WG;
 
 /// How a linear layer reduces over K. Both keep one fixed order per output row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -477,6 +476,13 @@ pub const ATTENTION_SPLIT_CHUNK: u32 = 32;
 pub const ATTENTION_DOT_LANES: u32 = 8;
 /// Most query heads of one KV head the subgroup attention kernel computes together.
 pub const ATTENTION_MAX_GROUP: u32 = 4;
+/// Invocations per workgroup of flash attention: [`FLASH_KEY_LANES`] key lanes (`shaders/attention_flash.wgsl`) of
+/// [`ATTENTION_DOT_LANES`] dimension lanes.
+pub const FLASH_WG: u32 = 64;
+/// Key lanes of a flash workgroup: keys `kl, kl + FLASH_KEY_LANES, ...` go to key lane `kl`.
+pub const FLASH_KEY_LANES: u32 = FLASH_WG / ATTENTION_DOT_LANES;
+/// Most query heads of one KV head a flash workgroup computes together.
+pub const FLASH_MAX_GROUP: u32 = 8;
 
 /// Query heads the subgroup attention kernel computes together for a model with
 /// `heads_per_kv` query heads on each KV head: the largest divisor of it up to
@@ -794,8 +800,10 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
             }
+            // The key lanes' maxima and sums of each head, and one head's weighted value
+            // pairs of every key lane.
             Self::Attention { path: AttentionPath::Flash, head_dim, group, .. } => {
-                crate::gpu::attention_flash::workgroup_bytes(head_dim, group)
+                4 * (2 * FLASH_KEY_LANES * group) + 8 * FLASH_KEY_LANES * (head_dim / 2)
             }
             Self::TopK => 8 * TOP_K_WG,
             _ => 0,
