@@ -29,10 +29,9 @@
 //! any size, or decoding.
 
 use super::GpuError;
-use super::bind_cache::Binding;
-use super::kernels::{AttentionBatch, AttentionSpec, attention_params};
+use super::kernels::{AttentionBatch, AttentionSpec, attention_bindings, attention_params};
 use super::kv_cache::KvCache;
-use super::shader::{ATTENTION_DOT_LANES, AttentionPath, FLASH_MAX_GROUP, KernelVariant, Tree, slots};
+use super::shader::{ATTENTION_DOT_LANES, AttentionPath, FLASH_MAX_GROUP, KernelVariant, Tree};
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
 
@@ -96,7 +95,6 @@ impl Step<'_> {
         if let Some(s) = sinks {
             s.expect("attention sinks", Elem::F32, &[spec.heads])?;
         }
-        let (kc, vc) = cache.layer(layer)?;
         let heads_per_kv = params.heads / params.kv_heads;
         let head_dim = cache.shape().head_dim as u32;
         let variant = variant(cache.format(), head_dim, heads_per_kv, sinks.is_some());
@@ -104,17 +102,7 @@ impl Step<'_> {
             return Err(GpuError::Unsupported("flash attention variant".into()));
         };
         let grid = self.grid_groups((params.tokens * params.heads / group) as usize);
-        let bindings = [
-            Binding::tensor(slots::attention::Q, q),
-            Binding::buffer(slots::attention::K_CACHE, kc),
-            Binding::buffer(slots::attention::V_CACHE, vc),
-            Binding::tensor(slots::attention::BLOCK_TABLE, &batch.block_table),
-            Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
-            Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
-            Binding::tensor(slots::attention::OUT, out),
-        ]
-        .into_iter()
-        .chain(sinks.map(|s| Binding::tensor(slots::attention_sinks::SINKS, s)));
+        let bindings = attention_bindings(q, cache.layer(layer)?, batch, sinks, out);
         self.dispatch(variant, &params, bindings, grid)
     }
 }

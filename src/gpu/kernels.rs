@@ -159,6 +159,28 @@ fn check_attention_q(
     Ok((t, q_stride))
 }
 
+/// The bindings every attention kernel takes: the queries, `layer`'s K and V caches, the
+/// batch's block table, lengths and query starts, the output, and the sinks where given.
+pub(super) fn attention_bindings(
+    q: &Tensor,
+    (kc, vc): &(DeviceBuffer, DeviceBuffer),
+    batch: &AttentionBatch,
+    sinks: Option<&Tensor>,
+    out: &Tensor,
+) -> impl Iterator<Item = Binding> {
+    [
+        Binding::tensor(slots::attention::Q, q),
+        Binding::buffer(slots::attention::K_CACHE, kc),
+        Binding::buffer(slots::attention::V_CACHE, vc),
+        Binding::tensor(slots::attention::BLOCK_TABLE, &batch.block_table),
+        Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
+        Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
+        Binding::tensor(slots::attention::OUT, out),
+    ]
+    .into_iter()
+    .chain(sinks.map(|s| Binding::tensor(slots::attention_sinks::SINKS, s)))
+}
+
 /// Checks paged attention's inputs (queries `q`, `out`, the batch, `spec`) against `cache`;
 /// returns the kernels' parameters.
 pub(super) fn attention_params(
@@ -898,7 +920,6 @@ impl Step<'_> {
             AttentionPath::PerQuerySubgroup => attention_group(u(heads / s.num_kv_heads)),
             _ => 1,
         };
-        let (kc, vc) = cache.layer(layer)?;
         let tree = self.ctx.capabilities().attention_tree(path);
         let (kv, head_dim, with_sinks) = (cache.format(), u(s.head_dim), sinks.is_some());
         let variant = KernelVariant::Attention { kv, head_dim, path, group, tree, sinks: with_sinks };
@@ -907,17 +928,7 @@ impl Step<'_> {
             AttentionPath::PerQuerySubgroup => self.grid_groups(t * heads / group as usize),
             _ => self.grid_groups(t * heads),
         };
-        let bindings = [
-            Binding::tensor(slots::attention::Q, q),
-            Binding::buffer(slots::attention::K_CACHE, kc),
-            Binding::buffer(slots::attention::V_CACHE, vc),
-            Binding::tensor(slots::attention::BLOCK_TABLE, &batch.block_table),
-            Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
-            Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
-            Binding::tensor(slots::attention::OUT, out),
-        ]
-        .into_iter()
-        .chain(sinks.map(|s| Binding::tensor(slots::attention_sinks::SINKS, s)));
+        let bindings = attention_bindings(q, cache.layer(layer)?, batch, sinks, out);
         self.dispatch(variant, &params, bindings, grid)
     }
 
