@@ -17,7 +17,10 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use pagoda::dtype::{DType, quantize};
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::gpu::shader::WEIGHT_DTYPES;
-use pagoda::gpu::{AttentionBatch, AttentionSpec, Elem, GpuContext, GpuOptions, KvCacheShape, KvPrecision};
+use pagoda::gpu::{
+    AttentionBatch, AttentionPath, AttentionSpec, AttentionStrategy, Elem, GpuContext, GpuOptions,
+    KvCacheShape, KvPrecision,
+};
 
 /// (K, N, name) of SmolLM2-135M's projections and its 49152-row LM head.
 const LINEAR_SHAPES: [(usize, usize, &str); 5] = [
@@ -135,7 +138,8 @@ fn bench_weights(
     group.finish();
 }
 
-fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
+/// Paged-attention decode with `ctx`'s attention kernel, rows `{prefix}ctxN/bB`.
+fn bench_attention(c: &mut Criterion, ctx: &GpuContext, prefix: &str) {
     let (heads, kv_heads, head_dim, block_size) = (9usize, 3usize, 64usize, 16usize);
     let mut group = c.benchmark_group("paged_attention_decode");
     group.sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
@@ -163,15 +167,18 @@ fn bench_attention(c: &mut Criterion, ctx: &GpuContext) {
                 bytes: kv_bytes * reps as u64,
             });
             let spec = AttentionSpec::causal(heads, head_dim);
-            group.bench_function(BenchmarkId::new(format!("ctx{context}"), format!("b{batch}")), |b| {
-                b.iter(|| {
-                    let mut step = ctx.step();
-                    for _ in 0..reps {
-                        step.paged_attention(&q, &cache, 0, &attn, &spec, &out).expect("attention");
-                    }
-                    black_box(step.submit().expect("submit"));
-                })
-            });
+            group.bench_function(
+                BenchmarkId::new(format!("{prefix}ctx{context}"), format!("b{batch}")),
+                |b| {
+                    b.iter(|| {
+                        let mut step = ctx.step();
+                        for _ in 0..reps {
+                            step.paged_attention(&q, &cache, 0, &attn, &spec, &out).expect("attention");
+                        }
+                        black_box(step.submit().expect("submit"));
+                    })
+                },
+            );
         }
     }
     group.finish();
@@ -210,7 +217,19 @@ fn kernels(c: &mut Criterion) {
     bench_linear(c, &ctx);
     bench_gemv(c, &ctx);
     bench_quantized_gemm(c, &ctx);
-    bench_attention(c, &ctx);
+    bench_attention(c, &ctx, "");
+    // The other of flash and split-KV attention beside the adapter's choice: split-KV where
+    // flash is the default (GPUs with subgroups), else flash where the adapter can run it.
+    let other = match caps.attention_path() {
+        AttentionPath::Flash => Some((AttentionStrategy::SplitKv, "split-kv/")),
+        _ if caps.subgroup && caps.subgroup_sizes.0 >= 8 => Some((AttentionStrategy::Flash, "flash/")),
+        _ => None,
+    };
+    if let Some((strategy, prefix)) = other {
+        let options = GpuOptions { attention_strategy: Some(strategy), ..GpuOptions::default() };
+        let other = GpuContext::new(&gpu_options_from_env(&options).unwrap()).expect("a wgpu adapter");
+        bench_attention(c, &other, prefix);
+    }
     bench_dispatch(c, &ctx);
 }
 

@@ -50,6 +50,7 @@
 # forces can be A/B'd: when a new kernel replaces one, give today's path a forced option and name
 # it here (AB_DEFAULT below, or AB_SETTINGS for one run; AB_EXTRA adds settings to the default
 # list). By default: each step in one command buffer instead of chunks, per-query attention,
+# split-KV attention (the GPUs' default before flash attention),
 # norms apart and fused everywhere, GEMM tiles of 8 and 32 rows, subgroups masked (the GEMV's and
 # split-KV's trees wholly in workgroup memory). The prefills of one model (TILE_SWEEP, default
 # llama-3.2-1b:q4_k; empty for none) also run with each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16,
@@ -131,7 +132,7 @@ build() {
 }
 
 # The settings AB_MODEL decodes with besides the adapter's own choices.
-AB_DEFAULT="PAGODA_SUBMIT=whole PAGODA_ATTENTION=per-query PAGODA_NORM=separate PAGODA_NORM=fused
+AB_DEFAULT="PAGODA_SUBMIT=whole PAGODA_ATTENTION=per-query PAGODA_ATTENTION=split-kv PAGODA_NORM=separate PAGODA_NORM=fused
     PAGODA_GEMM_ROWS=8 PAGODA_GEMM_ROWS=32 PAGODA_DISABLE_FEATURES=subgroup"
 
 # The libraries a GPU machine may lack: the Vulkan loader, and libglvnd's, which NVIDIA's driver

@@ -81,36 +81,44 @@ PAGODA_NORM=fused cargo test --test kernels_reference -- "${no_norm[@]}"
 mapfile -t no_split < <(ci_skip top_k embedding elementwise scatter_rows the_subgroup_tree \
     the_subgroup_attention_kernel)
 PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_reference -- "${no_split[@]}"
-# The model families through the kernels GPUs get, K-split linears and split-KV attention (their
-# sliding windows, soft caps, Q/K norms, gated activations and experts, the GEMV's and split-KV's
-# subgroup trees): every prompt's logits against transformers (the prefill GEMM) and the
-# batch/chunk/preemption invariance (decode GEMV rows bit-equal to those prefill rows). Skipped
-# here, run above in the default configuration: the greedy continuations (argmax of logits these
-# two tests pin down) and the tests that reach no kernel (templates, converter files,
-# tokenizers, refusals). CI's pass also leaves to the default one what only the GGUF's metadata
-# decides (Gemma 2's attention scale, Mistral's missing window) and reads each family from its
-# HF directory only (the GGUFs' weight types reach these kernels in kernels_reference above,
+# The model families through the kernels GPUs get, K-split linears and flash attention (their
+# sliding windows, soft caps, Q/K norms, gated activations and experts, gpt-oss's sinks, the
+# GEMV's subgroup tree, flash's groups of a KV head's query heads): every prompt's logits
+# against transformers (the prefill GEMM) and the batch/chunk/preemption invariance (decode
+# GEMV rows bit-equal to those prefill rows). Skipped here, run above in the default
+# configuration: the greedy continuations (argmax of logits these two tests pin down) and the
+# tests that reach no kernel (templates, converter files, tokenizers, refusals). CI's pass
+# also leaves to the default one what only the GGUF's metadata decides (Gemma 2's attention
+# scale, Mistral's missing window) and reads each family from its HF directory only (the GGUFs' weight types reach these kernels in kernels_reference above,
 # their layouts in the default pass), and not llama-rope-parameters (Llama's weights, another
 # config layout) nor qwen2-moe (Qwen3-MoE's routed experts plus a shared expert, a gated MLP
 # and a one-row linear as every family has: nothing these kernels do differently, and minutes
-# on lavapipe); the long run reads all.
+# on lavapipe), nor the families whose every kernel feature another family here reaches
+# (Qwen2's Q/K/V biases: gpt-oss's; Mistral's window: Gemma 2's and gpt-oss's; Phi-3's and
+# LongRoPE's rotations: host-side tables, the same kernels; Mixtral's experts: Qwen3-MoE's);
+# the long run reads all, and runs the pass again with split-KV attention (GPUs whose
+# subgroups have fewer than 8 lanes; CI reaches split-KV in kernels_reference above).
 # (and gpt-oss's MXFP4 checkpoint: its MXFP4 linears reach these kernels in kernels_reference)
 mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window \
     gpt_oss_mxfp4_checkpoint)
-formats=hf repeats=llama-rope-parameters,qwen2-moe
-if [ -n "$long" ]; then formats=hf,f32,f16 repeats=; fi
-PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \
-    PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv \
-    cargo test --test model_families -- \
-    --skip continues_greedily --skip renders_its_chat_template --skip the_gguf_files_are \
-    --skip each_family_vocabulary --skip phi3_gguf_strips_whitespace --skip does_not_run_is_refused \
-    "${gguf_only[@]}"
+formats=hf repeats=llama-rope-parameters,qwen2-moe,qwen2,mistral,phi3,phi3-longrope,mixtral attentions=flash
+if [ -n "$long" ]; then formats=hf,f32,f16 repeats= attentions="flash split-kv"; fi
+for attention in $attentions; do
+    PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \
+        PAGODA_LINEAR=ksplit PAGODA_ATTENTION="$attention" \
+        cargo test --test model_families -- \
+        --skip continues_greedily --skip renders_its_chat_template --skip the_gguf_files_are \
+        --skip each_family_vocabulary --skip phi3_gguf_strips_whitespace --skip does_not_run_is_refused \
+        "${gguf_only[@]}"
+done
 # Steps submitted in chunks as they are recorded, as GPUs submit them (lavapipe takes one
-# command buffer a step): the default model's parity with the fp32 reference and RECOMPUTE's
-# bits. CI leaves out the f16 KV cache's continuations and the prefix cache's count (neither
-# submits otherwise than the f32 runs these keep); the long run keeps them.
+# command buffer a step), with the flash attention GPUs get: the default model's parity with the
+# fp32 reference and RECOMPUTE's bits. CI leaves out the f16 KV cache's continuations and the
+# prefix cache's count (neither submits otherwise than the f32 runs these keep); the long run
+# keeps them.
 mapfile -t same_submits < <(ci_skip with_f16_kv a_shared_system_prompt)
-PAGODA_SUBMIT=chunked cargo test --test smollm2_greedy --test smollm2_recompute -- "${same_submits[@]}"
+PAGODA_SUBMIT=chunked PAGODA_ATTENTION=flash \
+    cargo test --test smollm2_greedy --test smollm2_recompute -- "${same_submits[@]}"
 
 # The official openai Python package against `pagoda serve` on the default model: the binary
 # (with the test fixtures) and the C ABI's library as the test run built them. `--all-targets`

@@ -366,6 +366,10 @@ struct BenchArgs {
     /// Make every request generate this many tokens [default: as drawn].
     #[arg(long)]
     output_len: Option<NonZeroUsize>,
+    /// Sample every request at this temperature, each from its own seeded stream (the GPU
+    /// executor samples on the host then); 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -836,6 +840,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         args.workload
             .generate(num_requests, vocab_size, args.seed)
             .with_lengths(args.input_len.map(NonZeroUsize::get), args.output_len.map(NonZeroUsize::get))
+            .with_temperature(args.temperature)
     };
     let mut engine = match config.executor {
         ExecutorKind::Sim => None,

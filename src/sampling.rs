@@ -406,6 +406,52 @@ fn by_logit_desc(a: &(TokenId, f32), b: &(TokenId, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
+/// Sorts `candidates` into [`by_logit_desc`]'s order (a total order: ids differ) with a
+/// least-significant-digit radix sort on [`descending_key`], linear in their number: the id's
+/// digits, then the logit's.
+fn sort_by_logit_desc(candidates: &mut [(TokenId, f32)]) {
+    const DIGIT: u32 = 11;
+    let mut keys: Vec<u64> = candidates.iter().map(|&(id, logit)| descending_key(id, logit)).collect();
+    let mut scratch = vec![0; keys.len()];
+    let id_bits = 32 - candidates.iter().map(|&(id, _)| id).max().unwrap_or(0).leading_zeros();
+    let shifts = (0..id_bits).step_by(DIGIT as usize).chain((32..64).step_by(DIGIT as usize));
+    for shift in shifts {
+        let digit = |key: u64| ((key >> shift) & ((1 << DIGIT) - 1)) as usize;
+        let mut starts = [0usize; 1 << DIGIT];
+        for &key in &keys {
+            starts[digit(key)] += 1;
+        }
+        let mut sum = 0;
+        for start in starts.iter_mut() {
+            (*start, sum) = (sum, sum + *start);
+        }
+        for &key in &keys {
+            let slot = &mut starts[digit(key)];
+            scratch[*slot] = key;
+            *slot += 1;
+        }
+        std::mem::swap(&mut keys, &mut scratch);
+    }
+    for (candidate, key) in candidates.iter_mut().zip(keys) {
+        *candidate = from_descending_key(key);
+    }
+}
+
+/// A key whose ascending order is [`by_logit_desc`]'s: the logit's bits mapped to an
+/// unsigned integer in `f32::total_cmp`'s order and flipped, then the id.
+fn descending_key(id: TokenId, logit: f32) -> u64 {
+    let bits = logit.to_bits() as i32;
+    let ordered = (bits ^ (((bits >> 31) as u32) >> 1) as i32) as u32 ^ 0x8000_0000;
+    (u64::from(!ordered) << 32) | u64::from(id)
+}
+
+/// The pair [`descending_key`] made `key` from.
+fn from_descending_key(key: u64) -> (TokenId, f32) {
+    let bits = (!((key >> 32) as u32) ^ 0x8000_0000) as i32;
+    let logit = f32::from_bits((bits ^ (((bits >> 31) as u32) >> 1) as i32) as u32);
+    (key as TokenId, logit)
+}
+
 /// log(sum(exp(x))), stable; -inf for no finite value.
 fn log_sum_exp(values: impl Iterator<Item = f32> + Clone) -> f32 {
     let max = values.clone().fold(f32::NEG_INFINITY, f32::max);
@@ -500,7 +546,7 @@ fn draw(mut candidates: Vec<(TokenId, f32)>, params: &SamplingParams, uniform: f
     if candidates.is_empty() {
         return 0;
     }
-    candidates.sort_by(by_logit_desc);
+    sort_by_logit_desc(&mut candidates);
     let max = candidates[0].1;
     let temperature = f64::from(params.temperature);
     let weights: Vec<f64> =
@@ -600,6 +646,32 @@ mod tests {
             bad(|p| p.logit_bias = BTreeMap::from([(0, f32::NAN)])),
             SamplingParamsError::LogitBias { .. }
         ));
+    }
+
+    #[test]
+    fn the_draws_radix_sort_orders_as_by_logit_desc() {
+        let specials = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, f32::MAX];
+        let mut state = 1u32;
+        let mut pairs: Vec<(TokenId, f32)> = (0..2000u32)
+            .map(|id| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let logit = match id % 4 {
+                    0 => specials[(state >> 8) as usize % specials.len()],
+                    1 => ((state >> 16) % 8) as f32 - 4.0,
+                    _ => f32::from_bits(state) % 100.0,
+                };
+                (id, if logit.is_nan() { 0.5 } else { logit })
+            })
+            .collect();
+        // In any order, as GPU candidates come; ids past 16 bits too.
+        pairs.reverse();
+        pairs.rotate_left(700);
+        pairs[5].0 = 1 << 20;
+        let mut by_key = pairs.clone();
+        sort_by_logit_desc(&mut by_key);
+        pairs.sort_by(by_logit_desc);
+        let bits = |v: &[(TokenId, f32)]| v.iter().map(|&(id, l)| (id, l.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&by_key), bits(&pairs));
     }
 
     #[test]

@@ -2,15 +2,25 @@
 //! loop's outputs token for token and bit for bit (tokens, text, logprobs, finish reasons):
 //! greedy and seeded sampling, preemption on a tiny pool, prefix-cache hits, a stop string
 //! and an abort mid-batch, and a constrained request in the batch; on the default model and
-//! on two tiny families.
+//! on two tiny families. Steps whose tokens the host samples are recorded ahead and held for
+//! them; LoRA steps pipeline too, adapters swapped in and out of one GPU slot.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use pagoda::core::cache_config::KvCacheDtype;
+use pagoda::executor::lora::LoraConfig;
 use pagoda::model::default_model_path;
 use pagoda::structured::Constraint;
-use pagoda::{Engine, FinishReason, RequestId, SamplingParams};
+use pagoda::{Engine, EngineBuilder, EngineConfig, FinishReason, Prompt, RequestId, SamplingParams};
+
+/// A request: its prompt, how it samples, and its LoRA adapter.
+type Req<'a> = (&'a str, SamplingParams, Option<&'a str>);
+
+/// `requests` without adapters.
+fn base(requests: &[(&'static str, SamplingParams)]) -> Vec<Req<'static>> {
+    requests.iter().map(|(prompt, params)| (*prompt, params.clone(), None)).collect()
+}
 
 /// What one request produced, logprobs as their exact bits.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -22,7 +32,13 @@ struct Done {
 }
 
 fn engine(model: PathBuf, async_scheduling: bool, blocks: usize) -> Engine {
-    Engine::builder()
+    builder(EngineConfig::default(), model, async_scheduling, blocks)
+        .build()
+        .expect("engine on the GPU executor")
+}
+
+fn builder(config: EngineConfig, model: PathBuf, async_scheduling: bool, blocks: usize) -> EngineBuilder {
+    EngineBuilder::from_config(config)
         .model(model)
         .block_size(4)
         .num_gpu_blocks(blocks)
@@ -32,19 +48,20 @@ fn engine(model: PathBuf, async_scheduling: bool, blocks: usize) -> Engine {
         .max_model_len(256)
         .async_scheduling(async_scheduling)
         .show_progress(false)
-        .build()
-        .expect("engine on the GPU executor")
 }
 
 /// Runs `requests` to the end, aborting the request at `abort.1` after step `abort.0`.
 fn run(
     engine: &mut Engine,
-    requests: &[(&str, SamplingParams)],
+    requests: &[Req<'_>],
     abort: Option<(usize, usize)>,
 ) -> BTreeMap<RequestId, Done> {
     let ids: Vec<RequestId> = requests
         .iter()
-        .map(|(prompt, params)| engine.add_request(*prompt, params.clone()).unwrap())
+        .map(|(prompt, params, lora)| {
+            let tokens = engine.encode_prompt(&Prompt::Text((*prompt).into())).unwrap();
+            engine.add_tokens_request_with_lora(tokens, params.clone(), *lora).unwrap()
+        })
         .collect();
     let mut done: BTreeMap<RequestId, Done> = BTreeMap::new();
     let mut steps = 0;
@@ -68,23 +85,25 @@ fn run(
     done
 }
 
-/// What the device did over a run: steps, and those submitted to an idle device.
+/// What the device did over a run: steps, those submitted to an idle device, and those held
+/// for tokens the host sampled.
 #[derive(Debug, Clone, Copy)]
 struct DeviceSteps {
     steps: u64,
     idle_gaps: u64,
+    held_steps: u64,
 }
 
 /// [`run`], with the device's steps over it.
 fn run_counted(
     engine: &mut Engine,
-    requests: &[(&str, SamplingParams)],
+    requests: &[Req<'_>],
     abort: Option<(usize, usize)>,
 ) -> (BTreeMap<RequestId, Done>, DeviceSteps) {
     let before = engine.device_counters().expect("a GPU executor counts its steps");
     let done = run(engine, requests, abort);
     let run = engine.device_counters().unwrap().since(&before);
-    (done, DeviceSteps { steps: run.steps, idle_gaps: run.idle_gaps })
+    (done, DeviceSteps { steps: run.steps, idle_gaps: run.idle_gaps, held_steps: run.held_steps })
 }
 
 /// Runs `requests` serially and one step ahead and checks they agree bit for bit (the
@@ -93,13 +112,23 @@ fn run_counted(
 fn both_loops(
     model: PathBuf,
     blocks: usize,
-    requests: &[(&str, SamplingParams)],
+    requests: &[Req<'_>],
     abort: Option<(usize, usize)>,
 ) -> (BTreeMap<RequestId, Done>, [u64; 2], [DeviceSteps; 2]) {
-    let mut serial_engine = engine(model.clone(), false, blocks);
+    both_engines(|ahead| engine(model.clone(), ahead, blocks), requests, abort)
+}
+
+/// [`both_loops`] on the engines `make(async_scheduling)` builds.
+fn both_engines(
+    make: impl Fn(bool) -> Engine,
+    requests: &[Req<'_>],
+    abort: Option<(usize, usize)>,
+) -> (BTreeMap<RequestId, Done>, [u64; 2], [DeviceSteps; 2]) {
+    let mut serial_engine = make(false);
     assert!(!serial_engine.async_scheduling());
     let (mut serial, serial_device) = run_counted(&mut serial_engine, requests, abort);
-    let mut ahead_engine = engine(model, true, blocks);
+    assert_eq!(serial_device.held_steps, 0);
+    let mut ahead_engine = make(true);
     assert!(ahead_engine.async_scheduling());
     let (mut ahead, ahead_device) = run_counted(&mut ahead_engine, requests, abort);
     if let Some((_, index)) = abort {
@@ -152,8 +181,10 @@ fn the_default_model_one_step_ahead_matches_the_serial_loop_bit_for_bit() {
     // 13 usable blocks of 4 tokens: the two long stories (about 49 tokens each, their first
     // four blocks shared) cannot run together.
     let model = default_model_path().expect("default model");
-    let (serial, preemptions, _) = both_loops(model, 14, &requests, Some((6, 5)));
+    let (serial, preemptions, [_, ahead]) = both_loops(model, 14, &base(&requests), Some((6, 5)));
     assert!(preemptions.iter().all(|&n| n > 0), "{preemptions:?}");
+    // The seeded request's tokens are sampled on the host: the steps after them are held.
+    assert!(ahead.held_steps > 0, "{ahead:?}");
     assert_eq!(serial[&3].reason, Some(FinishReason::Stop));
     assert!(serial[&3].tokens.len() < 24);
     assert!(["Paris", "Lyon"].contains(&serial[&4].text.as_str()), "{:?}", serial[&4].text);
@@ -164,11 +195,36 @@ fn tiny_families_one_step_ahead_match_the_serial_loop_bit_for_bit() {
     let seeded =
         SamplingParams { temperature: 1.0, seed: Some(3), logprobs: Some(1), ..SamplingParams::greedy(20) };
     let greedy = SamplingParams { logprobs: Some(1), ..SamplingParams::greedy(20) };
+    let nucleus = SamplingParams { top_p: 0.8, top_k: 20, temperature: 0.9, ..SamplingParams::greedy(16) };
+    let penalized = SamplingParams {
+        min_p: 0.05,
+        repetition_penalty: 1.3,
+        frequency_penalty: 0.4,
+        temperature: 0.9,
+        ..SamplingParams::greedy(16)
+    };
+    // A greedy pick the host makes from candidates (min_tokens masks the stop tokens).
+    let held_back =
+        SamplingParams { min_tokens: 8, stop_token_ids: vec![5, 6], ..SamplingParams::greedy(16) };
+    let stopped = SamplingParams { stop: vec!["e".into()], ..nucleus.clone() };
     let requests = [("hello there", greedy.clone()), ("hello there", seeded), ("abc abc abc", greedy)];
-    for name in ["llama", "gemma3"] {
-        let (serial, _, _) = both_loops(family(name), 24, &requests, None);
-        assert!(serial.values().all(|done| done.tokens.len() == 20), "{name}: {serial:?}");
-    }
+    let (serial, _, _) = both_loops(family("gemma3"), 24, &base(&requests), None);
+    assert!(serial.values().all(|done| done.tokens.len() == 20), "gemma3: {serial:?}");
+    // Host-sampled variants on a pool that preempts: 9 usable blocks of 4 tokens for four
+    // requests of up to 16; one aborted, one stopped by a string.
+    let requests = [
+        ("hello there", nucleus),
+        ("hello there friend", penalized),
+        ("one two", held_back),
+        ("abc def", stopped),
+    ];
+    let (serial, preemptions, [_, ahead]) = both_loops(family("llama"), 10, &base(&requests), Some((6, 1)));
+    assert!(preemptions.iter().all(|&n| n > 0), "{preemptions:?}");
+    assert_eq!(serial[&0].tokens.len(), 16, "{serial:?}");
+    // Every token is sampled on the host: a decode step is recorded while the one before it
+    // runs and held until its tokens are written (a step after a preemption or a resumption
+    // waits for the one before it instead).
+    assert!(ahead.held_steps * 2 > ahead.steps, "{ahead:?}");
 }
 
 #[test]
@@ -187,7 +243,7 @@ fn greedy_steps_are_fed_on_the_device_and_match_the_serial_loop_bit_for_bit() {
         (capital, SamplingParams::greedy(24)),
     ];
     let model = default_model_path().expect("default model");
-    let (serial, preemptions, [_, ahead]) = both_loops(model, 16, &requests, Some((5, 4)));
+    let (serial, preemptions, [_, ahead]) = both_loops(model, 16, &base(&requests), Some((5, 4)));
     assert!(preemptions.iter().all(|&n| n > 0), "{preemptions:?}");
     assert_eq!(serial[&3].reason, Some(FinishReason::Stop));
     assert_eq!(serial[&0].tokens.len(), 28);
@@ -195,4 +251,33 @@ fn greedy_steps_are_fed_on_the_device_and_match_the_serial_loop_bit_for_bit() {
     // from its sampled ids on the device): only a step after a preemption, a resumption or
     // the first of a run waits for the one before it.
     assert!(ahead.idle_gaps * 2 < ahead.steps, "{ahead:?}");
+}
+
+#[test]
+fn lora_steps_pipeline_with_adapters_swapped_in_one_slot_and_match_the_serial_loop() {
+    let lora = LoraConfig { max_loras: 1, max_lora_rank: 8, max_cpu_loras: 3 };
+    let make = |ahead| {
+        let config = EngineConfig { lora: Some(lora), ..EngineConfig::default() };
+        let mut engine = builder(config, family("llama"), ahead, 40).build().expect("LoRA engine");
+        for name in ["sql", "chat", "math"] {
+            engine.load_lora(name, &family("llama").join("lora").join(name)).unwrap();
+        }
+        engine
+    };
+    let greedy = SamplingParams::greedy(10);
+    let seeded = SamplingParams { temperature: 0.8, seed: Some(2), ..SamplingParams::greedy(10) };
+    // One GPU slot: each adapter's requests run while the others wait, and a finishing
+    // adapter's slot is refilled for the next step while the step in flight still reads it.
+    let requests = [
+        ("hello there", greedy.clone(), Some("sql")),
+        ("hello there", greedy.clone(), Some("chat")),
+        ("abc abc abc", seeded, Some("math")),
+        ("hello there", greedy, None),
+    ];
+    let (serial, _, [_, ahead]) = both_engines(make, &requests, None);
+    assert_ne!(serial[&0].tokens, serial[&1].tokens, "the adapters change the continuation");
+    assert_ne!(serial[&0].tokens, serial[&3].tokens);
+    // Greedy LoRA steps are fed on the device and submitted while the one before runs.
+    assert!(ahead.idle_gaps < ahead.steps, "{ahead:?}");
+    assert!(ahead.held_steps > 0, "{ahead:?}");
 }

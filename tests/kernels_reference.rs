@@ -494,6 +494,33 @@ fn rms_norm_matches_reference_and_is_row_independent() {
     }
 }
 
+/// Gemma's sandwich: `rms_norm_add` (a projection's output normed and added to the residual in
+/// one dispatch) gives bit for bit `rms_norm` into a scratch tensor then `add_in_place`, and
+/// refuses the wrong shapes.
+#[test]
+fn rms_norm_add_equals_rms_norm_then_add_bit_for_bit() {
+    let c = ctx();
+    for (rows, d) in [(1usize, 37usize), (17, 576), (3, 2304)] {
+        let (o, g) = (Rng::new(7).vec(rows * d), Rng::new(8).vec(d));
+        let residual: Vec<f32> = Rng::new(9).vec(rows * d).iter().map(|v| v * 30.0).collect();
+        let (ot, gt) = (c.upload_f32(&[rows, d], &o).unwrap(), c.upload_f32(&[d], &g).unwrap());
+        let fused = c.upload_f32(&[rows, d], &residual).unwrap();
+        let apart = c.upload_f32(&[rows, d], &residual).unwrap();
+        let h = c.tensor(Elem::F32, &[rows, d]).unwrap();
+        let mut step = c.step();
+        step.rms_norm_add(&ot, &gt, 1e-6, &fused).unwrap();
+        step.rms_norm(&ot, &gt, 1e-6, &h).unwrap();
+        step.add_in_place(&apart, &h).unwrap();
+        let wrong = c.tensor(Elem::F32, &[rows, d + 1]).unwrap();
+        assert!(matches!(step.rms_norm_add(&ot, &gt, 1e-6, &wrong), Err(GpuError::Shape(_))));
+        let (f, a) = (step.read(&fused), step.read(&apart));
+        let mut out = step.submit().unwrap();
+        let (f, a) = (out.f32s(f), out.f32s(a));
+        assert_eq!(bits(&f), bits(&a), "rows {rows} d {d}");
+        assert_ne!(bits(&f), bits(&residual), "rows {rows} d {d}: nothing added");
+    }
+}
+
 /// `x` RMS-normed with `w` (f64), or `x` itself without weights.
 fn head_normed(x: &[f32], w: Option<&[f32]>, eps: f64) -> Vec<f64> {
     let x: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
@@ -1164,7 +1191,8 @@ fn contexts_past_the_cpu_per_query_walk_take_split_kv() {
 }
 
 /// Attention sinks (gpt-oss: a learned logit per head in the softmax's denominator, no value)
-/// in every attention kernel — per query, its subgroup form, split-KV — against the f64
+/// in every attention kernel — per query, its subgroup form, split-KV, flash (split-KV again
+/// where the adapter's subgroups are narrower than 8 lanes) — against the f64
 /// reference: 4 heads on 2 KV heads of 64, sinks below, among and far above the scores (one
 /// that takes nearly all the weight), a full layer and a 16-key window (gpt-oss's alternation),
 /// over a cached prefix with a prefill chunk, a 40-token prompt, a decode and a one-token
@@ -1176,6 +1204,8 @@ fn attention_sinks_match_the_reference_on_every_kernel() {
     let per_query =
         GpuOptions { attention_strategy: Some(AttentionStrategy::PerQuery), ..GpuOptions::default() };
     let (lanes, plain) = (ctx_with_subgroups(&per_query, true), ctx_with_subgroups(&per_query, false));
+    let flash = GpuOptions { attention_strategy: Some(AttentionStrategy::Flash), ..GpuOptions::default() };
+    let flash = ctx_with_subgroups(&flash, true);
     let seqs = [
         Seq { cached: 20, new: 13 },
         Seq { cached: 0, new: 40 },
@@ -1185,7 +1215,7 @@ fn attention_sinks_match_the_reference_on_every_kernel() {
     for case in [AttnCase { ..sinking }, AttnCase { window: Some(16), ..sinking }] {
         let data: Vec<SeqData> =
             seqs.iter().enumerate().map(|(s, q)| seq_data(&case, q.cached + q.new, 70 + s as u64)).collect();
-        for c in [&lanes, &plain, gpu_class_ctx()] {
+        for c in [&lanes, &plain, gpu_class_ctx(), &flash] {
             let path = c.capabilities().attention_path();
             let together = run_attention_on(c, &case, &seqs, &data, &after_the_prefix(&seqs));
             assert_near_reference(&together, &case, &seqs, &data, &format!("sinks {path:?}"));

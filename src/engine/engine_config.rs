@@ -214,7 +214,7 @@ impl EngineBuilder {
 /// the one place pagoda reads them: `PAGODA_BACKEND`, `PAGODA_ADAPTER` (a substring of the
 /// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
 /// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit`,
-/// `PAGODA_ATTENTION=per-query|split-kv`, `PAGODA_NORM=separate|fused`, `PAGODA_ROPE=separate|fused`,
+/// `PAGODA_ATTENTION=per-query|split-kv|flash`, `PAGODA_NORM=separate|fused`, `PAGODA_ROPE=separate|fused`,
 /// `PAGODA_GEMM_ROWS=8|16|32`, `PAGODA_GEMV_ROWS=1|2|4|8`, `PAGODA_WEIGHTS=buffer|texture` and
 /// `PAGODA_SUBMIT=whole|chunked`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {

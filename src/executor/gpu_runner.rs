@@ -319,7 +319,7 @@ impl WgpuExecutor {
             last_timing: None,
             pipeline: None,
         };
-        let pipelined = pipeline::GpuPipeline::fits(&executor, scheduler);
+        let pipelined = pipeline::GpuPipeline::fits(&executor);
         let executor = Self {
             host: (cache.kv_offloading_size > 0.0).then(|| HostKv::new(executor.cache.block_bytes())),
             pipeline: pipelined.then(|| pipeline::GpuPipeline::new(&executor.ctx, limits)).transpose()?,
@@ -621,11 +621,10 @@ impl ModelExecutor for WgpuExecutor {
         self.inject_fault();
         let (batch, scored) = self.build_batch(&scheduled)?;
         let (top_k, needs_logits) = self.head_readback(&scheduled);
-        let out = match &mut self.lora {
-            Some(lora) => {
-                let seqs: Vec<_> = scheduled.iter().map(|s| (self.requests[&s.req_id].lora, s.len)).collect();
-                let rows = lora.rows(&self.ctx, self.model.config(), &seqs)?;
-                let lora = LoraRows { slots: lora.slots(), rows: &rows };
+        let lora_rows = self.lora_rows(&scheduled)?;
+        let out = match self.lora.as_ref().zip(lora_rows.as_deref()) {
+            Some((lora, rows)) => {
+                let lora = LoraRows { slots: lora.slots(), rows };
                 self.model.forward_with_lora(
                     &self.ctx,
                     &self.workspace,
@@ -715,6 +714,16 @@ impl WgpuExecutor {
             Some(FaultKind::DeviceLost) => self.ctx.lose_device(),
             None => {}
         }
+    }
+
+    /// Each token row's LoRA slot in `scheduled` (adapters not on the GPU loaded into
+    /// slots), where the executor serves adapters.
+    fn lora_rows(&mut self, scheduled: &[Scheduled]) -> Result<Option<Vec<u32>>, ExecutorError> {
+        let Some(lora) = &mut self.lora else {
+            return Ok(None);
+        };
+        let seqs: Vec<_> = scheduled.iter().map(|s| (self.requests[&s.req_id].lora, s.len)).collect();
+        lora.rows(&self.ctx, self.model.config(), &seqs).map(Some)
     }
 
     /// The head's readback for `scheduled`: how many top-k candidates a row, and whether the

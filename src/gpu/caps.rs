@@ -4,9 +4,9 @@ use super::options::{
     AttentionStrategy, FeatureMask, Fusion, GemmRows, GemvRows, LinearStrategy, SubmitStrategy,
 };
 use super::shader::{
-    ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, KernelVariant, KvFormat, LINEAR_GEMM_BANDS,
-    LINEAR_GEMV_ROWS, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearKernel, LinearPath, LinearPrologue, Tree,
-    WeightSource, XLoad,
+    ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, FLASH_KEY_LANES, FLASH_MAX_GROUP, KernelVariant,
+    KvFormat, LINEAR_GEMM_BANDS, LINEAR_GEMV_ROWS, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearKernel,
+    LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
 };
 use crate::dtype::DType;
 
@@ -151,7 +151,7 @@ impl Capabilities {
     pub fn attention_tree(&self, path: AttentionPath) -> Tree {
         match path {
             AttentionPath::SplitKv => self.tree(),
-            AttentionPath::PerQuery | AttentionPath::PerQuerySubgroup => Tree::Shared,
+            AttentionPath::PerQuery | AttentionPath::PerQuerySubgroup | AttentionPath::Flash => Tree::Shared,
         }
     }
 
@@ -177,9 +177,16 @@ impl Capabilities {
     /// The attention kernel on this device for contexts up to [`CPU_PER_QUERY_MAX_KEYS`] keys:
     /// per query on CPU adapters (one subgroup per token and group of a KV head's query heads
     /// where subgroups have [`ATTENTION_DOT_LANES`] lanes, else one invocation per token and
-    /// head), split-KV elsewhere.
+    /// head), flash attention on other adapters with subgroups of at least
+    /// [`ATTENTION_DOT_LANES`] lanes (discrete and integrated GPUs), split-KV on the rest.
     pub fn attention_path(&self) -> AttentionPath {
         self.attention_path_for(0)
+    }
+
+    /// True when the adapter can run flash attention: subgroups of at least
+    /// [`ATTENTION_DOT_LANES`] lanes (the dimension lanes' shuffles stay inside one).
+    pub fn supports_flash_attention(&self) -> bool {
+        self.subgroup && self.subgroup_sizes.0 >= ATTENTION_DOT_LANES
     }
 
     /// The attention kernel for a layer whose queries walk at most `keys` keys (the block
@@ -189,13 +196,21 @@ impl Capabilities {
     /// as wide as the most blocks a request may hold
     /// ([`crate::core::cache_config::CacheConfig::max_blocks_per_seq`]), so the choice depends
     /// on the model and the engine's configuration only, never on a batch.
+    ///
+    /// Forced `flash` on an adapter without such subgroups takes split-KV
+    /// ([`Self::supports_flash_attention`]); a CPU adapter takes flash only when forced.
     pub fn attention_path_for(&self, keys: usize) -> AttentionPath {
+        let flash = self.supports_flash_attention();
         match (self.forced_attention, self.is_cpu && keys <= CPU_PER_QUERY_MAX_KEYS) {
             (Some(AttentionStrategy::PerQuery), _) | (None, true) if self.has_attention_lanes() => {
                 AttentionPath::PerQuerySubgroup
             }
             (Some(AttentionStrategy::PerQuery), _) | (None, true) => AttentionPath::PerQuery,
-            (Some(AttentionStrategy::SplitKv), _) | (None, false) => AttentionPath::SplitKv,
+            (Some(AttentionStrategy::Flash), _) if flash => AttentionPath::Flash,
+            (None, false) if flash && !self.is_cpu => AttentionPath::Flash,
+            (Some(AttentionStrategy::SplitKv | AttentionStrategy::Flash), _) | (None, false) => {
+                AttentionPath::SplitKv
+            }
         }
     }
 
@@ -404,7 +419,21 @@ impl Capabilities {
                 super::shader::KV_PARTITION_TOKENS,
                 super::shader::ATTENTION_SPLIT_WG * super::shader::KV_PARTITION_TOKENS,
                 self.tree_words(),
-                if self.forced_attention.is_some() { "forced" } else { "not a CPU adapter" }
+                match self.forced_attention {
+                    Some(AttentionStrategy::Flash) => "flash forced, but no subgroups of 8 lanes or more",
+                    Some(_) => "forced",
+                    None if self.is_cpu => "CPU adapter, contexts past the per-query walk",
+                    None => "no subgroups of 8 lanes or more",
+                }
+            ),
+            AttentionPath::Flash => format!(
+                "attention: flash, one workgroup per token and up to {} query heads of a KV head (each key and value read once for them), {FLASH_KEY_LANES} key lanes each walking every {FLASH_KEY_LANES}th key of the context in {ATTENTION_DOT_LANES} dimension lanes (q·k summed by subgroup shuffles), the key lanes combined in a fixed tree ({})",
+                FLASH_MAX_GROUP,
+                if self.forced_attention.is_some() {
+                    "forced"
+                } else {
+                    "not a CPU adapter, subgroups of 8 lanes or more"
+                }
             ),
         }
     }

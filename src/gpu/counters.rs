@@ -34,6 +34,9 @@ pub struct GpuCounters {
     /// submit (with async scheduling on a pipelining executor, steps are submitted before the
     /// one ahead is done, and no gap opens).
     pub idle_time: Duration,
+    /// Steps recorded while the step before them ran and held for their submit until the
+    /// host had sampled the tokens they read (async scheduling with host sampling).
+    pub held_steps: u64,
 }
 
 impl GpuCounters {
@@ -49,6 +52,7 @@ impl GpuCounters {
             host_time: self.host_time.saturating_sub(earlier.host_time),
             idle_gaps: self.idle_gaps - earlier.idle_gaps,
             idle_time: self.idle_time.saturating_sub(earlier.idle_time),
+            held_steps: self.held_steps - earlier.held_steps,
         }
     }
 
@@ -68,6 +72,7 @@ pub(crate) struct CounterCells {
     command_buffers: AtomicU64,
     dispatches: AtomicU64,
     host_nanos: AtomicU64,
+    held_steps: AtomicU64,
     idle: Mutex<IdleClock>,
 }
 
@@ -102,6 +107,11 @@ impl CounterCells {
         self.command_buffers.fetch_add(command_buffers as u64, Ordering::Relaxed);
         self.dispatches.fetch_add(dispatches as u64, Ordering::Relaxed);
         self.host_nanos.fetch_add(host.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// A step was held for its submit.
+    pub(crate) fn step_held(&self) {
+        self.held_steps.fetch_add(1, Ordering::Relaxed);
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, IdleClock> {
@@ -151,6 +161,7 @@ impl CounterCells {
             host_time: Duration::from_nanos(self.host_nanos.load(Ordering::Relaxed)),
             idle_gaps,
             idle_time,
+            held_steps: self.held_steps.load(Ordering::Relaxed),
         }
     }
 }

@@ -160,6 +160,58 @@ fn check_attention_q(
     Ok((t, q_stride))
 }
 
+/// The bindings every attention kernel takes: the queries, `layer`'s K and V caches, the
+/// batch's block table, lengths and query starts, the output, and the sinks where given.
+pub(super) fn attention_bindings(
+    q: &Tensor,
+    (kc, vc): &(DeviceBuffer, DeviceBuffer),
+    batch: &AttentionBatch,
+    sinks: Option<&Tensor>,
+    out: &Tensor,
+) -> impl Iterator<Item = Binding> {
+    [
+        Binding::tensor(slots::attention::Q, q),
+        Binding::buffer(slots::attention::K_CACHE, kc),
+        Binding::buffer(slots::attention::V_CACHE, vc),
+        Binding::tensor(slots::attention::BLOCK_TABLE, &batch.block_table),
+        Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
+        Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
+        Binding::tensor(slots::attention::OUT, out),
+    ]
+    .into_iter()
+    .chain(sinks.map(|s| Binding::tensor(slots::attention_sinks::SINKS, s)))
+}
+
+/// Checks paged attention's inputs (queries `q`, `out`, the batch, `spec`) against `cache`;
+/// returns the kernels' parameters.
+pub(super) fn attention_params(
+    q: &Tensor,
+    cache: &KvCache,
+    batch: &AttentionBatch,
+    spec: &AttentionSpec,
+    out: &Tensor,
+) -> Result<AttentionParams, GpuError> {
+    let heads = spec.heads;
+    let s = cache.shape();
+    let (t, q_stride) = check_attention_q(q, out, heads, s)?;
+    let (b, max_blocks) = batch.check()?;
+    if spec.window == Some(0) || spec.softcap.is_some_and(|c| c <= 0.0) {
+        return Err(GpuError::Shape(format!("attention: window and soft-cap must be positive: {spec:?}")));
+    }
+    Ok(AttentionParams {
+        tokens: u(t),
+        heads: u(heads),
+        kv_heads: u(s.num_kv_heads),
+        block_size: u(s.block_size),
+        max_blocks: u(max_blocks),
+        num_seqs: u(b),
+        scale: spec.scale,
+        window: spec.window.map_or(0, u),
+        softcap: spec.softcap.unwrap_or(0.0),
+        q_stride: u(q_stride),
+    })
+}
+
 /// How one layer attends: its query heads, the scale of its scores, its sliding window and
 /// the soft-cap of its scores.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -429,10 +481,35 @@ impl Step<'_> {
 
     /// `out = x / sqrt(mean(x²) + eps) * weight` per row; `x`, `out`: f32 `[R, D]`, `weight`: `[D]`.
     pub fn rms_norm(&mut self, x: &Tensor, weight: &Tensor, eps: f32, out: &Tensor) -> Result<(), GpuError> {
+        self.record_rms_norm(x, weight, eps, out, false)
+    }
+
+    /// `out += x / sqrt(mean(x²) + eps) * weight` per row (Gemma's sandwich: a projection's
+    /// output normed and added to the residual stream) in one dispatch, with the bits of
+    /// [`Self::rms_norm`] into a scratch tensor then [`Self::add_in_place`] of it into `out`;
+    /// `x`, `out`: f32 `[R, D]` (distinct tensors), `weight`: `[D]`.
+    pub fn rms_norm_add(
+        &mut self,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        self.record_rms_norm(x, weight, eps, out, true)
+    }
+
+    fn record_rms_norm(
+        &mut self,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &Tensor,
+        accumulate: bool,
+    ) -> Result<(), GpuError> {
         let (rows, d) = dims2(x, "rms_norm x")?;
         weight.expect("rms_norm weight", Elem::F32, &[d])?;
         out.expect("rms_norm out", Elem::F32, &[rows, d])?;
-        let params = RmsNormParams { rows: u(rows), d: u(d), eps };
+        let params = RmsNormParams { rows: u(rows), d: u(d), eps, accumulate: u32::from(accumulate) };
         let grid = self.grid_groups(rows);
         let bindings = [
             Binding::tensor(slots::rms_norm::X, x),
@@ -821,31 +898,16 @@ impl Step<'_> {
             sinks.expect("attention sinks", Elem::F32, &[heads])?;
         }
         let s = cache.shape();
-        let (t, q_stride) = check_attention_q(q, out, heads, s)?;
-        let (b, max_blocks) = batch.check()?;
-        let (kc, vc) = cache.layer(layer)?;
-        if spec.window == Some(0) || spec.softcap.is_some_and(|c| c <= 0.0) {
-            return Err(GpuError::Shape(format!(
-                "attention: window and soft-cap must be positive: {spec:?}"
-            )));
-        }
-        let params = AttentionParams {
-            tokens: u(t),
-            heads: u(heads),
-            kv_heads: u(s.num_kv_heads),
-            block_size: u(s.block_size),
-            max_blocks: u(max_blocks),
-            num_seqs: u(b),
-            scale: spec.scale,
-            window: spec.window.map_or(0, u),
-            softcap: spec.softcap.unwrap_or(0.0),
-            q_stride: u(q_stride),
-        };
+        let params = attention_params(q, cache, batch, spec, out)?;
+        let (t, max_blocks) = (params.tokens as usize, params.max_blocks as usize);
         let walk = spec.window.map_or(max_blocks * s.block_size, |w| w.min(max_blocks * s.block_size));
         let path = self.ctx.capabilities().attention_path_for(walk);
+        if let AttentionPath::Flash = path {
+            return self.flash_attention(q, cache, layer, batch, spec, sinks, out);
+        }
         let group = match path {
             AttentionPath::PerQuerySubgroup => attention_group(u(heads / s.num_kv_heads)),
-            AttentionPath::PerQuery | AttentionPath::SplitKv => 1,
+            _ => 1,
         };
         let tree = self.ctx.capabilities().attention_tree(path);
         let (kv, head_dim, with_sinks) = (cache.format(), u(s.head_dim), sinks.is_some());
@@ -853,19 +915,9 @@ impl Step<'_> {
         let grid = match path {
             AttentionPath::PerQuery => self.grid_1d(variant, t * heads),
             AttentionPath::PerQuerySubgroup => self.grid_groups(t * heads / group as usize),
-            AttentionPath::SplitKv => self.grid_groups(t * heads),
+            _ => self.grid_groups(t * heads),
         };
-        let bindings = [
-            Binding::tensor(slots::attention::Q, q),
-            Binding::buffer(slots::attention::K_CACHE, kc),
-            Binding::buffer(slots::attention::V_CACHE, vc),
-            Binding::tensor(slots::attention::BLOCK_TABLE, &batch.block_table),
-            Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
-            Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
-            Binding::tensor(slots::attention::OUT, out),
-        ]
-        .into_iter()
-        .chain(sinks.map(|s| Binding::tensor(slots::attention_sinks::SINKS, s)));
+        let bindings = attention_bindings(q, cache.layer(layer)?, batch, sinks, out);
         self.dispatch(variant, &params, bindings, grid)
     }
 

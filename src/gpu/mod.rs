@@ -57,6 +57,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attention_flash;
 mod bind_cache;
 mod caps;
 mod context;
@@ -78,6 +79,7 @@ mod step;
 mod tensor;
 mod weights;
 
+pub use attention_flash::{flash_group, flash_max_group};
 pub use caps::{CPU_PER_QUERY_MAX_KEYS, Capabilities, KvPrecision};
 pub use context::GpuContext;
 pub use counters::GpuCounters;
@@ -98,7 +100,8 @@ pub use shader::{
     AttentionPath, GateActivation, KernelVariant, KvFormat, LinearEpilogue, LinearKernel, LinearPath,
     LinearPrologue, Tree, WeightSource,
 };
-pub use step::{ReadbackId, Step, StepInFlight, StepOutput};
+pub use shader::{FLASH_KEY_LANES, FLASH_MAX_GROUP, FLASH_WG};
+pub use step::{HeldStep, ReadbackId, Step, StepInFlight, StepOutput};
 pub use tensor::{Elem, Tensor};
 pub use weights::{Weight, resident_bytes};
 

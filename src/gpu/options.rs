@@ -107,18 +107,23 @@ pub enum AttentionStrategy {
     /// drivers).
     PerQuery,
     /// The context cut into partitions fixed by its length, one invocation each, combined in
-    /// a fixed tree (flash-decoding; GPUs).
+    /// a fixed tree (GPUs without subgroups of at least 8 lanes).
     SplitKv,
+    /// Flash-decoding: one workgroup per token and group of a KV head's query heads, its lanes
+    /// over the keys and the head's dimensions (GPUs with subgroups of at least 8 lanes:
+    /// `src/gpu/attention_flash.rs`).
+    Flash,
 }
 
 impl AttentionStrategy {
-    /// `per-query` or `split-kv`, any case.
+    /// `per-query`, `split-kv` or `flash`, any case.
     pub fn parse(name: &str) -> Result<Self, GpuError> {
         match name.trim().to_ascii_lowercase().as_str() {
             "per-query" | "perquery" => Ok(Self::PerQuery),
             "split-kv" | "splitkv" | "split" => Ok(Self::SplitKv),
+            "flash" => Ok(Self::Flash),
             other => Err(GpuError::BadOption(format!(
-                "unknown attention strategy `{other}` (per-query, split-kv)"
+                "unknown attention strategy `{other}` (per-query, split-kv, flash)"
             ))),
         }
     }

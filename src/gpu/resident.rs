@@ -3,6 +3,9 @@
 //! of staging and scratch buffers. Creating what is missing is the caller's (the context's),
 //! through the closures each method takes.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::GpuError;
 use super::bind_cache::{BindGroupCache, BindKey};
 use super::pool::{BufferPool, size_class};
@@ -15,6 +18,8 @@ pub(crate) struct Resident {
     uploads: Option<DeviceBuffer>,
     binds: BindGroupCache,
     pool: BufferPool,
+    /// Set while a held step (encoded, its parameters and inputs written) waits for its submit.
+    held: Arc<AtomicBool>,
 }
 
 impl Resident {
@@ -65,6 +70,17 @@ impl Resident {
     /// Returns a buffer from [`Self::take_or_create`] to the pool.
     pub(crate) fn give_back(&mut self, usage: wgpu::BufferUsages, buffer: DeviceBuffer) {
         self.pool.give_back(usage, buffer);
+    }
+
+    /// True while a held step waits for its submit: no other step may be encoded before it.
+    pub(crate) fn holds_step(&self) -> bool {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Marks a step held until the flag returned is cleared (at its submit, or when it is dropped).
+    pub(crate) fn hold_step(&self) -> Arc<AtomicBool> {
+        self.held.store(true, Ordering::Release);
+        self.held.clone()
     }
 
     /// Ends a step of `dispatches` dispatches (ages the bind-group cache).

@@ -440,6 +440,11 @@ pub enum AttentionPath {
     /// partitions fixed by its length (at most [`KV_PARTITION_TOKENS`] keys each), combined in a
     /// fixed tree.
     SplitKv,
+    /// Flash-decoding (`shaders/attention_flash.wgsl`, [`crate::gpu::FLASH_WG`]): one workgroup
+    /// per query token and [`crate::gpu::flash_group`] heads of a KV head, its lanes over the
+    /// keys (partitions fixed by the keys' positions) and the heads' dimensions, the partitions
+    /// combined in a fixed tree; prefill and decode tokens alike.
+    Flash,
 }
 
 /// Element format of the paged K/V pools.
@@ -510,6 +515,13 @@ pub const ATTENTION_SPLIT_CHUNK: u32 = 32;
 pub const ATTENTION_DOT_LANES: u32 = 8;
 /// Most query heads of one KV head the subgroup attention kernel computes together.
 pub const ATTENTION_MAX_GROUP: u32 = 4;
+/// Invocations per workgroup of flash attention: [`FLASH_KEY_LANES`] key lanes (`shaders/attention_flash.wgsl`) of
+/// [`ATTENTION_DOT_LANES`] dimension lanes.
+pub const FLASH_WG: u32 = 64;
+/// Key lanes of a flash workgroup: keys `kl, kl + FLASH_KEY_LANES, ...` go to key lane `kl`.
+pub const FLASH_KEY_LANES: u32 = FLASH_WG / ATTENTION_DOT_LANES;
+/// Most query heads of one KV head a flash workgroup computes together.
+pub const FLASH_MAX_GROUP: u32 = 8;
 
 /// Query heads the subgroup attention kernel computes together for a model with
 /// `heads_per_kv` query heads on each KV head: the largest divisor of it up to
@@ -674,7 +686,8 @@ pub enum KernelVariant {
         /// How one query's context is spread.
         path: AttentionPath,
         /// Query heads of one KV head computed together, each key and value read once for
-        /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`], else 1).
+        /// them all ([`attention_group`] on [`AttentionPath::PerQuerySubgroup`],
+        /// [`crate::gpu::flash_group`] on [`AttentionPath::Flash`], else 1).
         group: u32,
         /// How split-KV combines its partitions ([`Tree::Shared`] on the other paths).
         tree: Tree,
@@ -701,7 +714,7 @@ impl KernelVariant {
             self,
             Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
                 | Self::Linear { tree: Tree::Subgroup { .. }, .. }
-                | Self::Attention { path: AttentionPath::PerQuerySubgroup, .. }
+                | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash, .. }
                 | Self::Attention { tree: Tree::Subgroup { .. }, .. }
         )
     }
@@ -749,6 +762,7 @@ impl KernelVariant {
                     AttentionPath::PerQuery => "per-query".to_string(),
                     AttentionPath::PerQuerySubgroup => format!("per-query-sg{ATTENTION_DOT_LANES}"),
                     AttentionPath::SplitKv => "split-kv".to_string(),
+                    AttentionPath::Flash => "flash".to_string(),
                 };
                 let group = if *group > 1 { format!("/g{group}") } else { String::new() };
                 format!(
@@ -781,6 +795,7 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::PerQuerySubgroup, .. } => {
                 (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES")
             }
+            Self::Attention { path: AttentionPath::Flash, .. } => (FLASH_WG, "FLASH_WG"),
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
@@ -823,6 +838,11 @@ impl KernelVariant {
             },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
+            }
+            // The key lanes' maxima and sums of each head, and one head's weighted value
+            // pairs of every key lane.
+            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. } => {
+                4 * (2 * FLASH_KEY_LANES * group) + 8 * FLASH_KEY_LANES * (head_dim / 2)
             }
             Self::TopK => 8 * TOP_K_WG,
             _ => 0,
@@ -986,6 +1006,16 @@ pub fn all_variants() -> Vec<KernelVariant> {
                     out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks });
                 }
             }
+            for group in 1..=crate::gpu::flash_max_group(head_dim) {
+                let (path, tree) = (AttentionPath::Flash, Tree::Shared);
+                out.push(KernelVariant::Attention { kv, head_dim, path, group, tree, sinks: false });
+            }
+        }
+        // Flash with sinks at gpt-oss's heads (64 dimensions, 8 query heads a KV head) and one
+        // head a group.
+        for group in [1, 8] {
+            let (path, tree) = (AttentionPath::Flash, Tree::Shared);
+            out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree, sinks: true });
         }
     }
     out
@@ -1078,13 +1108,15 @@ mod tests {
     /// structures (30 on the five sequential paths: 3 row tiles x 2 weight sources; 20 on the
     /// K-split path: the GEMV of 1 and of 8 rows with each of the 2 activation loads and 3
     /// trees, of 2 and of 4 rows with one, and the GEMM's 3 tiles with each load) once for 15
-    /// types and with all 22 prologue and epilogue pairs for f32, and 58 RoPE and attention
-    /// variants for each of the 3 KV formats (the 8 attention kernels with sinks at gpt-oss's
-    /// head dimension 64 only). Adding an option multiplies this: a new dimension should come
-    /// with a reason.
+    /// types and with all 22 prologue and epilogue pairs for f32, and 91 RoPE and attention
+    /// variants for each of the 3 KV formats (2 RoPE; for each of the 6 head dimensions 1
+    /// per-query, 3 split-KV and 4 subgroup ones, again with sinks at gpt-oss's head dimension
+    /// 64 only; 31 flash ones, a group of each size up to `flash_max_group` (8, 6, 6, 5, 4 and 2
+    /// heads), and 2 with sinks at 64: groups of 1 and 8). Adding an option multiplies this: a
+    /// new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 50 + 50 * 22 + 3 * 58);
+        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 50 + 50 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2));
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure

@@ -26,6 +26,9 @@ use super::shader::params::{KernelParams, PARAMS_BYTES};
 use super::shader::slots;
 use super::tensor::{Elem, Tensor};
 
+mod held;
+pub use held::HeldStep;
+
 /// A buffer range copied back to the CPU after the step.
 struct Readback {
     buffer: DeviceBuffer,
@@ -38,6 +41,9 @@ struct Upload {
     offset: u64,
     size: u64,
 }
+
+/// A dispatch as encoded: its pipeline, bind group and workgroup counts.
+type Encoded = (Kernel, wgpu::BindGroup, [u32; 3]);
 
 struct Dispatch {
     kernel: Kernel,
@@ -125,11 +131,17 @@ impl GpuContext {
     /// Starts recording a step (submitted in chunks where
     /// [`Capabilities::submit_strategy`](super::Capabilities::submit_strategy) says so).
     pub fn step(&self) -> Step<'_> {
-        let chunked = self.capabilities().submit_strategy() == SubmitStrategy::Chunked;
+        let step = self.whole_step();
+        Step { chunked: self.capabilities().submit_strategy() == SubmitStrategy::Chunked, ..step }
+    }
+
+    /// Starts recording a step submitted whole, in one command buffer, whatever the device's
+    /// submit strategy (a step to [`Step::hold`]).
+    pub fn whole_step(&self) -> Step<'_> {
         Step {
             ctx: self,
             started: Instant::now(),
-            chunked,
+            chunked: false,
             command_buffers: 0,
             submitted: 0,
             failed: false,
@@ -309,30 +321,16 @@ impl Step<'_> {
         let ctx = self.ctx;
         ctx.check_health()?;
         let scopes = ErrorScopes::push(&ctx.device);
-        let mut encoder =
-            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         // Held until the submit: the ring's and the uploads' writes land before the next submit,
         // whichever thread makes it, so no other step may write them in between.
         let mut resident = ctx.resident();
-        if ctx.take_invalid_submit() {
-            let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-            let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
-            encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
-        }
-        if self.command_buffers == 0 {
-            self.encode_uploads(&mut encoder, &mut resident)?;
-        }
         // The encoded dispatches (pipelines and bind groups) are dropped after the submit,
         // while the device runs.
-        let _encoded = self.encode_dispatches(&mut encoder, &mut resident, timer)?;
-        let staging = match last {
-            true => self.encode_readbacks(&mut encoder, &mut resident)?,
-            false => Vec::new(),
-        };
+        let (command_buffer, staging, _encoded) = self.encode(&mut resident, last, timer)?;
         if self.command_buffers == 0 {
             ctx.count().device_fed();
         }
-        self.submission = Some(ctx.queue.submit([encoder.finish()]));
+        self.submission = Some(ctx.queue.submit([command_buffer]));
         drop(resident);
         self.command_buffers += 1;
         if last {
@@ -343,6 +341,41 @@ impl Step<'_> {
             return Err(err);
         }
         Ok(staging)
+    }
+
+    /// Encodes the pending dispatches into one command buffer: after the step's input copies
+    /// in its first, before the readback copies in its `last` (their staging buffers
+    /// returned); with what the dispatches hold, to keep until the submit. An error while a
+    /// held step waits for its submit ([`Step::hold`]): its parameters and inputs are written
+    /// where this step's would go.
+    fn encode(
+        &mut self,
+        resident: &mut Resident,
+        last: bool,
+        timer: Option<&mut KernelTimer>,
+    ) -> Result<(wgpu::CommandBuffer, Vec<DeviceBuffer>, Vec<Encoded>), GpuError> {
+        let ctx = self.ctx;
+        if resident.holds_step() {
+            return Err(GpuError::Order(
+                "a held step is not submitted yet: no step is encoded before it".into(),
+            ));
+        }
+        let mut encoder =
+            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        if ctx.take_invalid_submit() {
+            let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+            let buffer = ctx.create_buffer("invalid copy", 4, usage)?;
+            encoder.copy_buffer_to_buffer(&buffer, 0, &buffer, 0, Some(4));
+        }
+        if self.command_buffers == 0 {
+            self.encode_uploads(&mut encoder, resident)?;
+        }
+        let encoded = self.encode_dispatches(&mut encoder, resident, timer)?;
+        let staging = match last {
+            true => self.encode_readbacks(&mut encoder, resident)?,
+            false => Vec::new(),
+        };
+        Ok((encoder.finish(), staging, encoded))
     }
 
     /// Copies the step's uploads, written to the pooled upload buffer, to their tensors (the
@@ -372,7 +405,7 @@ impl Step<'_> {
         encoder: &mut wgpu::CommandEncoder,
         resident: &mut Resident,
         mut timer: Option<&mut KernelTimer>,
-    ) -> Result<Vec<(Kernel, wgpu::BindGroup, [u32; 3])>, GpuError> {
+    ) -> Result<Vec<Encoded>, GpuError> {
         if self.pending.is_empty() {
             return Ok(Vec::new());
         }
@@ -477,12 +510,8 @@ impl StepInFlight {
 
 /// Records `encoded` into one compute pass, or with `timer` each dispatch into a pass of its
 /// own that writes its beginning and end timestamps.
-fn encode_passes(
-    encoder: &mut wgpu::CommandEncoder,
-    encoded: &[(Kernel, wgpu::BindGroup, [u32; 3])],
-    timer: Option<&KernelTimer>,
-) {
-    let mut record = |dispatches: &[(Kernel, wgpu::BindGroup, [u32; 3])], timestamp_writes| {
+fn encode_passes(encoder: &mut wgpu::CommandEncoder, encoded: &[Encoded], timer: Option<&KernelTimer>) {
+    let mut record = |dispatches: &[Encoded], timestamp_writes| {
         let mut pass = encoder
             .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes });
         for (kernel, group, groups) in dispatches {

@@ -4,8 +4,11 @@
 //! residual add, RMSNorm, the gated MLP projection with its activation, the down projection
 //! with the residual add: 8 dispatches, 7 with RoPE in the projection's epilogue and 5 with the
 //! norms fused too, the default in one-row tiles (the K-split decode GEMV, and the sequential
-//! kernels over subgroups of 8 or 16); then the final norm and the LM head on
-//! only the rows that need logits, and top-k/argmax on the GPU).
+//! kernels over subgroups of 8 or 16); Q/K norms (Qwen3, Gemma 3) keep RoPE a dispatch of its
+//! own, and Gemma's sandwich norms add one dispatch after each of the output and down
+//! projections, the post-norm and the residual add together (tests/model_dispatches.rs states
+//! each family's count); then the final norm and the LM head on only the rows that need
+//! logits, and top-k/argmax on the GPU).
 
 use std::borrow::Cow;
 
@@ -22,9 +25,9 @@ use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use super::yarn::yarn_inv_freq;
 use crate::gpu::{
-    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, KvCache, LinearInput,
-    Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step, StepInFlight,
-    StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, HeldStep, KvCache,
+    LinearInput, Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step,
+    StepInFlight, StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -226,31 +229,59 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, None, Readback { top_k, full_logits, feed: None })
+        let readback = Readback { top_k, full_logits, feed: None, whole: false };
+        self.forward_lora(ctx, ws, cache, batch, None, readback)
     }
 
     /// [`Self::forward`] submitted without waiting for the device: the step runs while the
-    /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `feed.inputs`
-    /// name are copied on the device from `feed.sampled` (the step launched before this one
+    /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `launch.feed`
+    /// names are copied on the device from its sampled ids (the step launched before this one
     /// left its rows' argmaxes there), and this step leaves its own there. Not for a
     /// mixture-of-experts model, whose steps read the router's choices back mid-step.
-    #[allow(clippy::too_many_arguments)]
     pub fn forward_launch(
         &self,
         ctx: &GpuContext,
         ws: &Workspace,
         cache: &KvCache,
         batch: &ForwardBatch,
-        top_k: usize,
-        full_logits: bool,
-        feed: IdFeed<'_>,
+        launch: Launch<'_>,
     ) -> Result<ForwardInFlight, LlamaError> {
+        let (step, reads) = self.record_launch(ctx, ws, cache, batch, launch, false)?;
+        Ok(ForwardInFlight { step: step.submit_async()?, reads })
+    }
+
+    /// [`Self::forward_launch`] recorded and encoded but not submitted: the host writes the
+    /// sampled ids the step reads that the device does not hold (tokens sampled on the host,
+    /// [`GpuContext::write_u32`]) and then submits it with [`ForwardHeld::submit`]. Until
+    /// then no other step can be recorded.
+    pub fn forward_hold(
+        &self,
+        ctx: &GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        launch: Launch<'_>,
+    ) -> Result<ForwardHeld, LlamaError> {
+        let (step, reads) = self.record_launch(ctx, ws, cache, batch, launch, true)?;
+        Ok(ForwardHeld { step: step.hold()?, reads })
+    }
+
+    /// Records a launched step (whole, in one command buffer, when `held`).
+    fn record_launch<'c>(
+        &self,
+        ctx: &'c GpuContext,
+        ws: &Workspace,
+        cache: &KvCache,
+        batch: &ForwardBatch,
+        launch: Launch<'_>,
+        held: bool,
+    ) -> Result<(Step<'c>, HeadReads), LlamaError> {
         if self.config.moe.is_some() {
             return Err(LlamaError::Unsupported("a mixture-of-experts step is read back as it runs".into()));
         }
-        let readback = Readback { top_k, full_logits, feed: Some(feed) };
-        let (step, reads) = self.record_forward(ctx, ws, cache, batch, None, readback)?;
-        Ok(ForwardInFlight { step: step.submit_async()?, reads })
+        let Launch { top_k, full_logits, feed, lora } = launch;
+        let readback = Readback { top_k, full_logits, feed: Some(feed), whole: held };
+        self.record_forward(ctx, ws, cache, batch, lora, readback)
     }
 
     /// [`Self::forward`] with each token row's LoRA adapter: `lora.rows[t]` is the slot of
@@ -269,7 +300,8 @@ impl LlamaModel {
         top_k: usize,
         full_logits: bool,
     ) -> Result<ForwardOutput, LlamaError> {
-        self.forward_lora(ctx, ws, cache, batch, Some(lora), Readback { top_k, full_logits, feed: None })
+        let readback = Readback { top_k, full_logits, feed: None, whole: false };
+        self.forward_lora(ctx, ws, cache, batch, Some(lora), readback)
     }
 
     fn forward_lora(
@@ -297,7 +329,7 @@ impl LlamaModel {
     ) -> Result<(Step<'c>, HeadReads), LlamaError> {
         ws.check(batch)?;
         let t = batch.input_ids.len();
-        let mut step = ctx.step();
+        let mut step = if readback.whole { ctx.whole_step() } else { ctx.step() };
         let inputs = Inputs::write(&mut step, ws, batch)?;
         let lora = match lora {
             Some(l) if l.rows.iter().any(|&s| s != NO_LORA) => Some(l.write(&mut step, t)?),
@@ -394,6 +426,35 @@ impl ForwardInFlight {
     }
 }
 
+/// A step recorded with [`LlamaModel::forward_hold`], not submitted yet.
+#[derive(Debug)]
+pub struct ForwardHeld {
+    step: HeldStep,
+    reads: HeadReads,
+}
+
+impl ForwardHeld {
+    /// Submits the step (after the writes made since it was recorded) and returns at once.
+    pub fn submit(self, ctx: &GpuContext) -> Result<ForwardInFlight, LlamaError> {
+        Ok(ForwardInFlight { step: self.step.submit(ctx)?, reads: self.reads })
+    }
+}
+
+/// How [`LlamaModel::forward_launch`] runs a step: the top `top_k` candidates of each logits
+/// row read back (and the full rows with `full_logits`), input ids fed from the device's
+/// sampled ids, and each row's LoRA adapter where `lora` is set.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// Candidates read back a row (at least 1: the argmax).
+    pub top_k: usize,
+    /// Read the full logits rows back too.
+    pub full_logits: bool,
+    /// The input ids copied from the sampled ids, which this step's argmaxes replace.
+    pub feed: IdFeed<'a>,
+    /// Each token row's adapter ([`LlamaModel::forward_with_lora`]).
+    pub lora: Option<LoraRows<'a>>,
+}
+
 impl LlamaModel {
     /// Hands `each` the logits row of every token in `rows` (indices into the batch the last
     /// [`Self::forward`] on `ws` ran; nothing may run on `ws` in between), in order, a group at
@@ -442,6 +503,8 @@ struct Readback<'f> {
     top_k: usize,
     full_logits: bool,
     feed: Option<IdFeed<'f>>,
+    /// Record the step whole, in one command buffer (to hold it for a later submit).
+    whole: bool,
 }
 
 /// A batch's inputs, written into the workspace: token ids, positions, KV slots, the
@@ -492,8 +555,8 @@ impl Inputs {
 
 /// The activation buffers: the residual stream `x`, the normed input `h` (where norms are not
 /// fused into the linears they feed), the fused Q/K/V row `qkv`, the attention output `att`,
-/// the MLP's activation `act`; `o`, a projection's output before Gemma's post-norm (normed into
-/// `h`); and the gate and up outputs of an MLP whose two projections have different types.
+/// the MLP's activation `act`; `o`, a projection's output before Gemma's post-norm (normed and
+/// added into `x`); and the gate and up outputs of an MLP whose two projections have different types.
 #[derive(Debug)]
 struct Activations {
     x: Tensor,
@@ -654,10 +717,7 @@ impl GpuLayer {
         eps: f32,
     ) -> Result<(), LlamaError> {
         match post_norm {
-            Some(norm) => {
-                step.rms_norm(&a.o, norm, eps, &a.h)?;
-                step.add_in_place(&a.x, &a.h)?;
-            }
+            Some(norm) => step.rms_norm_add(&a.o, norm, eps, &a.x)?,
             None => step.add_in_place(&a.x, &a.o)?,
         }
         Ok(())
@@ -854,8 +914,8 @@ struct Projection<'a> {
 }
 
 /// `x += proj(input)`, or with Gemma's sandwich `x += post_norm(proj(input))` (`o` holds the
-/// projection and `h`, free by then, the normed output); a biased projection (gpt-oss's
-/// output) goes through `o` too.
+/// projection, normed and added in one dispatch); a biased projection (gpt-oss's output) goes
+/// through `o` too.
 fn add_projection(
     step: &mut Step<'_>,
     a: &Activations,
@@ -867,8 +927,7 @@ fn add_projection(
     match (post_norm, proj.bias) {
         (Some(norm), bias) => {
             step.linear_into(input, proj.weight, bias, &a.o, 0)?;
-            step.rms_norm(&a.o, norm, eps, &a.h)?;
-            step.add_in_place(&a.x, &a.h)?;
+            step.rms_norm_add(&a.o, norm, eps, &a.x)?;
         }
         (None, Some(bias)) => {
             step.linear_into(input, proj.weight, Some(bias), &a.o, 0)?;

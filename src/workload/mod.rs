@@ -77,6 +77,10 @@ pub struct Workload {
     pub name: String,
     /// The requests, in any order.
     pub arrivals: Vec<Arrival>,
+    /// The softmax temperature every request samples at, each from its own seeded stream
+    /// (0: greedy).
+    #[serde(default)]
+    pub temperature: f32,
 }
 
 impl Workload {
@@ -121,6 +125,16 @@ impl Workload {
             }
         }
         self
+    }
+
+    /// The same arrivals sampled at `temperature` (0: greedy).
+    pub fn with_temperature(self, temperature: f32) -> Self {
+        Self { temperature, ..self }
+    }
+
+    /// How `arrival` samples: [`Arrival::sampling_params`] at the workload's temperature.
+    pub fn sampling_params(&self, arrival: &Arrival) -> SamplingParams {
+        SamplingParams { temperature: self.temperature, ..arrival.sampling_params() }
     }
 }
 
@@ -193,6 +207,7 @@ impl BuiltinWorkload {
             return Workload {
                 name: self.name().to_owned(),
                 arrivals: multi_turn_chat(num_requests, &mut rng, tokens),
+                temperature: 0.0,
             };
         }
         let system_prompts: Vec<Vec<TokenId>> = (0..4).map(|_| tokens(&mut rng, 256)).collect();
@@ -240,7 +255,7 @@ impl BuiltinWorkload {
                 arrival
             })
             .collect();
-        Workload { name: self.name().to_owned(), arrivals }
+        Workload { name: self.name().to_owned(), arrivals, temperature: 0.0 }
     }
 }
 

@@ -34,7 +34,9 @@ pub fn run_engine_workload(engine: &mut Engine, workload: &Workload) -> Result<W
     loop {
         let now = start.elapsed().as_secs_f64();
         while let Some((index, arrival)) = pending.pop_due(now) {
-            match engine.add_tokens_request(arrival.prompt_token_ids.clone(), arrival.sampling_params()) {
+            match engine
+                .add_tokens_request(arrival.prompt_token_ids.clone(), workload.sampling_params(&arrival))
+            {
                 Ok(request_id) => {
                     latencies.arrive(request_id, arrival.time_s);
                     if returning.get(index as usize) == Some(&true) {

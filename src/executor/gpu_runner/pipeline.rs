@@ -1,14 +1,19 @@
-//! The wgpu executor's step pipeline (async scheduling): a step is recorded and submitted
-//! while the one before it runs, and read back and sampled afterwards.
+//! The wgpu executor's step pipeline (async scheduling): a step is recorded while the one
+//! before it runs, and read back and sampled afterwards.
 //!
 //! A token the step in flight samples is unknown when the next step is recorded: the
-//! request's tokens hold [`PENDING`] there until the step is collected. Where that step
-//! samples it on the device (a plain greedy pick: the argmax of its row), the next step's
-//! input id is copied there from the device's sampled ids, and nothing waits. Where the host
-//! samples it (seeded or temperature sampling, logprobs, penalties, biases, `min_tokens`
-//! masks, structured outputs) or a step cannot run behind the one in flight (prompt logprobs,
-//! whose rows are scored after the step; host KV copies), the step in flight is collected
-//! first, and the next one is recorded from known tokens as in the serial loop.
+//! request's tokens hold [`PENDING`] there until the step is collected, and the next step
+//! copies its input id on the device from the sampled ids (one a logits row of the step in
+//! flight). Where that step samples it on the device (a plain greedy pick: the argmax of its
+//! row, which the step leaves there), the next step is submitted at once and nothing waits.
+//! Where the host samples it (seeded or temperature sampling, logprobs, penalties, biases,
+//! `min_tokens` masks), the next step is recorded and held: once the step in flight is
+//! collected and sampled, the ids it sampled are written over its rows of the sampled ids and
+//! the held step is submitted, so only that write stands between the two submits. A step that
+//! cannot run behind the one in flight (prompt logprobs, whose rows are scored after the step
+//! from the activations the next step would overwrite; host KV copies; a request resumed or
+//! reading a token another way) collects the steps in flight first, and is recorded from
+//! known tokens as in the serial loop.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -16,12 +21,11 @@ use std::time::Instant;
 use super::{Forwarded, WgpuExecutor, device, from_llama};
 use crate::core::host_tier::StepTiming;
 use crate::core::output::{ModelRunnerOutput, SchedulerOutput};
-use crate::core::scheduler_config::SchedulerConfig;
 use crate::executor::{ExecutorError, StepMasks, StepPipeline};
 use crate::gpu::{Elem, GpuContext, Tensor};
 use crate::ids::{RequestId, TokenId};
 use crate::model::fed_ids::IdFeed;
-use crate::model::llama::{ForwardBatch, ForwardInFlight, WorkspaceLimits};
+use crate::model::llama::{ForwardBatch, ForwardHeld, ForwardInFlight, Launch, LoraRows, WorkspaceLimits};
 use crate::structured::TokenMask;
 
 /// Stands in a request's tokens for the one a step in flight samples, until it is collected.
@@ -39,9 +43,18 @@ struct Sample {
     on_device: bool,
 }
 
-/// A step submitted and not collected.
+/// How a launched step was handed to the device.
+enum Launched {
+    /// Submitted.
+    Running(ForwardInFlight),
+    /// Recorded and held: it reads tokens the step before it samples on the host, and is
+    /// submitted once they are written.
+    Held(ForwardHeld),
+}
+
+/// A step launched and not collected.
 struct Flight {
-    forward: ForwardInFlight,
+    forward: Launched,
     forwarded: Forwarded,
     masks: HashMap<RequestId, Vec<TokenMask>>,
     samples: Vec<Sample>,
@@ -66,15 +79,17 @@ pub(super) struct GpuPipeline {
 }
 
 impl GpuPipeline {
-    /// True when `executor` can run steps ahead: a dense model without LoRA, speculative
-    /// decoding or kernel timing (each reads a step back as it runs or between steps), unless
-    /// `PAGODA_PIPELINE=off` keeps the serial step (for A/B runs).
-    pub(super) fn fits(executor: &WgpuExecutor, scheduler: &SchedulerConfig) -> bool {
+    /// True when `executor` can run steps ahead: not a mixture-of-experts model (its steps
+    /// read the router's choices back mid-step), no draft model (it proposes from each step
+    /// read back, with steps of its own) and no kernel timing (its queries are read per
+    /// step), unless `PAGODA_PIPELINE=off` keeps the serial step (for A/B runs). LoRA adapters
+    /// ride along (a slot loaded for the next step is written in queue order, after the step
+    /// in flight); n-gram speculation never runs ahead (the scheduler proposes from known
+    /// tokens only).
+    pub(super) fn fits(executor: &WgpuExecutor) -> bool {
         let off = std::env::var("PAGODA_PIPELINE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"));
         !off && executor.model.config().moe.is_none()
-            && executor.lora.is_none()
             && executor.draft.is_none()
-            && scheduler.speculative_config.is_none()
             && executor.ctx.kernel_times().is_none()
     }
 
@@ -101,16 +116,19 @@ impl GpuPipeline {
         })
     }
 
-    /// True when `next` cannot be recorded behind the steps in flight: it copies KV blocks to
-    /// or from the host, a step in flight scores prompt rows (after it runs, from the
-    /// activations the next step would overwrite), or one of its requests reads a token a
-    /// step in flight samples on the host, or another than the last launched, or not exactly
-    /// as its next input.
+    /// True when `next` cannot be recorded behind the steps in flight: a step is held (its
+    /// parameters wait for its submit), it copies KV blocks to or from the host, a step in
+    /// flight scores prompt rows (after it runs, from the activations the next step would
+    /// overwrite), or one of its requests reads a token a step in flight samples other than
+    /// exactly as its next input of the last step launched.
     fn must_settle_before(&self, next: &SchedulerOutput) -> bool {
         let Some(latest) = self.latest_flight() else {
             return false;
         };
-        if !next.kv_transfers.is_empty() || self.flights().any(|f| !f.forwarded.scored.rows.is_empty()) {
+        if self.flights().any(|f| matches!(f.forward, Launched::Held(_)))
+            || !next.kv_transfers.is_empty()
+            || self.flights().any(|f| !f.forwarded.scored.rows.is_empty())
+        {
             return true;
         }
         let mut pending: HashMap<RequestId, Vec<(Sample, bool)>> = HashMap::new();
@@ -126,7 +144,7 @@ impl GpuPipeline {
             };
             let n = next.num_scheduled_tokens.get(&r.req_id).copied().unwrap_or(0);
             match samples.as_slice() {
-                [(sample, true)] if sample.on_device && !r.resumed_from_preemption => {
+                [(sample, true)] if !r.resumed_from_preemption => {
                     !(r.num_computed_tokens <= sample.position
                         && r.num_computed_tokens + n == sample.position + 1)
                 }
@@ -153,8 +171,9 @@ impl WgpuExecutor {
             logits_indices: vec![0],
         };
         let feed = IdFeed { sampled: &pipeline.sampled, inputs: &[(0, 0)] };
+        let launch = Launch { top_k: 1, full_logits: false, feed, lora: None };
         self.model
-            .forward_launch(&self.ctx, &self.workspace, &self.cache, &batch, 1, false, feed)
+            .forward_launch(&self.ctx, &self.workspace, &self.cache, &batch, launch)
             .and_then(|flight| flight.wait(&self.ctx))
             .map_err(from_llama)?;
         Ok(())
@@ -170,7 +189,13 @@ impl WgpuExecutor {
     /// Reads `flight` back and samples it: its requests' pending tokens become the ones sampled.
     fn collect_flight(&mut self, flight: Flight) -> Result<ModelRunnerOutput, ExecutorError> {
         let Flight { forward, forwarded, masks, samples, retired } = flight;
-        let result = forward.wait(&self.ctx).map_err(from_llama).and_then(|out| {
+        let waited = match forward {
+            Launched::Running(forward) => forward.wait(&self.ctx).map_err(from_llama),
+            Launched::Held(_) => Err(ExecutorError::InvalidBatch(
+                "a held step was collected before the step it reads tokens from".into(),
+            )),
+        };
+        let result = waited.and_then(|out| {
             let argmax = |s: &Sample| out.top_ids.get(s.row as usize * out.k).copied();
             let fed: Vec<(RequestId, Option<TokenId>)> =
                 samples.iter().filter(|s| s.on_device).map(|s| (s.req_id, argmax(s))).collect();
@@ -206,10 +231,69 @@ impl WgpuExecutor {
             }
             Ok(result)
         });
+        self.release_held(result.as_ref().ok(), &samples);
         for req_id in retired {
             self.requests.remove(&req_id);
         }
         result
+    }
+
+    /// Submits the step held behind the one just collected (whose `samples` produced
+    /// `collected`), the ids it sampled written over its rows of the sampled ids first; where
+    /// that step failed, the held one fails without running.
+    fn release_held(&mut self, collected: Option<&ModelRunnerOutput>, samples: &[Sample]) {
+        let Some(pipeline) = self.pipeline.as_mut() else {
+            return;
+        };
+        let Some(index) = pipeline.slots.iter().position(|slot| matches!(slot, Slot::Flight(_))) else {
+            return;
+        };
+        if !matches!(&pipeline.slots[index], Slot::Flight(f) if matches!(f.forward, Launched::Held(_))) {
+            return;
+        }
+        let Some(Slot::Flight(held)) = pipeline.slots.remove(index) else {
+            return;
+        };
+        let Flight { forward, forwarded, masks, samples: held_samples, retired } = *held;
+        let ids = collected.map(|out| {
+            let mut ids = vec![0; samples.iter().map(|s| s.row as usize + 1).max().unwrap_or(0)];
+            for s in samples {
+                if let Some(&id) = out.sampled_token_ids.get(&s.req_id).and_then(|ids| ids.first()) {
+                    ids[s.row as usize] = id;
+                }
+            }
+            ids
+        });
+        let submitted = match (forward, ids) {
+            (Launched::Held(held), Some(ids)) => self
+                .write_sampled(&ids)
+                .and_then(|()| held.submit(&self.ctx).map(Launched::Running).map_err(from_llama)),
+            (Launched::Held(_), None) => {
+                Err(ExecutorError::Device("the step before it, which it reads tokens from, failed".into()))
+            }
+            (running, _) => Ok(running),
+        };
+        let slot = match submitted {
+            Ok(forward) => {
+                Slot::Flight(Box::new(Flight { forward, forwarded, masks, samples: held_samples, retired }))
+            }
+            Err(error) => {
+                for req_id in retired {
+                    self.requests.remove(&req_id);
+                }
+                Slot::Done(Box::new((Err(error), None)))
+            }
+        };
+        if let Some(pipeline) = self.pipeline.as_mut() {
+            pipeline.slots.insert(index, slot);
+        }
+    }
+
+    /// Writes `ids` over the first rows of the device's sampled ids (before the next submit).
+    fn write_sampled(&self, ids: &[TokenId]) -> Result<(), ExecutorError> {
+        let pipeline = self.pipeline.as_ref().ok_or(ExecutorError::Config("no pipeline".into()))?;
+        let rows = pipeline.sampled.rows(ids.len()).map_err(|e| device(e, "the sampled ids"))?;
+        self.ctx.write_u32(&rows, ids).map_err(|e| device(e, "writing the sampled ids"))
     }
 }
 
@@ -256,38 +340,47 @@ impl StepPipeline for WgpuExecutor {
         let started = Instant::now();
         self.inject_fault();
         let (mut batch, scored) = self.build_batch(&requests)?;
-        // The tokens a step in flight samples on the device, read from there.
-        let fed: HashMap<(RequestId, usize), u32> = self
+        // The tokens the step in flight samples, read from its sampled ids.
+        let fed: HashMap<(RequestId, usize), (u32, bool)> = self
             .steps()?
             .latest_flight()
-            .map(|f| {
-                f.samples.iter().filter(|s| s.on_device).map(|s| ((s.req_id, s.position), s.row)).collect()
-            })
+            .map(|f| f.samples.iter().map(|s| ((s.req_id, s.position), (s.row, s.on_device))).collect())
             .unwrap_or_default();
         let mut inputs = Vec::new();
+        let mut held = false;
         let mut index = 0;
         for s in &requests {
             for position in s.start..s.start + s.len {
                 if batch.input_ids[index] == PENDING {
-                    let row = fed.get(&(s.req_id, position)).ok_or_else(|| {
+                    let &(row, on_device) = fed.get(&(s.req_id, position)).ok_or_else(|| {
                         ExecutorError::InvalidBatch(format!(
                             "request {}: token {position} is not sampled yet and not on the device",
                             s.req_id
                         ))
                     })?;
-                    inputs.push((*row, index as u32));
+                    inputs.push((row, index as u32));
+                    held |= !on_device;
                     batch.input_ids[index] = 0;
                 }
                 index += 1;
             }
         }
-        let (top_k, needs_logits) = self.head_readback(&requests);
+        let (top_k, full_logits) = self.head_readback(&requests);
+        let lora_rows = self.lora_rows(&requests)?;
         let pipeline = self.pipeline.as_ref().ok_or(ExecutorError::Config("no pipeline".into()))?;
         let feed = IdFeed { sampled: &pipeline.sampled, inputs: &inputs };
-        let forward = self
-            .model
-            .forward_launch(&self.ctx, &self.workspace, &self.cache, &batch, top_k, needs_logits, feed)
-            .map_err(from_llama)?;
+        let lora =
+            self.lora.as_ref().zip(lora_rows.as_deref()).map(|(l, rows)| LoraRows { slots: l.slots(), rows });
+        let launch = Launch { top_k, full_logits, feed, lora };
+        let (ctx, ws, cache) = (&self.ctx, &self.workspace, &self.cache);
+        let forward = match held {
+            true => {
+                Launched::Held(self.model.forward_hold(ctx, ws, cache, &batch, launch).map_err(from_llama)?)
+            }
+            false => Launched::Running(
+                self.model.forward_launch(ctx, ws, cache, &batch, launch).map_err(from_llama)?,
+            ),
+        };
         let mut samples = Vec::new();
         let mut row = 0;
         for s in requests.iter().filter(|s| s.samples) {
@@ -320,12 +413,9 @@ impl StepPipeline for WgpuExecutor {
     }
 
     fn settle(&mut self) {
-        let Some(pipeline) = self.pipeline.as_mut() else {
-            return;
-        };
-        let slots = std::mem::take(&mut pipeline.slots);
-        let mut settled = VecDeque::with_capacity(slots.len());
-        for slot in slots {
+        let mut settled = VecDeque::new();
+        // Collected oldest first: each releases the step held behind it.
+        while let Some(slot) = self.pipeline.as_mut().and_then(|p| p.slots.pop_front()) {
             settled.push_back(match slot {
                 Slot::Flight(flight) => {
                     let result = self.collect_flight(*flight);

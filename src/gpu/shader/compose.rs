@@ -206,7 +206,7 @@ impl KernelVariant {
         match *self {
             Self::Attention { kv, head_dim, path, .. } => {
                 kv != KvFormat::F32
-                    && path != AttentionPath::PerQuerySubgroup
+                    && matches!(path, AttentionPath::PerQuery | AttentionPath::SplitKv)
                     && (head_dim / 2).is_multiple_of(4)
             }
             _ => false,
@@ -252,6 +252,7 @@ impl KernelVariant {
                     AttentionPath::PerQuery => vec![shader_file!("attention.wgsl")],
                     AttentionPath::PerQuerySubgroup => vec![shader_file!("attention_lanes.wgsl")],
                     AttentionPath::SplitKv => vec![tree.file(), shader_file!("attention_split.wgsl")],
+                    AttentionPath::Flash => vec![shader_file!("attention_flash.wgsl")],
                 };
                 let pools = match self.kv_units() {
                     true => shader_file!("kvsrc_units.wgsl"),
@@ -389,7 +390,7 @@ impl KernelVariant {
                 Injected::new("CHUNK", ATTENTION_SPLIT_CHUNK, "shader::ATTENTION_SPLIT_CHUNK"),
                 Injected::new("PART_KEYS", KV_PARTITION_TOKENS, "shader::KV_PARTITION_TOKENS"),
             ]),
-            AttentionPath::PerQuerySubgroup => {
+            AttentionPath::PerQuerySubgroup | AttentionPath::Flash => {
                 out.push(Injected::new("GH", group, "KernelVariant::Attention::group"))
             }
             AttentionPath::PerQuery => {}

@@ -89,6 +89,9 @@ kernel_params! {
         d: u32,
         /// Added to the mean square before the square root.
         eps: f32,
+        /// 1 to add the normed rows to `OUT` (the residual add after Gemma's sandwich norms,
+        /// [`Step::rms_norm_add`](crate::gpu::Step::rms_norm_add)), 0 to store them.
+        accumulate: u32,
     }
 }
 
