@@ -60,6 +60,7 @@ fn nvidia_vulkan() -> Capabilities {
         forced_weight_source: None,
         forced_submit: None,
         profile_kernels: false,
+        coop: Err("the report models the K-split mat-vec".into()),
     }
 }
 

@@ -137,6 +137,7 @@ mod tests {
             forced_weight_source: None,
             forced_submit: None,
             profile_kernels: false,
+            coop: Err("a hand-made adapter".into()),
         }
     }
 

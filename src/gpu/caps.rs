@@ -4,9 +4,9 @@ use super::options::{
     AttentionStrategy, FeatureMask, Fusion, GemmRows, GemvRows, LinearStrategy, SubmitStrategy,
 };
 use super::shader::{
-    ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, FLASH_KEY_LANES, FLASH_MAX_GROUP, KernelVariant,
-    KvFormat, LINEAR_GEMM_BANDS, LINEAR_GEMV_ROWS, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearKernel,
-    LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
+    ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, CoopShape, FLASH_KEY_LANES, FLASH_MAX_GROUP,
+    KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LINEAR_GEMV_ROWS, LINEAR_SEQ_ROW_TILES, LinearEpilogue,
+    LinearKernel, LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
 };
 use crate::dtype::DType;
 
@@ -69,6 +69,9 @@ pub struct Capabilities {
     /// Every dispatch timed with timestamp queries
     /// ([`GpuOptions::profile_kernels`](super::GpuOptions::profile_kernels)).
     pub profile_kernels: bool,
+    /// The cooperative matrices the linear path takes on this adapter
+    /// ([`CoopShape::choose`]), or why it offers none.
+    pub coop: Result<CoopShape, String>,
 }
 
 /// The longest walk, in keys, per-query attention takes on a CPU adapter before the engine
@@ -88,9 +91,13 @@ impl Capabilities {
     /// The reduction path of the linear kernels on this device: sequential on CPU adapters
     /// (with subgroup broadcast when subgroups of a fixed size >= 8 exist), K-split elsewhere.
     pub fn linear_path(&self) -> LinearPath {
+        if let Some(path) = self.coop_path() {
+            return path;
+        }
         let sequential = match self.forced_linear {
             Some(LinearStrategy::Sequential) => true,
-            Some(LinearStrategy::KSplit) => false,
+            // Forced matrices the adapter lacks: the context refused to open.
+            Some(LinearStrategy::KSplit | LinearStrategy::Coop | LinearStrategy::CoopEmulated(_)) => false,
             None => self.is_cpu,
         };
         if !sequential {
@@ -99,6 +106,21 @@ impl Capabilities {
         let (min, max) = self.subgroup_sizes;
         let subgroup = (self.subgroup && min == max && min >= 8).then_some(min);
         LinearPath::Sequential { subgroup }
+    }
+
+    /// The cooperative-matrix path where this device takes it: as forced (the adapter's
+    /// matrices, or emulated ones), else wherever the adapter offers matrices ([`Self::coop`])
+    /// and no other path is forced. Per adapter: every batch, decode rows too, then takes it.
+    fn coop_path(&self) -> Option<LinearPath> {
+        match (self.forced_linear, &self.coop) {
+            (Some(LinearStrategy::CoopEmulated(shape)), _) => {
+                Some(LinearPath::Coop { shape, emulated: true })
+            }
+            (Some(LinearStrategy::Coop) | None, Ok(shape)) => {
+                Some(LinearPath::Coop { shape: *shape, emulated: false })
+            }
+            _ => None,
+        }
     }
 
     /// How the K-split GEMV and split-KV attention add their partial results: the levels
@@ -135,6 +157,7 @@ impl Capabilities {
                     LinearKernel::Gemm { band_rows: self.gemm_band_rows(m) }
                 }
             }
+            LinearPath::Coop { shape, .. } => LinearKernel::Coop(shape.tile_for(m)),
         }
     }
 
@@ -164,8 +187,10 @@ impl Capabilities {
 
     /// [`Self::weight_source`] and why, in words.
     fn weight_source_and_reason(&self) -> (WeightSource, &'static str) {
-        if self.linear_path() == LinearPath::KSplit {
-            return (WeightSource::Buffer, "the k-split path");
+        match self.linear_path() {
+            LinearPath::KSplit => return (WeightSource::Buffer, "the k-split path"),
+            LinearPath::Coop { .. } => return (WeightSource::Buffer, "the cooperative-matrix path"),
+            LinearPath::Sequential { .. } => {}
         }
         match self.forced_weight_source {
             Some(source) => (source, "forced"),
@@ -339,6 +364,7 @@ impl Capabilities {
     pub fn variant_summary(&self) -> String {
         [
             self.linear_line(),
+            self.coop_line(),
             self.kv_line(),
             self.attention_line(),
             self.weights_line(),
@@ -371,6 +397,21 @@ impl Capabilities {
                 "linear: sequential K loop, activations shared by subgroupBroadcast over {sg} lanes ({}, subgroups of fixed size {sg})",
                 if self.forced_linear.is_some() { "forced" } else { "CPU adapter" },
             ),
+            LinearPath::Coop { shape, emulated } => {
+                let [decode, prefill] = shape.tiles();
+                format!(
+                    "linear: cooperative matrices of {}{} ({}), f32 sums, every batch in the same k-steps of {} (decode rows padded to the matrix): batches of up to {} rows in tiles of {}x{}, larger ones of {}x{}, the weights dequantized by their format's groups of 8 into workgroup memory",
+                    shape.name(),
+                    if emulated { " emulated in plain arithmetic" } else { "" },
+                    if self.forced_linear.is_some() { "forced" } else { "the adapter offers them" },
+                    shape.size,
+                    shape.size,
+                    decode.rows,
+                    decode.cols,
+                    prefill.rows,
+                    prefill.cols,
+                )
+            }
             LinearPath::Sequential { subgroup: None } => format!(
                 "linear: sequential K loop, plain loads ({})",
                 if self.masked.subgroup {
@@ -381,6 +422,19 @@ impl Capabilities {
                     "subgroup size not fixed or below 8"
                 }
             ),
+        }
+    }
+
+    /// [`Self::variant_summary`]'s line for the cooperative matrices: which the adapter offers
+    /// and whether the linear path takes them, or why it offers none.
+    fn coop_line(&self) -> String {
+        let taken = matches!(self.linear_path(), LinearPath::Coop { emulated: false, .. });
+        match &self.coop {
+            Ok(shape) if taken => format!("cooperative matrices: {} taken by the linear path", shape.name()),
+            Ok(shape) => {
+                format!("cooperative matrices: {} offered, not taken (linear path forced)", shape.name())
+            }
+            Err(why) => format!("cooperative matrices: none ({why})"),
         }
     }
 

@@ -11,11 +11,12 @@ use super::caps::Capabilities;
 use super::counters::{CounterCells, GpuCounters};
 use super::error_scopes::ErrorScopes;
 use super::kernel_timer::{KernelTimer, KernelTimes};
-use super::options::{FeatureMask, GpuOptions};
+use super::linear_coop::adapter_offer;
+use super::options::{FeatureMask, GpuOptions, LinearStrategy};
 use super::pool::size_class;
 use super::resident::Resident;
 use super::resource::{DeviceBuffer, ResourceId};
-use super::shader::{KernelVariant, LinearPath, WeightSource};
+use super::shader::{KernelVariant, LinearPath, LinearPrologue, WeightSource, XLoad};
 
 /// An opened wgpu device with pagoda's capabilities and compiled pipelines.
 pub struct GpuContext {
@@ -104,7 +105,10 @@ fn watch_health(device: &wgpu::Device) -> Arc<DeviceHealth> {
 /// do: weight textures on the K-split path, a GEMM tile past its workgroup memory, kernel
 /// timing without timestamp queries.
 fn check_options(caps: &Capabilities, options: &GpuOptions) -> Result<(), GpuError> {
-    if options.weight_source == Some(WeightSource::Texture) && caps.linear_path() == LinearPath::KSplit {
+    check_coop(caps, options)?;
+    if options.weight_source == Some(WeightSource::Texture)
+        && !matches!(caps.linear_path(), LinearPath::Sequential { .. })
+    {
         return Err(GpuError::BadOption("weight textures need the sequential linear path".into()));
     }
     if let Some(rows) = options.gemm_rows.map(|r| r.rows())
@@ -118,6 +122,46 @@ fn check_options(caps: &Capabilities, options: &GpuOptions) -> Result<(), GpuErr
     }
     if options.profile_kernels && !caps.timestamp_query {
         return Err(GpuError::BadOption("timing kernels needs the adapter's timestamp queries".into()));
+    }
+    Ok(())
+}
+
+/// A [`GpuError::Unsupported`] where `options` force cooperative matrices the device cannot
+/// run: the adapter's where it offers none ([`Capabilities::coop`] says why), emulated ones
+/// without subgroups, or tiles (with a forced fused norm) past its workgroup memory.
+fn check_coop(caps: &Capabilities, options: &GpuOptions) -> Result<(), GpuError> {
+    let unsupported = |why: String| Err(GpuError::Unsupported(format!("cooperative-matrix linears: {why}")));
+    match (options.linear_strategy, &caps.coop) {
+        (Some(LinearStrategy::Coop), Err(why)) => return unsupported(why.clone()),
+        (Some(LinearStrategy::CoopEmulated(_)), _) if !caps.subgroup => {
+            return unsupported("the emulation needs subgroups".into());
+        }
+        _ => {}
+    }
+    let path = caps.linear_path();
+    if !matches!(path, LinearPath::Coop { .. }) {
+        return Ok(());
+    }
+    for kernel in path.kernels() {
+        let prologue = if caps.fuses_norms(kernel) { LinearPrologue::RmsNorm } else { LinearPrologue::Plain };
+        // The weight type and the epilogue do not change the memory.
+        let variant = KernelVariant::Linear {
+            dtype: crate::dtype::DType::F16,
+            source: WeightSource::Buffer,
+            path,
+            kernel,
+            x_load: XLoad::Words,
+            tree: caps.linear_tree(kernel),
+            prologue,
+            epilogue: super::shader::LinearEpilogue::Store,
+        };
+        let (need, have) = (variant.workgroup_bytes(), caps.limits.max_compute_workgroup_storage_size);
+        if need > have {
+            return unsupported(format!(
+                "{} needs {need} bytes of workgroup memory, the device has {have}",
+                variant.label()
+            ));
+        }
     }
     Ok(())
 }
@@ -147,10 +191,29 @@ impl GpuContext {
             & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY)
             & !mask.features();
         let limits = if options.webgpu_default_limits { wgpu::Limits::defaults() } else { adapter.limits() };
+        let (f16, subgroup) = (wgpu::Features::SHADER_F16, wgpu::Features::SUBGROUP);
+        let coop = adapter_offer(
+            &adapter,
+            enabled.contains(f16),
+            enabled.contains(subgroup),
+            limits.max_compute_workgroup_storage_size,
+        );
+        // The matrices are asked for only where the linear path may take them.
+        let with_coop = coop.is_ok() && matches!(options.linear_strategy, None | Some(LinearStrategy::Coop));
+        let mut required_features = enabled;
+        required_features.set(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX, with_coop);
+        let experimental_features = match with_coop {
+            // SAFETY: wgpu asks its users to acknowledge that its experimental features may
+            // still hold bugs; the cooperative-matrix kernel uses them as its documentation
+            // describes (subgroup-uniform loads, multiply-adds and stores on workgroup memory).
+            true => unsafe { wgpu::ExperimentalFeatures::enabled() },
+            false => wgpu::ExperimentalFeatures::disabled(),
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("pagoda"),
-            required_features: enabled,
+            required_features,
             required_limits: limits.clone(),
+            experimental_features,
             ..Default::default()
         }))
         .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
@@ -181,6 +244,7 @@ impl GpuContext {
             forced_weight_source: options.weight_source,
             forced_submit: options.submit_strategy,
             profile_kernels: options.profile_kernels,
+            coop,
         };
         check_options(&caps, options)?;
         let kernel_timer =
@@ -271,6 +335,11 @@ impl GpuContext {
         }
         if variant.needs_subgroup() && !self.caps.subgroup {
             return Err(GpuError::Unsupported(format!("{} needs subgroups", variant.label())));
+        }
+        if variant.needs_coop()
+            && !self.device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        {
+            return Err(GpuError::Unsupported(format!("{} needs cooperative matrices", variant.label())));
         }
         let label = variant.label();
         let scopes = ErrorScopes::push(&self.device);

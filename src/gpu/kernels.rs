@@ -429,7 +429,7 @@ impl EpilogueBindings {
 
 /// The grid of `variant` (a linear on `path`) over a weight part of `rows` rows and
 /// `row_groups` workgroups of rows, and the columns of workgroups it folds into the grid's x
-/// (K-split workgroups past `max_dim` wrap into z; 0 on the sequential path).
+/// (K-split and cooperative workgroups past `max_dim` wrap into z; 0 on the sequential path).
 fn linear_grid(
     path: LinearPath,
     variant: &KernelVariant,
@@ -442,7 +442,7 @@ fn linear_grid(
             let per_group = (variant.workgroup_size() * variant.columns_tile()) as usize;
             ([u(rows.div_ceil(per_group)), u(row_groups), 1], 0)
         }
-        LinearPath::KSplit => {
+        LinearPath::KSplit | LinearPath::Coop { .. } => {
             let col_groups = rows.div_ceil(variant.columns_tile() as usize);
             let nx = col_groups.min(max_dim);
             ([u(nx), u(row_groups), u(col_groups.div_ceil(nx))], nx)

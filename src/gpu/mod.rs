@@ -68,6 +68,7 @@ mod kernel_timer;
 mod kernels;
 mod kv_cache;
 mod kv_transfer;
+mod linear_coop;
 mod lora;
 mod options;
 mod pool;
@@ -90,6 +91,7 @@ pub use kernels::{
 };
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use kv_transfer::KvStore;
+pub use linear_coop::{CoopElem, CoopShape, CoopTile};
 pub use lora::{LoraBank, LoraMatrices, LoraSite, NO_LORA};
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GemvRows, GpuOptions, LinearStrategy,

@@ -1,7 +1,7 @@
 //! How to pick and configure the device: backend, adapter, masked features, limits.
 
 use super::GpuError;
-use super::shader::{LINEAR_GEMM_BAND_ROWS, LINEAR_GEMM_BANDS, LINEAR_GEMV_ROWS, WeightSource};
+use super::shader::{CoopShape, LINEAR_GEMM_BAND_ROWS, LINEAR_GEMM_BANDS, LINEAR_GEMV_ROWS, WeightSource};
 
 /// A graphics API wgpu can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,17 +84,28 @@ pub enum LinearStrategy {
     Sequential,
     /// K split across a workgroup (discrete GPUs).
     KSplit,
+    /// Cooperative matrices, the adapter's (an [`GpuError::Unsupported`] where it offers
+    /// none: [`crate::gpu::Capabilities::coop`] says why).
+    Coop,
+    /// The cooperative-matrix kernel with matrices of this shape emulated in plain arithmetic
+    /// (`shaders/coop_mma_emu.wgsl`): its tiling, dequantization, padding and epilogues on
+    /// adapters without matrices (the tests on lavapipe); it needs subgroups.
+    CoopEmulated(CoopShape),
 }
 
 impl LinearStrategy {
-    /// `sequential` (`seq`) or `ksplit` (`k-split`), any case.
+    /// `sequential` (`seq`), `ksplit` (`k-split`), `coop`, `coop-emulated` (NVIDIA's 16x16
+    /// f16 matrices) or `coop-emulated-f32` (Metal's 8x8 f32 ones), any case.
     pub fn parse(name: &str) -> Result<Self, GpuError> {
         match name.trim().to_ascii_lowercase().as_str() {
             "sequential" | "seq" => Ok(Self::Sequential),
             "ksplit" | "k-split" => Ok(Self::KSplit),
-            other => {
-                Err(GpuError::BadOption(format!("unknown linear strategy `{other}` (sequential, ksplit)")))
-            }
+            "coop" => Ok(Self::Coop),
+            "coop-emulated" => Ok(Self::CoopEmulated(CoopShape::F16_16)),
+            "coop-emulated-f32" => Ok(Self::CoopEmulated(CoopShape::F32_8)),
+            other => Err(GpuError::BadOption(format!(
+                "unknown linear strategy `{other}` (sequential, ksplit, coop, coop-emulated, coop-emulated-f32)"
+            ))),
         }
     }
 }

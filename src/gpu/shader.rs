@@ -101,6 +101,7 @@ use params::{
 };
 use slots::KernelSlots;
 
+pub use super::linear_coop::{CoopElem, CoopShape, CoopTile, LINEAR_COOP_WG};
 use crate::dtype::DType;
 
 /// How a linear layer reduces over K. Both keep one fixed order per output row.
@@ -116,6 +117,17 @@ pub enum LinearPath {
     /// K split across a workgroup of `WG` invocations and a fixed tree reduction per output,
     /// [`LINEAR_KSPLIT_COLS`] weight rows a workgroup (fast on discrete GPUs for decode).
     KSplit,
+    /// Tiles multiplied with cooperative matrices of `shape` (`shaders/linear_coop.wgsl`,
+    /// [`crate::gpu::linear_coop`]), one k-step of the matrix size at a time in the hardware's
+    /// order; every batch, decode rows padded to the tile, takes the same steps. `emulated`
+    /// multiplies in plain arithmetic instead (adapters without matrices: the tests).
+    Coop {
+        /// The matrices' size and input type.
+        shape: CoopShape,
+        /// Plain arithmetic over workgroup memory instead of the matrices
+        /// (`shaders/coop_mma_emu.wgsl`).
+        emulated: bool,
+    },
 }
 
 /// The linear kernel a variant runs, with its tile: the sequential K loop (`linear_seq.wgsl`), or
@@ -143,6 +155,9 @@ pub enum LinearKernel {
         /// Rows of x each band computes.
         band_rows: u32,
     },
+    /// One workgroup of [`LINEAR_COOP_WG`] per tile of the cooperative-matrix path
+    /// ([`CoopShape::tiles`]).
+    Coop(CoopTile),
 }
 
 impl LinearKernel {
@@ -152,6 +167,7 @@ impl LinearKernel {
         match self {
             Self::Sequential { rows } | Self::Gemv { rows } => rows,
             Self::Gemm { band_rows } => band_rows,
+            Self::Coop(tile) => tile.rows,
         }
     }
 
@@ -169,6 +185,7 @@ impl LinearKernel {
             Self::Sequential { rows } => format!("tm{rows}"),
             Self::Gemv { rows } => format!("gemv{rows}"),
             Self::Gemm { .. } => format!("gemm{}", self.rows()),
+            Self::Coop(t) => format!("coop{}x{}x{}", t.rows, t.cols, t.depth),
         }
     }
 }
@@ -186,6 +203,7 @@ impl LinearPath {
                 let gemm = LINEAR_GEMM_BAND_ROWS.map(|band_rows| LinearKernel::Gemm { band_rows });
                 [gemv.as_slice(), gemm.as_slice()].concat()
             }
+            Self::Coop { shape, .. } => shape.tiles().map(LinearKernel::Coop).to_vec(),
         }
     }
 
@@ -194,7 +212,7 @@ impl LinearPath {
     pub fn weight_sources(self) -> &'static [WeightSource] {
         match self {
             Self::Sequential { .. } => &WeightSource::ALL,
-            Self::KSplit => &[WeightSource::Buffer],
+            Self::KSplit | Self::Coop { .. } => &[WeightSource::Buffer],
         }
     }
 
@@ -202,7 +220,7 @@ impl LinearPath {
     pub fn x_loads(self) -> &'static [XLoad] {
         match self {
             Self::Sequential { .. } => &[XLoad::Words],
-            Self::KSplit => &[XLoad::Words, XLoad::Units],
+            Self::KSplit | Self::Coop { .. } => &[XLoad::Words, XLoad::Units],
         }
     }
 
@@ -252,7 +270,7 @@ impl XLoad {
     /// The loads of rows of `k` activations on `path`.
     pub fn of(path: LinearPath, k: usize) -> Self {
         match path {
-            LinearPath::KSplit if k.is_multiple_of(4) => Self::Units,
+            LinearPath::KSplit | LinearPath::Coop { .. } if k.is_multiple_of(4) => Self::Units,
             _ => Self::Words,
         }
     }
@@ -705,14 +723,20 @@ impl KernelVariant {
             Self::RopeCache { kv: KvFormat::F16Native, .. }
                 | Self::Attention { kv: KvFormat::F16Native, .. }
                 | Self::Linear { epilogue: LinearEpilogue::RopeCache { kv: KvFormat::F16Native, .. }, .. }
-        )
+        ) || matches!(self, Self::Linear { path: LinearPath::Coop { shape, emulated: false }, .. } if shape.elem == CoopElem::F16)
+    }
+
+    /// True when the variant needs the EXPERIMENTAL_COOPERATIVE_MATRIX feature (the
+    /// cooperative-matrix path, not emulated).
+    pub fn needs_coop(&self) -> bool {
+        matches!(self, Self::Linear { path: LinearPath::Coop { emulated: false, .. }, .. })
     }
 
     /// True when the variant needs the SUBGROUP feature.
     pub fn needs_subgroup(&self) -> bool {
         matches!(
             self,
-            Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) }, .. }
+            Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) } | LinearPath::Coop { .. }, .. }
                 | Self::Linear { tree: Tree::Subgroup { .. }, .. }
                 | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash, .. }
                 | Self::Attention { tree: Tree::Subgroup { .. }, .. }
@@ -741,6 +765,9 @@ impl KernelVariant {
                     LinearPath::Sequential { subgroup: Some(sg) } => format!("seq-sg{sg}"),
                     LinearPath::Sequential { subgroup: None } => "seq".into(),
                     LinearPath::KSplit => "ksplit".into(),
+                    LinearPath::Coop { shape, emulated } => {
+                        format!("coop{}-{}", if *emulated { "-emulated" } else { "" }, shape.name())
+                    }
                 };
                 let norm = match prologue {
                     LinearPrologue::Plain => "",
@@ -788,6 +815,7 @@ impl KernelVariant {
                 LinearKernel::Sequential { .. } => (LINEAR_SEQ_WG, "LINEAR_SEQ_WG"),
                 LinearKernel::Gemv { .. } => (LINEAR_WG, "LINEAR_WG"),
                 LinearKernel::Gemm { .. } => (LINEAR_GEMM_WG, "LINEAR_GEMM_WG"),
+                LinearKernel::Coop(_) => (LINEAR_COOP_WG, "LINEAR_COOP_WG"),
             },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 (ATTENTION_SPLIT_WG, "ATTENTION_SPLIT_WG")
@@ -808,6 +836,7 @@ impl KernelVariant {
                 LINEAR_SEQ_COLS / epilogue.gates()
             }
             Self::Linear { path: LinearPath::KSplit, epilogue, .. } => LINEAR_KSPLIT_COLS / epilogue.gates(),
+            Self::Linear { kernel: LinearKernel::Coop(tile), epilogue, .. } => tile.cols / epilogue.gates(),
             _ => 1,
         }
     }
@@ -835,6 +864,7 @@ impl KernelVariant {
                 LinearKernel::Sequential { .. } => 0,
                 LinearKernel::Gemv { rows } => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS * rows,
                 LinearKernel::Gemm { band_rows } => 4 * gemm_exchange_floats(band_rows),
+                LinearKernel::Coop(tile) => tile.workgroup_bytes(self.coop_input_bytes()),
             },
             Self::Attention { path: AttentionPath::SplitKv, .. } => {
                 4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
@@ -848,6 +878,15 @@ impl KernelVariant {
             _ => 0,
         };
         norm + body
+    }
+
+    /// Bytes of one staged input of a cooperative-matrix variant: its matrices' input type's,
+    /// f32 where emulated (`shaders/coop_in_f16_emu.wgsl` keeps f16 values in f32).
+    fn coop_input_bytes(&self) -> u32 {
+        match self {
+            Self::Linear { path: LinearPath::Coop { shape, emulated: false }, .. } => shape.elem.bytes(),
+            _ => 4,
+        }
     }
 
     /// Storage buffers the variant binds (a weight read from a texture is not one), to hold
@@ -1016,6 +1055,40 @@ pub fn all_variants() -> Vec<KernelVariant> {
         for group in [1, 8] {
             let (path, tree) = (AttentionPath::Flash, Tree::Shared);
             out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree, sinks: true });
+        }
+    }
+    out
+}
+
+/// The cooperative-matrix linear variants the portability and contract tests build, apart
+/// from [`all_variants`] (naga writes the matrices in SPIR-V and MSL only): every weight type
+/// on every matrix shape ([`CoopShape::ALL`]) and tile, through the adapter's matrices and
+/// emulated, each with the next prologue and epilogue pair in turn (each shape's 32 meet all
+/// 22) and the activation loads alternating.
+pub fn coop_variants() -> Vec<KernelVariant> {
+    let pairs: Vec<_> = prologue_epilogue_pairs().collect();
+    let mut out = Vec::new();
+    for shape in CoopShape::ALL {
+        for emulated in [false, true] {
+            let path = LinearPath::Coop { shape, emulated };
+            for kernel in path.kernels() {
+                for dtype in WEIGHT_DTYPES {
+                    let turn = out.len();
+                    let (prologue, epilogue) = pairs[turn % pairs.len()];
+                    let x_load = path.x_loads()[turn % 2];
+                    let (source, tree) = (WeightSource::Buffer, Tree::Shared);
+                    out.push(KernelVariant::Linear {
+                        dtype,
+                        source,
+                        path,
+                        kernel,
+                        x_load,
+                        tree,
+                        prologue,
+                        epilogue,
+                    });
+                }
+            }
         }
     }
     out

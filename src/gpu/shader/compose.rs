@@ -3,7 +3,7 @@
 
 use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
-    ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, GateActivation, KV_PARTITION_TOKENS,
+    ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, CoopElem, GateActivation, KV_PARTITION_TOKENS,
     KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearKernel, LinearPath, LinearPrologue,
     MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_exchange_floats, slots,
 };
@@ -94,6 +94,23 @@ fn format_files(dtype: DType) -> Vec<ShaderFile> {
     }
 }
 
+/// The cooperative-matrix kernel's files on `path` (none off it): its inputs' type, the
+/// matrices (or their emulation) and the kernel (see [`crate::gpu::linear_coop`]).
+fn coop_files(path: LinearPath) -> Vec<ShaderFile> {
+    let LinearPath::Coop { shape, emulated } = path else { return Vec::new() };
+    let input = match (shape.elem, emulated) {
+        (CoopElem::F16, false) => shader_file!("coop_in_f16.wgsl"),
+        (CoopElem::F16, true) => shader_file!("coop_in_f16_emu.wgsl"),
+        (CoopElem::F32, _) => shader_file!("coop_in_f32.wgsl"),
+    };
+    let multiply = match (emulated, shape.size) {
+        (true, _) => vec![shader_file!("coop_mma_emu.wgsl")],
+        (false, 8) => vec![shader_file!("coop_mat8.wgsl"), shader_file!("coop_mma.wgsl")],
+        (false, _) => vec![shader_file!("coop_mat16.wgsl"), shader_file!("coop_mma.wgsl")],
+    };
+    [vec![input], multiply, vec![shader_file!("linear_coop.wgsl")]].concat()
+}
+
 impl LinearEpilogue {
     /// The files of the epilogue's `emit` functions.
     fn files(self) -> Vec<ShaderFile> {
@@ -154,6 +171,11 @@ impl KernelVariant {
         );
         if self.needs_f16() {
             src.push_str("enable f16;\n");
+        }
+        if self.needs_coop() {
+            // naga holds the matrices to workgroup-uniform control flow, as it does barriers
+            // (under this rule's name); coop_mma.wgsl keeps them subgroup-uniform, as they ask.
+            src.push_str("enable wgpu_cooperative_matrix;\ndiagnostic(off, derivative_uniformity);\n");
         }
         for c in self.injected() {
             src.push_str(&format!("const {}: u32 = {}u; // {}\n", c.name, c.value, c.from));
@@ -321,6 +343,7 @@ impl KernelVariant {
             }
             (_, LinearKernel::Gemv { .. }) => vec![shader_file!("linear_ksplit.wgsl")],
             (_, LinearKernel::Gemm { .. }) => vec![shader_file!("linear_gemm.wgsl")],
+            (_, LinearKernel::Coop(_)) => coop_files(path),
         };
         let input = match prologue {
             LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
@@ -362,6 +385,7 @@ impl KernelVariant {
             match path {
                 LinearPath::Sequential { .. } => "KernelVariant::columns_tile (shader::LINEAR_SEQ_COLS rows)",
                 LinearPath::KSplit => "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)",
+                LinearPath::Coop { .. } => "KernelVariant::columns_tile (CoopTile::cols weight rows)",
             },
         );
         match kernel {
@@ -372,6 +396,16 @@ impl KernelVariant {
                 let tile =
                     Injected::new("TILE", gemm_exchange_floats(band_rows), "shader::gemm_exchange_floats");
                 vec![tm, tn, gates, bands, tile]
+            }
+            LinearKernel::Coop(tile) => {
+                let LinearPath::Coop { shape, .. } = path else { return Vec::new() };
+                vec![
+                    Injected::new("MT", tile.rows, "CoopTile::rows"),
+                    Injected::new("NT", tile.cols, "CoopTile::cols"),
+                    Injected::new("KT", tile.depth, "CoopTile::depth"),
+                    Injected::new("CS", shape.size, "CoopShape::size"),
+                    gates,
+                ]
             }
         }
     }
