@@ -71,6 +71,13 @@
 # workload at 1 and 32 requests with and without n-gram speculation (rows "spec B=N off|ngram",
 # see spec_rows; SPEC_GGUF=PATH runs a real model there instead).
 #
+# Where the adapter offers cooperative matrices (`pagoda info`'s "cooperative matrices:" line,
+# printed either way), kernels_coop runs first on them (PAGODA_LINEAR=coop; COOP_TESTS_S, 40),
+# and one model (COOP_AB, default llama-2-7b:q4_0, the shape and type of llama.cpp's published
+# coopmat prefill; empty for none) decodes at AB_BATCHES and prefills each length with the
+# K-split kernels and with the matrices, both forced (rows "... LINEAR=ksplit" and
+# "... LINEAR=coop"; its main rows take the adapter's choice, the matrices where offered).
+#
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan, its shaders
 # compiled with a glslc that has cooperative matrices (KHR and NVIDIA's coopmat2) and integer dot
 # products (scripts/llama-cpp-vulkan.sh, which builds that glslc with scripts/glslc-build.sh;
@@ -107,15 +114,17 @@ build() {
     cargo build --release --bin pagoda
     mkdir -p "$OUT"
     install_bin target/release/pagoda "$OUT/pagoda"
-    local bench tests
+    local bench tests coop_tests
     bench=$(executable bench bench kernels)
     tests=$(executable test test kernels_reference)
-    if [[ -z $bench || -z $tests ]]; then
-        echo "gpu-bench: the kernel bench or kernels_reference did not build (cargo bench --no-run, cargo test --no-run say why)" >&2
+    coop_tests=$(executable test test kernels_coop)
+    if [[ -z $bench || -z $tests || -z $coop_tests ]]; then
+        echo "gpu-bench: the kernel bench, kernels_reference or kernels_coop did not build (cargo bench --no-run, cargo test --no-run say why)" >&2
         exit 1
     fi
     install_bin "$bench" "$OUT/kernels-bench"
     install_bin "$tests" "$OUT/kernels-reference"
+    install_bin "$coop_tests" "$OUT/kernels-coop"
     if [[ ${BASELINE:-1} != 0 ]]; then
         local baseline
         if baseline=$(scripts/llama-cpp-vulkan.sh); then
@@ -392,6 +401,7 @@ model_weight() {
         done
     fi
     [[ $1 == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
+    [[ $1 == "${COOP_AB-llama-2-7b:q4_0}" ]] && ((coop_offered)) && w=$((w + 2))
     [[ $1 == "${ASYNC_AB-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     if [[ $1 == "${GEMV_AB-llama-3.2-1b:q4_k}" ]]; then
         local gemv_setting
@@ -469,6 +479,24 @@ run() {
             echo "kernel tests: cut after ${limit}s (KERNEL_TESTS_S)"
         fi
         echo "  [kernel tests: $((SECONDS - started)) s]"
+    fi
+    # The cooperative-matrix path on the adapter's own matrices, before any row is timed on it:
+    # kernels_coop forced to them (every weight type against the reference, decode rows' bits
+    # in prefill batches, the epilogues' bits), stopped at COOP_TESTS_S (40).
+    coop_line=$(grep "^cooperative matrices:" "$dir/info.txt" || echo "cooperative matrices: not in pagoda info")
+    coop_offered=0
+    [[ $coop_line == *" taken "* || $coop_line == *" offered,"* ]] && coop_offered=1
+    echo
+    echo "$coop_line"
+    if [[ ${KERNEL_TESTS:-1} != 0 && -x $OUT/kernels-coop ]] && ((coop_offered)); then
+        local limit=${COOP_TESTS_S:-40} status=0 started=$SECONDS
+        echo "cooperative-matrix kernel tests on this adapter's matrices (kernels_coop, PAGODA_LINEAR=coop):"
+        PAGODA_LINEAR=coop timeout "$limit" "$OUT/kernels-coop" --nocapture 2>&1 |
+            grep -E -A1 "^test result|panicked at|^cooperative path" | grep -v "^--" || status=${PIPESTATUS[0]}
+        if ((status == 124)); then
+            echo "cooperative-matrix kernel tests: cut after ${limit}s (COOP_TESTS_S)"
+        fi
+        echo "  [cooperative-matrix kernel tests: $((SECONDS - started)) s]"
     fi
     models_end=$((run_start + total - bench_reserve))
     weight_left=0
@@ -550,6 +578,17 @@ run() {
                 IFS=+ read -ra gemv_assigns <<<"$gemv_setting"
                 pagoda_decode_rows "${GEMV_AB_BATCHES:-8,32,128}" " ${gemv_setting//PAGODA_/}" "${gemv_assigns[@]}"
                 took "A/B $gemv_setting"
+            done
+        fi
+        if [[ $spec == "${COOP_AB-llama-2-7b:q4_0}" ]] && ((coop_offered)); then
+            local coop_setting
+            for coop_setting in PAGODA_LINEAR=ksplit PAGODA_LINEAR=coop; do
+                job 1
+                pagoda_decode_rows "${AB_BATCHES:-1,32}" " ${coop_setting//PAGODA_/}" "$coop_setting"
+                for len in $prefill_lens; do
+                    pagoda_prefill_row "$len" " ${coop_setting//PAGODA_/}" "$coop_setting"
+                done
+                took "A/B $coop_setting"
             done
         fi
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then

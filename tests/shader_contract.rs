@@ -7,7 +7,7 @@
 use naga::{AddressSpace, Module, ScalarKind, TypeInner};
 use pagoda::gpu::shader::params::{ParamsField, ParamsLayout};
 use pagoda::gpu::shader::slots::{self, KernelSlots};
-use pagoda::gpu::shader::{GateActivation, KernelVariant, all_variants};
+use pagoda::gpu::shader::{GateActivation, KernelVariant, all_variants, coop_variants};
 
 /// What a shader must agree on with its Rust side.
 struct Contract {
@@ -149,7 +149,7 @@ fn violations(src: &str, contract: &Contract) -> Vec<String> {
 
 #[test]
 fn every_variant_matches_its_rust_params_slots_and_workgroup_size_and_memory() {
-    let variants = all_variants();
+    let variants = [all_variants(), coop_variants()].concat();
     let failures: Vec<String> = variants
         .iter()
         .flat_map(|v| {
@@ -161,7 +161,7 @@ fn every_variant_matches_its_rust_params_slots_and_workgroup_size_and_memory() {
 
 #[test]
 fn every_composed_shader_names_its_files_and_injected_constants() {
-    for variant in all_variants() {
+    for variant in [all_variants(), coop_variants()].concat() {
         let src = variant.source();
         let header: Vec<&str> =
             src.lines().take_while(|l| l.starts_with("//") || l.starts_with("enable")).collect();

@@ -18,6 +18,10 @@
 //! `pagoda info`; [`Capabilities::kv_format`] says what a [`KvPrecision`] becomes on this device.
 //! Shader variants are composed in [`shader`], the one source of truth for specialisation.
 //!
+//! `PAGODA_LINEAR` takes `sequential`, `ksplit`, `coop` (the adapter's cooperative matrices,
+//! [`CoopShape`]) and `coop-emulated` / `coop-emulated-f32` (that kernel with the matrices
+//! emulated, for tests on adapters without them).
+//!
 //! Every kernel reduces in one fixed order per row, so a row's bits do not depend on the other
 //! rows of the batch, on how a prompt was chunked, or on whether its K/V were written by a
 //! prefill or a decode.
