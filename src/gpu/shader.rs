@@ -16,11 +16,12 @@
 //!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
-//!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader
+//!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`], [`LINEAR_COOP_WG`]) is injected as `WG`, which the shader
 //!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
 //! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `PART_KEYS`
 //!   (split-KV's largest partition), `TM`, `TN`, `GATES`, `BANDS` and `TILE`
-//!   (linear), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
+//!   (linear), `MT`, `NT`, `KT` and `CS` (the cooperative-matrix linear's tile and matrix
+//!   size: [`CoopTile`], [`CoopShape`]), `NORM_WG` and `NORM_ROWS` (the RMSNorm scales'
 //!   partial sums, in rms_norm and the norming linears), `TREE_LANES` (the lanes a subgroup
 //!   tree's shuffles span: [`Tree`]), `W_TEXELS` (a weight texture's row, for the kernels that
 //!   read weights from textures: [`WeightSource`]).
