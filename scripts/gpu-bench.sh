@@ -76,7 +76,8 @@
 # and one model (COOP_AB, default llama-2-7b:q4_0, the shape and type of llama.cpp's published
 # coopmat prefill; empty for none) decodes at AB_BATCHES and prefills each length with the
 # K-split kernels and with the matrices, both forced (rows "... LINEAR=ksplit" and
-# "... LINEAR=coop"; its main rows take the adapter's choice, the matrices where offered).
+# "... LINEAR=coop"; its main rows take the adapter's default, K-split: the matrices are opt-in until they have
+# passed kernels_coop and this A/B on real hardware).
 #
 # The baseline: `build` also builds llama.cpp's `llama-batched-bench` for Vulkan, its shaders
 # compiled with a glslc that has cooperative matrices (KHR and NVIDIA's coopmat2) and integer dot

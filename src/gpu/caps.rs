@@ -108,15 +108,16 @@ impl Capabilities {
         LinearPath::Sequential { subgroup }
     }
 
-    /// The cooperative-matrix path where this device takes it: as forced (the adapter's
-    /// matrices, or emulated ones), else wherever the adapter offers matrices ([`Self::coop`])
-    /// and no other path is forced. Per adapter: every batch, decode rows too, then takes it.
+    /// The cooperative-matrix path where this device takes it: as forced, the adapter's
+    /// matrices ([`Self::coop`]) or emulated ones. Per adapter: every batch, decode rows too,
+    /// then takes it. Not the default where matrices are offered until the path has passed
+    /// `kernels_coop` and the GPU bench on such an adapter: it has never run on one.
     fn coop_path(&self) -> Option<LinearPath> {
         match (self.forced_linear, &self.coop) {
             (Some(LinearStrategy::CoopEmulated(shape)), _) => {
                 Some(LinearPath::Coop { shape, emulated: true })
             }
-            (Some(LinearStrategy::Coop) | None, Ok(shape)) => {
+            (Some(LinearStrategy::Coop), Ok(shape)) => {
                 Some(LinearPath::Coop { shape: *shape, emulated: false })
             }
             _ => None,
@@ -431,9 +432,10 @@ impl Capabilities {
         let taken = matches!(self.linear_path(), LinearPath::Coop { emulated: false, .. });
         match &self.coop {
             Ok(shape) if taken => format!("cooperative matrices: {} taken by the linear path", shape.name()),
-            Ok(shape) => {
-                format!("cooperative matrices: {} offered, not taken (linear path forced)", shape.name())
-            }
+            Ok(shape) => format!(
+                "cooperative matrices: {} offered, not taken (not yet run on such hardware: PAGODA_LINEAR=coop takes them)",
+                shape.name()
+            ),
             Err(why) => format!("cooperative matrices: none ({why})"),
         }
     }

@@ -198,8 +198,8 @@ impl GpuContext {
             enabled.contains(subgroup),
             limits.max_compute_workgroup_storage_size,
         );
-        // The matrices are asked for only where the linear path may take them.
-        let with_coop = coop.is_ok() && matches!(options.linear_strategy, None | Some(LinearStrategy::Coop));
+        // The matrices are asked for only where the linear path takes them: when forced.
+        let with_coop = coop.is_ok() && options.linear_strategy == Some(LinearStrategy::Coop);
         let mut required_features = enabled;
         required_features.set(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX, with_coop);
         let experimental_features = match with_coop {
