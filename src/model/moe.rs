@@ -59,7 +59,7 @@ pub struct MoeConfig {
 
 impl MoeConfig {
     /// The experts of an HF config (`qwen3_moe`, `qwen2_moe`, `mixtral`, `gpt_oss`), `None`
-    /// for a dense family. Which layers have them is [`hf_expert_layers`]'.
+    /// for a dense family; which layers have them: [`hf_expert_layers`].
     pub fn from_hf(architecture: &str, config: &Value) -> Result<Option<Self>, MoeConfigError> {
         let field = |name: &str| config.get(name).filter(|v| !v.is_null());
         let count = |name: &str| hf_count(config, name);
