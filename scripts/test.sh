@@ -95,13 +95,15 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # and a one-row linear as every family has: nothing these kernels do differently, and minutes
 # on lavapipe), nor the families whose every kernel feature another family here reaches
 # (Qwen2's Q/K/V biases: gpt-oss's; Mistral's window: Gemma 2's and gpt-oss's; Phi-3's and
-# LongRoPE's rotations: host-side tables, the same kernels; Mixtral's experts: Qwen3-MoE's);
+# LongRoPE's rotations: host-side tables, the same kernels; Mixtral's experts and the dense layers
+# between Qwen3-MoE's expert layers: Qwen3-MoE's and every dense family's);
 # the long run reads all, and runs the pass again with split-KV attention (GPUs whose
 # subgroups have fewer than 8 lanes; CI reaches split-KV in kernels_reference above).
 # (and gpt-oss's MXFP4 checkpoint: its MXFP4 linears reach these kernels in kernels_reference)
 mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window \
     gpt_oss_mxfp4_checkpoint)
-formats=hf repeats=llama-rope-parameters,qwen2-moe,qwen2,mistral,phi3,phi3-longrope,mixtral attentions=flash
+formats=hf repeats=llama-rope-parameters,qwen2-moe,qwen2,mistral,phi3,phi3-longrope,mixtral,qwen3-moe-dense-layers
+attentions=flash
 if [ -n "$long" ]; then formats=hf,f32,f16 repeats= attentions="flash split-kv"; fi
 for attention in $attentions; do
     PAGODA_FAMILY_FORMATS="$formats" PAGODA_FAMILY_SKIP="$repeats" \

@@ -276,6 +276,29 @@ FAMILIES["mixtral"] = {
     "about": "Mixtral-8x7B style mixture of experts: 4 experts (block_sparse_moe.experts.E.w1/w2/w3) of 64 intermediate columns, 2 chosen a token (softmax, top-k, renormalised), no sliding window, GQA 4/2, untied head, Llama 2 SentencePiece vocabulary with Mistral's template. transformers 4 layout.",
 }
 
+
+def qwen3_moe_dense_layers_config():
+    """Qwen3-MoE's config with 4 layers, experts on layer 1 alone: decoder_sparse_step 2 leaves
+    layers 1 and 3 sparse, and mlp_only_layers [3] makes 3 dense too."""
+    config = copy.deepcopy(FAMILIES["qwen3-moe"]["config"])
+    config.update({"num_hidden_layers": 4, "decoder_sparse_step": 2, "mlp_only_layers": [3]})
+    return config
+
+
+def expert_layers(c):
+    """Per layer, whether transformers gives it the mixture of experts (Qwen2-MoE and
+    Qwen3-MoE's decoder layer: not in mlp_only_layers, and (i + 1) % decoder_sparse_step == 0)."""
+    if c["model_type"] not in ("qwen3_moe", "qwen2_moe"):
+        return [True] * c["num_hidden_layers"]
+    step, dense = c.get("decoder_sparse_step", 1), c.get("mlp_only_layers") or []
+    return [i not in dense and (i + 1) % step == 0 for i in range(c["num_hidden_layers"])]
+
+
+FAMILIES["qwen3-moe-dense-layers"] = {
+    "seed": 1014, "tokenizer": "qwen3", "config": qwen3_moe_dense_layers_config(), "gguf": False,
+    "about": "Qwen3-MoE with dense MLPs between expert layers: 4 layers, decoder_sparse_step 2 and mlp_only_layers [3], so layer 1 alone has the 8 experts of 32 columns and layers 0, 2 and 3 a gated MLP of intermediate_size 128 (mlp.{gate,up,down}_proj), as transformers places them; otherwise as `qwen3-moe`. No GGUF: llama.cpp's converter maps no dense FFN tensor for qwen3moe (it stops at model.layers.0.mlp.gate_proj.weight) and its loader wants blk.N.ffn_gate_inp on every layer.",
+}
+
 # Qwen2-MoE (Qwen1.5-MoE-A2.7B's layout, transformers 4 config): routed experts beside one
 # shared expert whose output is gated by sigmoid(shared_expert_gate(x)) and added to theirs.
 FAMILIES["qwen2-moe"] = {
@@ -562,7 +585,7 @@ def make_weights(name, family):
             w[p + "self_attn.k_norm.weight"] = norm(head_dim)
         if mt == "phi3":
             w[p + "mlp.gate_up_proj.weight"] = linear(2 * inter, hidden)
-        elif mt in MOE_NAMES:
+        elif mt in MOE_NAMES and expert_layers(c)[i]:
             experts, moe = MOE_NAMES[mt], moe_shape(c)
             # router logits of a few units, so that no two experts tie at the top-k boundary
             w[p + experts["router"]] = linear(moe["experts"], hidden, gain=4.0)
@@ -581,7 +604,7 @@ def make_weights(name, family):
         else:
             w[p + "mlp.gate_proj.weight"] = linear(inter, hidden)
             w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
-        if mt not in MOE_NAMES:
+        if mt not in MOE_NAMES or not expert_layers(c)[i]:
             w[p + "mlp.down_proj.weight"] = linear(hidden, inter, gain=3.0)
         w[p + "input_layernorm.weight"] = norm(hidden)
         w[p + "post_attention_layernorm.weight"] = norm(hidden)
@@ -1081,7 +1104,7 @@ def main(argv):
     for name in names:
         family = FAMILIES[name]
         spec, cfg, normalizer, weights = write_hf(name, family, out / name)
-        if not args.no_gguf and name not in CONVERTER_ONLY:
+        if not args.no_gguf and name not in CONVERTER_ONLY and family.get("gguf", True):
             for outtype in ("f32", "f16"):
                 path = out / name / f"{name}.{outtype}.gguf"
                 write_gguf(name, family, out / name, spec, cfg, weights, outtype, path)

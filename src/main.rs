@@ -1076,9 +1076,14 @@ fn print_footprint(model: &ModelFiles) -> anyhow::Result<()> {
         let shared = moe
             .shared_expert_intermediate_size
             .map_or(String::new(), |ff| format!(", a shared expert of intermediate {ff}"));
+        let layers = c.moe_layers.iter().filter(|&&e| e).count();
+        let dense = match c.num_hidden_layers - layers {
+            0 => String::new(),
+            n => format!(" ({n} dense layers of intermediate {})", c.intermediate_size),
+        };
         println!(
-            "  experts: {} a layer, {} a token ({rule}), expert intermediate {}{shared}",
-            moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size
+            "  experts: {} a layer on {layers} of {} layers{dense}, {} a token ({rule}), expert intermediate {}{shared}",
+            moe.num_experts, c.num_hidden_layers, moe.experts_per_token, moe.expert_intermediate_size
         );
     }
     let k = c.moe.map_or(0, |moe| moe.experts_per_token);

@@ -454,6 +454,7 @@ fn every_family_is_batch_and_preemption_invariant() {
         "qwen3-moe",
         "mixtral",
         "qwen2-moe",
+        "qwen3-moe-dense-layers",
         "gpt-oss",
     ]
     .into_iter()
@@ -556,6 +557,36 @@ fn qwen3_q8_0_from_llama_quantize_stays_close_to_transformers() {
             assert!(worst <= 0.03 * scale, "{what}: {worst} against logits of {scale}");
         }
     }
+}
+
+/// Qwen3-MoE with dense MLPs between its expert layers (`decoder_sparse_step` 2 and
+/// `mlp_only_layers` [3]: experts on layer 1 alone, gated MLPs of `intermediate_size` on 0, 2
+/// and 3), from its HF directory: every position of every prompt (unless `PAGODA_FAMILY_SKIP`
+/// names it). llama.cpp's converter refuses the model (it maps no dense FFN tensor for
+/// qwen3moe, as the reference recorded), so there is no GGUF of it.
+#[test]
+fn qwen3_moe_with_dense_layers_matches_transformers_logits() {
+    let name = "qwen3-moe-dense-layers";
+    if skipped(name) {
+        return;
+    }
+    let files = ModelFiles::open(families_dir().join(name)).unwrap();
+    assert_eq!(files.config.moe_layers, [false, true, false, false]);
+    let weights = files.llama_weights().unwrap();
+    let kinds: Vec<bool> =
+        weights.layers.iter().map(|l| matches!(l.mlp, MlpWeights::Experts { .. })).collect();
+    assert_eq!(kinds, [false, true, false, false]);
+    let refused = fixture(name)["gguf"]["converter_refused"].as_str().unwrap().to_owned();
+    assert!(refused.contains("Can not map tensor 'model.layers.0.mlp."), "{refused}");
+    let [hf, _, _] = model_paths(name);
+    check_logits(&ctx(), name, &hf, 1e-3);
+}
+
+/// Its greedy continuations of the fixture prompts, from its HF directory.
+#[test]
+fn qwen3_moe_with_dense_layers_continues_greedily_as_transformers_does() {
+    let [hf, _, _] = model_paths("qwen3-moe-dense-layers");
+    check_greedy("qwen3-moe-dense-layers", &hf);
 }
 
 /// gpt-oss — attention sinks, Q/K/V/O biases, sliding (16) and full layers alternating, YaRN,

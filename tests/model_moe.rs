@@ -1,17 +1,22 @@
 //! Mixture-of-experts layers keep the invariance rule bit for bit: a token's logits do not
 //! depend on the other sequences of its batch (which share its experts or not), on how its
 //! prompt is cut into chunks, or on whether it is decoded one token at a time. The tiny
-//! Qwen3-MoE, Mixtral, Qwen2-MoE and gpt-oss models of scripts/tiny-families.py
+//! Qwen3-MoE (with and without dense layers between expert layers), Mixtral, Qwen2-MoE and
+//! gpt-oss models of scripts/tiny-families.py
 //! (`PAGODA_FAMILIES_DIR`);
 //! their parity with transformers is tests/model_families.rs'.
 
 use std::path::PathBuf;
 
+use pagoda::dtype::DType;
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::gpu::{GpuContext, GpuOptions, KvCacheShape, KvPrecision};
-use pagoda::model::ModelFiles;
+use pagoda::model::architecture::ModelConfig;
 use pagoda::model::footprint::Footprint;
+use pagoda::model::gguf::{GgufFile, GgufWriter};
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
+use pagoda::model::weights::WeightError;
+use pagoda::model::{ModelError, ModelFiles};
 use serde_json::Value;
 
 const BLOCK: usize = 4;
@@ -137,6 +142,47 @@ fn mixtral_logits_do_not_depend_on_batch_chunks_or_decoding() {
 #[test]
 fn qwen2_moe_with_its_shared_expert_logits_do_not_depend_on_batch_chunks_or_decoding() {
     check_invariance("qwen2-moe", "qwen2-moe.f16.gguf");
+}
+
+/// Qwen3-MoE with dense layers around its one expert layer, from its HF directory: rows move
+/// from a dense MLP to the experts and back.
+#[test]
+fn qwen3_moe_with_dense_layers_logits_do_not_depend_on_batch_chunks_or_decoding() {
+    check_invariance("qwen3-moe-dense-layers", "");
+}
+
+/// A GGUF cannot say which layers are dense: llama.cpp's converter refuses such a model and
+/// its qwen3moe loader wants every layer's router. A qwen3moe file whose layer 0 holds a dense
+/// MLP (the tiny Qwen3-MoE's, its experts swapped for `ffn_{gate,up,down}` of
+/// `feed_forward_length`) is refused as llama.cpp refuses it: by the router it lacks.
+#[test]
+fn a_qwen3moe_gguf_with_a_dense_layer_is_refused_by_the_router_it_lacks() {
+    let path = std::env::var_os("PAGODA_FAMILIES_DIR").map(PathBuf::from).unwrap().join("qwen3-moe");
+    let g = GgufFile::open(path.join("qwen3-moe.f32.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for key in g.metadata_keys() {
+        w.metadata(key, g.get(key).unwrap().clone());
+    }
+    let expert = |name: &str| name.starts_with("blk.0.ffn_") && name != "blk.0.ffn_norm.weight";
+    for info in g.tensor_infos().iter().filter(|t| !expert(&t.name)) {
+        let t = g.tensor(&info.name).unwrap();
+        w.tensor(&info.name, t.dtype, &t.shape, t.data.to_vec()).unwrap();
+    }
+    let ff = g.get_int("qwen3moe.feed_forward_length").unwrap().unwrap() as usize;
+    for (name, shape) in [("gate", [ff, 64]), ("up", [ff, 64]), ("down", [64, ff])] {
+        w.tensor(&format!("blk.0.ffn_{name}.weight"), DType::F32, &shape, vec![0; 4 * ff * 64]).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    w.write(dir.path().join("dense.gguf")).unwrap();
+    let path = dir.path().join("dense.gguf");
+    let config = ModelConfig::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    assert_eq!(config.moe_layers, [true, true], "every layer of a GGUF file has the experts");
+    match ModelFiles::open(&path) {
+        Err(ModelError::Weights(WeightError::MissingTensor(name))) => {
+            assert_eq!(name, "blk.0.ffn_gate_inp.weight")
+        }
+        other => panic!("expected the missing router, got {:?}", other.map(|_| ())),
+    }
 }
 
 /// gpt-oss from its HF directory: biased experts through the clamped SwiGLU, attention sinks,

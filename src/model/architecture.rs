@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::gguf::{GgufError, GgufFile};
 use super::layer_pattern::{InvalidPattern, gguf_sliding_layers, period_flags, windows};
-use super::moe::{MoeConfig, MoeConfigError};
+use super::moe::{MoeConfig, MoeConfigError, hf_expert_layers};
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,8 +218,11 @@ pub struct ModelConfig {
     pub bos_token_id: Option<u32>,
     /// End-of-sequence tokens (the first is the model's main EOS).
     pub eos_token_ids: Vec<u32>,
-    /// Every layer's MLP is a mixture of these experts (Qwen3-MoE, Mixtral); `None`: dense.
+    /// The mixture of experts of the layers that have one (Qwen3-MoE, Mixtral); `None`: dense.
     pub moe: Option<MoeConfig>,
+    /// Per layer, whether its MLP is `moe` (all of a GGUF file's, llama.cpp's rule); the others
+    /// are gated MLPs of `intermediate_size` (Qwen's `mlp_only_layers`, `decoder_sparse_step`).
+    pub moe_layers: Vec<bool>,
     /// The attention output projection carries a bias (gpt-oss).
     pub o_bias: bool,
     /// Each attention head has a learned sink logit in its softmax's denominator (gpt-oss).
@@ -284,7 +287,6 @@ impl From<MoeConfigError> for ConfigError {
         match e {
             MoeConfigError::MissingField(field) => Self::MissingField(field),
             MoeConfigError::InvalidField { field, reason } => Self::InvalidField { field, reason },
-            MoeConfigError::Unsupported { field, reason } => Self::Unsupported { field, reason },
             MoeConfigError::Gguf(e) => Self::Gguf(e),
         }
     }
@@ -315,6 +317,11 @@ const SUPPORTED: [&str; 15] = [
 ];
 
 impl ModelConfig {
+    /// The experts of layer `layer`'s MLP; `None` for a dense one.
+    pub fn layer_moe(&self, layer: usize) -> Option<&MoeConfig> {
+        self.moe.as_ref().filter(|_| self.moe_layers.get(layer).copied().unwrap_or(false))
+    }
+
     /// `max_model_len` capped at the context the model was trained for.
     pub fn cap_model_len(&self, max_model_len: usize) -> usize {
         max_model_len.min(self.max_position_embeddings.max(1))
@@ -367,6 +374,7 @@ impl ModelConfig {
             _ => 1.0 / (head_dim as f32).sqrt(),
         } * rope_score_scale(rope_scaling.as_ref());
         let gpt_oss = architecture == "gpt_oss";
+        let moe_layers = hf_expert_layers(&architecture, config, num_hidden_layers)?;
         let config = Self {
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
@@ -399,7 +407,11 @@ impl ModelConfig {
             local_rope_theta: hf_local_rope_theta(config)?,
             bos_token_id,
             eos_token_ids,
-            moe: MoeConfig::from_hf(&architecture, config)?,
+            moe: match moe_layers.contains(&true) {
+                true => MoeConfig::from_hf(&architecture, config)?,
+                false => None,
+            },
+            moe_layers,
             o_bias: gpt_oss,
             attention_sinks: gpt_oss,
             swiglu_limit: if gpt_oss { Some(hf_swiglu_limit(config)?) } else { None },
@@ -501,6 +513,7 @@ impl ModelConfig {
                 .transpose()
         };
         let intermediate_size = req(&key("feed_forward_length"))?;
+        let moe = MoeConfig::from_gguf(architecture, gguf, intermediate_size)?;
         let config = Self {
             architecture: architecture.to_owned(),
             vocab_size,
@@ -543,7 +556,8 @@ impl ModelConfig {
             local_rope_theta: gguf.get_float(&key("rope.freq_base_swa"))?.map(|t| t as f32),
             bos_token_id: token_id("tokenizer.ggml.bos_token_id")?,
             eos_token_ids: token_id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
-            moe: MoeConfig::from_gguf(architecture, gguf, intermediate_size)?,
+            moe,
+            moe_layers: vec![moe.is_some(); num_hidden_layers],
             o_bias: gguf.has_tensor("blk.0.attn_output.bias"),
             attention_sinks: gguf.has_tensor("blk.0.attn_sinks.weight"),
             // llama.cpp's limit for gpt-oss (its GGUF carries none)
@@ -1210,6 +1224,52 @@ mod tests {
         v["use_sliding_window"] = json!(false);
         v.as_object_mut().unwrap().remove("layer_types");
         assert_eq!(ModelConfig::from_hf_json(&v, None).unwrap().layer_windows, vec![None, None]);
+    }
+
+    #[test]
+    fn qwen_moe_layers_follow_the_config_and_a_model_without_expert_layers_is_dense() {
+        let mut v = base();
+        v["model_type"] = json!("qwen3_moe");
+        v["num_hidden_layers"] = json!(4);
+        let experts = json!({"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32});
+        v.as_object_mut().unwrap().extend(experts.as_object().unwrap().clone());
+        v["decoder_sparse_step"] = json!(2);
+        let c = ModelConfig::from_hf_json(&v, None).unwrap();
+        assert_eq!(c.moe_layers, [false, true, false, true]);
+        assert_eq!((c.layer_moe(0), c.layer_moe(1).map(|m| m.expert_intermediate_size)), (None, Some(32)));
+        assert_eq!(c.intermediate_size, 96, "the dense layers' width");
+        v["mlp_only_layers"] = json!([1, 3]);
+        let c = ModelConfig::from_hf_json(&v, None).unwrap();
+        assert_eq!((c.moe, c.moe_layers), (None, vec![false; 4]), "no expert layer: a dense model");
+    }
+
+    /// DeepSeek V2/V3's mixtures (shared experts without a gate, grouped routing) sit behind
+    /// its multi-head latent attention, which pagoda does not run: the architecture is refused
+    /// by name, from an HF config as from a GGUF file (`deepseek2`).
+    #[test]
+    fn deepseek_is_refused_by_its_architecture() {
+        for arch in ["deepseek_v2", "deepseek_v3"] {
+            let mut v = base();
+            v["model_type"] = json!(arch);
+            v["n_shared_experts"] = json!(1);
+            v["kv_lora_rank"] = json!(512);
+            match ModelConfig::from_hf_json(&v, None) {
+                Err(e @ ConfigError::UnsupportedArchitecture(_)) => {
+                    assert!(matches!(&e, ConfigError::UnsupportedArchitecture(a) if a == arch));
+                    assert!(e.to_string().contains(arch), "{e}");
+                }
+                other => panic!("{arch}: {other:?}"),
+            }
+        }
+        let mut w = crate::model::gguf::GgufWriter::new();
+        w.metadata("general.architecture", crate::model::gguf::MetadataValue::String("deepseek2".into()));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deepseek2.gguf");
+        w.write(&path).unwrap();
+        let gguf = GgufFile::open(&path).unwrap();
+        assert!(
+            matches!(ModelConfig::from_gguf(&gguf), Err(ConfigError::UnsupportedArchitecture(a)) if a == "deepseek2")
+        );
     }
 
     #[test]

@@ -23,14 +23,6 @@ pub enum MoeConfigError {
         /// What is wrong.
         reason: String,
     },
-    /// A field that changes the experts' math in a way pagoda does not implement.
-    #[error("model config field {field:?} is not supported: {reason}")]
-    Unsupported {
-        /// The field.
-        field: String,
-        /// Why it is refused.
-        reason: String,
-    },
     /// Reading GGUF metadata failed.
     #[error(transparent)]
     Gguf(#[from] GgufError),
@@ -67,22 +59,12 @@ pub struct MoeConfig {
 
 impl MoeConfig {
     /// The experts of an HF config (`qwen3_moe`, `qwen2_moe`, `mixtral`, `gpt_oss`), `None`
-    /// for a dense family. Qwen's dense layers between expert layers (`mlp_only_layers`,
-    /// `decoder_sparse_step` > 1) are refused.
+    /// for a dense family; which layers have them: [`hf_expert_layers`].
     pub fn from_hf(architecture: &str, config: &Value) -> Result<Option<Self>, MoeConfigError> {
         let field = |name: &str| config.get(name).filter(|v| !v.is_null());
-        let count = |name: &str| -> Result<usize, MoeConfigError> {
-            let v = field(name).ok_or_else(|| MoeConfigError::MissingField(name.into()))?;
-            v.as_u64().map(|n| n as usize).ok_or_else(|| invalid(name, format!("{v} is not a count")))
-        };
+        let count = |name: &str| hf_count(config, name);
         let moe = match architecture {
             "qwen3_moe" | "qwen2_moe" => {
-                if field("mlp_only_layers").and_then(Value::as_array).is_some_and(|l| !l.is_empty()) {
-                    return Err(unsupported("mlp_only_layers", "dense MLP layers between expert layers"));
-                }
-                if field("decoder_sparse_step").is_some() && count("decoder_sparse_step")? != 1 {
-                    return Err(unsupported("decoder_sparse_step", "expert layers only every few layers"));
-                }
                 let renormalize = match field("norm_topk_prob") {
                     None => false,
                     Some(v) => {
@@ -203,6 +185,53 @@ impl MoeConfig {
     }
 }
 
+/// Per layer of an HF config with `num_layers` layers, whether its MLP is the mixture of
+/// experts: every layer of Mixtral and gpt-oss, none of a dense family. Qwen2-MoE and Qwen3-MoE
+/// follow transformers: layer `i` has experts unless `mlp_only_layers` lists it, `(i + 1) %
+/// decoder_sparse_step != 0` (default 1) or `num_experts` is 0; its dense MLP is then
+/// `intermediate_size` wide. A listed layer past the last, or a step of 0, is refused.
+pub fn hf_expert_layers(
+    architecture: &str,
+    config: &Value,
+    num_layers: usize,
+) -> Result<Vec<bool>, MoeConfigError> {
+    match architecture {
+        "mixtral" | "gpt_oss" => return Ok(vec![true; num_layers]),
+        "qwen3_moe" | "qwen2_moe" => {}
+        _ => return Ok(vec![false; num_layers]),
+    }
+    let field = |name: &str| config.get(name).filter(|v| !v.is_null());
+    let step = match field("decoder_sparse_step") {
+        None => 1,
+        Some(_) => hf_count(config, "decoder_sparse_step")?,
+    };
+    if step == 0 {
+        return Err(invalid("decoder_sparse_step", "0 puts experts on no layer's step".into()));
+    }
+    let mut dense = vec![hf_count(config, "num_experts")? == 0; num_layers];
+    if let Some(listed) = field("mlp_only_layers") {
+        let listed =
+            listed.as_array().ok_or_else(|| invalid("mlp_only_layers", format!("{listed} is not a list")))?;
+        for v in listed {
+            match v.as_u64().map(|i| i as usize) {
+                Some(i) if i < num_layers => dense[i] = true,
+                _ => {
+                    return Err(invalid("mlp_only_layers", format!("{v} is not a layer of 0..{num_layers}")));
+                }
+            }
+        }
+    }
+    Ok(dense.iter().enumerate().map(|(i, &d)| !d && (i + 1).is_multiple_of(step)).collect())
+}
+
+/// HF config field `name` as a count: absent or null is missing, anything but a
+/// non-negative integer invalid.
+fn hf_count(config: &Value, name: &str) -> Result<usize, MoeConfigError> {
+    let v =
+        config.get(name).filter(|v| !v.is_null()).ok_or_else(|| MoeConfigError::MissingField(name.into()))?;
+    v.as_u64().map(|n| n as usize).ok_or_else(|| invalid(name, format!("{v} is not a count")))
+}
+
 /// `exp(x - max) / sum`, the sum in index order.
 fn softmax(x: &[f32]) -> Vec<f32> {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -242,10 +271,6 @@ pub fn group_by_expert(moe: &MoeConfig, logits: &[f32]) -> Vec<ExpertRows> {
 
 fn invalid(field: &str, reason: String) -> MoeConfigError {
     MoeConfigError::InvalidField { field: field.into(), reason }
-}
-
-fn unsupported(field: &str, reason: &str) -> MoeConfigError {
-    MoeConfigError::Unsupported { field: field.into(), reason: reason.into() }
 }
 
 #[cfg(test)]
@@ -300,14 +325,42 @@ mod tests {
     }
 
     #[test]
+    fn qwen_layers_between_expert_layers_are_dense_as_transformers_places_them() {
+        let mut q: Value =
+            serde_json::json!({"num_experts": 8, "decoder_sparse_step": 2, "mlp_only_layers": [3]});
+        let layers = |q: &Value, arch: &str| hf_expert_layers(arch, q, 6);
+        // (i + 1) % 2 == 0 leaves 1, 3 and 5; the list takes 3 out
+        assert_eq!(layers(&q, "qwen3_moe").unwrap(), [false, true, false, false, false, true]);
+        assert_eq!(layers(&q, "qwen2_moe").unwrap(), [false, true, false, false, false, true]);
+        q["decoder_sparse_step"] = Value::Null;
+        q["mlp_only_layers"] = serde_json::json!([0]);
+        assert_eq!(
+            layers(&q, "qwen3_moe").unwrap(),
+            [false, true, true, true, true, true],
+            "step 1 by default"
+        );
+        q["num_experts"] = serde_json::json!(0);
+        assert_eq!(layers(&q, "qwen3_moe").unwrap(), [false; 6], "no experts: every layer dense");
+        assert_eq!(layers(&q, "mixtral").unwrap(), [true; 6]);
+        assert_eq!(layers(&q, "qwen3").unwrap(), [false; 6]);
+        q["num_experts"] = serde_json::json!(8);
+        q["mlp_only_layers"] = serde_json::json!([6]);
+        assert!(
+            matches!(layers(&q, "qwen3_moe"), Err(MoeConfigError::InvalidField { field, .. }) if field == "mlp_only_layers")
+        );
+        q["mlp_only_layers"] = serde_json::json!([]);
+        q["decoder_sparse_step"] = serde_json::json!(0);
+        assert!(
+            matches!(layers(&q, "qwen3_moe"), Err(MoeConfigError::InvalidField { field, .. }) if field == "decoder_sparse_step")
+        );
+    }
+
+    #[test]
     fn configs_are_read_and_bad_ones_refused() {
         let q: Value = serde_json::json!({"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true});
         let m = MoeConfig::from_hf("qwen3_moe", &q).unwrap().unwrap();
         assert_eq!((m.num_experts, m.experts_per_token, m.expert_intermediate_size), (8, 2, 32));
         assert_eq!(m.rule, RouterRule::SoftmaxTopK { renormalize: true });
-        let mut dense = q.clone();
-        dense["mlp_only_layers"] = serde_json::json!([0]);
-        assert!(matches!(MoeConfig::from_hf("qwen3_moe", &dense), Err(MoeConfigError::Unsupported { .. })));
         let mut too_many = q.clone();
         too_many["num_experts_per_tok"] = serde_json::json!(9);
         assert!(matches!(

@@ -1,7 +1,8 @@
 //! A mixture-of-experts layer on the GPU. The router's logits are computed on the device and
 //! read back (the step is submitted there), the host groups the batch's tokens by expert
 //! ([`group_by_expert`]), and a new step runs each chosen expert once over the rows that chose
-//! it — gathered, the gated MLP (the GEMV for one row, the GEMM for more, every row with the
+//! it — gathered (unless every row of the batch chose it, as a lone decoding token's experts
+//! are: then the rows themselves), the gated MLP (the GEMV for one row, the GEMM for more, every row with the
 //! bits of its plain GEMV), the down projection, the rows weighted and put at their tokens'
 //! slots — then adds each token's slots to the residual stream in slot order. Experts no token
 //! chose are not read. A token's output depends on its own row only: its experts come from its
@@ -81,10 +82,11 @@ impl MoeBuffers {
     }
 }
 
-/// One chosen expert's rows in a step: which tokens, where their outputs go, their weights.
+/// One chosen expert's rows in a step: which tokens (`None`: every token of the batch, in
+/// order, so its rows are the normed rows themselves), where their outputs go, their weights.
 struct ExpertInputs {
     expert: usize,
-    tokens: Tensor,
+    tokens: Option<Tensor>,
     outputs: Tensor,
     scales: Tensor,
 }
@@ -121,18 +123,27 @@ impl MoeLayer {
         let mut out = step.submit()?;
         let logits = out.f32s(read);
         let groups = group_by_expert(&self.moe, &logits);
+        let t = logits.len() / self.moe.num_experts;
         let mut step = ctx.step();
         // the step's inputs first, then its dispatches
         let mut chosen = Vec::new();
         for (expert, rows) in groups.iter().enumerate().filter(|(_, g)| !g.tokens.is_empty()) {
             let n = rows.tokens.len();
+            // a token chooses an expert once and its rows come in order: n == t is every row
+            let tokens = match n == t {
+                true => None,
+                false => {
+                    let tokens = step.scratch(Elem::U32, &[n])?;
+                    step.write_u32(&tokens, &rows.tokens)?;
+                    Some(tokens)
+                }
+            };
             let inputs = ExpertInputs {
                 expert,
-                tokens: step.scratch(Elem::U32, &[n])?,
+                tokens,
                 outputs: step.scratch(Elem::U32, &[n])?,
                 scales: step.scratch(Elem::U32, &[n])?,
             };
-            step.write_u32(&inputs.tokens, &rows.tokens)?;
             step.write_u32(&inputs.outputs, &rows.outputs)?;
             let bits: Vec<u32> = rows.weights.iter().map(|w| w.to_bits()).collect();
             step.write_u32(&inputs.scales, &bits)?;
@@ -141,7 +152,6 @@ impl MoeLayer {
         // the shared expert's rows: every token's, to the last slot, weighted by its gate
         let shared_inputs = match gate_read {
             Some(read) => {
-                let t = logits.len() / self.moe.num_experts;
                 let first = self.moe.experts_per_token * t;
                 let outputs = step.scratch(Elem::U32, &[t])?;
                 let scales = step.scratch(Elem::U32, &[t])?;
@@ -154,10 +164,17 @@ impl MoeLayer {
         };
         let (hidden, ff) = (h.shape()[1], self.moe.expert_intermediate_size);
         for inputs in &chosen {
-            let n = inputs.tokens.len();
+            let n = inputs.outputs.len();
             let mlp = &self.experts[inputs.expert];
-            let rows = step.scratch(Elem::F32, &[n, hidden])?;
-            step.gather_rows(h, &inputs.tokens, &rows)?;
+            let gathered;
+            let rows = match &inputs.tokens {
+                Some(tokens) => {
+                    gathered = step.scratch(Elem::F32, &[n, hidden])?;
+                    step.gather_rows(h, tokens, &gathered)?;
+                    &gathered
+                }
+                None => h,
+            };
             let act_out = step.scratch(Elem::F32, &[n, ff])?;
             let split = match mlp.gate_up {
                 GateUp::Split { .. } => {
@@ -168,10 +185,10 @@ impl MoeLayer {
             let out = step.scratch(Elem::F32, &[n, hidden])?;
             match (self.swiglu_limit, &split) {
                 (Some(limit), Some(split)) => {
-                    record_biased_expert(&mut step, mlp, limit, &rows, &act_out, split, &out)?
+                    record_biased_expert(&mut step, mlp, limit, rows, &act_out, split, &out)?
                 }
                 _ => {
-                    record_gate_up(&mut step, &mlp.gate_up, act, (&rows).into(), &act_out, split.as_ref())?;
+                    record_gate_up(&mut step, &mlp.gate_up, act, rows.into(), &act_out, split.as_ref())?;
                     step.linear(&act_out, &mlp.down_proj, &out)?;
                 }
             }

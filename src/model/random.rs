@@ -36,6 +36,8 @@ pub struct RandomShape {
     pub rope_theta: f32,
     /// True when the LM head is the embedding table.
     pub tied: bool,
+    /// Qwen3's attention: per-head norms of queries and keys (written as `qwen3`).
+    pub qk_norm: bool,
     /// A mixture of experts in every layer instead of the dense MLP (written as `qwen3moe`).
     pub experts: Option<RandomExperts>,
 }
@@ -66,6 +68,7 @@ pub const SHAPES: [RandomShape; 5] = [
         context: 8192,
         rope_theta: 100000.0,
         tied: true,
+        qk_norm: false,
         experts: None,
     },
     RandomShape {
@@ -80,6 +83,7 @@ pub const SHAPES: [RandomShape; 5] = [
         context: 8192,
         rope_theta: 500000.0,
         tied: true,
+        qk_norm: false,
         experts: None,
     },
     RandomShape {
@@ -94,10 +98,12 @@ pub const SHAPES: [RandomShape; 5] = [
         context: 4096,
         rope_theta: 10000.0,
         tied: false,
+        qk_norm: false,
         experts: None,
     },
     QWEN3_30B_A3B,
-    // Qwen3-30B-A3B's active parameters as one dense MLP: 8 experts of 768 make 6144 columns.
+    // Qwen3-30B-A3B's active parameters as one dense MLP: 8 experts of 768 make 6144 columns;
+    // the same attention (Qwen3's, with Q/K norms), so that the two differ in the MLP alone.
     RandomShape { name: "qwen3-30b-a3b-dense", experts: None, ..QWEN3_30B_A3B },
 ];
 
@@ -114,6 +120,7 @@ const QWEN3_30B_A3B: RandomShape = RandomShape {
     context: 40960,
     rope_theta: 1_000_000.0,
     tied: false,
+    qk_norm: true,
     experts: Some(RandomExperts { count: 128, used: 8, ffn: 768 }),
 };
 
@@ -255,7 +262,11 @@ pub fn write_random_model(
     let mut tokens: Vec<String> = specials.iter().map(|t| t.to_string()).collect();
     tokens.extend(byte_level_alphabet());
     tokens.extend((tokens.len()..s.vocab).map(|i| format!("<r{i}>")));
-    let arch = if s.experts.is_some() { "qwen3moe" } else { "llama" };
+    let arch = match (s.experts, s.qk_norm) {
+        (Some(_), _) => "qwen3moe",
+        (None, true) => "qwen3",
+        (None, false) => "llama",
+    };
     let key = |k: &str| format!("{arch}.{k}");
     w.metadata("general.architecture", MetadataValue::String(arch.into()))
         .metadata("general.name", MetadataValue::String(format!("pagoda random {}", s.name)))
@@ -301,7 +312,7 @@ pub fn write_random_model(
         matrix(&mut rng, &mut w, &name("attn_k"), s.kv_heads * hd, s.hidden, inv_sqrt(s.hidden))?;
         matrix(&mut rng, &mut w, &name("attn_v"), s.kv_heads * hd, s.hidden, inv_sqrt(s.hidden))?;
         matrix(&mut rng, &mut w, &name("attn_output"), s.hidden, s.heads * hd, inv_sqrt(s.hidden))?;
-        if s.experts.is_some() {
+        if s.qk_norm {
             // Qwen3's per-head norms of queries and keys
             w.tensor(&name("attn_q_norm"), DType::F32, &[hd], ones(hd))?;
             w.tensor(&name("attn_k_norm"), DType::F32, &[hd], ones(hd))?;

@@ -152,6 +152,7 @@ impl TinyLlama {
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
             moe: None,
+            moe_layers: vec![false; dims.num_hidden_layers],
             o_bias: false,
             attention_sinks: false,
             swiglu_limit: None,

@@ -515,7 +515,7 @@ impl<'a> LlamaWeights<'a> {
                 } else {
                     [get(Q, &[q, h])?, get(K, &[kv, h])?, get(V, &[kv, h])?]
                 };
-                let mlp = match &config.moe {
+                let mlp = match config.layer_moe(l) {
                     Some(moe) => file.experts(l, config, moe)?,
                     None => {
                         let [gate_proj, up_proj] = if config.fused_projections {
