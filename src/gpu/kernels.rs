@@ -54,7 +54,7 @@ pub struct RopeCacheArgs<'a> {
 
 impl<'a> RopeCacheArgs<'a> {
     /// Checks the inputs' shapes for `t` tokens; returns the layer's K and V pools.
-    fn check(&self, t: usize) -> Result<&'a (DeviceBuffer, DeviceBuffer), GpuError> {
+    pub(super) fn check(&self, t: usize) -> Result<&'a (DeviceBuffer, DeviceBuffer), GpuError> {
         let hd = self.cache.shape().head_dim;
         self.positions.expect("rope_cache positions", Elem::U32, &[t])?;
         self.slot_mapping.expect("rope_cache slot_mapping", Elem::U32, &[t])?;
@@ -72,7 +72,7 @@ impl<'a> RopeCacheArgs<'a> {
     }
 
     /// Columns of the Q/K/V row: the query heads, then the key heads, then the value heads.
-    fn row_width(&self) -> usize {
+    pub(super) fn row_width(&self) -> usize {
         let s = self.cache.shape();
         (self.heads + 2 * s.num_kv_heads) * s.head_dim
     }
@@ -208,6 +208,8 @@ pub(super) fn attention_params(
         window: spec.window.map_or(0, u),
         softcap: spec.softcap.unwrap_or(0.0),
         q_stride: u(q_stride),
+        head_dim: u(s.head_dim),
+        qk_eps: 0.0,
     })
 }
 
@@ -365,7 +367,7 @@ fn splits_pairs(w: &Weight, col0: usize) -> bool {
     !col0.is_multiple_of(2) || w.parts.iter().any(|p| !p.row0.is_multiple_of(2) || !p.rows.is_multiple_of(2))
 }
 
-fn u(n: usize) -> u32 {
+pub(super) fn u(n: usize) -> u32 {
     n as u32
 }
 

@@ -58,6 +58,7 @@
 //! ```
 
 mod attention_flash;
+mod attention_rope;
 mod bind_cache;
 mod caps;
 mod context;

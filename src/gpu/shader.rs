@@ -653,6 +653,19 @@ pub enum KernelVariant {
         /// holds the formula), bound at `SINKS`.
         sinks: bool,
     },
+    /// Flash attention for decode steps of the models with Q/K norms, the rope_cache kernel's
+    /// work for its own token done first (`shaders/flash_qk_rope.wgsl`:
+    /// `src/gpu/attention_rope.rs`); otherwise [`AttentionPath::Flash`]'s kernel.
+    FlashRope {
+        /// Pool element format.
+        kv: KvFormat,
+        /// Head dimension (even).
+        head_dim: u32,
+        /// Query heads of one KV head a workgroup computes ([`crate::gpu::flash_group`]).
+        group: u32,
+        /// RoPE pairs (p, p + head_dim / 2) rather than (2p, 2p + 1) (`HALF_SPLIT`).
+        half_split: bool,
+    },
 }
 
 impl KernelVariant {
@@ -662,6 +675,7 @@ impl KernelVariant {
             self,
             Self::RopeCache { kv: KvFormat::F16Native, .. }
                 | Self::Attention { kv: KvFormat::F16Native, .. }
+                | Self::FlashRope { kv: KvFormat::F16Native, .. }
                 | Self::Linear { epilogue: LinearEpilogue::RopeCache { kv: KvFormat::F16Native, .. }, .. }
         )
     }
@@ -674,6 +688,7 @@ impl KernelVariant {
                 | Self::Linear { tree: Tree::Subgroup { .. }, .. }
                 | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash, .. }
                 | Self::Attention { tree: Tree::Subgroup { .. }, .. }
+                | Self::FlashRope { .. }
         )
     }
 
@@ -730,6 +745,10 @@ impl KernelVariant {
                     if *sinks { "/sinks" } else { "" }
                 )
             }
+            Self::FlashRope { kv, head_dim, group, half_split } => {
+                let mode = if *half_split { "half-split" } else { "interleaved" };
+                format!("attention/{}/hd{head_dim}/flash-qk-rope-{mode}/g{group}", kv.name())
+            }
         }
     }
 
@@ -753,7 +772,9 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::PerQuerySubgroup, .. } => {
                 (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES")
             }
-            Self::Attention { path: AttentionPath::Flash, .. } => (FLASH_WG, "FLASH_WG"),
+            Self::Attention { path: AttentionPath::Flash, .. } | Self::FlashRope { .. } => {
+                (FLASH_WG, "FLASH_WG")
+            }
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
@@ -802,7 +823,8 @@ impl KernelVariant {
             }
             // The key lanes' maxima and sums of each head, and one head's weighted value
             // pairs of every key lane.
-            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. } => {
+            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. }
+            | Self::FlashRope { head_dim, group, .. } => {
                 4 * (2 * FLASH_KEY_LANES * group) + 8 * FLASH_KEY_LANES * (head_dim / 2)
             }
             Self::TopK => 8 * TOP_K_WG,
@@ -840,7 +862,7 @@ impl KernelVariant {
             Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
-            Self::Attention { .. } => AttentionParams::LAYOUT,
+            Self::Attention { .. } | Self::FlashRope { .. } => AttentionParams::LAYOUT,
         }
     }
 
@@ -883,6 +905,7 @@ impl KernelVariant {
             Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
             Self::Attention { sinks: false, .. } => slots::attention::ALL,
             Self::Attention { sinks: true, .. } => slots::attention_sinks::ALL,
+            Self::FlashRope { .. } => slots::attention_rope::ALL,
         }
     }
 }
@@ -978,6 +1001,14 @@ pub fn all_variants() -> Vec<KernelVariant> {
             let (path, tree) = (AttentionPath::Flash, Tree::Shared);
             out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree, sinks: true });
         }
+        // Flash with the Q/K norms and RoPE of its token: one head a group and the most,
+        // half-split (Qwen3, Gemma 3), and interleaved once.
+        for head_dim in [64, 128, 256] {
+            for group in [1, crate::gpu::flash_max_group(head_dim)] {
+                out.push(KernelVariant::FlashRope { kv, head_dim, group, half_split: true });
+            }
+        }
+        out.push(KernelVariant::FlashRope { kv, head_dim: 128, group: 4, half_split: false });
     }
     out
 }
@@ -1060,7 +1091,7 @@ mod tests {
     /// with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2));
+        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure

@@ -725,7 +725,9 @@ impl GpuLayer {
 
     /// `att = attention(rope(q), rope(k), v)` for `q, k, v` projected from `h`, over the paged
     /// cache, the new keys and values written into it first; with Q/K norms (Qwen3, Gemma 3),
-    /// `q` and `k` are RMS-normed per head before RoPE.
+    /// `q` and `k` are RMS-normed per head before RoPE, by the attention kernel itself in a
+    /// decode step on flash attention (`Step::flash_rope_attention`), else by the rope_cache
+    /// kernel.
     fn attention(
         &self,
         step: &mut Step<'_>,
@@ -743,6 +745,12 @@ impl GpuLayer {
         } else {
             for p in &self.qkv {
                 step.linear_into(h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
+            }
+            let spec = self.spec(model, kv.index);
+            let tokens = a.qkv.shape()[0];
+            if self.sinks.is_none() && step.fuses_rope_attention(&rope, &inputs.attn, &spec, tokens) {
+                step.flash_rope_attention(&a.qkv, &rope, &inputs.attn, &spec, &a.att)?;
+                return Ok(());
             }
             step.rope_cache(&a.qkv, &rope)?;
         }
@@ -788,6 +796,17 @@ impl GpuLayer {
         }
     }
 
+    /// How layer `index` attends: its heads, scale, window and soft-cap.
+    fn spec(&self, model: &LlamaModel, index: usize) -> AttentionSpec {
+        let c = &model.config;
+        AttentionSpec {
+            heads: c.num_attention_heads,
+            scale: c.attention_scale,
+            window: c.layer_windows[index],
+            softcap: c.attn_logit_softcap,
+        }
+    }
+
     /// `att = attention(q, k, v)` over the paged cache, Q/K/V in `a.qkv` after RoPE.
     fn paged_attention(
         &self,
@@ -797,15 +816,8 @@ impl GpuLayer {
         inputs: &Inputs,
         kv: KvLayer<'_>,
     ) -> Result<(), LlamaError> {
-        let c = &model.config;
         let KvLayer { cache, index } = kv;
-        let window = c.layer_windows[index];
-        let spec = AttentionSpec {
-            heads: c.num_attention_heads,
-            scale: c.attention_scale,
-            window,
-            softcap: c.attn_logit_softcap,
-        };
+        let spec = self.spec(model, index);
         let sinks = self.sinks.as_ref();
         step.paged_attention_sinks(&a.qkv, cache, index, &inputs.attn, &spec, sinks, &a.att)?;
         Ok(())

@@ -166,7 +166,7 @@ impl KernelVariant {
             Self::Linear { rows_tile, epilogue, .. } => {
                 unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
             }
-            Self::Attention { head_dim, group, .. } => {
+            Self::Attention { head_dim, group, .. } | Self::FlashRope { head_dim, group, .. } => {
                 unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES, group)
             }
             _ => src,
@@ -245,7 +245,8 @@ impl KernelVariant {
                 } else {
                     shader_file!("qk_norm_none.wgsl")
                 };
-                vec![kv.file(), norm, shader_file!("rope_angle.wgsl"), shader_file!("rope_cache.wgsl")]
+                let rope = [shader_file!("rope_angle.wgsl"), shader_file!("rope_head.wgsl")];
+                [vec![kv.file(), norm], rope.to_vec(), vec![shader_file!("rope_cache.wgsl")]].concat()
             }
             Self::Attention { kv, path, tree, sinks, .. } => {
                 let body = match path {
@@ -262,8 +263,24 @@ impl KernelVariant {
                     true => shader_file!("sink_logit.wgsl"),
                     false => shader_file!("sink_none.wgsl"),
                 };
+                let qk = shader_file!("flash_qk_none.wgsl");
+                let body = match path {
+                    AttentionPath::Flash => [vec![qk], body].concat(),
+                    _ => body,
+                };
                 [vec![kv.file(), pools, shader_file!("attention_common.wgsl"), sink], body].concat()
             }
+            Self::FlashRope { kv, .. } => vec![
+                kv.file(),
+                shader_file!("kvsrc_pairs_rw.wgsl"),
+                shader_file!("attention_common.wgsl"),
+                shader_file!("sink_none.wgsl"),
+                shader_file!("qk_norm_rms.wgsl"),
+                shader_file!("rope_angle.wgsl"),
+                shader_file!("rope_head.wgsl"),
+                shader_file!("flash_qk_rope.wgsl"),
+                shader_file!("attention_flash.wgsl"),
+            ],
         }
     }
 
@@ -299,7 +316,7 @@ impl KernelVariant {
         }
         out.extend(match *self {
             Self::Linear { .. } => self.linear_constants(),
-            Self::Attention { .. } => self.attention_constants(),
+            Self::Attention { .. } | Self::FlashRope { .. } => self.attention_constants(),
             _ => Vec::new(),
         });
         out
@@ -380,7 +397,12 @@ impl KernelVariant {
     /// An attention variant's specialisation constants: the head dimension, the block size's
     /// bound and the dot product's lanes, and its path's own.
     fn attention_constants(&self) -> Vec<Injected> {
-        let Self::Attention { head_dim, path, group, .. } = *self else { return Vec::new() };
+        let (head_dim, path, group) = match *self {
+            Self::Attention { head_dim, path, group, .. } => (head_dim, path, group),
+            Self::FlashRope { head_dim, group, .. } => (head_dim, AttentionPath::Flash, group),
+            _ => return Vec::new(),
+        };
+
         let mut out = vec![
             Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"),
             Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"),
@@ -395,6 +417,10 @@ impl KernelVariant {
                 out.push(Injected::new("GH", group, "KernelVariant::Attention::group"))
             }
             AttentionPath::PerQuery => {}
+        }
+        if let Self::FlashRope { half_split, .. } = *self {
+            let from = "KernelVariant::FlashRope::half_split";
+            out.push(Injected::new("HALF_SPLIT", u32::from(half_split), from));
         }
         out
     }

@@ -246,6 +246,22 @@ binding_slots! {
         QUERY_START = 6,
         OUT = 7,
     }
+    /// Flash attention with `flash_qk_rope.wgsl` (and `qk_norm_rms.wgsl`): the decode variant
+    /// that norms, rotates and writes its token's queries and key (`K_CACHE` and `V_CACHE` by
+    /// `kvsrc_pairs_rw.wgsl`).
+    attention_rope {
+        Q = 1,
+        K_CACHE = 2,
+        V_CACHE = 3,
+        BLOCK_TABLE = 4,
+        SEQ_LENS = 5,
+        QUERY_START = 6,
+        OUT = 7,
+        POSITIONS = 9,
+        INV_FREQ = 10,
+        SLOT_MAPPING = 11,
+        QK_NORM = 12,
+    }
     /// The attention kernels with `sink_logit.wgsl`: each head's sink logit at `SINKS`.
     attention_sinks {
         Q = 1,
