@@ -276,7 +276,7 @@ const GEMM_MIN_ROWS: usize = 4;
 /// The row tile a linear layer over `m` rows takes on a device: the largest sequential tile
 /// the batch fills, or on the K-split path the GEMV below [`GEMM_MIN_ROWS`] and the GEMM's
 /// band rows ([`Capabilities::gemm_band_rows`]) from there.
-fn linear_rows_tile(caps: &Capabilities, m: usize) -> u32 {
+pub(super) fn linear_rows_tile(caps: &Capabilities, m: usize) -> u32 {
     match caps.linear_path() {
         LinearPath::Sequential { .. } => {
             LINEAR_SEQ_ROW_TILES.into_iter().rev().find(|&tile| tile as usize <= m).unwrap_or(1)
@@ -463,7 +463,7 @@ fn linear_grid(
     }
 }
 
-fn dims2(t: &Tensor, what: &str) -> Result<(usize, usize), GpuError> {
+pub(super) fn dims2(t: &Tensor, what: &str) -> Result<(usize, usize), GpuError> {
     match *t.shape() {
         [r, c] => Ok((r, c)),
         _ => Err(GpuError::Shape(format!("{what}: expected 2 dimensions, got {:?}", t.shape()))),

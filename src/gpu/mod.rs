@@ -70,6 +70,7 @@ mod kernels;
 mod kv_cache;
 mod kv_transfer;
 mod lora;
+mod norm_sandwich;
 mod options;
 mod pool;
 mod resident;

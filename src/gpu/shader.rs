@@ -603,6 +603,9 @@ pub enum KernelVariant {
     /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
     /// (`lora_expand.wgsl`).
     LoraExpand,
+    /// Gemma's sandwich between two linears: `x += rms_norm(o) * post`, then
+    /// `h = rms_norm(x) * pre` (`rms_norm_sandwich.wgsl`: `src/gpu/norm_sandwich.rs`).
+    RmsNormSandwich,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -697,6 +700,7 @@ impl KernelVariant {
         match self {
             Self::Embed { dtype, source } => format!("embed/{}{}", dtype.name(), source.suffix()),
             Self::RmsNorm => "rms_norm".into(),
+            Self::RmsNormSandwich => "rms_norm_sandwich".into(),
             Self::GatedMul { act } => format!("gated_mul/{}", act.name()),
             Self::Scale => "scale".into(),
             Self::Softcap => "softcap".into(),
@@ -848,7 +852,7 @@ impl KernelVariant {
     pub fn params(&self) -> ParamsLayout {
         match self {
             Self::Embed { .. } => EmbedParams::LAYOUT,
-            Self::RmsNorm => RmsNormParams::LAYOUT,
+            Self::RmsNorm | Self::RmsNormSandwich => RmsNormParams::LAYOUT,
             Self::GatedMul { .. }
             | Self::Scale
             | Self::Softcap
@@ -871,6 +875,7 @@ impl KernelVariant {
         match self {
             Self::Embed { .. } => slots::embed::ALL,
             Self::RmsNorm => slots::rms_norm::ALL,
+            Self::RmsNormSandwich => slots::rms_norm_sandwich::ALL,
             Self::GatedMul { .. } => slots::gated_mul::ALL,
             Self::Scale => slots::scale::ALL,
             Self::Softcap => slots::softcap::ALL,
@@ -936,6 +941,7 @@ pub(crate) fn gemm_exchange_floats(rows_tile: u32) -> u32 {
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
+        KernelVariant::RmsNormSandwich,
         KernelVariant::GatedMul { act: GateActivation::Silu },
         KernelVariant::GatedMul { act: GateActivation::GeluTanh },
         KernelVariant::Scale,
@@ -1091,7 +1097,7 @@ mod tests {
     /// with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
+        assert_eq!(all_variants().len(), 15 + 16 * 2 + 15 * 42 + 42 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure

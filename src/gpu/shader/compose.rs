@@ -177,9 +177,9 @@ impl KernelVariant {
     /// (`rms_scale.wgsl` or `rms_scale_lanes.wgsl`, sized by `NORM_WG` and `NORM_ROWS`).
     pub(super) fn normed_rows(&self) -> Option<u32> {
         match self {
-            Self::RmsNorm | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => {
-                Some(self.rows_per_workgroup())
-            }
+            Self::RmsNorm
+            | Self::RmsNormSandwich
+            | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => Some(self.rows_per_workgroup()),
             _ => None,
         }
     }
@@ -222,6 +222,11 @@ impl KernelVariant {
             Self::RmsNorm => {
                 vec![Tree::Shared.file(), shader_file!("rms_scale.wgsl"), shader_file!("rms_norm.wgsl")]
             }
+            Self::RmsNormSandwich => vec![
+                Tree::Shared.file(),
+                shader_file!("rms_scale.wgsl"),
+                shader_file!("rms_norm_sandwich.wgsl"),
+            ],
             Self::GatedMul { act } => {
                 vec![shader_file!("elementwise.wgsl"), act.file(), shader_file!("gated_mul.wgsl")]
             }

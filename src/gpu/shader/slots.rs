@@ -65,6 +65,14 @@ binding_slots! {
         WEIGHT = 2,
         OUT = 3,
     }
+    /// `shaders/rms_norm_sandwich.wgsl`.
+    rms_norm_sandwich {
+        O = 1,
+        POST = 2,
+        X = 3,
+        PRE = 4,
+        H = 5,
+    }
     /// `shaders/rope_cache.wgsl` with `qk_norm_none.wgsl`.
     rope_cache {
         QKV = 1,

@@ -2,9 +2,11 @@
 //! `shaders/flash_qk_rope.wgsl`: the decode step of Qwen3 and Gemma 3 on GPUs) against the two
 //! dispatches it replaces, the rope_cache kernel then flash attention: the same bits in its
 //! outputs and in the keys and values it writes (read back by a second decode step), f32 and
-//! f16 caches, half-split and interleaved RoPE, one and several workgroups a KV head. And the
-//! tiny Qwen3 and Gemma 3 models on flash attention: a token decoded after its prompt's prefill
-//! has the logits' bits of the same token prefilled with the prompt.
+//! f16 caches, half-split and interleaved RoPE, one and several workgroups a KV head. Gemma's
+//! sandwich norms in one dispatch (`Step::rms_norm_sandwich`) against `rms_norm_add` then
+//! `rms_norm`. And the tiny Qwen3, Gemma 2 and Gemma 3 models on flash attention: a token
+//! decoded after its prompt's prefill has the logits' bits of the same token prefilled with the
+//! prompt.
 
 mod kernels_support;
 
@@ -189,6 +191,40 @@ fn flash_attention_with_rope_refuses_a_sequence_of_several_tokens() {
     assert!(matches!(err, GpuError::Shape(_)), "{err}");
 }
 
+/// One dispatch of the sandwich has the bits of its two: rows of widths that fill the
+/// workgroup's lanes and that do not, a residual far larger than the normed output.
+#[test]
+fn the_sandwich_norms_in_one_dispatch_have_the_bits_of_two() {
+    let c = ctx();
+    for (rows, d) in [(1, 576), (5, 100), (3, 2304)] {
+        let mut rng = Rng::new(d as u64);
+        let o: Vec<f32> = rng.vec(rows * d).iter().map(|v| 40.0 * v).collect();
+        let x: Vec<f32> = rng.vec(rows * d).iter().map(|v| 300.0 * v).collect();
+        let post: Vec<f32> = rng.vec(d).iter().map(|v| 1.0 + v).collect();
+        let pre: Vec<f32> = rng.vec(d).iter().map(|v| 1.0 + 0.5 * v).collect();
+        let (post, pre) = (c.upload_f32(&[d], &post).unwrap(), c.upload_f32(&[d], &pre).unwrap());
+        let o = c.upload_f32(&[rows, d], &o).unwrap();
+        let run = |fused: bool| {
+            let x = c.upload_f32(&[rows, d], &x).unwrap();
+            let h = c.tensor(Elem::F32, &[rows, d]).unwrap();
+            let mut step = c.step();
+            if fused {
+                step.rms_norm_sandwich(&o, &post, &x, &pre, 1e-6, &h).unwrap();
+            } else {
+                step.rms_norm_add(&o, &post, 1e-6, &x).unwrap();
+                step.rms_norm(&x, &pre, 1e-6, &h).unwrap();
+            }
+            let (xi, hi) = (step.read(&x), step.read(&h));
+            let mut out = step.submit().unwrap();
+            (out.f32s(xi), out.f32s(hi))
+        };
+        let (apart, fused) = (run(false), run(true));
+        assert!(apart.1.iter().all(|v| v.is_finite()) && apart.1.iter().any(|&v| v != 0.0));
+        assert_eq!(bits(&fused.0), bits(&apart.0), "x, {rows} rows of {d}");
+        assert_eq!(bits(&fused.1), bits(&apart.1), "h, {rows} rows of {d}");
+    }
+}
+
 fn families_dir() -> PathBuf {
     std::env::var_os("PAGODA_FAMILIES_DIR")
         .map(PathBuf::from)
@@ -227,10 +263,13 @@ fn decoded_logits(model: &LlamaModel, tokens: &[u32]) -> Vec<f32> {
     model.forward(c, &ws, &cache, &step(t - 1..t), 1, true).unwrap().logits.unwrap()
 }
 
+/// Qwen3 and Gemma 3 (Q/K norms: flash attention with RoPE in decode, rope_cache in prefill)
+/// and Gemma 2 and 3 (sandwich norms: one dispatch for a post-norm's add and the next norm in
+/// prefill, the add then the norm fused into the linears in decode).
 #[test]
-fn qwen3_and_gemma3_decode_a_token_with_the_bits_of_its_prefill() {
+fn qk_norm_and_sandwich_families_decode_a_token_with_the_bits_of_its_prefill() {
     let c = ctx();
-    for name in ["qwen3", "gemma3"] {
+    for name in ["qwen3", "gemma3", "gemma2"] {
         let files = ModelFiles::open(families_dir().join(name)).unwrap();
         let model = LlamaModel::load(c, &files, false).unwrap();
         let tokens: Vec<u32> = (0..11).map(|i| 3 + 7 * i).collect();
