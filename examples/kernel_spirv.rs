@@ -1,10 +1,13 @@
-//! Writes the WGSL and SPIR-V of every mat-vec variant a model's decode step (one token) runs on
-//! an NVIDIA GPU under Vulkan, without a GPU: the input of the kernel cost report
+//! Writes the WGSL and SPIR-V of every mat-vec variant a model's decode step runs on an NVIDIA
+//! GPU under Vulkan, without a GPU: the input of the kernel cost report
 //! (`scripts/kernel-cost.sh`, which counts each variant's hot loop).
 //!
 //! ```text
-//! cargo run --example kernel_spirv -- OUT_DIR MODEL...
+//! cargo run --example kernel_spirv -- [--batches 1,8] OUT_DIR MODEL...
 //! ```
+//!
+//! `--batches` lists the decode batches (rows of x a step) whose variants to write: 1 by
+//! default; 2 to 8 take the GEMV over that many rows (each weight run decoded once for all).
 //!
 //! A MODEL is a GGUF file (only its tensor table is read) or `SHAPE:TYPE`, a shape of `pagoda
 //! random-model` in one weight type (`llama-2-7b:q4_k`), whose weights are never written. The
@@ -14,7 +17,8 @@
 //! integer division checks, buffer accesses left to the driver's robustness). Each variant gets
 //! `OUT_DIR/<n>.wgsl` and `OUT_DIR/<n>.spv`, and one JSON line on stdout: its label, weight type,
 //! models, row lengths, the weight rows a workgroup reads against one load of the activations,
-//! and the binding slots of the weights and activations.
+//! the rows of x a workgroup multiplies each weight by, and the binding slots of the weights and
+//! activations.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -52,6 +56,7 @@ fn nvidia_vulkan() -> Capabilities {
         forced_norm: None,
         forced_rope: None,
         forced_gemm_rows: None,
+        forced_gemv_rows: None,
         forced_weight_source: None,
         forced_submit: None,
         profile_kernels: false,
@@ -212,9 +217,16 @@ fn model_linears(arg: &str, caps: &Capabilities) -> Result<(String, Vec<Linear>)
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut batches = vec![1];
+    if args.first().is_some_and(|a| a == "--batches") && args.len() > 1 {
+        batches = args[1].split(',').map(|b| b.trim().parse::<usize>()).collect::<Result<_, _>>()?;
+        args.drain(..2);
+    }
     let Some((out_dir, models)) = args.split_first().filter(|(_, models)| !models.is_empty()) else {
-        bail!("usage: kernel_spirv OUT_DIR MODEL... (a GGUF path or SHAPE:TYPE, e.g. llama-2-7b:q4_k)");
+        bail!(
+            "usage: kernel_spirv [--batches 1,8] OUT_DIR MODEL... (a GGUF path or SHAPE:TYPE, e.g. llama-2-7b:q4_k)"
+        );
     };
     let out_dir = PathBuf::from(out_dir);
     std::fs::create_dir_all(&out_dir)?;
@@ -222,11 +234,11 @@ fn main() -> Result<()> {
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     for arg in models {
         let (model, linears) = model_linears(arg, &caps)?;
-        for l in linears {
-            let prologue =
-                if l.normed && caps.fuses_norms(1) { LinearPrologue::RmsNorm } else { LinearPrologue::Plain };
+        for (l, &m) in linears.iter().flat_map(|l| batches.iter().map(move |m| (l, m))) {
+            let normed = l.normed && caps.fuses_norms(caps.linear_kernel(m));
+            let prologue = if normed { LinearPrologue::RmsNorm } else { LinearPrologue::Plain };
             let variant =
-                linear_variant_of(&caps, l.dtype, WeightSource::Buffer, l.k, 1, prologue, l.epilogue);
+                linear_variant_of(&caps, l.dtype, WeightSource::Buffer, l.k, m, prologue, l.epilogue);
             let entry = entries.entry(variant.label()).or_insert_with(|| Entry {
                 variant,
                 dtype: l.dtype,
@@ -257,6 +269,7 @@ fn main() -> Result<()> {
             "models": entry.models,
             "k": entry.ks,
             "rows": rows,
+            "x_rows": v.rows_per_workgroup(),
             "workgroup_size": v.workgroup_size(),
             "weights_binding": slot(v, "W")?,
             "activations_binding": slot(v, "X")?,

@@ -56,7 +56,12 @@
 # llama-3.2-1b:q4_k; empty for none) also run with each GEMM tile forced (PAGODA_GEMM_ROWS=8, 16,
 # 32: rows "prefill LEN tROWS"). One model (ASYNC_AB, default llama-3.2-1b:q4_k; empty for none)
 # also decodes at AB_BATCHES with --no-async-scheduling (the serial loop: rows "decode B=N
-# no-async") against its main rows, which schedule one step ahead. One model (PROFILE, default llama-3.2-1b:q4_k; empty for none)
+# no-async") against its main rows, which schedule one step ahead. One model (GEMV_AB, default
+# llama-3.2-1b:q4_k; empty for none) also decodes at GEMV_AB_BATCHES (8,32,128) with each setting
+# of GEMV_AB_SETTINGS (default PAGODA_GEMV_ROWS=1: the one-row GEMV up to 4 rows and the GEMM's
+# tiles past them, the kernels before the GEMV over several rows; settings joined by `+` as in
+# AB_SETTINGS): rows "decode B=N GEMV_ROWS=1" against its main rows, which take the GEMV of up to
+# 8 rows a workgroup for batches up to 32. One model (PROFILE, default llama-3.2-1b:q4_k; empty for none)
 # also runs 16-token prompts and 64 tokens out at batch 1 and 32 with --profile-kernels: each
 # kernel variant's share of the device time (no table where the adapter has no timestamp queries).
 # One model (HOST_TIER, default llama-3.2-1b:q4_k; empty for none) also runs the multi-turn-chat
@@ -388,6 +393,12 @@ model_weight() {
     fi
     [[ $1 == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${ASYNC_AB-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
+    if [[ $1 == "${GEMV_AB-llama-3.2-1b:q4_k}" ]]; then
+        local gemv_setting
+        for gemv_setting in ${GEMV_AB_SETTINGS:-PAGODA_GEMV_ROWS=1}; do
+            w=$((w + 1))
+        done
+    fi
     [[ $1 == "${PROFILE-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${HOST_TIER-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
     [[ $1 == "${SPEC_MODEL-llama-3.2-1b:q4_k}" ]] && w=$((w + 1))
@@ -531,6 +542,15 @@ run() {
             pagoda_decode_rows "${AB_BATCHES:-1,32}" " no-async"
             extra_flags=()
             took "A/B --no-async-scheduling"
+        fi
+        if [[ $spec == "${GEMV_AB-llama-3.2-1b:q4_k}" ]]; then
+            local gemv_setting gemv_assigns
+            for gemv_setting in ${GEMV_AB_SETTINGS:-PAGODA_GEMV_ROWS=1}; do
+                job 1
+                IFS=+ read -ra gemv_assigns <<<"$gemv_setting"
+                pagoda_decode_rows "${GEMV_AB_BATCHES:-8,32,128}" " ${gemv_setting//PAGODA_/}" "${gemv_assigns[@]}"
+                took "A/B $gemv_setting"
+            done
         fi
         if [[ $spec == "${TILE_SWEEP-llama-3.2-1b:q4_k}" ]]; then
             job 1

@@ -6,7 +6,7 @@ the defines of its vulkan-shaders-gen.cpp and the specialization constants its h
 (ggml-vulkan.cpp) sets on NVIDIA, both through `spirv-opt -O`, each hot loop counted by
 spirv_hot_loop.py.
 
-usage: kernel_cost.py --example BIN --llama-dir GGML_VULKAN_DIR [--json] MODEL...
+usage: kernel_cost.py --example BIN --llama-dir GGML_VULKAN_DIR [--batches 1,8] [--json] MODEL...
 """
 
 import argparse
@@ -38,10 +38,11 @@ def hot_loop(spv, weights_binding, activations_binding, rows):
     return spirv_hot_loop.hot_loop(module, weights_binding, activations_binding, rows, spv)
 
 
-def pagoda_rows(example, models, work):
-    """One report row for each mat-vec variant the models run (examples/kernel_spirv.rs)."""
+def pagoda_rows(example, models, batches, work):
+    """One report row for each mat-vec variant the models run at the decode batches
+    (examples/kernel_spirv.rs)."""
     out = []
-    for line in run([example, work, *models]).splitlines():
+    for line in run([example, "--batches", ",".join(map(str, batches)), work, *models]).splitlines():
         v = json.loads(line)
         opt = v["spv"] + ".opt"
         run(["spirv-opt", "-O", v["spv"], "-o", opt])
@@ -54,6 +55,7 @@ def pagoda_rows(example, models, work):
                 "models": v["models"],
                 "k": v["k"],
                 "workgroup_size": v["workgroup_size"],
+                "x_rows": v["x_rows"],
                 "adapter": v["adapter"],
                 **counts,
             }
@@ -73,11 +75,12 @@ class LlamaCpp:
         for name, expr in re.findall(r"uint32_t (rm_\w+) = ([^;]+);", host):
             self.rows.setdefault(name, eval(expr, {}, dict(self.rows)))
 
-    def spec_constants(self, tname):
-        """(BLOCK_SIZE, NUM_ROWS, NUM_COLS) of `mul_mat_vec_<tname>_f32_f32` at batch 1 on NVIDIA
-        Turing or newer for m <= 8192 and k >= 1024 (ggml_vk_get_dequantize_mul_mat_vec picks
-        DMMV_WG_SIZE_LARGE: four subgroups a workgroup, reduced with subgroupAdd and shared
-        memory, the `_subgroup` shader)."""
+    def spec_constants(self, tname, cols):
+        """(BLOCK_SIZE, NUM_ROWS, NUM_COLS) of `mul_mat_vec_<tname>_f32_f32` for `cols` activation
+        columns (a batch of up to mul_mat_vec_max_cols = 8) on NVIDIA Turing or newer for
+        m <= 8192 and k >= 1024 (ggml_vk_get_dequantize_mul_mat_vec picks DMMV_WG_SIZE_LARGE: four
+        subgroups a workgroup, reduced with subgroupAdd and shared memory, the `_subgroup`
+        shader; the pipeline of `cols` columns is the one created at index cols - 1)."""
         m = re.search(
             r'pipeline_dequant_mul_mat_vec_f32_f32\[w\]\[GGML_TYPE_\w+\s*\]\[i\],\s*"mul_mat_vec_'
             + tname
@@ -87,7 +90,7 @@ class LlamaCpp:
         if not m:
             sys.exit(f"kernel_cost: ggml-vulkan.cpp creates no mul_mat_vec_{tname}_f32_f32")
         wg = {"wg_size_subgroup": 4 * NVIDIA_SUBGROUP, "wg_size_subgroup16": 4 * max(NVIDIA_SUBGROUP, 16)}
-        return wg[m.group(1)], eval(m.group(2), {}, dict(self.rows)), 1
+        return wg[m.group(1)], eval(m.group(2), {}, dict(self.rows)), cols
 
     def shader(self, tname):
         """vulkan-shaders-gen.cpp's source file for a type."""
@@ -98,10 +101,13 @@ class LlamaCpp:
         )
         return os.path.join(self.shaders, f"mul_mat_vec_{tname}.comp" if own else "mul_mat_vec.comp")
 
-    def row(self, tname, work):
-        """The report row of `mul_mat_vec_<tname>_f32_f32_subgroup`."""
+    def row(self, tname, cols, work):
+        """The report row of `mul_mat_vec_<tname>_f32_f32_subgroup` over `cols` activation columns
+        (its float path: on NVIDIA, batches past one take the q8_1 integer path, which rounds the
+        activations to 8 bits)."""
         name = f"mul_mat_vec_{tname}_f32_f32_subgroup"
-        spv, opt = os.path.join(work, name + ".spv"), os.path.join(work, name + ".opt.spv")
+        base = os.path.join(work, f"{name}.cols{cols}")
+        spv, opt = base + ".spv", base + ".opt.spv"
         defines = {
             "FLOAT_TYPE": "float",
             "FLOAT_TYPEV2": "vec2",
@@ -116,7 +122,7 @@ class LlamaCpp:
             ["glslc", "-fshader-stage=compute", "--target-env=vulkan1.2", "-O", self.shader(tname), "-o", spv]
             + [f"-D{k}={v}" for k, v in defines.items()]
         )
-        block, rows, cols = self.spec_constants(tname)
+        block, rows, cols = self.spec_constants(tname, cols)
         run(
             ["spirv-opt", "--set-spec-const-default-value", f"0:{block} 1:{rows} 2:{cols}"]
             + ["--freeze-spec-const", "-O", spv, "-o", opt]
@@ -127,6 +133,7 @@ class LlamaCpp:
             "kernel": name,
             "weight_type": tname,
             "workgroup_size": block,
+            "x_rows": cols,
             "spec_constants": {"BLOCK_SIZE": block, "NUM_ROWS": rows, "NUM_COLS": cols},
             "adapter": "NVIDIA GPU (Vulkan), Turing or newer, m <= 8192 and k >= 1024",
             **counts,
@@ -134,21 +141,22 @@ class LlamaCpp:
 
 
 def print_table(rows):
-    """The report as text: every kernel, then pagoda against llama.cpp per weight type."""
-    print("Decode mat-vec hot loops, per weight (no GPU: naga's and glslc's SPIR-V through spirv-opt -O)")
-    print(f"{'source':10} {'type':7} {'instr':>7} {'moves':>7} {'bytes':>7} {'w bytes':>8} {'w/iter':>7}  kernel")
+    """The report as text: every kernel, then pagoda against llama.cpp per weight type and rows
+    of x (activation columns) a workgroup multiplies each weight by."""
+    print("Decode mat-vec hot loops, per weight and row of x (no GPU: naga's and glslc's SPIR-V through spirv-opt -O)")
+    print(f"{'source':10} {'type':7} {'x rows':>6} {'instr':>7} {'moves':>7} {'bytes':>7} {'w bytes':>8} {'w/iter':>7}  kernel")
     for r in rows:
         print(
-            f"{r['source']:10} {r['weight_type']:7} {r['instructions_per_weight']:7.2f} "
+            f"{r['source']:10} {r['weight_type']:7} {r['x_rows']:6d} {r['instructions_per_weight']:7.2f} "
             f"{r['moves_per_weight']:7.2f} {r['bytes_per_weight']:7.2f} {r['weight_bytes_per_weight']:8.3f} "
             f"{r['weights_per_iteration']:7d}  {r['kernel']}"
         )
-    llama = {r["weight_type"]: r for r in rows if r["source"] == "llama.cpp"}
-    print("\nPer weight type: pagoda's variants (fewest..most) against llama.cpp's")
-    print(f"{'type':7} {'pagoda instr':>14} {'llama instr':>12} {'pagoda bytes':>14} {'llama bytes':>12}")
-    for t in sorted({r["weight_type"] for r in rows}):
-        ours = [r for r in rows if r["source"] == "pagoda" and r["weight_type"] == t]
-        theirs = llama.get(t)
+    llama = {(r["weight_type"], r["x_rows"]): r for r in rows if r["source"] == "llama.cpp"}
+    print("\nPer weight type and rows of x: pagoda's variants (fewest..most) against llama.cpp's")
+    print(f"{'type':7} {'x rows':>6} {'pagoda instr':>14} {'llama instr':>12} {'pagoda bytes':>14} {'llama bytes':>12}")
+    for t, x_rows in sorted({(r["weight_type"], r["x_rows"]) for r in rows}):
+        ours = [r for r in rows if r["source"] == "pagoda" and (r["weight_type"], r["x_rows"]) == (t, x_rows)]
+        theirs = llama.get((t, x_rows))
 
         def span(key):
             lo, hi = min(r[key] for r in ours), max(r[key] for r in ours)
@@ -157,7 +165,7 @@ def print_table(rows):
         p_instr, p_bytes = (span("instructions_per_weight"), span("bytes_per_weight")) if ours else ("-", "-")
         l_instr = f"{theirs['instructions_per_weight']:.2f}" if theirs else "-"
         l_bytes = f"{theirs['bytes_per_weight']:.2f}" if theirs else "-"
-        print(f"{t:7} {p_instr:>14} {l_instr:>12} {p_bytes:>14} {l_bytes:>12}")
+        print(f"{t:7} {x_rows:6d} {p_instr:>14} {l_instr:>12} {p_bytes:>14} {l_bytes:>12}")
     specs = sorted({(r["kernel"], json.dumps(r["spec_constants"])) for r in llama.values()})
     print("\nllama.cpp's specialization constants (its host code's on NVIDIA Turing+, m <= 8192, k >= 1024):")
     for kernel, spec in specs:
@@ -169,13 +177,22 @@ def main():
     ap.add_argument("--example", required=True, help="the built examples/kernel_spirv binary")
     ap.add_argument("--llama-dir", required=True, help="llama.cpp's ggml/src/ggml-vulkan directory")
     ap.add_argument("--json", action="store_true", help="one JSON object a line")
+    ap.add_argument(
+        "--batches",
+        default="1,8",
+        help="decode batches (rows of x) whose variants to count, comma-separated (default 1,8: the "
+        "one-row GEMV and the GEMV of 8 rows; llama.cpp's shaders with as many columns)",
+    )
     ap.add_argument("models", nargs="+", help="GGUF paths or SHAPE:TYPE (e.g. llama-2-7b:q4_k)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kernel-cost-") as work:
-        rows = pagoda_rows(a.example, a.models, work)
+        batches = [int(b) for b in a.batches.split(",")]
+        rows = pagoda_rows(a.example, a.models, batches, work)
         llama = LlamaCpp(a.llama_dir)
         types = sorted({r["weight_type"] for r in rows} | set(ALWAYS))
-        rows += [llama.row(t, work) for t in types]
+        # llama.cpp's column counts: a batch's, up to its 8 (larger batches take its GEMM).
+        cols = sorted({b for b in batches if b <= 8})
+        rows += [llama.row(t, c, work) for t in types for c in cols]
     if a.json:
         for r in rows:
             print(json.dumps(r))

@@ -157,8 +157,9 @@ python3 scripts/doc-snippets.py "${CARGO_TARGET_DIR:-target}/debug/pagoda"
 scripts/test-capi.sh
 
 # The kernel cost report (no GPU) on the default model: a row for each of its decode mat-vec
-# variants (its Q4_1 layers and its Q8_0 LM head) and for llama.cpp's shaders of those types
-# and of Q4_K, Q6_K, Q8_0 and Q4_0, every count positive; a few seconds once built.
+# variants alone and in a batch of 8 (its Q4_1 layers and its Q8_0 LM head) and for llama.cpp's
+# shaders of those types and of Q4_K, Q6_K, Q8_0 and Q4_0, every count positive; a few seconds
+# once built.
 scripts/kernel-cost.sh --json "$PAGODA_MODEL_GGUF" | python3 -c '
 import json, sys
 rows = [json.loads(line) for line in sys.stdin]

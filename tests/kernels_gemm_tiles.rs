@@ -1,7 +1,9 @@
 //! The K-split prefill GEMM at every tile an adapter or a batch may pick (8, 16 and 32 rows):
 //! each row of a batch has the bits of the same row through the decode GEMV, with every
 //! epilogue and a plain or normed input, in full tiles and partial ones, so which tile runs
-//! never changes a result. Forces the K-split path and the largest tile on whatever adapter runs it.
+//! never changes a result. Forces the K-split path, the largest tile and the GEMV of one row a
+//! workgroup (so that batches past 4 rows take the GEMM; tests/kernels_gemv_rows.rs checks the
+//! GEMV over several rows) on whatever adapter runs it.
 
 mod kernels_support;
 
@@ -14,6 +16,7 @@ fn ksplit_ctx(gemm_rows: u32) -> GpuContext {
     let options = GpuOptions {
         linear_strategy: Some(LinearStrategy::KSplit),
         gemm_rows: Some(GemmRows::new(gemm_rows).unwrap()),
+        gemv_rows: Some(GemvRows::new(1).unwrap()),
         ..GpuOptions::default()
     };
     GpuContext::new(&gpu_options_from_env(&options).unwrap())
@@ -21,7 +24,7 @@ fn ksplit_ctx(gemm_rows: u32) -> GpuContext {
 }
 
 /// Batches that take each tile up to 32 rows (`gemm_band_rows`), with full and partial tiles.
-const BATCHES: [usize; 5] = [4, 9, 17, 33, 64];
+const BATCHES: [usize; 5] = [5, 9, 17, 33, 64];
 const EPS: f32 = 1e-5;
 
 /// A weight of each kind and what the rows run through it read.
@@ -69,7 +72,9 @@ fn epilogues(c: &GpuContext, case: &Case, ranges: &[(usize, usize)]) -> Vec<[Vec
 #[test]
 fn every_gemm_tile_gives_each_row_the_gemv_bits() {
     let c = ksplit_ctx(32);
-    assert_eq!(BATCHES.map(|m| c.capabilities().gemm_band_rows(m) * 4), [8, 8, 16, 32, 32]);
+    let kernels = BATCHES.map(|m| c.capabilities().linear_kernel(m));
+    assert_eq!(kernels.map(|k| k.rows()), [8, 8, 16, 32, 32]);
+    assert!(kernels.iter().all(|k| matches!(k, LinearKernel::Gemm { .. })), "{kernels:?}");
     let m_max = BATCHES[BATCHES.len() - 1];
     for dtype in [DType::F16, DType::Q8_0, DType::Q4K] {
         // Past 64 runs of 16, so every lane sums two runs and some three (Q4_K's runs spread over
@@ -115,9 +120,13 @@ fn the_gemm_tile_follows_the_batch_up_to_the_adapters_largest() {
     let mut caps = c.capabilities().clone();
     let tiles = |caps: &Capabilities| [4, 7, 8, 15, 16, 31, 32, 4096].map(|m| 4 * caps.gemm_band_rows(m));
     assert_eq!(tiles(&caps), [8, 8, 8, 8, 16, 16, 16, 16]);
-    assert_eq!(linear_warm_up_rows(&caps), [1, 4, 16], "the decode row and each tile's smallest batch");
+    assert_eq!(
+        linear_warm_up_rows(&caps),
+        [1, 5, 16],
+        "the one-row GEMV's batches of up to 4 and each tile's smallest batch past them"
+    );
     for (forced, expected, warm_up) in
-        [(8, [8; 8], vec![1, 4]), (32, [8, 8, 8, 8, 16, 16, 32, 32], vec![1, 4, 16, 32])]
+        [(8, [8; 8], vec![1, 5]), (32, [8, 8, 8, 8, 16, 16, 32, 32], vec![1, 5, 16, 32])]
     {
         caps.forced_gemm_rows = Some(GemmRows::new(forced).unwrap());
         assert_eq!(tiles(&caps), expected, "forced {forced}");

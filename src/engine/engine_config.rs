@@ -10,8 +10,8 @@ use crate::core::scheduler_config::{SchedulerConfig, SchedulingPolicy};
 use crate::core::spec_decode::SpeculativeConfig;
 use crate::executor::fault::Fault;
 use crate::gpu::{
-    AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuError, GpuOptions, LinearStrategy,
-    SubmitStrategy, WeightSource,
+    AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GemvRows, GpuError, GpuOptions,
+    LinearStrategy, SubmitStrategy, WeightSource,
 };
 
 /// Which executor runs the model.
@@ -215,7 +215,8 @@ impl EngineBuilder {
 /// adapter name or its index), `PAGODA_DISABLE_FEATURES` (`f16,subgroup`, added to
 /// `disable_features`), `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR=sequential|ksplit`,
 /// `PAGODA_ATTENTION=per-query|split-kv|flash`, `PAGODA_NORM=separate|fused`, `PAGODA_ROPE=separate|fused`,
-/// `PAGODA_GEMM_ROWS=8|16|32`, `PAGODA_WEIGHTS=buffer|texture` and `PAGODA_SUBMIT=whole|chunked`.
+/// `PAGODA_GEMM_ROWS=8|16|32`, `PAGODA_GEMV_ROWS=1|2|4|8`, `PAGODA_WEIGHTS=buffer|texture` and
+/// `PAGODA_SUBMIT=whole|chunked`.
 pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     // A value the options set wins; otherwise the variable's, parsed.
@@ -238,6 +239,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
     let norm_strategy = set_or(options.norm_strategy, env("PAGODA_NORM"), Fusion::parse)?;
     let rope_strategy = set_or(options.rope_strategy, env("PAGODA_ROPE"), Fusion::parse)?;
     let gemm_rows = set_or(options.gemm_rows, env("PAGODA_GEMM_ROWS"), GemmRows::parse)?;
+    let gemv_rows = set_or(options.gemv_rows, env("PAGODA_GEMV_ROWS"), GemvRows::parse)?;
     let weight_source = set_or(options.weight_source, env("PAGODA_WEIGHTS"), WeightSource::parse)?;
     let submit_strategy = set_or(options.submit_strategy, env("PAGODA_SUBMIT"), SubmitStrategy::parse)?;
     Ok(GpuOptions {
@@ -251,6 +253,7 @@ pub fn gpu_options_from_env(options: &GpuOptions) -> Result<GpuOptions, GpuError
         norm_strategy,
         rope_strategy,
         gemm_rows,
+        gemv_rows,
         weight_source,
         submit_strategy,
         profile_kernels: options.profile_kernels,

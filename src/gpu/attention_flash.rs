@@ -133,6 +133,7 @@ mod tests {
             forced_norm: None,
             forced_rope: None,
             forced_gemm_rows: None,
+            forced_gemv_rows: None,
             forced_weight_source: None,
             forced_submit: None,
             profile_kernels: false,

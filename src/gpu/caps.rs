@@ -1,9 +1,12 @@
 //! The device-capability layer: which kernel variant each family uses on this adapter, and why.
 
-use super::options::{AttentionStrategy, FeatureMask, Fusion, GemmRows, LinearStrategy, SubmitStrategy};
+use super::options::{
+    AttentionStrategy, FeatureMask, Fusion, GemmRows, GemvRows, LinearStrategy, SubmitStrategy,
+};
 use super::shader::{
     ATTENTION_DOT_LANES, ATTENTION_MAX_GROUP, AttentionPath, FLASH_KEY_LANES, FLASH_MAX_GROUP, KernelVariant,
-    KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
+    KvFormat, LINEAR_GEMM_BANDS, LINEAR_GEMV_ROWS, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearKernel,
+    LinearPath, LinearPrologue, Tree, WeightSource, XLoad,
 };
 use crate::dtype::DType;
 
@@ -57,6 +60,8 @@ pub struct Capabilities {
     pub forced_rope: Option<Fusion>,
     /// Largest K-split GEMM tile forced by the options, if any.
     pub forced_gemm_rows: Option<GemmRows>,
+    /// Most rows of a K-split GEMV workgroup forced by the options, if any.
+    pub forced_gemv_rows: Option<GemvRows>,
     /// Weight source forced by the options, if any.
     pub forced_weight_source: Option<WeightSource>,
     /// Submit strategy forced by the options, if any.
@@ -103,10 +108,42 @@ impl Capabilities {
         Tree::for_subgroups(self.subgroup.then_some(self.subgroup_sizes.0))
     }
 
-    /// The tree of a linear of `rows_tile` rows ([`LinearPath::tree`]: [`Self::tree`] for the
-    /// K-split GEMV).
-    pub fn linear_tree(&self, rows_tile: u32) -> Tree {
-        self.linear_path().tree(rows_tile, self.tree())
+    /// The tree of a linear `kernel` ([`LinearPath::tree`]: [`Self::tree`] for the K-split
+    /// GEMV).
+    pub fn linear_tree(&self, kernel: LinearKernel) -> Tree {
+        self.linear_path().tree(kernel, self.tree())
+    }
+
+    /// The linear kernel a batch of `m` rows takes on this device: on the sequential path the
+    /// largest tile the batch fills; on the K-split path the GEMV while at most
+    /// [`GemvRows::MAX_READS`] workgroups of [`Self::gemv_max_rows`] rows hold the batch (so
+    /// each weight is read at most that many times a step), of the fewest rows that hold it
+    /// up to that many, and the GEMM of [`Self::gemm_band_rows`] past it. Every kernel sums each
+    /// output of a row in the same order, so which one a batch takes never changes its bits.
+    pub fn linear_kernel(&self, m: usize) -> LinearKernel {
+        match self.linear_path() {
+            LinearPath::Sequential { .. } => {
+                let rows = LINEAR_SEQ_ROW_TILES.into_iter().rev().find(|&tile| tile as usize <= m);
+                LinearKernel::Sequential { rows: rows.unwrap_or(1) }
+            }
+            LinearPath::KSplit => {
+                let most = self.gemv_max_rows();
+                if m <= (GemvRows::MAX_READS * most) as usize {
+                    let rows = LINEAR_GEMV_ROWS.into_iter().find(|&rows| rows as usize >= m || rows == most);
+                    LinearKernel::Gemv { rows: rows.unwrap_or(most) }
+                } else {
+                    LinearKernel::Gemm { band_rows: self.gemm_band_rows(m) }
+                }
+            }
+        }
+    }
+
+    /// The most rows of x a K-split GEMV workgroup takes: as forced, else [`GemvRows::MOST`]
+    /// (8: llama.cpp's most activation columns a weight read; an H200 decoded 32 requests of a
+    /// Llama-3.2-1B in Q4_K slower than 8 through the GEMM's tiles of 16 rows, each tile
+    /// reading the weights again and each band decoding them again).
+    pub fn gemv_max_rows(&self) -> u32 {
+        self.forced_gemv_rows.unwrap_or(GemvRows::MOST).rows()
     }
 
     /// The tree of an attention kernel on `path`: [`Self::tree`] for split-KV, whose variants
@@ -200,8 +237,8 @@ impl Capabilities {
         self.subgroup && self.subgroup_sizes == (ATTENTION_DOT_LANES, ATTENTION_DOT_LANES)
     }
 
-    /// True when the RMSNorm before a linear layer of row tile `rows_tile` is fused into it: as
-    /// forced, else in tiles of one row (decode batches of under 4 rows: the K-split GEMV, and
+    /// True when the RMSNorm before a linear `kernel` is fused into it: as
+    /// forced, else in tiles of one row (decode of one sequence: the K-split GEMV of one row, and
     /// the sequential path's one-row tile) in the K-split GEMV, whose workgroup computes its
     /// row's scale once for all its invocations, and on the sequential path where its subgroups
     /// sum the scale without barriers ([`LinearPath::norms_in_subgroups`]: on lavapipe the
@@ -213,12 +250,13 @@ impl Capabilities {
     /// tokens of prefill 1.46 s and 1.02 s, while batch 1 took 4.59 ms fused and 5.14 ms apart;
     /// on lavapipe a 128-token prefill with the subgroups' norms fused took 10–30% longer, and
     /// its normed linears 35–47% longer in decode tiles of 4 and 8 rows. Fused or not, the
-    /// linears get the same bits.
-    pub fn fuses_norms(&self, rows_tile: u32) -> bool {
+    /// linears get the same bits. The GEMV over several rows takes the larger tiles' choice:
+    /// each of its workgroups would read all its rows twice, once for their scales.
+    pub fn fuses_norms(&self, kernel: LinearKernel) -> bool {
         let path = self.linear_path();
         match self.forced_norm {
             Some(strategy) => strategy == Fusion::Fused,
-            None => rows_tile == 1 && (path == LinearPath::KSplit || path.norms_in_subgroups()),
+            None => kernel.rows() == 1 && (path == LinearPath::KSplit || path.norms_in_subgroups()),
         }
     }
 
@@ -261,15 +299,14 @@ impl Capabilities {
     /// True when a GEMM tile of `rows` rows (with the norm when norms are fused) fits the
     /// device's workgroup memory.
     pub fn gemm_fits(&self, rows: u32) -> bool {
-        let rows_tile = rows / LINEAR_GEMM_BANDS;
-        let prologue =
-            if self.fuses_norms(rows_tile) { LinearPrologue::RmsNorm } else { LinearPrologue::Plain };
+        let kernel = LinearKernel::Gemm { band_rows: rows / LINEAR_GEMM_BANDS };
+        let prologue = if self.fuses_norms(kernel) { LinearPrologue::RmsNorm } else { LinearPrologue::Plain };
         // The weight type and the epilogue do not change the memory.
         let variant = KernelVariant::Linear {
             dtype: DType::F16,
             source: WeightSource::Buffer,
             path: LinearPath::KSplit,
-            rows_tile,
+            kernel,
             x_load: XLoad::Words,
             tree: Tree::Shared,
             prologue,
@@ -318,11 +355,14 @@ impl Capabilities {
     fn linear_line(&self) -> String {
         match self.linear_path() {
             LinearPath::KSplit => format!(
-                "linear: k-split, {} invocations per output each summing runs of 16 weights through its format's lane_partial and a fixed tree, decode reading {} weight rows a workgroup with {} ({}); prefill and batches of 4 or more as a GEMM of up to {} rows ({}) by {} weight rows, the same lanes' runs for every row",
+                "linear: k-split, {} invocations per output each summing runs of 16 weights through its format's lane_partial and a fixed tree, decode reading {} weight rows a workgroup with {} ({}), each run decoded once for up to {} rows ({}); prefill and batches of more than {} rows as a GEMM of up to {} rows ({}) by {} weight rows, the same lanes' runs for every row",
                 super::shader::LINEAR_WG,
                 super::shader::LINEAR_KSPLIT_COLS,
                 self.tree_words(),
                 if self.forced_linear.is_some() { "forced" } else { "not a CPU adapter" },
+                self.gemv_max_rows(),
+                if self.forced_gemv_rows.is_some() { "forced" } else { "the default" },
+                GemvRows::MAX_READS * self.gemv_max_rows(),
                 self.gemm_max_rows(),
                 if self.forced_gemm_rows.is_some() { "forced" } else { "the default" },
                 super::shader::LINEAR_KSPLIT_COLS,
@@ -414,7 +454,10 @@ impl Capabilities {
     fn norm_line(&self) -> String {
         format!(
             "rms_norm before a linear: {} ({})",
-            match (self.fuses_norms(1), self.fuses_norms(2)) {
+            match (
+                self.fuses_norms(LinearKernel::Gemv { rows: 1 }),
+                self.fuses_norms(LinearKernel::Gemv { rows: 2 })
+            ) {
                 (true, true) => "fused into the linear",
                 (true, false) => "fused into one-row (decode) linears, its own dispatch before larger tiles",
                 (false, _) => "its own dispatch",

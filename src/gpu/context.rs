@@ -177,6 +177,7 @@ impl GpuContext {
             forced_norm: options.norm_strategy,
             forced_rope: options.rope_strategy,
             forced_gemm_rows: options.gemm_rows,
+            forced_gemv_rows: options.gemv_rows,
             forced_weight_source: options.weight_source,
             forced_submit: options.submit_strategy,
             profile_kernels: options.profile_kernels,

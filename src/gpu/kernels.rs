@@ -5,6 +5,7 @@ use super::GpuError;
 use super::bind_cache::Binding;
 use super::caps::Capabilities;
 use super::kv_cache::{KvCache, KvCacheShape};
+use super::options::GemvRows;
 use super::resource::DeviceBuffer;
 use super::shader::params::{
     AttentionParams, ElementwiseParams, EmbedParams, LinearParams, RmsNormParams, RopeCacheParams, TopKParams,
@@ -270,28 +271,16 @@ impl<'a> From<&'a Tensor> for LinearInput<'a> {
     }
 }
 
-/// Below this many rows the K-split path takes the GEMV (row tile 1).
-const GEMM_MIN_ROWS: usize = 4;
-
-/// The row tile a linear layer over `m` rows takes on a device: the largest sequential tile
-/// the batch fills, or on the K-split path the GEMV below [`GEMM_MIN_ROWS`] and the GEMM's
-/// band rows ([`Capabilities::gemm_band_rows`]) from there.
-pub(super) fn linear_rows_tile(caps: &Capabilities, m: usize) -> u32 {
-    match caps.linear_path() {
-        LinearPath::Sequential { .. } => {
-            LINEAR_SEQ_ROW_TILES.into_iter().rev().find(|&tile| tile as usize <= m).unwrap_or(1)
-        }
-        LinearPath::KSplit if m < GEMM_MIN_ROWS => 1,
-        LinearPath::KSplit => caps.gemm_band_rows(m),
-    }
-}
-
-/// Batch sizes (rows) that between them take every row tile the linear layers use on a
-/// device, the smallest batch of each: a warm-up step of each builds every linear pipeline.
+/// Batch sizes (rows) that between them take every linear kernel and tile a device uses
+/// ([`Capabilities::linear_kernel`]), the smallest batch of each: a warm-up step of each builds
+/// every linear pipeline.
 pub fn linear_warm_up_rows(caps: &Capabilities) -> Vec<usize> {
-    let largest = caps.gemm_max_rows().max(LINEAR_SEQ_ROW_TILES[LINEAR_SEQ_ROW_TILES.len() - 1]) as usize;
-    // The tile only grows with the batch.
-    (1..=largest).filter(|&m| m == 1 || linear_rows_tile(caps, m) != linear_rows_tile(caps, m - 1)).collect()
+    let seq = LINEAR_SEQ_ROW_TILES[LINEAR_SEQ_ROW_TILES.len() - 1];
+    let gemv = GemvRows::MAX_READS * caps.gemv_max_rows();
+    // Past the GEMV's batches, the GEMM's tiles from the smallest up.
+    let largest = (gemv + caps.gemm_max_rows()).max(seq) as usize;
+    // The kernel only changes with the batch.
+    (1..=largest).filter(|&m| m == 1 || caps.linear_kernel(m) != caps.linear_kernel(m - 1)).collect()
 }
 
 /// The linear variant a device runs for `m` rows of `input` through `w`.
@@ -321,14 +310,14 @@ pub fn linear_variant_of(
     prologue: LinearPrologue,
     epilogue: LinearEpilogue,
 ) -> KernelVariant {
-    let rows_tile = linear_rows_tile(caps, m);
+    let kernel = caps.linear_kernel(m);
     KernelVariant::Linear {
         dtype,
         source,
         path: caps.linear_path(),
-        rows_tile,
+        kernel,
         x_load: XLoad::of(caps.linear_path(), k),
-        tree: caps.linear_tree(rows_tile),
+        tree: caps.linear_tree(kernel),
         prologue,
         epilogue,
     }
@@ -545,7 +534,7 @@ impl Step<'_> {
     ) -> Result<LinearInput<'a>, GpuError> {
         let (rows, _) = dims2(x, "rms_norm x")?;
         let caps = self.ctx.capabilities();
-        if caps.fuses_norms(linear_rows_tile(caps, rows)) {
+        if caps.fuses_norms(caps.linear_kernel(rows)) {
             return Ok(LinearInput::rms_normed(x, weight, eps));
         }
         self.rms_norm(x, weight, eps, out)?;

@@ -9,11 +9,11 @@
 //!
 //! Device choice: [`GpuOptions`] (backend, adapter, masked features, WebGPU default limits,
 //! the kernels forced instead of the adapter's: linear path, attention, norm and RoPE fusion,
-//! GEMM tile, weight source, submission in chunks; kernel profiling), completed from `PAGODA_*` variables by
+//! GEMM tile, GEMV rows, weight source, submission in chunks; kernel profiling), completed from `PAGODA_*` variables by
 //! `gpu_options_from_env` (`PAGODA_BACKEND`, `PAGODA_ADAPTER`,
 //! `PAGODA_DISABLE_FEATURES=f16,subgroup`, `PAGODA_WEBGPU_LIMITS=1`, `PAGODA_LINEAR`,
-//! `PAGODA_ATTENTION`, `PAGODA_NORM`, `PAGODA_ROPE`, `PAGODA_GEMM_ROWS`, `PAGODA_WEIGHTS`,
-//! `PAGODA_SUBMIT`).
+//! `PAGODA_ATTENTION`, `PAGODA_NORM`, `PAGODA_ROPE`, `PAGODA_GEMM_ROWS`, `PAGODA_GEMV_ROWS`,
+//! `PAGODA_WEIGHTS`, `PAGODA_SUBMIT`).
 //! [`Capabilities::device_summary`] and [`Capabilities::variant_summary`] are the text for
 //! `pagoda info`; [`Capabilities::kv_format`] says what a [`KvPrecision`] becomes on this device.
 //! Shader variants are composed in [`shader`], the one source of truth for specialisation.
@@ -94,7 +94,7 @@ pub use kv_cache::{KvCache, KvCacheShape};
 pub use kv_transfer::KvStore;
 pub use lora::{LoraBank, LoraMatrices, LoraSite, NO_LORA};
 pub use options::{
-    AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GpuOptions, LinearStrategy,
+    AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GemvRows, GpuOptions, LinearStrategy,
     SubmitStrategy,
 };
 pub use rope::{Llama3RopeScaling, llama3_freq_factors, rope_inv_freq};

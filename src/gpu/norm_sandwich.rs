@@ -7,7 +7,7 @@
 
 use super::GpuError;
 use super::bind_cache::Binding;
-use super::kernels::{LinearInput, dims2, linear_rows_tile, u};
+use super::kernels::{LinearInput, dims2, u};
 use super::shader::params::RmsNormParams;
 use super::shader::{KernelVariant, slots};
 use super::step::Step;
@@ -30,7 +30,7 @@ impl Step<'_> {
     ) -> Result<LinearInput<'a>, GpuError> {
         let (rows, _) = dims2(x, "rms_norm_add_input x")?;
         let caps = self.ctx.capabilities();
-        if caps.fuses_norms(linear_rows_tile(caps, rows)) {
+        if caps.fuses_norms(caps.linear_kernel(rows)) {
             self.rms_norm_add(o, post, eps, x)?;
             return Ok(LinearInput::rms_normed(x, pre, eps));
         }

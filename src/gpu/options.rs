@@ -1,7 +1,7 @@
 //! How to pick and configure the device: backend, adapter, masked features, limits.
 
 use super::GpuError;
-use super::shader::{LINEAR_GEMM_BANDS, LINEAR_KSPLIT_ROW_TILES, WeightSource};
+use super::shader::{LINEAR_GEMM_BAND_ROWS, LINEAR_GEMM_BANDS, LINEAR_GEMV_ROWS, WeightSource};
 
 /// A graphics API wgpu can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,9 +202,9 @@ pub struct GemmRows(u32);
 impl GemmRows {
     /// The tile sizes there are kernels for: the GEMM's band rows times its bands.
     pub const ALL: [u32; 3] = [
-        LINEAR_KSPLIT_ROW_TILES[1] * LINEAR_GEMM_BANDS,
-        LINEAR_KSPLIT_ROW_TILES[2] * LINEAR_GEMM_BANDS,
-        LINEAR_KSPLIT_ROW_TILES[3] * LINEAR_GEMM_BANDS,
+        LINEAR_GEMM_BAND_ROWS[0] * LINEAR_GEMM_BANDS,
+        LINEAR_GEMM_BAND_ROWS[1] * LINEAR_GEMM_BANDS,
+        LINEAR_GEMM_BAND_ROWS[2] * LINEAR_GEMM_BANDS,
     ];
 
     /// A tile of `rows` rows: 8, 16 or 32.
@@ -225,6 +225,43 @@ impl GemmRows {
     }
 
     /// The tile's rows.
+    pub fn rows(self) -> u32 {
+        self.0
+    }
+}
+
+/// Forces the most rows of x one workgroup of the K-split decode GEMV takes (llama.cpp's
+/// `NUM_COLS`) instead of the default [`GemvRows::MOST`]: batches of up to
+/// [`GemvRows::MAX_READS`] times as many rows take the GEMV, larger ones the GEMM. `1` is the
+/// GEMV of one row a workgroup, each weight read once a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemvRows(u32);
+
+impl GemvRows {
+    /// The default: 8 rows, so that a batch of up to 32 reads each weight at most 4 times.
+    pub const MOST: Self = Self(LINEAR_GEMV_ROWS[LINEAR_GEMV_ROWS.len() - 1]);
+    /// The most workgroups of rows (each reading every weight once) a batch takes the GEMV with
+    /// before it takes the GEMM.
+    pub const MAX_READS: u32 = 4;
+
+    /// At most `rows` rows a workgroup: 1, 2, 4 or 8.
+    pub fn new(rows: u32) -> Result<Self, GpuError> {
+        if LINEAR_GEMV_ROWS.contains(&rows) {
+            Ok(Self(rows))
+        } else {
+            Err(GpuError::BadOption(format!("no GEMV of {rows} rows ({LINEAR_GEMV_ROWS:?})")))
+        }
+    }
+
+    /// `1`, `2`, `4` or `8`.
+    pub fn parse(rows: &str) -> Result<Self, GpuError> {
+        let rows = rows.trim();
+        rows.parse()
+            .map_err(|_| GpuError::BadOption(format!("GEMV rows `{rows}` is not a number")))
+            .and_then(Self::new)
+    }
+
+    /// The most rows a workgroup takes.
     pub fn rows(self) -> u32 {
         self.0
     }
@@ -256,6 +293,8 @@ pub struct GpuOptions {
     pub rope_strategy: Option<Fusion>,
     /// Largest K-split GEMM tile; `None` chooses from the adapter.
     pub gemm_rows: Option<GemmRows>,
+    /// Most rows of x a K-split GEMV workgroup takes; `None` is [`GemvRows::MOST`].
+    pub gemv_rows: Option<GemvRows>,
     /// Where the linear and embedding kernels read weights from; `None` chooses from the
     /// adapter. Textures need the sequential linear path (with K-split they are a `BadOption`).
     pub weight_source: Option<WeightSource>,
@@ -287,6 +326,7 @@ impl GpuOptions {
             norm_strategy: None,
             rope_strategy: None,
             gemm_rows: None,
+            gemv_rows: None,
             weight_source: None,
             submit_strategy: None,
             profile_kernels: false,

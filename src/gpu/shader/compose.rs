@@ -163,8 +163,8 @@ impl KernelVariant {
             src.push_str(file.text);
         }
         match *self {
-            Self::Linear { rows_tile, epilogue, .. } => {
-                unroll(&select_epilogue(&src, epilogue.shape()), rows_tile, self.columns_tile())
+            Self::Linear { kernel, epilogue, .. } => {
+                unroll(&select_epilogue(&src, epilogue.shape()), kernel.row_tile(), self.columns_tile())
             }
             Self::Attention { head_dim, group, .. } | Self::FlashRope { head_dim, group, .. } => {
                 unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES, group)
@@ -331,19 +331,18 @@ impl KernelVariant {
     /// weight format's, the input's (a fused norm's scales and weights), the kernel's body and
     /// its epilogue's.
     fn linear_files(&self) -> Vec<ShaderFile> {
-        let Self::Linear { dtype, source, path, rows_tile, x_load, tree, prologue, epilogue, .. } = *self
-        else {
+        let Self::Linear { dtype, source, path, kernel, x_load, tree, prologue, epilogue, .. } = *self else {
             return Vec::new();
         };
-        let body = match (path, path.kernel(rows_tile)) {
+        let body = match (path, kernel) {
             (LinearPath::Sequential { subgroup: Some(_) }, _) => {
                 vec![shader_file!("xload_subgroup.wgsl"), shader_file!("linear_seq.wgsl")]
             }
-            (_, LinearKernel::Sequential) => {
+            (_, LinearKernel::Sequential { .. }) => {
                 vec![shader_file!("xload_direct.wgsl"), shader_file!("linear_seq.wgsl")]
             }
-            (_, LinearKernel::Gemv) => vec![shader_file!("linear_ksplit.wgsl")],
-            (_, LinearKernel::Gemm) => vec![shader_file!("linear_gemm.wgsl")],
+            (_, LinearKernel::Gemv { .. }) => vec![shader_file!("linear_ksplit.wgsl")],
+            (_, LinearKernel::Gemm { .. }) => vec![shader_file!("linear_gemm.wgsl")],
         };
         let input = match prologue {
             LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
@@ -376,8 +375,8 @@ impl KernelVariant {
     /// A linear variant's specialisation constants: its row and column tiles, and for the
     /// K-split kernels the gates and the GEMM's bands and tree exchange.
     fn linear_constants(&self) -> Vec<Injected> {
-        let Self::Linear { path, rows_tile, epilogue, .. } = *self else { return Vec::new() };
-        let tm = Injected::new("TM", rows_tile, "KernelVariant::Linear::rows_tile");
+        let Self::Linear { path, kernel, epilogue, .. } = *self else { return Vec::new() };
+        let tm = Injected::new("TM", kernel.row_tile(), "LinearKernel::row_tile");
         let gates = Injected::new("GATES", epilogue.gates(), "LinearEpilogue::gates (gate and up rows)");
         let tn = Injected::new(
             "TN",
@@ -387,13 +386,13 @@ impl KernelVariant {
                 LinearPath::KSplit => "KernelVariant::columns_tile (shader::LINEAR_KSPLIT_COLS weight rows)",
             },
         );
-        match path.kernel(rows_tile) {
-            LinearKernel::Sequential => vec![tm, tn],
-            LinearKernel::Gemv => vec![tn, gates],
-            LinearKernel::Gemm => {
+        match kernel {
+            LinearKernel::Sequential { .. } => vec![tm, tn],
+            LinearKernel::Gemv { .. } => vec![tm, tn, gates],
+            LinearKernel::Gemm { band_rows } => {
                 let bands = Injected::new("BANDS", LINEAR_GEMM_BANDS, "shader::LINEAR_GEMM_BANDS");
                 let tile =
-                    Injected::new("TILE", gemm_exchange_floats(rows_tile), "shader::gemm_exchange_floats");
+                    Injected::new("TILE", gemm_exchange_floats(band_rows), "shader::gemm_exchange_floats");
                 vec![tm, tn, gates, bands, tile]
             }
         }
