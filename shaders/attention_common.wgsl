@@ -19,6 +19,8 @@ struct AttentionParams {
     window: u32,
     softcap: f32,
     q_stride: u32,
+    head_dim: u32,
+    qk_eps: f32,
 }
 
 const HP: u32 = HD / 2u;

@@ -14,6 +14,11 @@
 // head's bits do not depend on the other heads of its group. Prefill and decode tokens take the
 // same kernel.
 //
+// The queries are read through `query_scale` and `query_pair`, and `fresh_key_value` runs
+// first: as stored (flash_qk_none.wgsl), or, in the decode variant of the models with Q/K norms
+// (flash_qk_rope.wgsl), normed and rotated here, the token's key and value written into the
+// cache first: the rope_cache kernel's work, with its expressions.
+//
 // Each head ends with `sink_finish` over the combined maximum and sum (sink_none.wgsl, or
 // sink_logit.wgsl for attention sinks, gpt-oss), as every attention kernel does.
 //
@@ -112,13 +117,16 @@ fn main(
     let ctx = at.ctx;
     let kvh = at.head / (P.heads / P.kv_heads);
     let qo = at.tok * P.q_stride + at.head * HD;
+    // The token's key and value written first where the variant does (flash_qk_rope.wgsl).
+    fresh_key_value(at.tok, kvh, t);
     var q: array<array<vec2<f32>, PL>, GH>;
     var acc: array<array<vec2<f32>, PL>, GH>;
     for (var h = 0u; h < GH; h++) {
+        let qs = query_scale(qo + h * HD);
         for (var p = 0u; p < PL; p++) {
             let d = p * DOT_LANES + dl;
             if (d < HP) {
-                q[h][p] = vec2<f32>(Q[qo + h * HD + 2u * d], Q[qo + h * HD + 2u * d + 1u]);
+                q[h][p] = query_pair(qo + h * HD, d, qs, at.tok);
             }
         }
     }

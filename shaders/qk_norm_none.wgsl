@@ -4,5 +4,5 @@ fn head_norm_scale(base: u32) -> f32 {
 }
 
 fn head_value(base: u32, j: u32, scale: f32, w0: u32) -> f32 {
-    return QKV[base + j];
+    return qkv_at(base + j);
 }

@@ -3,9 +3,9 @@
 // a query head is rotated in place (attention reads it there); a key head is rotated and
 // written to K_CACHE at slot_mapping[t]; a value head is written to V_CACHE. With QK_NORM
 // (Qwen3, Gemma 3) query and key heads are first RMS-normed over hd, the squares summed in
-// ascending order. Pair p of a head is (2p, 2p + 1) in the interleaved mode and (p, p + hd / 2)
-// in the half-split mode; it turns by positions[t] * inv_freq[p] (rope_angle.wgsl). A slot of
-// 0xffffffff (or past the pool) writes nothing.
+// ascending order (qk_norm_rms.wgsl). Pair p of a head is (2p, 2p + 1) in the interleaved mode and (p, p + hd / 2)
+// in the half-split mode; it turns by positions[t] * inv_freq[p] (rope_angle.wgsl), with rope_head.wgsl's `rotated`, which flash attention's
+// flash_qk_rope.wgsl shares. A slot of 0xffffffff (or past the pool) writes nothing.
 struct RopeCacheParams {
     tokens: u32,
     heads: u32,
@@ -23,26 +23,22 @@ struct RopeCacheParams {
 @group(0) @binding(SLOT_K_CACHE) var<storage, read_write> K_CACHE: array<KvPair>;
 @group(0) @binding(SLOT_V_CACHE) var<storage, read_write> V_CACHE: array<KvPair>;
 
-// Element j of the head at `base` (normed by the qk_norm_*.wgsl file composed before this one,
-// with its weights from w0), rotated to position `pos`. Pair p is (2p, 2p + 1) interleaved and
-// (p, p + hd / 2) half-split; the first of a pair becomes a c - b s, the second a s + b c.
-fn rotated(base: u32, j: u32, pos: u32, scale: f32, w0: u32) -> f32 {
-    let half = P.hd / 2u;
-    var p = j / 2u;
-    var second = j % 2u == 1u;
-    var partner = j ^ 1u;
-    if (P.half_split != 0u) {
-        p = j % half;
-        second = j >= half;
-        partner = select(j + half, j - half, second);
-    }
-    let a = head_value(base, select(j, partner, second), scale, w0);
-    let b = head_value(base, select(partner, j, second), scale, w0);
-    let cs = rope_cos_sin(pos, INV_FREQ[p]);
-    if (second) {
-        return a * cs.y + b * cs.x;
-    }
-    return a * cs.x - b * cs.y;
+// What rope_head.wgsl and qk_norm_*.wgsl read: the row, its head dimension, the RoPE mode
+// and the Q/K norms' eps.
+fn qkv_at(i: u32) -> f32 {
+    return QKV[i];
+}
+
+fn rope_hd() -> u32 {
+    return P.hd;
+}
+
+fn rope_half_split() -> bool {
+    return P.half_split != 0u;
+}
+
+fn qk_eps() -> f32 {
+    return P.eps;
 }
 
 @compute @workgroup_size(WG)

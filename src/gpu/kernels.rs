@@ -55,7 +55,7 @@ pub struct RopeCacheArgs<'a> {
 
 impl<'a> RopeCacheArgs<'a> {
     /// Checks the inputs' shapes for `t` tokens; returns the layer's K and V pools.
-    fn check(&self, t: usize) -> Result<&'a (DeviceBuffer, DeviceBuffer), GpuError> {
+    pub(super) fn check(&self, t: usize) -> Result<&'a (DeviceBuffer, DeviceBuffer), GpuError> {
         let hd = self.cache.shape().head_dim;
         self.positions.expect("rope_cache positions", Elem::U32, &[t])?;
         self.slot_mapping.expect("rope_cache slot_mapping", Elem::U32, &[t])?;
@@ -73,7 +73,7 @@ impl<'a> RopeCacheArgs<'a> {
     }
 
     /// Columns of the Q/K/V row: the query heads, then the key heads, then the value heads.
-    fn row_width(&self) -> usize {
+    pub(super) fn row_width(&self) -> usize {
         let s = self.cache.shape();
         (self.heads + 2 * s.num_kv_heads) * s.head_dim
     }
@@ -209,6 +209,8 @@ pub(super) fn attention_params(
         window: spec.window.map_or(0, u),
         softcap: spec.softcap.unwrap_or(0.0),
         q_stride: u(q_stride),
+        head_dim: u(s.head_dim),
+        qk_eps: 0.0,
     })
 }
 
@@ -354,7 +356,7 @@ fn splits_pairs(w: &Weight, col0: usize) -> bool {
     !col0.is_multiple_of(2) || w.parts.iter().any(|p| !p.row0.is_multiple_of(2) || !p.rows.is_multiple_of(2))
 }
 
-fn u(n: usize) -> u32 {
+pub(super) fn u(n: usize) -> u32 {
     n as u32
 }
 
@@ -450,7 +452,7 @@ fn linear_grid(
     }
 }
 
-fn dims2(t: &Tensor, what: &str) -> Result<(usize, usize), GpuError> {
+pub(super) fn dims2(t: &Tensor, what: &str) -> Result<(usize, usize), GpuError> {
     match *t.shape() {
         [r, c] => Ok((r, c)),
         _ => Err(GpuError::Shape(format!("{what}: expected 2 dimensions, got {:?}", t.shape()))),

@@ -62,6 +62,7 @@
 //! ```
 
 mod attention_flash;
+mod attention_rope;
 mod bind_cache;
 mod caps;
 mod context;
@@ -74,6 +75,7 @@ mod kv_cache;
 mod kv_transfer;
 mod linear_coop;
 mod lora;
+mod norm_sandwich;
 mod options;
 mod pool;
 mod resident;

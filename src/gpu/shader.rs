@@ -664,6 +664,9 @@ pub enum KernelVariant {
     /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
     /// (`lora_expand.wgsl`).
     LoraExpand,
+    /// Gemma's sandwich between two linears: `x += rms_norm(o) * post`, then
+    /// `h = rms_norm(x) * pre` (`rms_norm_sandwich.wgsl`: `src/gpu/norm_sandwich.rs`).
+    RmsNormSandwich,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
     /// `y = x · Wᵀ`.
@@ -714,6 +717,19 @@ pub enum KernelVariant {
         /// holds the formula), bound at `SINKS`.
         sinks: bool,
     },
+    /// Flash attention for decode steps of the models with Q/K norms, the rope_cache kernel's
+    /// work for its own token done first (`shaders/flash_qk_rope.wgsl`:
+    /// `src/gpu/attention_rope.rs`); otherwise [`AttentionPath::Flash`]'s kernel.
+    FlashRope {
+        /// Pool element format.
+        kv: KvFormat,
+        /// Head dimension (even).
+        head_dim: u32,
+        /// Query heads of one KV head a workgroup computes ([`crate::gpu::flash_group`]).
+        group: u32,
+        /// RoPE pairs (p, p + head_dim / 2) rather than (2p, 2p + 1) (`HALF_SPLIT`).
+        half_split: bool,
+    },
 }
 
 impl KernelVariant {
@@ -723,6 +739,7 @@ impl KernelVariant {
             self,
             Self::RopeCache { kv: KvFormat::F16Native, .. }
                 | Self::Attention { kv: KvFormat::F16Native, .. }
+                | Self::FlashRope { kv: KvFormat::F16Native, .. }
                 | Self::Linear { epilogue: LinearEpilogue::RopeCache { kv: KvFormat::F16Native, .. }, .. }
         ) || matches!(self, Self::Linear { path: LinearPath::Coop { shape, emulated: false }, .. } if shape.elem == CoopElem::F16)
     }
@@ -741,6 +758,7 @@ impl KernelVariant {
                 | Self::Linear { tree: Tree::Subgroup { .. }, .. }
                 | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash, .. }
                 | Self::Attention { tree: Tree::Subgroup { .. }, .. }
+                | Self::FlashRope { .. }
         )
     }
 
@@ -749,6 +767,7 @@ impl KernelVariant {
         match self {
             Self::Embed { dtype, source } => format!("embed/{}{}", dtype.name(), source.suffix()),
             Self::RmsNorm => "rms_norm".into(),
+            Self::RmsNormSandwich => "rms_norm_sandwich".into(),
             Self::GatedMul { act } => format!("gated_mul/{}", act.name()),
             Self::Scale => "scale".into(),
             Self::Softcap => "softcap".into(),
@@ -800,6 +819,10 @@ impl KernelVariant {
                     if *sinks { "/sinks" } else { "" }
                 )
             }
+            Self::FlashRope { kv, head_dim, group, half_split } => {
+                let mode = if *half_split { "half-split" } else { "interleaved" };
+                format!("attention/{}/hd{head_dim}/flash-qk-rope-{mode}/g{group}", kv.name())
+            }
         }
     }
 
@@ -824,7 +847,9 @@ impl KernelVariant {
             Self::Attention { path: AttentionPath::PerQuerySubgroup, .. } => {
                 (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES")
             }
-            Self::Attention { path: AttentionPath::Flash, .. } => (FLASH_WG, "FLASH_WG"),
+            Self::Attention { path: AttentionPath::Flash, .. } | Self::FlashRope { .. } => {
+                (FLASH_WG, "FLASH_WG")
+            }
             _ => (WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
@@ -872,7 +897,8 @@ impl KernelVariant {
             }
             // The key lanes' maxima and sums of each head, and one head's weighted value
             // pairs of every key lane.
-            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. } => {
+            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. }
+            | Self::FlashRope { head_dim, group, .. } => {
                 4 * (2 * FLASH_KEY_LANES * group) + 8 * FLASH_KEY_LANES * (head_dim / 2)
             }
             Self::TopK => 8 * TOP_K_WG,
@@ -905,7 +931,7 @@ impl KernelVariant {
     pub fn params(&self) -> ParamsLayout {
         match self {
             Self::Embed { .. } => EmbedParams::LAYOUT,
-            Self::RmsNorm => RmsNormParams::LAYOUT,
+            Self::RmsNorm | Self::RmsNormSandwich => RmsNormParams::LAYOUT,
             Self::GatedMul { .. }
             | Self::Scale
             | Self::Softcap
@@ -919,7 +945,7 @@ impl KernelVariant {
             Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
-            Self::Attention { .. } => AttentionParams::LAYOUT,
+            Self::Attention { .. } | Self::FlashRope { .. } => AttentionParams::LAYOUT,
         }
     }
 
@@ -928,6 +954,7 @@ impl KernelVariant {
         match self {
             Self::Embed { .. } => slots::embed::ALL,
             Self::RmsNorm => slots::rms_norm::ALL,
+            Self::RmsNormSandwich => slots::rms_norm_sandwich::ALL,
             Self::GatedMul { .. } => slots::gated_mul::ALL,
             Self::Scale => slots::scale::ALL,
             Self::Softcap => slots::softcap::ALL,
@@ -962,6 +989,7 @@ impl KernelVariant {
             Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
             Self::Attention { sinks: false, .. } => slots::attention::ALL,
             Self::Attention { sinks: true, .. } => slots::attention_sinks::ALL,
+            Self::FlashRope { .. } => slots::attention_rope::ALL,
         }
     }
 }
@@ -992,6 +1020,7 @@ pub(crate) fn gemm_exchange_floats(band_rows: u32) -> u32 {
 pub fn all_variants() -> Vec<KernelVariant> {
     let mut out = vec![
         KernelVariant::RmsNorm,
+        KernelVariant::RmsNormSandwich,
         KernelVariant::GatedMul { act: GateActivation::Silu },
         KernelVariant::GatedMul { act: GateActivation::GeluTanh },
         KernelVariant::Scale,
@@ -1057,6 +1086,14 @@ pub fn all_variants() -> Vec<KernelVariant> {
             let (path, tree) = (AttentionPath::Flash, Tree::Shared);
             out.push(KernelVariant::Attention { kv, head_dim: 64, path, group, tree, sinks: true });
         }
+        // Flash with the Q/K norms and RoPE of its token: one head a group and the most,
+        // half-split (Qwen3, Gemma 3), and interleaved once.
+        for head_dim in [64, 128, 256] {
+            for group in [1, crate::gpu::flash_max_group(head_dim)] {
+                out.push(KernelVariant::FlashRope { kv, head_dim, group, half_split: true });
+            }
+        }
+        out.push(KernelVariant::FlashRope { kv, head_dim: 128, group: 4, half_split: false });
     }
     out
 }
@@ -1176,9 +1213,9 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 14 single kernels (the
+    /// How many variants the portability and contract tests build: 15 single kernels (the
     /// LoRA shrink and expand, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
-    /// the token-id copy among them), 2 embeddings for each of the 16 weight types, the linear
+    /// the token-id copy and Gemma's sandwich among them), 2 embeddings for each of the 16 weight types, the linear
     /// structures (30 on the five sequential paths: 3 row tiles x 2 weight sources; 20 on the
     /// K-split path: the GEMV of 1 and of 8 rows with each of the 2 activation loads and 3
     /// trees, of 2 and of 4 rows with one, and the GEMM's 3 tiles with each load) once for 15
@@ -1186,11 +1223,13 @@ mod tests {
     /// variants for each of the 3 KV formats (2 RoPE; for each of the 6 head dimensions 1
     /// per-query, 3 split-KV and 4 subgroup ones, again with sinks at gpt-oss's head dimension
     /// 64 only; 31 flash ones, a group of each size up to `flash_max_group` (8, 6, 6, 5, 4 and 2
-    /// heads), and 2 with sinks at 64: groups of 1 and 8). Adding an option multiplies this: a
+    /// heads), 2 with sinks at 64: groups of 1 and 8, and 7 with the Q/K norms and RoPE of their
+    /// token: groups of 1 and the most at 64, 128 and 256, half-split, and 4 of 128 interleaved).
+    /// Adding an option multiplies this: a
     /// new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 14 + 16 * 2 + 15 * 50 + 50 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2));
+        assert_eq!(all_variants().len(), 15 + 16 * 2 + 15 * 50 + 50 * 22 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure

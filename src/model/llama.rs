@@ -5,7 +5,9 @@
 //! with the residual add: 8 dispatches, 7 with RoPE in the projection's epilogue and 5 with the
 //! norms fused too, the default in one-row tiles (the K-split decode GEMV, and the sequential
 //! kernels over subgroups of 8 or 16); Q/K norms (Qwen3, Gemma 3) keep RoPE a dispatch of its
-//! own, and Gemma's sandwich norms add one dispatch after each of the output and down
+//! own, except in decode steps on flash attention, whose kernel norms, rotates and caches its
+//! token's heads itself (`Step::flash_rope_attention`), and Gemma's sandwich norms add one
+//! dispatch after each of the output and down
 //! projections, the post-norm and the residual add together (tests/model_dispatches.rs states
 //! each family's count); then the final norm and the LM head on only the rows that need
 //! logits, and top-k/argmax on the GPU).
@@ -346,9 +348,14 @@ impl LlamaModel {
         if let Some(scale) = self.config.embedding_scale {
             step.scale(&acts.x, scale)?;
         }
+        // A layer's post-MLP norm (Gemma's sandwich) left to the next layer's input norm.
+        let mut pending = None;
         for (index, layer) in self.layers.iter().enumerate() {
             let lora = lora.as_ref().map(|l| l.layer(index));
-            step = layer.record(step, self, &inputs, &acts, KvLayer { cache, index }, lora)?;
+            step = layer.record(step, self, &inputs, &acts, KvLayer { cache, index }, lora, &mut pending)?;
+        }
+        if let Some(post) = pending {
+            step.rms_norm_add(&acts.o, post, self.config.rms_norm_eps, &acts.x)?;
         }
         self.record_head(step, &inputs, &acts, readback, fed.as_ref())
     }
@@ -615,36 +622,66 @@ impl Activations {
 impl GpuLayer {
     /// Records decoder layer `index`: `x += attention(norm(x))`, then `x += mlp(norm(x))` (each
     /// output normed once more first in Gemma's sandwich). A mixture-of-experts layer submits
-    /// `step` to read its router's choices and goes on in the step it returns.
-    fn record<'c>(
-        &self,
+    /// `step` to read its router's choices and goes on in the step it returns. `pending`: the
+    /// previous layer's post-MLP norm, whose add of `o` into `x` this layer's input norm does
+    /// (one dispatch for both where the norm is not fused into the linears); a dense layer
+    /// with a sandwich leaves its own there.
+    #[allow(clippy::too_many_arguments)]
+    fn record<'c, 'm>(
+        &'m self,
         mut step: Step<'c>,
         model: &LlamaModel,
         inputs: &Inputs,
         a: &Activations,
         kv: KvLayer<'_>,
         lora: Option<LayerLora<'_>>,
+        pending: &mut Option<&'m Tensor>,
     ) -> Result<Step<'c>, LlamaError> {
         let KvLayer { cache, index } = kv;
+        let eps = model.config.rms_norm_eps;
         if let Some(lora) = lora {
+            if let Some(post) = pending.take() {
+                step.rms_norm_add(&a.o, post, eps, &a.x)?;
+            }
             self.record_with_lora(&mut step, model, inputs, a, kv, lora)?;
             return Ok(step);
         }
-        let eps = model.config.rms_norm_eps;
-        let h = step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?;
+        let h = match pending.take() {
+            Some(post) => step.rms_norm_add_input(&a.o, post, &a.x, &self.attn_norm, eps, &a.h)?,
+            None => step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?,
+        };
         self.attention(&mut step, model, h, a, inputs, KvLayer { cache, index })?;
         let o = Projection { weight: &self.o_proj, bias: self.o_bias.as_ref() };
-        add_projection(&mut step, a, &a.att, o, self.post_attn_norm.as_ref(), eps)?;
         match &self.mlp {
             GpuMlp::Dense(mlp) => {
-                let h = step.rms_norm_input(&a.x, &self.ffn_norm, eps, &a.h)?;
+                // Gemma's post-attention norm and the pre-MLP norm in one dispatch (in tiles
+                // the norm is not fused into).
+                let h = match &self.post_attn_norm {
+                    Some(post) => {
+                        step.linear_into(&a.att, o.weight, o.bias, &a.o, 0)?;
+                        step.rms_norm_add_input(&a.o, post, &a.x, &self.ffn_norm, eps, &a.h)?
+                    }
+                    None => {
+                        add_projection(&mut step, a, &a.att, o, None, eps)?;
+                        step.rms_norm_input(&a.x, &self.ffn_norm, eps, &a.h)?
+                    }
+                };
                 let split = a.gate_up.as_ref();
                 record_gate_up(&mut step, &mlp.gate_up, activation(&model.config), h, &a.act, split)?;
-                let down = Projection { weight: &mlp.down_proj, bias: None };
-                add_projection(&mut step, a, &a.act, down, self.post_ffn_norm.as_ref(), eps)?;
+                match &self.post_ffn_norm {
+                    Some(post) => {
+                        step.linear_into(&a.act, &mlp.down_proj, None, &a.o, 0)?;
+                        *pending = Some(post);
+                    }
+                    None => {
+                        let down = Projection { weight: &mlp.down_proj, bias: None };
+                        add_projection(&mut step, a, &a.act, down, None, eps)?;
+                    }
+                }
                 Ok(step)
             }
             GpuMlp::Experts(moe) => {
+                add_projection(&mut step, a, &a.att, o, self.post_attn_norm.as_ref(), eps)?;
                 step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
                 let buffers = a.moe.as_ref().ok_or_else(|| {
                     LlamaError::InvalidBatch("a workspace made for another model: no expert buffers".into())
@@ -725,7 +762,9 @@ impl GpuLayer {
 
     /// `att = attention(rope(q), rope(k), v)` for `q, k, v` projected from `h`, over the paged
     /// cache, the new keys and values written into it first; with Q/K norms (Qwen3, Gemma 3),
-    /// `q` and `k` are RMS-normed per head before RoPE.
+    /// `q` and `k` are RMS-normed per head before RoPE, by the attention kernel itself in a
+    /// decode step on flash attention (`Step::flash_rope_attention`), else by the rope_cache
+    /// kernel.
     fn attention(
         &self,
         step: &mut Step<'_>,
@@ -743,6 +782,12 @@ impl GpuLayer {
         } else {
             for p in &self.qkv {
                 step.linear_into(h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
+            }
+            let spec = self.spec(model, kv.index);
+            let tokens = a.qkv.shape()[0];
+            if self.sinks.is_none() && step.fuses_rope_attention(&rope, &inputs.attn, &spec, tokens) {
+                step.flash_rope_attention(&a.qkv, &rope, &inputs.attn, &spec, &a.att)?;
+                return Ok(());
             }
             step.rope_cache(&a.qkv, &rope)?;
         }
@@ -788,6 +833,17 @@ impl GpuLayer {
         }
     }
 
+    /// How layer `index` attends: its heads, scale, window and soft-cap.
+    fn spec(&self, model: &LlamaModel, index: usize) -> AttentionSpec {
+        let c = &model.config;
+        AttentionSpec {
+            heads: c.num_attention_heads,
+            scale: c.attention_scale,
+            window: c.layer_windows[index],
+            softcap: c.attn_logit_softcap,
+        }
+    }
+
     /// `att = attention(q, k, v)` over the paged cache, Q/K/V in `a.qkv` after RoPE.
     fn paged_attention(
         &self,
@@ -797,15 +853,8 @@ impl GpuLayer {
         inputs: &Inputs,
         kv: KvLayer<'_>,
     ) -> Result<(), LlamaError> {
-        let c = &model.config;
         let KvLayer { cache, index } = kv;
-        let window = c.layer_windows[index];
-        let spec = AttentionSpec {
-            heads: c.num_attention_heads,
-            scale: c.attention_scale,
-            window,
-            softcap: c.attn_logit_softcap,
-        };
+        let spec = self.spec(model, index);
         let sinks = self.sinks.as_ref();
         step.paged_attention_sinks(&a.qkv, cache, index, &inputs.attn, &spec, sinks, &a.att)?;
         Ok(())

@@ -188,7 +188,7 @@ impl KernelVariant {
             Self::Linear { kernel, epilogue, .. } => {
                 unroll(&select_epilogue(&src, epilogue.shape()), kernel.row_tile(), self.columns_tile())
             }
-            Self::Attention { head_dim, group, .. } => {
+            Self::Attention { head_dim, group, .. } | Self::FlashRope { head_dim, group, .. } => {
                 unroll_head(&src, head_dim / 2, ATTENTION_DOT_LANES, group)
             }
             _ => src,
@@ -199,9 +199,9 @@ impl KernelVariant {
     /// (`rms_scale.wgsl` or `rms_scale_lanes.wgsl`, sized by `NORM_WG` and `NORM_ROWS`).
     pub(super) fn normed_rows(&self) -> Option<u32> {
         match self {
-            Self::RmsNorm | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => {
-                Some(self.rows_per_workgroup())
-            }
+            Self::RmsNorm
+            | Self::RmsNormSandwich
+            | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => Some(self.rows_per_workgroup()),
             _ => None,
         }
     }
@@ -244,6 +244,11 @@ impl KernelVariant {
             Self::RmsNorm => {
                 vec![Tree::Shared.file(), shader_file!("rms_scale.wgsl"), shader_file!("rms_norm.wgsl")]
             }
+            Self::RmsNormSandwich => vec![
+                Tree::Shared.file(),
+                shader_file!("rms_scale.wgsl"),
+                shader_file!("rms_norm_sandwich.wgsl"),
+            ],
             Self::GatedMul { act } => {
                 vec![shader_file!("elementwise.wgsl"), act.file(), shader_file!("gated_mul.wgsl")]
             }
@@ -267,7 +272,8 @@ impl KernelVariant {
                 } else {
                     shader_file!("qk_norm_none.wgsl")
                 };
-                vec![kv.file(), norm, shader_file!("rope_angle.wgsl"), shader_file!("rope_cache.wgsl")]
+                let rope = [shader_file!("rope_angle.wgsl"), shader_file!("rope_head.wgsl")];
+                [vec![kv.file(), norm], rope.to_vec(), vec![shader_file!("rope_cache.wgsl")]].concat()
             }
             Self::Attention { kv, path, tree, sinks, .. } => {
                 let body = match path {
@@ -284,8 +290,24 @@ impl KernelVariant {
                     true => shader_file!("sink_logit.wgsl"),
                     false => shader_file!("sink_none.wgsl"),
                 };
+                let qk = shader_file!("flash_qk_none.wgsl");
+                let body = match path {
+                    AttentionPath::Flash => [vec![qk], body].concat(),
+                    _ => body,
+                };
                 [vec![kv.file(), pools, shader_file!("attention_common.wgsl"), sink], body].concat()
             }
+            Self::FlashRope { kv, .. } => vec![
+                kv.file(),
+                shader_file!("kvsrc_pairs_rw.wgsl"),
+                shader_file!("attention_common.wgsl"),
+                shader_file!("sink_none.wgsl"),
+                shader_file!("qk_norm_rms.wgsl"),
+                shader_file!("rope_angle.wgsl"),
+                shader_file!("rope_head.wgsl"),
+                shader_file!("flash_qk_rope.wgsl"),
+                shader_file!("attention_flash.wgsl"),
+            ],
         }
     }
 
@@ -321,7 +343,7 @@ impl KernelVariant {
         }
         out.extend(match *self {
             Self::Linear { .. } => self.linear_constants(),
-            Self::Attention { .. } => self.attention_constants(),
+            Self::Attention { .. } | Self::FlashRope { .. } => self.attention_constants(),
             _ => Vec::new(),
         });
         out
@@ -413,7 +435,12 @@ impl KernelVariant {
     /// An attention variant's specialisation constants: the head dimension, the block size's
     /// bound and the dot product's lanes, and its path's own.
     fn attention_constants(&self) -> Vec<Injected> {
-        let Self::Attention { head_dim, path, group, .. } = *self else { return Vec::new() };
+        let (head_dim, path, group) = match *self {
+            Self::Attention { head_dim, path, group, .. } => (head_dim, path, group),
+            Self::FlashRope { head_dim, group, .. } => (head_dim, AttentionPath::Flash, group),
+            _ => return Vec::new(),
+        };
+
         let mut out = vec![
             Injected::new("HD", head_dim, "KernelVariant::Attention::head_dim"),
             Injected::new("MAX_BS", MAX_BLOCK_SIZE, "shader::MAX_BLOCK_SIZE"),
@@ -428,6 +455,10 @@ impl KernelVariant {
                 out.push(Injected::new("GH", group, "KernelVariant::Attention::group"))
             }
             AttentionPath::PerQuery => {}
+        }
+        if let Self::FlashRope { half_split, .. } = *self {
+            let from = "KernelVariant::FlashRope::half_split";
+            out.push(Injected::new("HALF_SPLIT", u32::from(half_split), from));
         }
         out
     }

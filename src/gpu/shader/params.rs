@@ -216,5 +216,10 @@ kernel_params! {
         softcap: f32,
         /// Elements from one query token's row to the next (the fused projection's width).
         q_stride: u32,
+        /// Elements of a head (`HD`, as a uniform: flash_qk_rope.wgsl's norm divides by it as
+        /// rope_cache.wgsl does).
+        head_dim: u32,
+        /// The Q/K norms' eps: flash_qk_rope.wgsl.
+        qk_eps: f32,
     }
 }

@@ -65,6 +65,14 @@ binding_slots! {
         WEIGHT = 2,
         OUT = 3,
     }
+    /// `shaders/rms_norm_sandwich.wgsl`.
+    rms_norm_sandwich {
+        O = 1,
+        POST = 2,
+        X = 3,
+        PRE = 4,
+        H = 5,
+    }
     /// `shaders/rope_cache.wgsl` with `qk_norm_none.wgsl`.
     rope_cache {
         QKV = 1,
@@ -245,6 +253,22 @@ binding_slots! {
         SEQ_LENS = 5,
         QUERY_START = 6,
         OUT = 7,
+    }
+    /// Flash attention with `flash_qk_rope.wgsl` (and `qk_norm_rms.wgsl`): the decode variant
+    /// that norms, rotates and writes its token's queries and key (`K_CACHE` and `V_CACHE` by
+    /// `kvsrc_pairs_rw.wgsl`).
+    attention_rope {
+        Q = 1,
+        K_CACHE = 2,
+        V_CACHE = 3,
+        BLOCK_TABLE = 4,
+        SEQ_LENS = 5,
+        QUERY_START = 6,
+        OUT = 7,
+        POSITIONS = 9,
+        INV_FREQ = 10,
+        SLOT_MAPPING = 11,
+        QK_NORM = 12,
     }
     /// The attention kernels with `sink_logit.wgsl`: each head's sink logit at `SINKS`.
     attention_sinks {
