@@ -10,7 +10,6 @@ use super::resource::DeviceBuffer;
 use super::shader::params::{
     AttentionParams, ElementwiseParams, EmbedParams, LinearParams, RmsNormParams, RopeCacheParams, TopKParams,
 };
-use super::shader::slots;
 use super::shader::{
     AttentionPath, GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearPath,
     LinearPrologue, WeightSource, XLoad, attention_group,
@@ -170,16 +169,16 @@ pub(super) fn attention_bindings(
     out: &Tensor,
 ) -> impl Iterator<Item = Binding> {
     [
-        Binding::tensor(slots::attention::Q, q),
-        Binding::buffer(slots::attention::K_CACHE, kc),
-        Binding::buffer(slots::attention::V_CACHE, vc),
-        Binding::tensor(slots::attention::BLOCK_TABLE, &batch.block_table),
-        Binding::tensor(slots::attention::SEQ_LENS, &batch.seq_lens),
-        Binding::tensor(slots::attention::QUERY_START, &batch.query_start_loc),
-        Binding::tensor(slots::attention::OUT, out),
+        Binding::tensor("Q", q),
+        Binding::buffer("K_CACHE", kc),
+        Binding::buffer("V_CACHE", vc),
+        Binding::tensor("BLOCK_TABLE", &batch.block_table),
+        Binding::tensor("SEQ_LENS", &batch.seq_lens),
+        Binding::tensor("QUERY_START", &batch.query_start_loc),
+        Binding::tensor("OUT", out),
     ]
     .into_iter()
-    .chain(sinks.map(|s| Binding::tensor(slots::attention_sinks::SINKS, s)))
+    .chain(sinks.map(|s| Binding::tensor("SINKS", s)))
 }
 
 /// Checks paged attention's inputs (queries `q`, `out`, the batch, `spec`) against `cache`;
@@ -407,7 +406,7 @@ impl EpilogueBindings {
         let mut out = Self { bindings: Default::default(), heads: 0, kv_heads: 0, head_dim: 0 };
         if let Epilogue::Bias(bias) | Epilogue::RopeCache(_, Some(bias)) = epi {
             bias.expect("linear bias", Elem::F32, &[w.rows()])?;
-            out.bindings[0] = Some(Binding::tensor(slots::linear_bias::BIAS, bias));
+            out.bindings[0] = Some(Binding::tensor("BIAS", bias));
         }
         if let Epilogue::RopeCache(rope, _) = epi {
             let (kc, vc) = check_fused_rope(rope, w, m, width, col0)?;
@@ -415,11 +414,11 @@ impl EpilogueBindings {
             (out.heads, out.kv_heads, out.head_dim) = (rope.heads, s.num_kv_heads, s.head_dim);
             let [_, rotary @ ..] = &mut out.bindings;
             *rotary = [
-                Binding::tensor(slots::linear_rope_cache::POSITIONS, rope.positions),
-                Binding::tensor(slots::linear_rope_cache::INV_FREQ, rope.inv_freq),
-                Binding::tensor(slots::linear_rope_cache::SLOT_MAPPING, rope.slot_mapping),
-                Binding::buffer(slots::linear_rope_cache::K_CACHE, kc),
-                Binding::buffer(slots::linear_rope_cache::V_CACHE, vc),
+                Binding::tensor("POSITIONS", rope.positions),
+                Binding::tensor("INV_FREQ", rope.inv_freq),
+                Binding::tensor("SLOT_MAPPING", rope.slot_mapping),
+                Binding::buffer("K_CACHE", kc),
+                Binding::buffer("V_CACHE", vc),
             ]
             .map(Some);
         }
@@ -469,11 +468,8 @@ impl Step<'_> {
             let params =
                 EmbedParams { tokens: u(t), d: u(table.cols()), row0: u(part.row0), rows: u(part.rows) };
             let grid = self.grid_1d(variant, t * table.cols());
-            let bindings = [
-                Binding::tensor(slots::embed::IDS, ids),
-                Binding::new(slots::embed::W, &part.words),
-                Binding::tensor(slots::embed::OUT, out),
-            ];
+            let bindings =
+                [Binding::tensor("IDS", ids), Binding::new("W", &part.words), Binding::tensor("OUT", out)];
             self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())
@@ -511,11 +507,8 @@ impl Step<'_> {
         out.expect("rms_norm out", Elem::F32, &[rows, d])?;
         let params = RmsNormParams { rows: u(rows), d: u(d), eps, accumulate: u32::from(accumulate) };
         let grid = self.grid_groups(rows);
-        let bindings = [
-            Binding::tensor(slots::rms_norm::X, x),
-            Binding::tensor(slots::rms_norm::WEIGHT, weight),
-            Binding::tensor(slots::rms_norm::OUT, out),
-        ];
+        let bindings =
+            [Binding::tensor("X", x), Binding::tensor("WEIGHT", weight), Binding::tensor("OUT", out)];
         self.dispatch(KernelVariant::RmsNorm, &params, bindings, grid)
     }
 
@@ -621,7 +614,9 @@ impl Step<'_> {
         let variant = linear_variant(caps, x, w, 1, epilogue);
         rope.rotates_neighbours()
             && !splits_pairs(w, col0)
-            && variant.storage_buffers() <= caps.limits.max_storage_buffers_per_shader_stage
+            && variant
+                .reflect()
+                .is_ok_and(|r| r.storage_buffers <= caps.limits.max_storage_buffers_per_shader_stage)
     }
 
     /// `out[:, col0..col0 + N] = x · wᵀ (+ bias)` for a Q/K/V projection writing its columns of
@@ -685,14 +680,11 @@ impl Step<'_> {
                 kv_heads: u(epi.kv_heads),
                 hd: u(epi.head_dim),
             };
-            let bindings = [
-                Binding::tensor(slots::linear::X, x),
-                Binding::new(slots::linear::W, &part.words),
-                Binding::tensor(slots::linear::Y, out),
-            ]
-            .into_iter()
-            .chain(epi.bindings.iter().flatten().cloned())
-            .chain(norm.map(|g| Binding::tensor(slots::linear_norm::NORM, g)));
+            let bindings =
+                [Binding::tensor("X", x), Binding::new("W", &part.words), Binding::tensor("Y", out)]
+                    .into_iter()
+                    .chain(epi.bindings.iter().flatten().cloned())
+                    .chain(norm.map(|g| Binding::tensor("NORM", g)));
             self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())
@@ -724,11 +716,8 @@ impl Step<'_> {
         let variant = KernelVariant::GatedMul { act };
         up.expect("gated mul up", Elem::F32, gate.shape())?;
         out.expect("gated mul out", Elem::F32, gate.shape())?;
-        let bindings = [
-            Binding::tensor(slots::gated_mul::GATE, gate),
-            Binding::tensor(slots::gated_mul::UP, up),
-            Binding::tensor(slots::gated_mul::OUT, out),
-        ];
+        let bindings =
+            [Binding::tensor("GATE", gate), Binding::tensor("UP", up), Binding::tensor("OUT", out)];
         self.elementwise(variant, gate.len(), 1, 0.0, bindings)
     }
 
@@ -746,17 +735,14 @@ impl Step<'_> {
         }
         up.expect("swiglu up", Elem::F32, gate.shape())?;
         out.expect("swiglu out", Elem::F32, gate.shape())?;
-        let bindings = [
-            Binding::tensor(slots::swiglu_clamped::GATE, gate),
-            Binding::tensor(slots::swiglu_clamped::UP, up),
-            Binding::tensor(slots::swiglu_clamped::OUT, out),
-        ];
+        let bindings =
+            [Binding::tensor("GATE", gate), Binding::tensor("UP", up), Binding::tensor("OUT", out)];
         self.elementwise(KernelVariant::SwigluClamped, gate.len(), 1, limit, bindings)
     }
 
     /// `x *= factor` elementwise, in place.
     pub fn scale(&mut self, x: &Tensor, factor: f32) -> Result<(), GpuError> {
-        self.elementwise(KernelVariant::Scale, x.len(), 1, factor, [Binding::tensor(slots::scale::X, x)])
+        self.elementwise(KernelVariant::Scale, x.len(), 1, factor, [Binding::tensor("X", x)])
     }
 
     /// `x = cap * tanh(x / cap)` elementwise, in place (Gemma 2's final-logit soft-capping).
@@ -764,14 +750,13 @@ impl Step<'_> {
         if cap <= 0.0 || cap.is_nan() {
             return Err(GpuError::Shape(format!("softcap: the cap must be positive, not {cap}")));
         }
-        self.elementwise(KernelVariant::Softcap, x.len(), 1, cap, [Binding::tensor(slots::softcap::X, x)])
+        self.elementwise(KernelVariant::Softcap, x.len(), 1, cap, [Binding::tensor("X", x)])
     }
 
     /// `x += y` elementwise (the residual add); both f32 of the same shape.
     pub fn add_in_place(&mut self, x: &Tensor, y: &Tensor) -> Result<(), GpuError> {
         x.expect("add x", Elem::F32, y.shape())?;
-        let bindings =
-            [Binding::tensor(slots::add_in_place::X, x), Binding::tensor(slots::add_in_place::Y, y)];
+        let bindings = [Binding::tensor("X", x), Binding::tensor("Y", y)];
         self.elementwise(KernelVariant::AddInPlace, x.len(), 1, 0.0, bindings)
     }
 
@@ -782,11 +767,8 @@ impl Step<'_> {
         let r = indices.len();
         indices.expect("gather_rows indices", Elem::U32, &[r])?;
         out.expect("gather_rows out", Elem::F32, &[r, d])?;
-        let bindings = [
-            Binding::tensor(slots::gather_rows::SRC, src),
-            Binding::tensor(slots::gather_rows::INDICES, indices),
-            Binding::tensor(slots::gather_rows::OUT, out),
-        ];
+        let bindings =
+            [Binding::tensor("SRC", src), Binding::tensor("INDICES", indices), Binding::tensor("OUT", out)];
         self.elementwise(KernelVariant::GatherRows, r * d, d, 0.0, bindings)
     }
 
@@ -808,10 +790,10 @@ impl Step<'_> {
             return Err(GpuError::Shape(format!("scatter_rows: rows of {d} into rows of {out_d}")));
         }
         let bindings = [
-            Binding::tensor(slots::scatter_rows::SRC, src),
-            Binding::tensor(slots::scatter_rows::INDICES, indices),
-            Binding::tensor(slots::scatter_rows::SCALES, scales),
-            Binding::tensor(slots::scatter_rows::OUT, out),
+            Binding::tensor("SRC", src),
+            Binding::tensor("INDICES", indices),
+            Binding::tensor("SCALES", scales),
+            Binding::tensor("OUT", out),
         ];
         self.elementwise(KernelVariant::ScatterRows, r * d, d, 0.0, bindings)
     }
@@ -825,7 +807,7 @@ impl Step<'_> {
         if k == 0 {
             return Err(GpuError::Shape("moe_combine: no expert slots".into()));
         }
-        let bindings = [Binding::tensor(slots::moe_combine::X, x), Binding::tensor(slots::moe_combine::Y, y)];
+        let bindings = [Binding::tensor("X", x), Binding::tensor("Y", y)];
         self.elementwise(KernelVariant::MoeCombine, t * d, k, 0.0, bindings)
     }
 
@@ -850,15 +832,15 @@ impl Step<'_> {
         };
         let grid = self.grid_1d(variant, t * width / hd);
         let bindings = [
-            Binding::tensor(slots::rope_cache::QKV, qkv),
-            Binding::tensor(slots::rope_cache::POSITIONS, rope.positions),
-            Binding::tensor(slots::rope_cache::INV_FREQ, rope.inv_freq),
-            Binding::tensor(slots::rope_cache::SLOT_MAPPING, rope.slot_mapping),
-            Binding::buffer(slots::rope_cache::K_CACHE, kc),
-            Binding::buffer(slots::rope_cache::V_CACHE, vc),
+            Binding::tensor("QKV", qkv),
+            Binding::tensor("POSITIONS", rope.positions),
+            Binding::tensor("INV_FREQ", rope.inv_freq),
+            Binding::tensor("SLOT_MAPPING", rope.slot_mapping),
+            Binding::buffer("K_CACHE", kc),
+            Binding::buffer("V_CACHE", vc),
         ]
         .into_iter()
-        .chain(rope.qk_norm.map(|(w, _)| Binding::tensor(slots::rope_cache_qk_norm::QK_NORM, w)));
+        .chain(rope.qk_norm.map(|(w, _)| Binding::tensor("QK_NORM", w)));
         self.dispatch(variant, &params, bindings, grid)
     }
 
@@ -938,9 +920,9 @@ impl Step<'_> {
         ids.expect("top_k ids", Elem::U32, &[rows, k])?;
         let grid = self.grid_groups(rows);
         let bindings = [
-            Binding::tensor(slots::top_k::LOGITS, logits),
-            Binding::tensor(slots::top_k::VALUES, values),
-            Binding::tensor(slots::top_k::IDS, ids),
+            Binding::tensor("LOGITS", logits),
+            Binding::tensor("VALUES", values),
+            Binding::tensor("IDS", ids),
         ];
         self.dispatch(KernelVariant::TopK, &TopKParams { rows: u(rows), v: u(v), k: u(k) }, bindings, grid)
     }

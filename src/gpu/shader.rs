@@ -11,9 +11,12 @@
 //! - **Parameters.** Each kernel reads one uniform `P` whose struct is declared in its WGSL file
 //!   and, with the same name and fields in the same order, in [`params`] (e.g.
 //!   [`params::RmsNormParams`]). [`KernelVariant::params`] says which one a variant takes.
-//! - **Binding slots.** Each kernel's slots are constants in [`slots`], one module a kernel,
-//!   named after the WGSL variable bound there. The composer injects each as `SLOT_<NAME>` and
-//!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
+//! - **Binding slots.** A shader declares each resource as
+//!   `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`; the composer numbers them
+//!   in declaration order (`SLOT_X`, from 0) and naga's reflection of the composed module
+//!   ([`reflect::Reflection`], kept with the pipeline) gives Rust each binding by the name of
+//!   its variable: a kernel binds `("X", buffer)` pairs, and a name the shader does not declare,
+//!   or one it declares and the kernel leaves out, is a [`GpuError::Binding`](crate::gpu::GpuError).
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
 //!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`]) is injected as `WG`, which the shader
@@ -36,8 +39,10 @@
 //! // each injected from the Rust item named in its comment, then these files of shaders/:
 //! // tree_shared.wgsl, rms_scale.wgsl, rms_norm.wgsl.
 //! const WG: u32 = 64u; // shader::WORKGROUP_SIZE
-//! const SLOT_P: u32 = 0u; // shader::slots::PARAMS
-//! const SLOT_X: u32 = 1u; // shader::slots::rms_norm::X
+//! const NORM_WG: u32 = 64u; // shader::WORKGROUP_SIZE (rms_norm's)
+//! const NORM_ROWS: u32 = 1u; // KernelVariant::rows_per_workgroup
+//! const SLOT_P: u32 = 0u; // binding 0 of `P` in declaration order
+//! const SLOT_X: u32 = 1u; // binding 1 of `X` in declaration order
 //! ...
 //! ```
 //!
@@ -92,14 +97,13 @@
 
 mod compose;
 pub mod params;
-pub mod slots;
+pub mod reflect;
 mod unroll;
 
 use params::{
     AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, LoraParams, ParamsLayout,
     RmsNormParams, RopeCacheParams, TopKParams,
 };
-use slots::KernelSlots;
 
 use crate::dtype::DType;
 
@@ -850,18 +854,7 @@ impl KernelVariant {
         norm + body
     }
 
-    /// Storage buffers the variant binds (a weight read from a texture is not one), to hold
-    /// against the device's per-stage limit.
-    pub fn storage_buffers(&self) -> u32 {
-        let named = self.slots().named.len() as u32;
-        match self {
-            Self::Embed { source: WeightSource::Texture, .. }
-            | Self::Linear { source: WeightSource::Texture, .. } => named - 1,
-            _ => named,
-        }
-    }
-
-    /// The layout of the parameter block the variant reads at [`slots::PARAMS`].
+    /// The layout of the parameter block the variant reads as `P` ([`reflect::PARAMS`]).
     pub fn params(&self) -> ParamsLayout {
         match self {
             Self::Embed { .. } => EmbedParams::LAYOUT,
@@ -880,48 +873,6 @@ impl KernelVariant {
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } => AttentionParams::LAYOUT,
-        }
-    }
-
-    /// The variant's binding slots besides [`slots::PARAMS`].
-    pub fn slots(&self) -> KernelSlots {
-        match self {
-            Self::Embed { .. } => slots::embed::ALL,
-            Self::RmsNorm => slots::rms_norm::ALL,
-            Self::GatedMul { .. } => slots::gated_mul::ALL,
-            Self::Scale => slots::scale::ALL,
-            Self::Softcap => slots::softcap::ALL,
-            Self::AddInPlace => slots::add_in_place::ALL,
-            Self::GatherRows => slots::gather_rows::ALL,
-            Self::ScatterRows => slots::scatter_rows::ALL,
-            Self::CopyIds => slots::copy_ids::ALL,
-            Self::MoeCombine => slots::moe_combine::ALL,
-            Self::SwigluClamped => slots::swiglu_clamped::ALL,
-            Self::LoraShrink => slots::lora_shrink::ALL,
-            Self::LoraExpand => slots::lora_expand::ALL,
-            Self::TopK => slots::top_k::ALL,
-            Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
-                (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
-                (LinearEpilogue::Bias, LinearPrologue::RmsNorm) => slots::linear_bias_norm::ALL,
-                (LinearEpilogue::RopeCache { bias: false, .. }, LinearPrologue::Plain) => {
-                    slots::linear_rope_cache::ALL
-                }
-                (LinearEpilogue::RopeCache { bias: false, .. }, LinearPrologue::RmsNorm) => {
-                    slots::linear_rope_cache_norm::ALL
-                }
-                (LinearEpilogue::RopeCache { bias: true, .. }, LinearPrologue::Plain) => {
-                    slots::linear_bias_rope_cache::ALL
-                }
-                (LinearEpilogue::RopeCache { bias: true, .. }, LinearPrologue::RmsNorm) => {
-                    slots::linear_bias_rope_cache_norm::ALL
-                }
-                (_, LinearPrologue::Plain) => slots::linear::ALL,
-                (_, LinearPrologue::RmsNorm) => slots::linear_norm::ALL,
-            },
-            Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
-            Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
-            Self::Attention { sinks: false, .. } => slots::attention::ALL,
-            Self::Attention { sinks: true, .. } => slots::attention_sinks::ALL,
         }
     }
 }
