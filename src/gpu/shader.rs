@@ -27,9 +27,9 @@
 //!   partial sums, in rms_norm and the norming linears), `TREE_LANES` (the lanes a subgroup
 //!   tree's shuffles span: [`Tree`]), `W_TEXELS` (a weight texture's row, for the kernels that
 //!   read weights from textures: [`WeightSource`]).
-//! - **Workgroup memory.** [`KernelVariant::workgroup_bytes`] is what the shader's
-//!   `var<workgroup>`s take, sized by those constants; the adapter choices (the GEMM tile)
-//!   are checked against the device's limit with it.
+//! - **Workgroup memory.** What the shader's `var<workgroup>`s take, sized by those constants,
+//!   is what naga's layouter makes of them ([`reflect::Reflection::workgroup_bytes`]); the
+//!   adapter choices (the GEMM tile) are checked against the device's limit with it.
 //!
 //! Every composed shader starts with a comment naming its files, then its injected constants,
 //! each with the Rust item it comes from, e.g. for RMSNorm:
@@ -823,35 +823,6 @@ impl KernelVariant {
             Self::Linear { kernel, .. } => kernel.rows(),
             _ => 1,
         }
-    }
-
-    /// Bytes of workgroup memory the variant's shader declares: its RMSNorm scales when its
-    /// workgroup computes them together (`rms_scale.wgsl`; none where each subgroup sums them
-    /// alone in private memory, `rms_scale_lanes.wgsl`), the K-split reductions' exchange and
-    /// the GEMM's weight tile, split-KV attention's partial states, top-k's candidates.
-    pub fn workgroup_bytes(&self) -> u32 {
-        let norm = match self.norm_in_lanes() {
-            true => 0,
-            false => self.normed_rows().map_or(0, |rows| 4 * rows * (WORKGROUP_SIZE + 1)),
-        };
-        let body = match *self {
-            Self::Linear { kernel, .. } => match kernel {
-                LinearKernel::Sequential { .. } => 0,
-                LinearKernel::Gemv { rows } => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS * rows,
-                LinearKernel::Gemm { band_rows } => 4 * gemm_exchange_floats(band_rows),
-            },
-            Self::Attention { path: AttentionPath::SplitKv, .. } => {
-                4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
-            }
-            // The key lanes' maxima and sums of each head, and one head's weighted value
-            // pairs of every key lane.
-            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. } => {
-                4 * (2 * FLASH_KEY_LANES * group) + 8 * FLASH_KEY_LANES * (head_dim / 2)
-            }
-            Self::TopK => 8 * TOP_K_WG,
-            _ => 0,
-        };
-        norm + body
     }
 
     /// The layout of the parameter block the variant reads as `P` ([`reflect::PARAMS`]).
