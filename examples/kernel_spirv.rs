@@ -195,11 +195,10 @@ fn spirv(variant: &KernelVariant) -> Result<Vec<u32>> {
     Ok(spv::write_vec(&module, &info, &options, Some(&pipeline))?)
 }
 
-/// The binding slot of the variant's storage variable `name`.
+/// The binding slot of the variant's storage variable `name`, from naga's reflection.
 fn slot(variant: &KernelVariant, name: &str) -> Result<u32> {
-    let slots = variant.slots();
-    match slots.named.iter().find(|(n, _)| *n == name) {
-        Some(&(_, slot)) => Ok(slot),
+    match variant.reflect()?.slot(name) {
+        Some(slot) => Ok(slot),
         None => bail!("{} binds no {name}", variant.label()),
     }
 }

@@ -97,7 +97,8 @@ fn the_batch_takes_the_fewest_gemv_rows_that_hold_it_then_the_gemm() {
         LinearPrologue::RmsNorm,
         LinearEpilogue::Gated(GateActivation::Silu),
     );
-    assert!(gated.workgroup_bytes() <= 16 << 10, "{} bytes", gated.workgroup_bytes());
+    let bytes = gated.reflect().unwrap().workgroup_bytes;
+    assert!(bytes <= 16 << 10, "{bytes} bytes");
 }
 
 /// The rows `start .. start + m` of `x` through `w` for each of `ranges`, in one step.

@@ -14,7 +14,7 @@
 //!   outputs), `DOT_LANES`; loop bounds (keys, block size, window, soft-cap) are uniforms
 //!   ([`AttentionParams`]).
 //! - **Workgroup memory.** The key lanes' maxima and sums of the `GH` heads, and one head's
-//!   weighted values ([`KernelVariant::workgroup_bytes`]).
+//!   weighted values (naga's layout of them: [`Reflection::workgroup_bytes`](super::shader::reflect::Reflection::workgroup_bytes)).
 //! - **Sinks.** As every attention kernel, each head ends with `sink_finish` over the combined
 //!   maximum and sum: `shaders/sink_logit.wgsl` for the variant with sinks (one logit per
 //!   query head, f32 `[heads]`, gpt-oss), `shaders/sink_none.wgsl` without.
@@ -172,7 +172,13 @@ mod tests {
 
     #[test]
     fn workgroup_memory_is_the_lanes_states_and_one_heads_values() {
-        assert_eq!(variant(KvFormat::F32, 64, 8, false).workgroup_bytes(), 4 * 2 * 8 * 8 + 8 * 8 * 32);
-        assert_eq!(variant(KvFormat::F32, 256, 2, true).workgroup_bytes(), 4 * 2 * 8 * 2 + 8 * 8 * 128);
+        assert_eq!(
+            variant(KvFormat::F32, 64, 8, false).reflect().unwrap().workgroup_bytes,
+            4 * 2 * 8 * 8 + 8 * 8 * 32
+        );
+        assert_eq!(
+            variant(KvFormat::F32, 256, 2, true).reflect().unwrap().workgroup_bytes,
+            4 * 2 * 8 * 2 + 8 * 8 * 128
+        );
     }
 }

@@ -20,7 +20,7 @@ use super::GpuError;
 use super::attention_flash::flash_group;
 use super::bind_cache::Binding;
 use super::kernels::{AttentionBatch, AttentionSpec, RopeCacheArgs, RopeMode, attention_params, u};
-use super::shader::{AttentionPath, KernelVariant, slots};
+use super::shader::{AttentionPath, KernelVariant};
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
 
@@ -53,7 +53,9 @@ impl Step<'_> {
         rope.qk_norm.is_some()
             && tokens == batch.seq_lens.len()
             && caps.attention_path_for(walk) == AttentionPath::Flash
-            && variant(rope).storage_buffers() <= caps.limits.max_storage_buffers_per_shader_stage
+            && variant(rope)
+                .reflect()
+                .is_ok_and(|r| r.storage_buffers <= caps.limits.max_storage_buffers_per_shader_stage)
     }
 
     /// [`Self::rope_cache`] then [`Self::paged_attention`] in one dispatch, for a step whose
@@ -98,17 +100,17 @@ impl Step<'_> {
         };
         let grid = self.grid_groups(t * rope.heads / group as usize);
         let bindings = [
-            Binding::tensor(slots::attention_rope::Q, qkv),
-            Binding::buffer(slots::attention_rope::K_CACHE, kc),
-            Binding::buffer(slots::attention_rope::V_CACHE, vc),
-            Binding::tensor(slots::attention_rope::BLOCK_TABLE, &batch.block_table),
-            Binding::tensor(slots::attention_rope::SEQ_LENS, &batch.seq_lens),
-            Binding::tensor(slots::attention_rope::QUERY_START, &batch.query_start_loc),
-            Binding::tensor(slots::attention_rope::OUT, out),
-            Binding::tensor(slots::attention_rope::POSITIONS, rope.positions),
-            Binding::tensor(slots::attention_rope::INV_FREQ, rope.inv_freq),
-            Binding::tensor(slots::attention_rope::SLOT_MAPPING, rope.slot_mapping),
-            Binding::tensor(slots::attention_rope::QK_NORM, norm),
+            Binding::tensor("Q", qkv),
+            Binding::buffer("K_CACHE", kc),
+            Binding::buffer("V_CACHE", vc),
+            Binding::tensor("BLOCK_TABLE", &batch.block_table),
+            Binding::tensor("SEQ_LENS", &batch.seq_lens),
+            Binding::tensor("QUERY_START", &batch.query_start_loc),
+            Binding::tensor("OUT", out),
+            Binding::tensor("POSITIONS", rope.positions),
+            Binding::tensor("INV_FREQ", rope.inv_freq),
+            Binding::tensor("SLOT_MAPPING", rope.slot_mapping),
+            Binding::tensor("QK_NORM", norm),
         ];
         self.dispatch(variant, &params, bindings, grid)
     }

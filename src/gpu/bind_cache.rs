@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use rustc_hash::FxBuildHasher;
 
 use super::resource::{DeviceBuffer, ResourceId};
-use super::shader::slots;
+use super::shader::reflect::MAX_BINDINGS;
 
 /// Steps an unused bind group is kept.
 const KEEP_STEPS: u64 = 64;
@@ -36,25 +36,34 @@ impl Bound {
     }
 }
 
-/// A resource bound to one binding slot of a kernel (one of the constants of
-/// [`slots`](super::shader::slots)).
+/// A resource bound to a kernel's variable of that name (found in the shader's reflection,
+/// [`Reflection::resolve`](super::shader::reflect::Reflection::resolve)).
 #[derive(Debug, Clone)]
 pub(crate) struct Binding {
-    pub(crate) slot: u32,
+    pub(crate) name: &'static str,
     pub(crate) resource: Bound,
 }
 
 impl Binding {
-    /// `resource` at `slot`.
-    pub(crate) fn new(slot: u32, resource: &Bound) -> Self {
-        Self { slot, resource: resource.clone() }
+    /// `resource` bound to `name`.
+    pub(crate) fn new(name: &'static str, resource: &Bound) -> Self {
+        Self { name, resource: resource.clone() }
     }
 
-    /// The whole of `buffer` at `slot`.
-    pub(crate) fn buffer(slot: u32, buffer: &DeviceBuffer) -> Self {
-        Self { slot, resource: Bound::Buffer(buffer.clone()) }
+    /// The whole of `buffer` bound to `name`.
+    pub(crate) fn buffer(name: &'static str, buffer: &DeviceBuffer) -> Self {
+        Self { name, resource: Bound::Buffer(buffer.clone()) }
     }
+}
 
+/// A resource at the binding slot its name has in the kernel's shader.
+#[derive(Debug, Clone)]
+pub(crate) struct Slotted {
+    pub(crate) slot: u32,
+    pub(crate) resource: Bound,
+}
+
+impl Slotted {
     /// The bind group entry.
     pub(crate) fn entry(&self) -> wgpu::BindGroupEntry<'_> {
         let resource = match &self.resource {
@@ -66,21 +75,28 @@ impl Binding {
 }
 
 /// What makes two bind groups the same: the pipeline, the parameter block's offset in the
-/// ring, and the resource at each slot (the ring at [`slots::PARAMS`]), all by number, in one
-/// flat value.
+/// ring, and the resource at each slot (the ring at the parameter block's), all by number, in
+/// one flat value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct BindKey {
     kernel: ResourceId,
     params_offset: u64,
-    resources: [Option<ResourceId>; slots::COUNT],
+    resources: [Option<ResourceId>; MAX_BINDINGS],
 }
 
 impl BindKey {
-    /// The key of the pipeline named `kernel` with its parameters at `offset` of `ring` and
-    /// `bindings`.
-    pub(crate) fn new(kernel: ResourceId, ring: &DeviceBuffer, offset: u64, bindings: &[Binding]) -> Self {
-        let mut resources = [None; slots::COUNT];
-        resources[slots::PARAMS as usize] = Some(ring.id());
+    /// The key of the pipeline named `kernel` with its parameters (bound at `params`) at
+    /// `offset` of `ring` and `bindings` (every slot under [`MAX_BINDINGS`]: the reflection
+    /// refuses larger ones).
+    pub(crate) fn new(
+        kernel: ResourceId,
+        params: u32,
+        ring: &DeviceBuffer,
+        offset: u64,
+        bindings: &[Slotted],
+    ) -> Self {
+        let mut resources = [None; MAX_BINDINGS];
+        resources[params as usize] = Some(ring.id());
         for b in bindings {
             resources[b.slot as usize] = Some(b.resource.id());
         }
@@ -153,7 +169,7 @@ mod tests {
 
     /// A key of its own (no pipeline or buffer behind it: the cache only compares keys).
     fn key() -> BindKey {
-        BindKey { kernel: ResourceId::fresh(), params_offset: 0, resources: [None; slots::COUNT] }
+        BindKey { kernel: ResourceId::fresh(), params_offset: 0, resources: [None; MAX_BINDINGS] }
     }
 
     /// A group found by its dispatch's index every step is not dropped as unused: once another

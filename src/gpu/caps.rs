@@ -338,7 +338,8 @@ impl Capabilities {
             prologue,
             epilogue: LinearEpilogue::Store,
         };
-        variant.workgroup_bytes() <= self.limits.max_compute_workgroup_storage_size
+        // naga's layout of the composed shader's workgroup memory (reflected once a process).
+        variant.reflect().is_ok_and(|r| r.workgroup_bytes <= self.limits.max_compute_workgroup_storage_size)
     }
 
     /// Rows each band of the K-split GEMM computes for a batch of `m` rows: the largest tile up

@@ -1,5 +1,6 @@
 //! The device: instance, adapter and device creation, and the pipeline cache.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,6 +17,7 @@ use super::options::{FeatureMask, GpuOptions, LinearStrategy};
 use super::pool::size_class;
 use super::resident::Resident;
 use super::resource::{DeviceBuffer, ResourceId};
+use super::shader::reflect::{Composed, Reflection};
 use super::shader::{KernelVariant, LinearPath, LinearPrologue, WeightSource, XLoad};
 
 /// An opened wgpu device with pagoda's capabilities and compiled pipelines.
@@ -55,7 +57,8 @@ impl DeviceHealth {
     }
 }
 
-/// A compiled kernel variant and the layout of its bind group 0.
+/// A compiled kernel variant, the layout of its bind group 0 and what naga reflected of its
+/// shader (the slot of each binding by name).
 #[derive(Debug, Clone)]
 pub(crate) struct Kernel {
     /// Names the pipeline in bind-group keys.
@@ -64,6 +67,7 @@ pub(crate) struct Kernel {
     pub(crate) variant: KernelVariant,
     pub(crate) pipeline: wgpu::ComputePipeline,
     pub(crate) layout: wgpu::BindGroupLayout,
+    pub(crate) reflection: Arc<Reflection>,
 }
 
 /// The adapter `options` name, else the high-performance one, on Vulkan, Metal and DX12
@@ -155,7 +159,8 @@ fn check_coop(caps: &Capabilities, options: &GpuOptions) -> Result<(), GpuError>
             prologue,
             epilogue: super::shader::LinearEpilogue::Store,
         };
-        let (need, have) = (variant.workgroup_bytes(), caps.limits.max_compute_workgroup_storage_size);
+        let need = variant.reflect()?.workgroup_bytes;
+        let have = caps.limits.max_compute_workgroup_storage_size;
         if need > have {
             return unsupported(format!(
                 "{} needs {need} bytes of workgroup memory, the device has {have}",
@@ -342,10 +347,12 @@ impl GpuContext {
             return Err(GpuError::Unsupported(format!("{} needs cooperative matrices", variant.label())));
         }
         let label = variant.label();
+        // Parsed once: the module naga reflected is the one wgpu compiles.
+        let Composed { module, reflection } = variant.compose()?;
         let scopes = ErrorScopes::push(&self.device);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&label),
-            source: wgpu::ShaderSource::Wgsl(variant.source().into()),
+            source: wgpu::ShaderSource::Naga(Cow::Owned(module)),
         });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&label),
@@ -356,8 +363,8 @@ impl GpuContext {
             cache: None,
         });
         scopes.pop(&label, GpuError::Shader)?;
-        let kernel =
-            Kernel { id: ResourceId::fresh(), variant, layout: pipeline.get_bind_group_layout(0), pipeline };
+        let layout = pipeline.get_bind_group_layout(0);
+        let kernel = Kernel { id: ResourceId::fresh(), variant, layout, pipeline, reflection };
         self.count().pipeline_created();
         cache.insert(variant, kernel.clone());
         Ok(kernel)

@@ -4,7 +4,6 @@ use super::GpuError;
 use super::bind_cache::Binding;
 use super::shader::KernelVariant;
 use super::shader::params::ElementwiseParams;
-use super::shader::slots;
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
 
@@ -26,11 +25,8 @@ impl Step<'_> {
         }
         let variant = KernelVariant::CopyIds;
         let grid = self.grid_1d(variant, n);
-        let bindings = [
-            Binding::tensor(slots::copy_ids::SRC, src),
-            Binding::tensor(slots::copy_ids::PAIRS, pairs),
-            Binding::tensor(slots::copy_ids::OUT, out),
-        ];
+        let bindings =
+            [Binding::tensor("SRC", src), Binding::tensor("PAIRS", pairs), Binding::tensor("OUT", out)];
         self.dispatch(variant, &ElementwiseParams { n: n as u32, d: 1, value: 0.0 }, bindings, grid)
     }
 }

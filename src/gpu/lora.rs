@@ -7,7 +7,6 @@
 use super::bind_cache::Binding;
 use super::shader::KernelVariant;
 use super::shader::params::LoraParams;
-use super::shader::slots;
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
 use super::{GpuContext, GpuError};
@@ -145,11 +144,11 @@ impl Step<'_> {
         t.expect("lora_shrink t", Elem::F32, &[m, r])?;
         let params = self.lora_params(site, m, k, 0, 0, 0)?;
         let bindings = [
-            Binding::tensor(slots::lora_shrink::X, x),
-            Binding::tensor(slots::lora_shrink::T, t),
-            Binding::tensor(slots::lora_shrink::AB, &site.bank.data),
-            Binding::tensor(slots::lora_shrink::TABLE, &site.bank.table),
-            Binding::tensor(slots::lora_shrink::ROWS, site.rows),
+            Binding::tensor("X", x),
+            Binding::tensor("T", t),
+            Binding::tensor("AB", &site.bank.data),
+            Binding::tensor("TABLE", &site.bank.table),
+            Binding::tensor("ROWS", site.rows),
         ];
         let grid = self.grid_1d(KernelVariant::LoraShrink, m * r);
         if m == 0 {
@@ -178,11 +177,11 @@ impl Step<'_> {
         t.expect("lora_expand t", Elem::F32, &[m, site.bank.max_rank])?;
         let params = self.lora_params(site, m, 0, n, width, col0)?;
         let bindings = [
-            Binding::tensor(slots::lora_expand::T, t),
-            Binding::tensor(slots::lora_expand::Y, y),
-            Binding::tensor(slots::lora_expand::AB, &site.bank.data),
-            Binding::tensor(slots::lora_expand::TABLE, &site.bank.table),
-            Binding::tensor(slots::lora_expand::ROWS, site.rows),
+            Binding::tensor("T", t),
+            Binding::tensor("Y", y),
+            Binding::tensor("AB", &site.bank.data),
+            Binding::tensor("TABLE", &site.bank.table),
+            Binding::tensor("ROWS", site.rows),
         ];
         let grid = self.grid_1d(KernelVariant::LoraExpand, m * n);
         if m == 0 || n == 0 {

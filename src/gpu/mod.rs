@@ -140,6 +140,9 @@ pub enum GpuError {
     /// A shader failed to compile or validate.
     #[error("shader error: {0}")]
     Shader(String),
+    /// A kernel bound a resource to a name its shader does not declare, or left one out.
+    #[error("binding error: {0}")]
+    Binding(String),
     /// Out of device memory.
     #[error("out of device memory: {0}")]
     OutOfMemory(String),

@@ -8,8 +8,8 @@
 use super::GpuError;
 use super::bind_cache::Binding;
 use super::kernels::{LinearInput, dims2, u};
+use super::shader::KernelVariant;
 use super::shader::params::RmsNormParams;
-use super::shader::{KernelVariant, slots};
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
 
@@ -59,11 +59,11 @@ impl Step<'_> {
         let params = RmsNormParams { rows: u(rows), d: u(d), eps, accumulate: 0 };
         let grid = self.grid_groups(rows);
         let bindings = [
-            Binding::tensor(slots::rms_norm_sandwich::O, o),
-            Binding::tensor(slots::rms_norm_sandwich::POST, post),
-            Binding::tensor(slots::rms_norm_sandwich::X, x),
-            Binding::tensor(slots::rms_norm_sandwich::PRE, pre),
-            Binding::tensor(slots::rms_norm_sandwich::H, h),
+            Binding::tensor("O", o),
+            Binding::tensor("POST", post),
+            Binding::tensor("X", x),
+            Binding::tensor("PRE", pre),
+            Binding::tensor("H", h),
         ];
         self.dispatch(KernelVariant::RmsNormSandwich, &params, bindings, grid)
     }

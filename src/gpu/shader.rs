@@ -11,9 +11,12 @@
 //! - **Parameters.** Each kernel reads one uniform `P` whose struct is declared in its WGSL file
 //!   and, with the same name and fields in the same order, in [`params`] (e.g.
 //!   [`params::RmsNormParams`]). [`KernelVariant::params`] says which one a variant takes.
-//! - **Binding slots.** Each kernel's slots are constants in [`slots`], one module a kernel,
-//!   named after the WGSL variable bound there. The composer injects each as `SLOT_<NAME>` and
-//!   the shader declares `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`.
+//! - **Binding slots.** A shader declares each resource as
+//!   `@group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;`; the composer numbers them
+//!   in declaration order (`SLOT_X`, from 0) and naga's reflection of the composed module
+//!   ([`reflect::Reflection`], kept with the pipeline) gives Rust each binding by the name of
+//!   its variable: a kernel binds `("X", buffer)` pairs, and a name the shader does not declare,
+//!   or one it declares and the kernel leaves out, is a [`GpuError::Binding`](crate::gpu::GpuError).
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
 //!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`], [`LINEAR_COOP_WG`]) is injected as `WG`, which the shader
@@ -25,9 +28,9 @@
 //!   partial sums, in rms_norm and the norming linears), `TREE_LANES` (the lanes a subgroup
 //!   tree's shuffles span: [`Tree`]), `W_TEXELS` (a weight texture's row, for the kernels that
 //!   read weights from textures: [`WeightSource`]).
-//! - **Workgroup memory.** [`KernelVariant::workgroup_bytes`] is what the shader's
-//!   `var<workgroup>`s take, sized by those constants; the adapter choices (the GEMM tile)
-//!   are checked against the device's limit with it.
+//! - **Workgroup memory.** What the shader's `var<workgroup>`s take, sized by those constants,
+//!   is what naga's layouter makes of them ([`reflect::Reflection::workgroup_bytes`]); the
+//!   adapter choices (the GEMM tile) are checked against the device's limit with it.
 //!
 //! Every composed shader starts with a comment naming its files, then its injected constants,
 //! each with the Rust item it comes from, e.g. for RMSNorm:
@@ -37,8 +40,10 @@
 //! // each injected from the Rust item named in its comment, then these files of shaders/:
 //! // tree_shared.wgsl, rms_scale.wgsl, rms_norm.wgsl.
 //! const WG: u32 = 64u; // shader::WORKGROUP_SIZE
-//! const SLOT_P: u32 = 0u; // shader::slots::PARAMS
-//! const SLOT_X: u32 = 1u; // shader::slots::rms_norm::X
+//! const NORM_WG: u32 = 64u; // shader::WORKGROUP_SIZE (rms_norm's)
+//! const NORM_ROWS: u32 = 1u; // KernelVariant::rows_per_workgroup
+//! const SLOT_P: u32 = 0u; // binding 0 of `P` in declaration order
+//! const SLOT_X: u32 = 1u; // binding 1 of `X` in declaration order
 //! ...
 //! ```
 //!
@@ -93,14 +98,13 @@
 
 mod compose;
 pub mod params;
-pub mod slots;
+pub mod reflect;
 mod unroll;
 
 use params::{
     AttentionParams, ElementwiseParams, EmbedParams, KernelParams, LinearParams, LoraParams, ParamsLayout,
     RmsNormParams, RopeCacheParams, TopKParams,
 };
-use slots::KernelSlots;
 
 pub use super::linear_coop::{CoopElem, CoopShape, CoopTile, LINEAR_COOP_WG};
 use crate::dtype::DType;
@@ -876,58 +880,7 @@ impl KernelVariant {
         }
     }
 
-    /// Bytes of workgroup memory the variant's shader declares: its RMSNorm scales when its
-    /// workgroup computes them together (`rms_scale.wgsl`; none where each subgroup sums them
-    /// alone in private memory, `rms_scale_lanes.wgsl`), the K-split reductions' exchange and
-    /// the GEMM's weight tile, split-KV attention's partial states, top-k's candidates.
-    pub fn workgroup_bytes(&self) -> u32 {
-        let norm = match self.norm_in_lanes() {
-            true => 0,
-            false => self.normed_rows().map_or(0, |rows| 4 * rows * (WORKGROUP_SIZE + 1)),
-        };
-        let body = match *self {
-            Self::Linear { kernel, .. } => match kernel {
-                LinearKernel::Sequential { .. } => 0,
-                LinearKernel::Gemv { rows } => 4 * LINEAR_WG * LINEAR_KSPLIT_COLS * rows,
-                LinearKernel::Gemm { band_rows } => 4 * gemm_exchange_floats(band_rows),
-                LinearKernel::Coop(tile) => tile.workgroup_bytes(self.coop_input_bytes()),
-            },
-            Self::Attention { path: AttentionPath::SplitKv, .. } => {
-                4 * ATTENTION_SPLIT_WG * (2 + ATTENTION_SPLIT_CHUNK)
-            }
-            // The key lanes' maxima and sums of each head, and one head's weighted value
-            // pairs of every key lane.
-            Self::Attention { path: AttentionPath::Flash, head_dim, group, .. }
-            | Self::FlashRope { head_dim, group, .. } => {
-                4 * (2 * FLASH_KEY_LANES * group) + 8 * FLASH_KEY_LANES * (head_dim / 2)
-            }
-            Self::TopK => 8 * TOP_K_WG,
-            _ => 0,
-        };
-        norm + body
-    }
-
-    /// Bytes of one staged input of a cooperative-matrix variant: its matrices' input type's,
-    /// f32 where emulated (`shaders/coop_in_f16_emu.wgsl` keeps f16 values in f32).
-    fn coop_input_bytes(&self) -> u32 {
-        match self {
-            Self::Linear { path: LinearPath::Coop { shape, emulated: false }, .. } => shape.elem.bytes(),
-            _ => 4,
-        }
-    }
-
-    /// Storage buffers the variant binds (a weight read from a texture is not one), to hold
-    /// against the device's per-stage limit.
-    pub fn storage_buffers(&self) -> u32 {
-        let named = self.slots().named.len() as u32;
-        match self {
-            Self::Embed { source: WeightSource::Texture, .. }
-            | Self::Linear { source: WeightSource::Texture, .. } => named - 1,
-            _ => named,
-        }
-    }
-
-    /// The layout of the parameter block the variant reads at [`slots::PARAMS`].
+    /// The layout of the parameter block the variant reads as `P` ([`reflect::PARAMS`]).
     pub fn params(&self) -> ParamsLayout {
         match self {
             Self::Embed { .. } => EmbedParams::LAYOUT,
@@ -946,50 +899,6 @@ impl KernelVariant {
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } | Self::FlashRope { .. } => AttentionParams::LAYOUT,
-        }
-    }
-
-    /// The variant's binding slots besides [`slots::PARAMS`].
-    pub fn slots(&self) -> KernelSlots {
-        match self {
-            Self::Embed { .. } => slots::embed::ALL,
-            Self::RmsNorm => slots::rms_norm::ALL,
-            Self::RmsNormSandwich => slots::rms_norm_sandwich::ALL,
-            Self::GatedMul { .. } => slots::gated_mul::ALL,
-            Self::Scale => slots::scale::ALL,
-            Self::Softcap => slots::softcap::ALL,
-            Self::AddInPlace => slots::add_in_place::ALL,
-            Self::GatherRows => slots::gather_rows::ALL,
-            Self::ScatterRows => slots::scatter_rows::ALL,
-            Self::CopyIds => slots::copy_ids::ALL,
-            Self::MoeCombine => slots::moe_combine::ALL,
-            Self::SwigluClamped => slots::swiglu_clamped::ALL,
-            Self::LoraShrink => slots::lora_shrink::ALL,
-            Self::LoraExpand => slots::lora_expand::ALL,
-            Self::TopK => slots::top_k::ALL,
-            Self::Linear { epilogue, prologue, .. } => match (epilogue, prologue) {
-                (LinearEpilogue::Bias, LinearPrologue::Plain) => slots::linear_bias::ALL,
-                (LinearEpilogue::Bias, LinearPrologue::RmsNorm) => slots::linear_bias_norm::ALL,
-                (LinearEpilogue::RopeCache { bias: false, .. }, LinearPrologue::Plain) => {
-                    slots::linear_rope_cache::ALL
-                }
-                (LinearEpilogue::RopeCache { bias: false, .. }, LinearPrologue::RmsNorm) => {
-                    slots::linear_rope_cache_norm::ALL
-                }
-                (LinearEpilogue::RopeCache { bias: true, .. }, LinearPrologue::Plain) => {
-                    slots::linear_bias_rope_cache::ALL
-                }
-                (LinearEpilogue::RopeCache { bias: true, .. }, LinearPrologue::RmsNorm) => {
-                    slots::linear_bias_rope_cache_norm::ALL
-                }
-                (_, LinearPrologue::Plain) => slots::linear::ALL,
-                (_, LinearPrologue::RmsNorm) => slots::linear_norm::ALL,
-            },
-            Self::RopeCache { qk_norm: false, .. } => slots::rope_cache::ALL,
-            Self::RopeCache { qk_norm: true, .. } => slots::rope_cache_qk_norm::ALL,
-            Self::Attention { sinks: false, .. } => slots::attention::ALL,
-            Self::Attention { sinks: true, .. } => slots::attention_sinks::ALL,
-            Self::FlashRope { .. } => slots::attention_rope::ALL,
         }
     }
 }

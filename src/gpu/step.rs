@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::GpuError;
-use super::bind_cache::{BindKey, Binding};
+use super::bind_cache::{BindKey, Binding, Slotted};
 use super::context::{GpuContext, Kernel};
 use super::error_scopes::ErrorScopes;
 use super::kernel_timer::KernelTimer;
@@ -23,7 +23,6 @@ use super::resident::Resident;
 use super::resource::DeviceBuffer;
 use super::shader::KernelVariant;
 use super::shader::params::{KernelParams, PARAMS_BYTES};
-use super::shader::slots;
 use super::tensor::{Elem, Tensor};
 
 mod held;
@@ -87,9 +86,9 @@ pub struct Step<'a> {
     failed: bool,
     /// Dispatches recorded since the last command buffer.
     pending: Vec<Dispatch>,
-    /// Every dispatch's bindings, one after another (kept until the step is done, so dropping
-    /// them is not host time before a submit).
-    bindings: Vec<Binding>,
+    /// Every dispatch's bindings at their slots, one after another (kept until the step is
+    /// done, so dropping them is not host time before a submit).
+    bindings: Vec<Slotted>,
     /// Every dispatch's parameter block, at its offset in the ring.
     params: Vec<u8>,
     /// Bytes of `params` already written to the ring.
@@ -160,9 +159,10 @@ impl GpuContext {
 }
 
 impl Step<'_> {
-    /// Records one dispatch of `variant` with its parameter block `params` at
-    /// [`slots::PARAMS`] and `bindings` at their slots; in a chunked step, submits the
-    /// dispatches recorded so far once they fill a chunk.
+    /// Records one dispatch of `variant` with its parameter block `params` (the shader's `P`)
+    /// and `bindings` at the slots of their names (a [`GpuError::Binding`] for a name the shader
+    /// does not declare, and for one it declares that `bindings` lacks); in a chunked step,
+    /// submits the dispatches recorded so far once they fill a chunk.
     pub(crate) fn dispatch<P: KernelParams>(
         &mut self,
         variant: KernelVariant,
@@ -174,13 +174,11 @@ impl Step<'_> {
         self.check_live()?;
         let kernel = self.ctx.kernel(variant)?;
         let first = self.bindings.len();
-        self.bindings.extend(bindings);
+        if let Err(e) = self.bind(&kernel, bindings) {
+            self.bindings.truncate(first);
+            return Err(e);
+        }
         let bindings = first..self.bindings.len();
-        debug_assert!(
-            has_slots(variant, &self.bindings[bindings.clone()]),
-            "{} has no such binding slot",
-            variant.label()
-        );
         let align = u64::from(self.ctx.capabilities().limits.min_uniform_buffer_offset_alignment).max(1);
         let params_offset = (self.params.len() as u64).next_multiple_of(align);
         self.params.resize(params_offset as usize, 0);
@@ -191,6 +189,19 @@ impl Step<'_> {
             self.submit_pending(false, None)?;
         }
         Ok(())
+    }
+
+    /// Puts `bindings` at the slots of their names in `kernel`'s shader after
+    /// [`Self::bindings`]; an error (with some of them put there) unless they bind every
+    /// resource the shader declares once.
+    fn bind(&mut self, kernel: &Kernel, bindings: impl IntoIterator<Item = Binding>) -> Result<(), GpuError> {
+        let first = self.bindings.len();
+        let label = || kernel.variant.label();
+        for b in bindings {
+            let slot = kernel.reflection.slot_of(label, b.name)?;
+            self.bindings.push(Slotted { slot, resource: b.resource });
+        }
+        kernel.reflection.check_bound(label, self.bindings[first..].iter().map(|b| b.slot))
     }
 
     /// Writes `data` to the start of `t` before this step's dispatches run, through the
@@ -422,7 +433,8 @@ impl Step<'_> {
             .enumerate()
             .map(|(i, d)| {
                 let bindings = &self.bindings[d.bindings];
-                let key = BindKey::new(d.kernel.id, &ring, d.params_offset, bindings);
+                let key =
+                    BindKey::new(d.kernel.id, d.kernel.reflection.params, &ring, d.params_offset, bindings);
                 let group = resident.bind_group(first + i, key, || {
                     ctx.create_bind_group(&d.kernel, &ring, d.params_offset, bindings)
                 });
@@ -539,28 +551,22 @@ impl GpuContext {
         kernel: &Kernel,
         ring: &DeviceBuffer,
         offset: u64,
-        bindings: &[Binding],
+        bindings: &[Slotted],
     ) -> wgpu::BindGroup {
         self.count().bind_group_created();
         let params = wgpu::BindGroupEntry {
-            binding: slots::PARAMS,
+            binding: kernel.reflection.params,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                 buffer: ring,
                 offset,
                 size: NonZeroU64::new(PARAMS_BYTES),
             }),
         };
-        let entries: Vec<_> = std::iter::once(params).chain(bindings.iter().map(Binding::entry)).collect();
+        let entries: Vec<_> = std::iter::once(params).chain(bindings.iter().map(Slotted::entry)).collect();
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &kernel.layout,
             entries: &entries,
         })
     }
-}
-
-/// True when every one of `bindings` is at a slot `variant` declares.
-fn has_slots(variant: KernelVariant, bindings: &[Binding]) -> bool {
-    let named = variant.slots().named;
-    bindings.iter().all(|b| named.iter().any(|&(_, slot)| slot == b.slot))
 }

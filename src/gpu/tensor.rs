@@ -97,10 +97,10 @@ impl Tensor {
 }
 
 impl Binding {
-    /// `t`'s buffer at `slot` (kernels bound their reads by their parameters, so a row view
-    /// binds the same buffer as the whole tensor).
-    pub(crate) fn tensor(slot: u32, t: &Tensor) -> Self {
-        Self::buffer(slot, &t.buffer)
+    /// `t`'s buffer bound to `name` (kernels bound their reads by their parameters, so a row
+    /// view binds the same buffer as the whole tensor).
+    pub(crate) fn tensor(name: &'static str, t: &Tensor) -> Self {
+        Self::buffer(name, &t.buffer)
     }
 }
 

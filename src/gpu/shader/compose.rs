@@ -5,7 +5,7 @@ use super::unroll::{select_epilogue, unroll, unroll_head};
 use super::{
     ATTENTION_DOT_LANES, ATTENTION_SPLIT_CHUNK, AttentionPath, CoopElem, GateActivation, KV_PARTITION_TOKENS,
     KernelVariant, KvFormat, LINEAR_GEMM_BANDS, LinearEpilogue, LinearKernel, LinearPath, LinearPrologue,
-    MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_exchange_floats, slots,
+    MAX_BLOCK_SIZE, Tree, WEIGHT_TEXELS, WORKGROUP_SIZE, WeightSource, XLoad, gemm_exchange_floats,
 };
 use crate::dtype::DType;
 
@@ -45,6 +45,23 @@ impl KvFormat {
             Self::F16Native => shader_file!("kv_f16_native.wgsl"),
         }
     }
+}
+
+/// The name of each resource `files` declare (`@binding(SLOT_<NAME>)`), in declaration order:
+/// the composer numbers the bindings so, from 0, and Rust finds them by name in naga's
+/// reflection ([`super::reflect`]).
+fn binding_names(files: &[ShaderFile]) -> impl Iterator<Item = &'static str> {
+    let mut seen: Vec<&'static str> = Vec::new();
+    for file in files {
+        for (at, _) in file.text.match_indices("@binding(SLOT_") {
+            let rest = &file.text[at + "@binding(SLOT_".len()..];
+            let name = &rest[..rest.find(')').unwrap_or(0)];
+            if !seen.contains(&name) {
+                seen.push(name);
+            }
+        }
+    }
+    seen.into_iter()
 }
 
 /// The weight-format functions of `dtype` (`w_row_words`, `w_elem`, `w_group`, `w_block`, and
@@ -177,7 +194,14 @@ impl KernelVariant {
             // (under this rule's name); coop_mma.wgsl keeps them subgroup-uniform, as they ask.
             src.push_str("enable wgpu_cooperative_matrix;\ndiagnostic(off, derivative_uniformity);\n");
         }
-        for c in self.injected() {
+        let slots = binding_names(&files).enumerate().map(|(slot, name)| {
+            Injected::new(
+                format!("SLOT_{name}"),
+                slot as u32,
+                format!("binding {slot} of `{name}` in declaration order"),
+            )
+        });
+        for c in self.injected().into_iter().chain(slots) {
             src.push_str(&format!("const {}: u32 = {}u; // {}\n", c.name, c.value, c.from));
         }
         for file in &files {
@@ -311,22 +335,11 @@ impl KernelVariant {
         }
     }
 
-    /// The constants put at the top of the variant's shader: `WG`, the binding slots, and the
-    /// variant's own specialisation constants.
+    /// The constants put at the top of the variant's shader before its binding slots: `WG` and
+    /// the variant's own specialisation constants.
     fn injected(&self) -> Vec<Injected> {
         let (wg, wg_name) = self.workgroup_constant();
-        let mut out = vec![
-            Injected::new("WG", wg, format!("shader::{wg_name}")),
-            Injected::new("SLOT_P", slots::PARAMS, "shader::slots::PARAMS"),
-        ];
-        let kernel_slots = self.slots();
-        out.extend(kernel_slots.named.iter().map(|&(name, slot)| {
-            Injected::new(
-                format!("SLOT_{name}"),
-                slot,
-                format!("shader::slots::{}::{name}", kernel_slots.kernel),
-            )
-        }));
+        let mut out = vec![Injected::new("WG", wg, format!("shader::{wg_name}"))];
         if let Some(rows) = self.normed_rows() {
             out.push(Injected::new("NORM_WG", WORKGROUP_SIZE, "shader::WORKGROUP_SIZE (rms_norm's)"));
             out.push(Injected::new("NORM_ROWS", rows, "KernelVariant::rows_per_workgroup"));

@@ -1,6 +1,6 @@
 //! Every kernel's parameter block: a `#[repr(C)]` struct with the fields of the WGSL struct of
 //! the same name, in the same order. A dispatch writes its bytes into the step's uniform ring,
-//! at binding [`PARAMS`](super::slots::PARAMS) of the kernel.
+//! as the uniform [`PARAMS`](super::reflect::PARAMS) (`P`) of the kernel.
 //!
 //! `kernel_params!` records each struct's [`ParamsLayout`] (field names, offsets, types and
 //! size) next to it; `tests/shader_contract.rs` reads the params struct of every composed

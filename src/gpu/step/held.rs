@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{Encoded, Step, StepInFlight};
-use crate::gpu::bind_cache::Binding;
+use crate::gpu::bind_cache::Slotted;
 use crate::gpu::error_scopes::ErrorScopes;
 use crate::gpu::resource::DeviceBuffer;
 use crate::gpu::{GpuContext, GpuError};
@@ -23,7 +23,7 @@ pub struct HeldStep {
     scratch: Vec<DeviceBuffer>,
     /// What its dispatches hold (pipelines, bind groups, bindings), kept until the submit.
     encoded: Vec<Encoded>,
-    bindings: Vec<Binding>,
+    bindings: Vec<Slotted>,
     dispatches: usize,
     /// Host time it took to record and encode.
     host: Duration,
