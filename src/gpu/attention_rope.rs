@@ -19,7 +19,9 @@
 use super::GpuError;
 use super::attention_flash::flash_group;
 use super::bind_cache::Binding;
-use super::kernels::{AttentionBatch, AttentionSpec, RopeCacheArgs, RopeMode, attention_params, u};
+use super::kernels::{
+    AttentionBatch, AttentionSpec, RopeCacheArgs, RopeMode, attention_bindings, attention_params, u,
+};
 use super::shader::{AttentionPath, KernelVariant};
 use super::step::Step;
 use super::tensor::{Elem, Tensor};
@@ -76,7 +78,7 @@ impl Step<'_> {
         }
         let t = qkv.shape().first().copied().unwrap_or(0);
         qkv.expect("flash_rope_attention qkv", Elem::F32, &[t, rope.row_width()])?;
-        let (kc, vc) = rope.check(t)?;
+        let pools = rope.check(t)?;
         let Some((norm, eps)) = rope.qk_norm else {
             return Err(GpuError::Shape("flash_rope_attention: only for Q/K-normed heads".into()));
         };
@@ -99,19 +101,12 @@ impl Step<'_> {
             return Err(GpuError::Unsupported("flash attention with RoPE variant".into()));
         };
         let grid = self.grid_groups(t * rope.heads / group as usize);
-        let bindings = [
-            Binding::tensor("Q", qkv),
-            Binding::buffer("K_CACHE", kc),
-            Binding::buffer("V_CACHE", vc),
-            Binding::tensor("BLOCK_TABLE", &batch.block_table),
-            Binding::tensor("SEQ_LENS", &batch.seq_lens),
-            Binding::tensor("QUERY_START", &batch.query_start_loc),
-            Binding::tensor("OUT", out),
+        let bindings = attention_bindings(qkv, pools, batch, None, out).chain([
             Binding::tensor("POSITIONS", rope.positions),
             Binding::tensor("INV_FREQ", rope.inv_freq),
             Binding::tensor("SLOT_MAPPING", rope.slot_mapping),
             Binding::tensor("QK_NORM", norm),
-        ];
+        ]);
         self.dispatch(variant, &params, bindings, grid)
     }
 }
