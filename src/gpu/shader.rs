@@ -668,6 +668,9 @@ pub enum KernelVariant {
     /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
     /// (`lora_expand.wgsl`).
     LoraExpand,
+    /// [`Self::LoraExpand`] a slot's rows at once, the shrunk rows and slots read as uniforms
+    /// (`lora_expand_rows.wgsl`: batches that fit them, as decodes do).
+    LoraExpandRows,
     /// Gemma's sandwich between two linears: `x += rms_norm(o) * post`, then
     /// `h = rms_norm(x) * pre` (`rms_norm_sandwich.wgsl`: `src/gpu/norm_sandwich.rs`).
     RmsNormSandwich,
@@ -783,6 +786,7 @@ impl KernelVariant {
             Self::SwigluClamped => "swiglu_clamped".into(),
             Self::LoraShrink => "lora_shrink".into(),
             Self::LoraExpand => "lora_expand".into(),
+            Self::LoraExpandRows => "lora_expand_rows".into(),
             Self::TopK => "top_k".into(),
             Self::Linear { dtype, source, path, kernel, x_load, tree, prologue, epilogue } => {
                 let path = match path {
@@ -895,7 +899,7 @@ impl KernelVariant {
             | Self::MoeCombine
             | Self::SwigluClamped => ElementwiseParams::LAYOUT,
             Self::TopK => TopKParams::LAYOUT,
-            Self::LoraShrink | Self::LoraExpand => LoraParams::LAYOUT,
+            Self::LoraShrink | Self::LoraExpand | Self::LoraExpandRows => LoraParams::LAYOUT,
             Self::Linear { .. } => LinearParams::LAYOUT,
             Self::RopeCache { .. } => RopeCacheParams::LAYOUT,
             Self::Attention { .. } | Self::FlashRope { .. } => AttentionParams::LAYOUT,
@@ -942,6 +946,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::SwigluClamped,
         KernelVariant::LoraShrink,
         KernelVariant::LoraExpand,
+        KernelVariant::LoraExpandRows,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];

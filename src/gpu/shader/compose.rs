@@ -289,6 +289,9 @@ impl KernelVariant {
             Self::TopK => vec![shader_file!("top_k.wgsl")],
             Self::LoraShrink => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_shrink.wgsl")],
             Self::LoraExpand => vec![shader_file!("lora_common.wgsl"), shader_file!("lora_expand.wgsl")],
+            Self::LoraExpandRows => {
+                vec![shader_file!("lora_common.wgsl"), shader_file!("lora_expand_rows.wgsl")]
+            }
             Self::Linear { .. } => self.linear_files(),
             Self::RopeCache { kv, qk_norm } => {
                 let norm = if qk_norm {
