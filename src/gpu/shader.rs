@@ -259,31 +259,18 @@ pub enum KernelVariant {
 impl KernelVariant {
     /// True when the variant needs the SHADER_F16 feature.
     pub fn needs_f16(&self) -> bool {
-        matches!(
-            self,
-            Self::RopeCache { kv: KvFormat::F16Native, .. }
-                | Self::Attention { kv: KvFormat::F16Native, .. }
-                | Self::FlashRope { kv: KvFormat::F16Native, .. }
-                | Self::Linear { epilogue: LinearEpilogue::RopeCache { kv: KvFormat::F16Native, .. }, .. }
-        ) || matches!(self, Self::Linear { path: LinearPath::Coop { shape, emulated: false }, .. } if shape.elem == CoopElem::F16)
+        self.family().needs_f16(self)
     }
 
     /// True when the variant needs the EXPERIMENTAL_COOPERATIVE_MATRIX feature (the
     /// cooperative-matrix path, not emulated).
     pub fn needs_coop(&self) -> bool {
-        matches!(self, Self::Linear { path: LinearPath::Coop { emulated: false, .. }, .. })
+        self.family().needs_coop(self)
     }
 
     /// True when the variant needs the SUBGROUP feature.
     pub fn needs_subgroup(&self) -> bool {
-        matches!(
-            self,
-            Self::Linear { path: LinearPath::Sequential { subgroup: Some(_) } | LinearPath::Coop { .. }, .. }
-                | Self::Linear { tree: Tree::Subgroup { .. }, .. }
-                | Self::Attention { path: AttentionPath::PerQuerySubgroup | AttentionPath::Flash, .. }
-                | Self::Attention { tree: Tree::Subgroup { .. }, .. }
-                | Self::FlashRope { .. }
-        )
+        self.family().needs_subgroup(self)
     }
 
     /// The module of the variant's kernel family, which says what it is made of.

@@ -53,6 +53,11 @@ impl KvFormat {
         }
     }
 
+    /// True for the format rounded by shader-f16's own conversion (it needs SHADER_F16).
+    pub(super) fn needs_f16(self) -> bool {
+        self == Self::F16Native
+    }
+
     /// The format's name in labels.
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -143,6 +148,24 @@ impl Family for Attention {
             AttentionPath::PerQuerySubgroup => (ATTENTION_DOT_LANES, "ATTENTION_DOT_LANES"),
             AttentionPath::Flash => (FLASH_WG, "FLASH_WG"),
             AttentionPath::PerQuery => (super::WORKGROUP_SIZE, "WORKGROUP_SIZE"),
+        }
+    }
+
+    fn needs_f16(&self, variant: &KernelVariant) -> bool {
+        match *variant {
+            KernelVariant::Attention { kv, .. } | KernelVariant::FlashRope { kv, .. } => kv.needs_f16(),
+            _ => false,
+        }
+    }
+
+    /// The subgroup kernel's and flash's lanes, and split-KV's subgroup trees.
+    fn needs_subgroup(&self, variant: &KernelVariant) -> bool {
+        match *variant {
+            KernelVariant::Attention { path, tree, .. } => {
+                matches!(path, AttentionPath::PerQuerySubgroup | AttentionPath::Flash)
+                    || matches!(tree, Tree::Subgroup { .. })
+            }
+            _ => matches!(variant, KernelVariant::FlashRope { .. }),
         }
     }
 

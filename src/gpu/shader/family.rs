@@ -56,6 +56,21 @@ pub(super) trait Family: Sync {
         (super::WORKGROUP_SIZE, "WORKGROUP_SIZE")
     }
 
+    /// True when it needs the SHADER_F16 feature.
+    fn needs_f16(&self, _variant: &KernelVariant) -> bool {
+        false
+    }
+
+    /// True when it needs the SUBGROUP feature.
+    fn needs_subgroup(&self, _variant: &KernelVariant) -> bool {
+        false
+    }
+
+    /// True when it needs the EXPERIMENTAL_COOPERATIVE_MATRIX feature.
+    fn needs_coop(&self, _variant: &KernelVariant) -> bool {
+        false
+    }
+
     /// The layout of the parameter block it reads as `P`.
     fn params(&self, variant: &KernelVariant) -> ParamsLayout;
 

@@ -330,6 +330,27 @@ impl Family for Linear {
         }
     }
 
+    /// The rotary epilogue into f16 rounded by shader-f16, and the matrices of f16 inputs.
+    fn needs_f16(&self, variant: &KernelVariant) -> bool {
+        let KernelVariant::Linear { path, epilogue, .. } = *variant else { return false };
+        let f16_matrices =
+            matches!(path, LinearPath::Coop { shape, emulated: false } if shape.elem == CoopElem::F16);
+        epilogue.needs_f16() || f16_matrices
+    }
+
+    /// The sequential path over subgroups, the cooperative-matrix path (emulated too) and the
+    /// subgroup trees.
+    fn needs_subgroup(&self, variant: &KernelVariant) -> bool {
+        let KernelVariant::Linear { path, tree, .. } = *variant else { return false };
+        matches!(path, LinearPath::Sequential { subgroup: Some(_) } | LinearPath::Coop { .. })
+            || matches!(tree, Tree::Subgroup { .. })
+    }
+
+    /// The cooperative-matrix path, not emulated.
+    fn needs_coop(&self, variant: &KernelVariant) -> bool {
+        matches!(*variant, KernelVariant::Linear { path: LinearPath::Coop { emulated: false, .. }, .. })
+    }
+
     fn params(&self, _variant: &KernelVariant) -> ParamsLayout {
         LinearParams::LAYOUT
     }

@@ -57,6 +57,12 @@ impl LinearEpilogue {
         if self.is_gated() { 2 } else { 1 }
     }
 
+    /// True for the rotary epilogue into a pool of f16 rounded by shader-f16 (it needs
+    /// SHADER_F16).
+    pub(super) fn needs_f16(self) -> bool {
+        matches!(self, Self::RopeCache { kv, .. } if kv.needs_f16())
+    }
+
     /// How the kernels hand it their outputs.
     pub(super) fn shape(self) -> EmitShape {
         match self {

@@ -15,6 +15,10 @@ impl Family for RopeCache {
         format!("rope_cache/{}{}", kv.name(), if qk_norm { "/qk-norm" } else { "" })
     }
 
+    fn needs_f16(&self, variant: &KernelVariant) -> bool {
+        matches!(*variant, KernelVariant::RopeCache { kv, .. } if kv.needs_f16())
+    }
+
     fn params(&self, _variant: &KernelVariant) -> ParamsLayout {
         RopeCacheParams::LAYOUT
     }
