@@ -46,7 +46,7 @@ impl Injected {
 /// What a kernel family's module says of each of its variants (as ggml-webgpu's
 /// `get_*_pipeline` does): [`KernelVariant::family`] names the family of a variant, and the
 /// variant's methods ask it. Each method is called with a variant of the family only.
-pub(super) trait Family: Sync {
+pub(super) trait Family {
     /// The variant's short unique name, the pipeline label.
     fn label(&self, variant: &KernelVariant) -> String;
 
