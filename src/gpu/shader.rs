@@ -440,11 +440,16 @@ pub enum LinearPrologue {
     /// Reads `rms_norm(x) * g`: the RMSNorm that feeds the projection, computed per row tile
     /// with the rms_norm kernel's order, so the product has the bits of the two kernels.
     RmsNorm,
+    /// Gemma's sandwich before the RMSNorm: reads `rms_norm(x + rms_norm(o) * post) * g` and
+    /// writes `x + rms_norm(o) * post` (the new residual) to another buffer from one workgroup
+    /// of each row tile, with the bits of the rms_norm kernel's add and then [`Self::RmsNorm`]
+    /// (`shaders/xin_sandwich.wgsl`).
+    SandwichNorm,
 }
 
 impl LinearPrologue {
-    /// Both prologues.
-    pub const ALL: [LinearPrologue; 2] = [Self::Plain, Self::RmsNorm];
+    /// Every prologue.
+    pub const ALL: [LinearPrologue; 3] = [Self::Plain, Self::RmsNorm, Self::SandwichNorm];
 }
 
 /// How the attention kernel spreads one query's context.
@@ -796,6 +801,7 @@ impl KernelVariant {
                 let norm = match prologue {
                     LinearPrologue::Plain => "",
                     LinearPrologue::RmsNorm => "rms-",
+                    LinearPrologue::SandwichNorm => "sandwich-",
                 };
                 let x_load = match x_load {
                     XLoad::Words => "",

@@ -225,7 +225,9 @@ impl KernelVariant {
         match self {
             Self::RmsNorm
             | Self::RmsNormSandwich
-            | Self::Linear { prologue: LinearPrologue::RmsNorm, .. } => Some(self.rows_per_workgroup()),
+            | Self::Linear { prologue: LinearPrologue::RmsNorm | LinearPrologue::SandwichNorm, .. } => {
+                Some(self.rows_per_workgroup())
+            }
             _ => None,
         }
     }
@@ -237,7 +239,7 @@ impl KernelVariant {
             Self::Linear {
                 path: path @ LinearPath::Sequential { subgroup: Some(sg) },
                 tree: Tree::Subgroup { lanes },
-                prologue: LinearPrologue::RmsNorm,
+                prologue: LinearPrologue::RmsNorm | LinearPrologue::SandwichNorm,
                 ..
             } => lanes == sg && path.norms_in_subgroups(),
             _ => false,
@@ -382,7 +384,7 @@ impl KernelVariant {
         };
         let input = match prologue {
             LinearPrologue::Plain => vec![shader_file!("xin_plain.wgsl")],
-            LinearPrologue::RmsNorm => {
+            LinearPrologue::RmsNorm | LinearPrologue::SandwichNorm => {
                 let weight = match x_load {
                     XLoad::Words => shader_file!("xnorm_f32.wgsl"),
                     XLoad::Units => shader_file!("xnorm_vec4.wgsl"),
@@ -391,12 +393,18 @@ impl KernelVariant {
                     true => shader_file!("rms_scale_lanes.wgsl"),
                     false => shader_file!("rms_scale.wgsl"),
                 };
-                vec![scales, weight, shader_file!("xin_rms_norm.wgsl")]
+                let input = match prologue {
+                    LinearPrologue::SandwichNorm => shader_file!("xin_sandwich.wgsl"),
+                    _ => shader_file!("xin_rms_norm.wgsl"),
+                };
+                vec![scales, weight, input]
             }
         };
-        let activations = match x_load {
-            XLoad::Words => shader_file!("xsrc_f32.wgsl"),
-            XLoad::Units => shader_file!("xsrc_vec4.wgsl"),
+        let activations = match (prologue, x_load) {
+            (LinearPrologue::SandwichNorm, XLoad::Words) => shader_file!("xsrc_sandwich_f32.wgsl"),
+            (LinearPrologue::SandwichNorm, XLoad::Units) => shader_file!("xsrc_sandwich_vec4.wgsl"),
+            (_, XLoad::Words) => shader_file!("xsrc_f32.wgsl"),
+            (_, XLoad::Units) => shader_file!("xsrc_vec4.wgsl"),
         };
         [
             vec![tree.file(), shader_file!("linear_common.wgsl"), activations],
