@@ -684,7 +684,8 @@ impl GpuLayer {
         }
         let h = match pending.take() {
             Some(post) => {
-                let (h, moved) = step.sandwich_input(&a.o, post, x, &self.attn_norm, eps, &a.h, a.other(x))?;
+                let (h, moved) =
+                    step.sandwich_input(&a.o, post, x, &self.attn_norm, eps, &a.h, a.other(x))?;
                 *x = moved;
                 h
             }
@@ -700,7 +701,8 @@ impl GpuLayer {
                     Some(post) => {
                         step.linear_into(&a.att, o.weight, o.bias, &a.o, 0)?;
                         let other = a.other(x);
-                        let (h, moved) = step.sandwich_input(&a.o, post, x, &self.ffn_norm, eps, &a.h, other)?;
+                        let (h, moved) =
+                            step.sandwich_input(&a.o, post, x, &self.ffn_norm, eps, &a.h, other)?;
                         *x = moved;
                         h
                     }
