@@ -7,9 +7,11 @@
 //! kernels over subgroups of 8 or 16); Q/K norms (Qwen3, Gemma 3) keep RoPE a dispatch of its
 //! own, except in decode steps on flash attention, whose kernel norms, rotates and caches its
 //! token's heads itself (`Step::flash_rope_attention`), and Gemma's sandwich norms add one
-//! dispatch after each of the output and down
-//! projections, the post-norm and the residual add together (tests/model_dispatches.rs states
-//! each family's count); then the final norm and the LM head on only the rows that need
+//! dispatch after each of the output and down projections (the post-norm, the residual add and
+//! the next norm together), none where the norms are fused: there the next linears take the
+//! sandwich in their prologue and write the new residual to the stream's other buffer
+//! (`Step::sandwich_input`; tests/model_dispatches.rs states each family's count); then the
+//! final norm and the LM head on only the rows that need
 //! logits, and top-k/argmax on the GPU).
 
 use std::borrow::Cow;
