@@ -100,8 +100,12 @@ PAGODA_LINEAR=ksplit PAGODA_ATTENTION=split-kv cargo test --test kernels_referen
 # the long run reads all, and runs the pass again with split-KV attention (GPUs whose
 # subgroups have fewer than 8 lanes; CI reaches split-KV in kernels_reference above).
 # (and gpt-oss's MXFP4 checkpoint: its MXFP4 linears reach these kernels in kernels_reference)
+# The single-family tests follow the same rule: CI leaves out those that read a GGUF (Gemma 3's
+# layer pattern, gpt-oss's GGUF, llama-quantize's Q8_0 Qwen3) and those of the families skipped
+# above (Mistral's window, Phi-3's LongRoPE); the long run keeps them.
 mapfile -t gguf_only < <(ci_skip gemma2_gguf_is_the_hf_model mistral_gguf_without_its_window \
-    gpt_oss_mxfp4_checkpoint)
+    gpt_oss_mxfp4_checkpoint gemma3_gguf_with_its_own_layer_pattern gpt_oss_gguf_matches \
+    qwen3_q8_0_from_llama_quantize mistral_slides_its_window phi3_longrope_matches)
 formats=hf repeats=llama-rope-parameters,qwen2-moe,qwen2,mistral,phi3,phi3-longrope,mixtral,qwen3-moe-dense-layers
 attentions=flash
 if [ -n "$long" ]; then formats=hf,f32,f16 repeats= attentions="flash split-kv"; fi

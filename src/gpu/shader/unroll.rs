@@ -2,7 +2,17 @@
 //! kernels (see the [`shader`](super) docs for an example of their expansion), and the
 //! `HEAD_PAIRS` / `HEAD_EIGHTS` / `LANE_PAIRS` / `GROUP_HEADS` markers of the attention kernels.
 
-use super::EmitShape;
+/// How a linear kernel hands its outputs to the epilogue (which of the kernels' `PLAIN`,
+/// `GATED` and `PAIRED` lines the composer keeps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EmitShape {
+    /// One output at a time (`emit`).
+    Single,
+    /// A gate and an up sum per output (`emit_gated`).
+    Gated,
+    /// Two neighbouring columns at once (`emit_pair`).
+    Pairs,
+}
 
 /// Keeps the lines starting with the word `GATED` (without it) for a gated epilogue, those
 /// starting with `PAIRED` for an epilogue of column pairs, those starting with `PLAIN` for the
