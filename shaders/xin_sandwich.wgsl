@@ -17,9 +17,9 @@ var<private> xin_m0: u32;
 var<private> xin_post: array<f32, NORM_ROWS>;
 var<private> xin_pre: array<f32, NORM_ROWS>;
 
-// x'[i] of row m0 + r of the tile: x + o * post_scale * post.
-fn x_sandwich(i: u32, r: u32) -> f32 {
-    return x_word(i) + o_word(i) * xin_post[r] * post_word(i % P.k);
+// x'[i], column k of row m0 + r of the tile: x + o * post_scale * post.
+fn x_sandwich(i: u32, r: u32, k: u32) -> f32 {
+    return x_word(i) + o_word(i) * xin_post[r] * post_word(k);
 }
 
 fn x1(i: u32) -> f32 {
@@ -27,7 +27,12 @@ fn x1(i: u32) -> f32 {
         return o_word(i);
     }
     if (xin_mode == 2u) {
-        return x_sandwich(i, i / P.k - xin_m0);
+        // The tile row of i (a division only in tiles of several rows), then its column.
+        var r = 0u;
+        if (NORM_ROWS > 1u) {
+            r = i / P.k - xin_m0;
+        }
+        return x_sandwich(i, r, i - x_row(xin_m0, r));
     }
     return x_word(i);
 }
@@ -48,7 +53,7 @@ fn row_scales(m0: u32, lead: bool, lanes: Lanes) {
         for (var r = 0u; r < NORM_ROWS && m0 + r < P.m; r++) {
             let xr = (m0 + r) * P.k;
             for (var k = lanes.t; k < P.k; k += WG) {
-                XOUT[xr + k] = x_sandwich(xr + k, r);
+                XOUT[xr + k] = x_sandwich(xr + k, r, k);
             }
         }
     }
