@@ -7,7 +7,9 @@
 // `load_x8_direct` (16-byte units on the K-split path where K is a multiple of 4,
 // xsrc_vec4.wgsl; else a word at a time, xsrc_f32.wgsl) and read it through the input
 // functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as
-// stored (xin_plain.wgsl), or RMS-normed on the way in (xin_rms_norm.wgsl).
+// stored (xin_plain.wgsl), RMS-normed on the way in (xin_rms_norm.wgsl), or Gemma's sandwich
+// before that (xin_sandwich.wgsl). `row_scales(m0, lead, lanes)` is called by every invocation
+// with `lead` true in exactly one workgroup of each row tile (its first column tile).
 struct LinearParams {
     m: u32,
     n_part: u32,

@@ -113,7 +113,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes, u: CoopLanes) {
     let n0 = (wid.z * P.nx + wid.x) * OUTS;
     let m0 = wid.y * MT;
     let row_words = w_row_words(P.k);
-    row_scales(m0, lanes);
+    row_scales(m0, n0 == 0u, lanes);
     for (var e = t; e < MT * NT; e += WG) {
         cs[e] = 0.0;
     }

@@ -19,7 +19,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
     COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     ROWS let xr_R = x_row(m0, RRu);
-    row_scales(m0, lanes);
+    row_scales(m0, wid.x == 0u, lanes);
     ROWS let s_R = row_scale(RRu);
     ROWS COLS var acc_R_C = 0.0;
     GATED ROWS COLS var up_R_C = 0.0;

@@ -1,5 +1,5 @@
 // Linear input as stored: x itself (no row scales).
-fn row_scales(m0: u32, lanes: Lanes) {
+fn row_scales(m0: u32, lead: bool, lanes: Lanes) {
 }
 
 fn row_scale(r: u32) -> f32 {

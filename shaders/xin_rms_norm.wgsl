@@ -4,7 +4,7 @@
 // have written. NORM is read with `norm8` and `norm1`
 // (xnorm_f32.wgsl or xnorm_vec4.wgsl, loaded as the activations are).
 
-fn row_scales(m0: u32, lanes: Lanes) {
+fn row_scales(m0: u32, lead: bool, lanes: Lanes) {
     rms_scales(m0, P.m, P.k, P.eps, lanes);
 }
 

@@ -4,9 +4,10 @@
 //! outputs and in the keys and values it writes (read back by a second decode step), f32 and
 //! f16 caches, half-split and interleaved RoPE, one and several workgroups a KV head. Gemma's
 //! sandwich norms in one dispatch (`Step::rms_norm_sandwich`) against `rms_norm_add` then
-//! `rms_norm`. And the tiny Qwen3, Gemma 2 and Gemma 3 models on flash attention: a token
-//! decoded after its prompt's prefill has the logits' bits of the same token prefilled with the
-//! prompt.
+//! `rms_norm`, and in the next linear's prologue (`LinearInput::Sandwich`) against
+//! `rms_norm_add` then the linear with the norm fused. And the tiny Qwen3, Gemma 2 and Gemma 3
+//! models on flash attention: a token decoded after its prompt's prefill has the logits' bits of
+//! the same token prefilled with the prompt.
 
 mod kernels_support;
 
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 
 use kernels_support::{Rng, bits};
 
+use pagoda::dtype::{DType, quantize};
 use pagoda::gpu::*;
 use pagoda::model::ModelFiles;
 use pagoda::model::llama::{ForwardBatch, LlamaModel, Workspace, WorkspaceLimits};
@@ -223,6 +225,106 @@ fn the_sandwich_norms_in_one_dispatch_have_the_bits_of_two() {
         assert_eq!(bits(&fused.0), bits(&apart.0), "x, {rows} rows of {d}");
         assert_eq!(bits(&fused.1), bits(&apart.1), "h, {rows} rows of {d}");
     }
+}
+
+/// A context whose linears take `strategy`'s kernels with the norms fused into every tile.
+fn fused_norm_ctx(strategy: LinearStrategy) -> GpuContext {
+    let options = GpuOptions {
+        linear_strategy: Some(strategy),
+        norm_strategy: Some(Fusion::Fused),
+        ..GpuOptions::default()
+    };
+    GpuContext::new(&options).expect("a wgpu adapter (lavapipe in CI)")
+}
+
+/// Rows `m` of the residual `x` and projection `o` through `w`, the sandwich before it as
+/// today's two kernels (`fused` false: rms_norm_add, then the linear normed on the way in) or
+/// in the linear's prologue (into a second residual buffer); returns (new residual, outputs).
+#[allow(clippy::too_many_arguments)]
+fn sandwich_linear(
+    c: &GpuContext,
+    w: &Weight,
+    x: &[f32],
+    o: &[f32],
+    post: &Tensor,
+    pre: &Tensor,
+    m: usize,
+    fused: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    let k = w.cols();
+    let x = c.upload_f32(&[m, k], &x[..m * k]).unwrap();
+    let o = c.upload_f32(&[m, k], &o[..m * k]).unwrap();
+    let x_out = c.tensor(Elem::F32, &[m, k]).unwrap();
+    let y = c.tensor(Elem::F32, &[m, w.rows()]).unwrap();
+    let mut step = c.step();
+    let residual = if fused {
+        let input = SandwichInput { x: &x, o: &o, post, pre, eps: 1e-6, x_out: &x_out };
+        step.linear(LinearInput::Sandwich(input), w, &y).unwrap();
+        &x_out
+    } else {
+        step.rms_norm_add(&o, post, 1e-6, &x).unwrap();
+        step.linear(LinearInput::rms_normed(&x, pre, 1e-6), w, &y).unwrap();
+        &x
+    };
+    let (xi, yi) = (step.read(residual), step.read(&y));
+    let mut out = step.submit().unwrap();
+    (out.f32s(xi), out.f32s(yi))
+}
+
+/// The sandwich in the linear's prologue (`LinearInput::Sandwich`: Gemma's decode step) has the
+/// bits of rms_norm_add and then the linear with its input norm fused, in the new residual it
+/// writes to the other buffer and in the outputs: on the K-split path (Q4_K through the GEMV of
+/// 1, 4 and 8 rows, two workgroups of 8 with the second ragged, and the GEMM of 40 rows; f16 in
+/// rows of words, 302 columns, with single weights past the lanes' runs), the sequential one
+/// (its subgroups' norm on lavapipe) and the emulated cooperative one, each with 37 outputs:
+/// several column tiles, of which only the first writes the residual.
+#[test]
+fn the_sandwich_in_the_linears_prologue_has_the_bits_of_the_add_then_the_normed_linear() {
+    let n = 37;
+    let ksplit = fused_norm_ctx(LinearStrategy::KSplit);
+    let sequential = fused_norm_ctx(LinearStrategy::Sequential);
+    let coop = fused_norm_ctx(LinearStrategy::CoopEmulated(CoopShape::F16_16));
+    let cases: [(&GpuContext, DType, usize, &[usize]); 4] = [
+        (&ksplit, DType::Q4K, 512, &[1, 3, 13, 40]),
+        (&ksplit, DType::F16, 302, &[2]),
+        (&sequential, DType::Q6K, 256, &[1, 5]),
+        (&coop, DType::Q8_0, 256, &[5]),
+    ];
+    for (c, dtype, k, batches) in cases {
+        let what = format!("{:?} {dtype:?} k {k}", c.capabilities().linear_path());
+        let mut rng = Rng::new(k as u64);
+        let w = c.upload_weight("w", dtype, n, k, &quantize(dtype, &rng.vec(n * k))).unwrap();
+        let m_max = batches[batches.len() - 1];
+        let x: Vec<f32> = rng.vec(m_max * k).iter().map(|v| 300.0 * v).collect();
+        let o: Vec<f32> = rng.vec(m_max * k).iter().map(|v| 40.0 * v).collect();
+        let post: Vec<f32> = rng.vec(k).iter().map(|v| 1.0 + v).collect();
+        let pre: Vec<f32> = rng.vec(k).iter().map(|v| 1.0 + 0.5 * v).collect();
+        let (post, pre) = (c.upload_f32(&[k], &post).unwrap(), c.upload_f32(&[k], &pre).unwrap());
+        for &m in batches {
+            let apart = sandwich_linear(c, &w, &x, &o, &post, &pre, m, false);
+            let fused = sandwich_linear(c, &w, &x, &o, &post, &pre, m, true);
+            assert!(apart.1.iter().all(|v| v.is_finite()) && apart.1.iter().any(|&v| v != 0.0));
+            assert_eq!(bits(&fused.0), bits(&apart.0), "{what}: residual of {m} rows");
+            assert_eq!(bits(&fused.1), bits(&apart.1), "{what}: outputs of {m} rows");
+        }
+    }
+}
+
+/// The sandwich's new residual must go to another buffer than the residual it reads: one that
+/// shares it is refused, not raced on.
+#[test]
+fn the_sandwich_prologue_refuses_to_write_the_residual_it_reads() {
+    let c = fused_norm_ctx(LinearStrategy::KSplit);
+    let (m, k, n) = (1, 64, 4);
+    let w = c.upload_weight("w", DType::F32, n, k, &quantize(DType::F32, &vec![0.5; n * k])).unwrap();
+    let x = c.tensor(Elem::F32, &[m, k]).unwrap();
+    let o = c.tensor(Elem::F32, &[m, k]).unwrap();
+    let g = c.upload_f32(&[k], &vec![1.0; k]).unwrap();
+    let y = c.tensor(Elem::F32, &[m, n]).unwrap();
+    let mut step = c.step();
+    let input = SandwichInput { x: &x, o: &o, post: &g, pre: &g, eps: 1e-6, x_out: &x };
+    let err = step.linear(LinearInput::Sandwich(input), &w, &y).unwrap_err();
+    assert!(matches!(err, GpuError::Shape(_)), "{err}");
 }
 
 fn families_dir() -> PathBuf {

@@ -7,9 +7,11 @@
 //! kernels over subgroups of 8 or 16); Q/K norms (Qwen3, Gemma 3) keep RoPE a dispatch of its
 //! own, except in decode steps on flash attention, whose kernel norms, rotates and caches its
 //! token's heads itself (`Step::flash_rope_attention`), and Gemma's sandwich norms add one
-//! dispatch after each of the output and down
-//! projections, the post-norm and the residual add together (tests/model_dispatches.rs states
-//! each family's count); then the final norm and the LM head on only the rows that need
+//! dispatch after each of the output and down projections (the post-norm, the residual add and
+//! the next norm together), none where the norms are fused: there the next linears take the
+//! sandwich in their prologue and write the new residual to the stream's other buffer
+//! (`Step::sandwich_input`; tests/model_dispatches.rs states each family's count); then the
+//! final norm and the LM head on only the rows that need
 //! logits, and top-k/argmax on the GPU).
 
 use std::borrow::Cow;
@@ -344,20 +346,43 @@ impl LlamaModel {
             fed.copy_in(&mut step, &inputs.ids)?;
         }
         let acts = ws.acts.rows(t)?;
-        step.embed(&inputs.ids, &self.embed_tokens, &acts.x)?;
+        // The residual stream: in `acts.x`, or in `acts.x2` between Gemma's sandwiches.
+        let mut x = self.residual_start(&step, &acts, lora.is_some());
+        step.embed(&inputs.ids, &self.embed_tokens, x)?;
         if let Some(scale) = self.config.embedding_scale {
-            step.scale(&acts.x, scale)?;
+            step.scale(x, scale)?;
         }
         // A layer's post-MLP norm (Gemma's sandwich) left to the next layer's input norm.
         let mut pending = None;
         for (index, layer) in self.layers.iter().enumerate() {
             let lora = lora.as_ref().map(|l| l.layer(index));
-            step = layer.record(step, self, &inputs, &acts, KvLayer { cache, index }, lora, &mut pending)?;
+            let kv = KvLayer { cache, index };
+            step = layer.record(step, self, &inputs, &acts, &mut x, kv, lora, &mut pending)?;
         }
         if let Some(post) = pending {
-            step.rms_norm_add(&acts.o, post, self.config.rms_norm_eps, &acts.x)?;
+            step.rms_norm_add(&acts.o, post, self.config.rms_norm_eps, x)?;
+        }
+        if !std::ptr::eq(x, &acts.x) {
+            return Err(LlamaError::Unsupported("the residual stream ended outside its buffer".into()));
         }
         self.record_head(step, &inputs, &acts, readback, fed.as_ref())
+    }
+
+    /// Where a step of `acts`' rows embeds its tokens: the residual stream moves to the other
+    /// of its two buffers at each of Gemma's sandwiches the linears take in their prologue
+    /// ([`Step::sandwich_input`]: each layer's post-attention one and each post-MLP one but the
+    /// last layer's, the next layer's input), so it starts where an even count of moves leaves
+    /// it in `acts.x`, which the head and [`Self::score_rows`] read. A LoRA step fuses none.
+    fn residual_start<'a>(&self, step: &Step<'_>, acts: &'a Activations, lora: bool) -> &'a Tensor {
+        let Some(x2) = &acts.x2 else { return &acts.x };
+        if lora || !step.fuses_sandwich(acts.x.shape()[0]) {
+            return &acts.x;
+        }
+        let dense = |l: &&GpuLayer| matches!(l.mlp, GpuMlp::Dense(_));
+        let attention = self.layers.iter().filter(dense).filter(|l| l.post_attn_norm.is_some()).count();
+        let last = self.layers.len().saturating_sub(1);
+        let mlp = self.layers[..last].iter().filter(dense).filter(|l| l.post_ffn_norm.is_some()).count();
+        if (attention + mlp) % 2 == 1 { x2 } else { &acts.x }
     }
 
     /// Records the head — per tile of sampled rows: the rows gathered, the final norm, the
@@ -560,13 +585,16 @@ impl Inputs {
     }
 }
 
-/// The activation buffers: the residual stream `x`, the normed input `h` (where norms are not
+/// The activation buffers: the residual stream `x` (and `x2`, its other buffer, for models with
+/// Gemma's sandwich norms: the linears that take a sandwich in their prologue write the new
+/// residual there), the normed input `h` (where norms are not
 /// fused into the linears they feed), the fused Q/K/V row `qkv`, the attention output `att`,
 /// the MLP's activation `act`; `o`, a projection's output before Gemma's post-norm (normed and
 /// added into `x`); and the gate and up outputs of an MLP whose two projections have different types.
 #[derive(Debug)]
 struct Activations {
     x: Tensor,
+    x2: Option<Tensor>,
     h: Tensor,
     o: Tensor,
     qkv: Tensor,
@@ -591,6 +619,7 @@ impl Activations {
             .any(|l| matches!(&l.mlp, GpuMlp::Dense(GatedMlp { gate_up: GateUp::Split { .. }, .. })));
         Ok(Self {
             x: f(hd)?,
+            x2: if config.sandwich_norms { Some(f(hd)?) } else { None },
             h: f(hd)?,
             o: f(hd)?,
             qkv: f(q + 2 * kv)?,
@@ -601,10 +630,17 @@ impl Activations {
         })
     }
 
+    /// The residual stream's other buffer than `x` (one of the two), if the model has two.
+    fn other(&self, x: &Tensor) -> Option<&Tensor> {
+        let x2 = self.x2.as_ref()?;
+        Some(if std::ptr::eq(x, &self.x) { x2 } else { &self.x })
+    }
+
     /// The same buffers viewed for `t` tokens.
     fn rows(&self, t: usize) -> Result<Self, GpuError> {
         Ok(Self {
             x: self.x.rows(t)?,
+            x2: self.x2.as_ref().map(|x2| x2.rows(t)).transpose()?,
             h: self.h.rows(t)?,
             o: self.o.rows(t)?,
             qkv: self.qkv.rows(t)?,
@@ -625,14 +661,16 @@ impl GpuLayer {
     /// `step` to read its router's choices and goes on in the step it returns. `pending`: the
     /// previous layer's post-MLP norm, whose add of `o` into `x` this layer's input norm does
     /// (one dispatch for both where the norm is not fused into the linears); a dense layer
-    /// with a sandwich leaves its own there.
+    /// with a sandwich leaves its own there. `x`: the buffer of `a` holding the residual stream,
+    /// moved to the other one by each sandwich the linears take in their prologue.
     #[allow(clippy::too_many_arguments)]
-    fn record<'c, 'm>(
+    fn record<'c, 'm, 'a>(
         &'m self,
         mut step: Step<'c>,
         model: &LlamaModel,
         inputs: &Inputs,
-        a: &Activations,
+        a: &'a Activations,
+        x: &mut &'a Tensor,
         kv: KvLayer<'_>,
         lora: Option<LayerLora<'_>>,
         pending: &mut Option<&'m Tensor>,
@@ -641,14 +679,19 @@ impl GpuLayer {
         let eps = model.config.rms_norm_eps;
         if let Some(lora) = lora {
             if let Some(post) = pending.take() {
-                step.rms_norm_add(&a.o, post, eps, &a.x)?;
+                step.rms_norm_add(&a.o, post, eps, x)?;
             }
-            self.record_with_lora(&mut step, model, inputs, a, kv, lora)?;
+            self.record_with_lora(&mut step, model, inputs, a, x, kv, lora)?;
             return Ok(step);
         }
         let h = match pending.take() {
-            Some(post) => step.rms_norm_add_input(&a.o, post, &a.x, &self.attn_norm, eps, &a.h)?,
-            None => step.rms_norm_input(&a.x, &self.attn_norm, eps, &a.h)?,
+            Some(post) => {
+                let (h, moved) =
+                    step.sandwich_input(&a.o, post, x, &self.attn_norm, eps, &a.h, a.other(x))?;
+                *x = moved;
+                h
+            }
+            None => step.rms_norm_input(x, &self.attn_norm, eps, &a.h)?,
         };
         self.attention(&mut step, model, h, a, inputs, KvLayer { cache, index })?;
         let o = Projection { weight: &self.o_proj, bias: self.o_bias.as_ref() };
@@ -659,11 +702,15 @@ impl GpuLayer {
                 let h = match &self.post_attn_norm {
                     Some(post) => {
                         step.linear_into(&a.att, o.weight, o.bias, &a.o, 0)?;
-                        step.rms_norm_add_input(&a.o, post, &a.x, &self.ffn_norm, eps, &a.h)?
+                        let other = a.other(x);
+                        let (h, moved) =
+                            step.sandwich_input(&a.o, post, x, &self.ffn_norm, eps, &a.h, other)?;
+                        *x = moved;
+                        h
                     }
                     None => {
-                        add_projection(&mut step, a, &a.att, o, None, eps)?;
-                        step.rms_norm_input(&a.x, &self.ffn_norm, eps, &a.h)?
+                        add_projection(&mut step, a, x, &a.att, o, None, eps)?;
+                        step.rms_norm_input(x, &self.ffn_norm, eps, &a.h)?
                     }
                 };
                 let split = a.gate_up.as_ref();
@@ -675,31 +722,34 @@ impl GpuLayer {
                     }
                     None => {
                         let down = Projection { weight: &mlp.down_proj, bias: None };
-                        add_projection(&mut step, a, &a.act, down, None, eps)?;
+                        add_projection(&mut step, a, x, &a.act, down, None, eps)?;
                     }
                 }
                 Ok(step)
             }
             GpuMlp::Experts(moe) => {
-                add_projection(&mut step, a, &a.att, o, self.post_attn_norm.as_ref(), eps)?;
-                step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
+                add_projection(&mut step, a, x, &a.att, o, self.post_attn_norm.as_ref(), eps)?;
+                step.rms_norm(x, &self.ffn_norm, eps, &a.h)?;
                 let buffers = a.moe.as_ref().ok_or_else(|| {
                     LlamaError::InvalidBatch("a workspace made for another model: no expert buffers".into())
                 })?;
                 let act = activation(&model.config);
-                Ok(moe.record(step, &a.x, &a.h, buffers, act)?)
+                Ok(moe.record(step, x, &a.h, buffers, act)?)
             }
         }
     }
 
     /// [`Self::record`] for a step with LoRA rows: the unfused path, every input a LoRA product
-    /// reads materialized, each adapter's product added after its base linear.
+    /// reads materialized, each adapter's product added after its base linear; the residual
+    /// stream in `x`.
+    #[allow(clippy::too_many_arguments)]
     fn record_with_lora(
         &self,
         step: &mut Step<'_>,
         model: &LlamaModel,
         inputs: &Inputs,
         a: &Activations,
+        x: &Tensor,
         kv: KvLayer<'_>,
         lora: LayerLora<'_>,
     ) -> Result<(), LlamaError> {
@@ -707,7 +757,7 @@ impl GpuLayer {
         let eps = model.config.rms_norm_eps;
         // The unfused path: every input a LoRA product reads is materialized.
         let c = &model.config;
-        step.rms_norm(&a.x, &self.attn_norm, eps, &a.h)?;
+        step.rms_norm(x, &self.attn_norm, eps, &a.h)?;
         for p in &self.qkv {
             step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
         }
@@ -719,8 +769,8 @@ impl GpuLayer {
         self.attention_after_qkv(step, model, a, inputs, KvLayer { cache, index })?;
         step.linear_into(&a.att, &self.o_proj, self.o_bias.as_ref(), &a.o, 0)?;
         lora.add(step, LoraTarget::O, &a.att, &a.o, 0, c.hidden_size)?;
-        self.add_residual(step, a, self.post_attn_norm.as_ref(), eps)?;
-        step.rms_norm(&a.x, &self.ffn_norm, eps, &a.h)?;
+        self.add_residual(step, a, x, self.post_attn_norm.as_ref(), eps)?;
+        step.rms_norm(x, &self.ffn_norm, eps, &a.h)?;
         let GpuMlp::Dense(mlp) = &self.mlp else {
             return Err(LlamaError::InvalidBatch(
                 "LoRA adapters on a mixture-of-experts layer are not supported".into(),
@@ -740,7 +790,7 @@ impl GpuLayer {
         step.gated_mul(activation(c), gate_out, up_out, &a.act)?;
         step.linear(&a.act, &mlp.down_proj, &a.o)?;
         lora.add(step, LoraTarget::Down, &a.act, &a.o, 0, c.hidden_size)?;
-        self.add_residual(step, a, self.post_ffn_norm.as_ref(), eps)?;
+        self.add_residual(step, a, x, self.post_ffn_norm.as_ref(), eps)?;
         Ok(())
     }
 
@@ -750,12 +800,13 @@ impl GpuLayer {
         &self,
         step: &mut Step<'_>,
         a: &Activations,
+        x: &Tensor,
         post_norm: Option<&Tensor>,
         eps: f32,
     ) -> Result<(), LlamaError> {
         match post_norm {
-            Some(norm) => step.rms_norm_add(&a.o, norm, eps, &a.x)?,
-            None => step.add_in_place(&a.x, &a.o)?,
+            Some(norm) => step.rms_norm_add(&a.o, norm, eps, x)?,
+            None => step.add_in_place(x, &a.o)?,
         }
         Ok(())
     }
@@ -964,10 +1015,11 @@ struct Projection<'a> {
 
 /// `x += proj(input)`, or with Gemma's sandwich `x += post_norm(proj(input))` (`o` holds the
 /// projection, normed and added in one dispatch); a biased projection (gpt-oss's output) goes
-/// through `o` too.
+/// through `o` too. `x`: the residual stream.
 fn add_projection(
     step: &mut Step<'_>,
     a: &Activations,
+    x: &Tensor,
     input: &Tensor,
     proj: Projection<'_>,
     post_norm: Option<&Tensor>,
@@ -976,13 +1028,13 @@ fn add_projection(
     match (post_norm, proj.bias) {
         (Some(norm), bias) => {
             step.linear_into(input, proj.weight, bias, &a.o, 0)?;
-            step.rms_norm_add(&a.o, norm, eps, &a.x)?;
+            step.rms_norm_add(&a.o, norm, eps, x)?;
         }
         (None, Some(bias)) => {
             step.linear_into(input, proj.weight, Some(bias), &a.o, 0)?;
-            step.add_in_place(&a.x, &a.o)?;
+            step.add_in_place(x, &a.o)?;
         }
-        (None, None) => step.linear_add(input, proj.weight, &a.x)?,
+        (None, None) => step.linear_add(input, proj.weight, x)?,
     }
     Ok(())
 }

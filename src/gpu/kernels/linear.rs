@@ -60,6 +60,28 @@ pub enum LinearInput<'a> {
         /// Added to the mean square.
         eps: f32,
     },
+    /// Gemma's sandwich before the RMSNorm: `x' = x + rms_norm(o) * post` per row, read as
+    /// `rms_norm(x') * pre` and written to `x_out` (the residual stream's other buffer), with
+    /// the bits of [`Step::rms_norm_add`] then [`Self::RmsNormed`]. See
+    /// [`Step::sandwich_input`](crate::gpu::Step::sandwich_input).
+    Sandwich(SandwichInput<'a>),
+}
+
+/// The tensors of [`LinearInput::Sandwich`].
+#[derive(Debug, Clone, Copy)]
+pub struct SandwichInput<'a> {
+    /// The residual stream, f32 `[M, K]`.
+    pub x: &'a Tensor,
+    /// The previous projection's output, f32 `[M, K]`.
+    pub o: &'a Tensor,
+    /// The post-norm's weight, f32 `[K]`.
+    pub post: &'a Tensor,
+    /// The pre-norm's weight (the linear's input norm), f32 `[K]`.
+    pub pre: &'a Tensor,
+    /// Added to both norms' mean squares.
+    pub eps: f32,
+    /// Where `x'` goes, f32 `[M, K]`: another buffer than `x` and `o`.
+    pub x_out: &'a Tensor,
 }
 
 impl<'a> LinearInput<'a> {
@@ -70,7 +92,7 @@ impl<'a> LinearInput<'a> {
 
     fn x(self) -> &'a Tensor {
         match self {
-            Self::Plain(x) | Self::RmsNormed { x, .. } => x,
+            Self::Plain(x) | Self::RmsNormed { x, .. } | Self::Sandwich(SandwichInput { x, .. }) => x,
         }
     }
 }
@@ -78,6 +100,23 @@ impl<'a> LinearInput<'a> {
 impl<'a> From<&'a Tensor> for LinearInput<'a> {
     fn from(x: &'a Tensor) -> Self {
         Self::Plain(x)
+    }
+}
+
+impl SandwichInput<'_> {
+    /// Checks the tensors for `m` rows of `k` columns; returns the norms' `eps`.
+    fn check(&self, m: usize, k: usize) -> Result<f32, GpuError> {
+        for (what, t) in [("o", self.o), ("x_out", self.x_out)] {
+            t.expect(&format!("linear sandwich {what}"), Elem::F32, &[m, k])?;
+        }
+        for (what, w) in [("post", self.post), ("pre", self.pre)] {
+            w.expect(&format!("linear sandwich {what}"), Elem::F32, &[k])?;
+        }
+        let id = self.x_out.buffer.id();
+        if id == self.x.buffer.id() || id == self.o.buffer.id() {
+            return Err(GpuError::Shape("linear sandwich: x_out shares a buffer with x or o".into()));
+        }
+        Ok(self.eps)
     }
 }
 
@@ -104,6 +143,7 @@ fn linear_variant(
     let prologue = match input {
         LinearInput::Plain(_) => LinearPrologue::Plain,
         LinearInput::RmsNormed { .. } => LinearPrologue::RmsNorm,
+        LinearInput::Sandwich(_) => LinearPrologue::SandwichNorm,
     };
     linear_variant_of(caps, w.dtype(), w.source(), w.cols(), m, prologue, epilogue)
 }
@@ -380,6 +420,14 @@ impl Step<'_> {
                 weight.expect("linear norm weight", Elem::F32, &[k])?;
                 (Some(weight), eps)
             }
+            LinearInput::Sandwich(s) => (Some(s.pre), s.check(m, k)?),
+        };
+        let sandwich = match input {
+            LinearInput::Sandwich(s) => {
+                [Binding::tensor("O", s.o), Binding::tensor("POST", s.post), Binding::tensor("XOUT", s.x_out)]
+                    .map(Some)
+            }
+            _ => Default::default(),
         };
         if m == 0 {
             return Ok(());
@@ -410,7 +458,8 @@ impl Step<'_> {
                 [Binding::tensor("X", x), Binding::new("W", &part.words), Binding::tensor("Y", out)]
                     .into_iter()
                     .chain(epi.bindings.iter().flatten().cloned())
-                    .chain(norm.map(|g| Binding::tensor("NORM", g)));
+                    .chain(norm.map(|g| Binding::tensor("NORM", g)))
+                    .chain(sandwich.iter().flatten().cloned());
             self.dispatch(variant, &params, bindings, grid)?;
         }
         Ok(())

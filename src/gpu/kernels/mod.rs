@@ -16,7 +16,7 @@ mod top_k;
 
 pub use attention::{AttentionBatch, AttentionSpec};
 pub(crate) use attention::{attention_bindings, attention_params};
-pub use linear::{LinearInput, linear_variant_of, linear_warm_up_rows};
+pub use linear::{LinearInput, SandwichInput, linear_variant_of, linear_warm_up_rows};
 pub use rope::{RopeCacheArgs, RopeMode};
 
 use crate::gpu::GpuError;

@@ -229,32 +229,49 @@ pub enum LinearPrologue {
     /// Reads `rms_norm(x) * g`: the RMSNorm that feeds the projection, computed per row tile
     /// with the rms_norm kernel's order, so the product has the bits of the two kernels.
     RmsNorm,
+    /// Gemma's sandwich before the RMSNorm: reads `rms_norm(x + rms_norm(o) * post) * g` and
+    /// writes `x + rms_norm(o) * post` (the new residual) to another buffer from one workgroup
+    /// of each row tile, with the bits of the rms_norm kernel's add and then [`Self::RmsNorm`]
+    /// (`shaders/xin_sandwich.wgsl`).
+    SandwichNorm,
 }
 
 impl LinearPrologue {
-    /// Both prologues.
-    pub const ALL: [LinearPrologue; 2] = [Self::Plain, Self::RmsNorm];
+    /// Every prologue.
+    pub const ALL: [LinearPrologue; 3] = [Self::Plain, Self::RmsNorm, Self::SandwichNorm];
 
     /// What a variant's label says of the prologue.
     pub(super) fn name(self) -> &'static str {
         match self {
             Self::Plain => "",
             Self::RmsNorm => "rms-",
+            Self::SandwichNorm => "sandwich-",
         }
     }
 
     /// The files of the input's loads (`xin`): a fused norm's scales (each subgroup's own with
     /// `norm_in_lanes`) and its weight, loaded as `x_load` loads the activations.
     pub(super) fn files(self, x_load: XLoad, norm_in_lanes: bool) -> Vec<ShaderFile> {
-        match self {
-            Self::Plain => vec![shader_file!("xin_plain.wgsl")],
-            Self::RmsNorm => {
-                let weight = match x_load {
-                    XLoad::Words => shader_file!("xnorm_f32.wgsl"),
-                    XLoad::Units => shader_file!("xnorm_vec4.wgsl"),
-                };
-                vec![scale_file(norm_in_lanes), weight, shader_file!("xin_rms_norm.wgsl")]
-            }
+        let input = match self {
+            Self::Plain => return vec![shader_file!("xin_plain.wgsl")],
+            Self::RmsNorm => shader_file!("xin_rms_norm.wgsl"),
+            Self::SandwichNorm => shader_file!("xin_sandwich.wgsl"),
+        };
+        let weight = match x_load {
+            XLoad::Words => shader_file!("xnorm_f32.wgsl"),
+            XLoad::Units => shader_file!("xnorm_vec4.wgsl"),
+        };
+        vec![scale_file(norm_in_lanes), weight, input]
+    }
+
+    /// The file of the activations' loads (`xsrc`) as `x_load` loads them: with the sandwich,
+    /// also the previous projection's output and the post-norm's weight.
+    pub(super) fn activations_file(self, x_load: XLoad) -> ShaderFile {
+        match (self, x_load) {
+            (Self::SandwichNorm, XLoad::Words) => shader_file!("xsrc_sandwich_f32.wgsl"),
+            (Self::SandwichNorm, XLoad::Units) => shader_file!("xsrc_sandwich_vec4.wgsl"),
+            (_, XLoad::Words) => shader_file!("xsrc_f32.wgsl"),
+            (_, XLoad::Units) => shader_file!("xsrc_vec4.wgsl"),
         }
     }
 
@@ -262,7 +279,7 @@ impl LinearPrologue {
     pub(super) fn constants(self, rows: u32) -> Vec<Injected> {
         match self {
             Self::Plain => Vec::new(),
-            Self::RmsNorm => scale_constants(rows),
+            Self::RmsNorm | Self::SandwichNorm => scale_constants(rows),
         }
     }
 }
@@ -374,12 +391,8 @@ impl Family for Linear {
             (_, LinearKernel::Gemm { .. }) => vec![shader_file!("linear_gemm.wgsl")],
             (_, LinearKernel::Coop(_)) => coop_files(path),
         };
-        let activations = match x_load {
-            XLoad::Words => shader_file!("xsrc_f32.wgsl"),
-            XLoad::Units => shader_file!("xsrc_vec4.wgsl"),
-        };
         [
-            vec![tree.file(), shader_file!("linear_common.wgsl"), activations],
+            vec![tree.file(), shader_file!("linear_common.wgsl"), prologue.activations_file(x_load)],
             weight_files(dtype, source),
             prologue.files(x_load, norm_in_lanes(path, tree)),
             body,
