@@ -2,6 +2,7 @@
 // rank, for rows with an adapter touching this target (others left as they are): one
 // invocation per output, one fma chain over j ascending, the scale applied last (PEFT's
 // `lora_B(lora_A(x)) * scaling`).
+@group(0) @binding(SLOT_ROWS) var<storage, read> ROWS: array<u32>;
 @group(0) @binding(SLOT_T) var<storage, read> T: array<f32>;
 @group(0) @binding(SLOT_Y) var<storage, read_write> Y: array<f32>;
 
@@ -29,5 +30,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc = fma(T[t + j], AB[b + j], acc);
     }
     let y = row * P.ldy + P.y0 + c;
-    Y[y] = Y[y] + acc * bitcast<f32>(TABLE[e + 3u]);
+    Y[y] = lora_out(Y[y], acc, TABLE[e + 3u]);
 }

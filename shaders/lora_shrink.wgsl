@@ -1,6 +1,7 @@
 // LoRA shrink: T[row, j] = sum_k X[row, k] A[j, k] for j below the row's adapter's rank (its
 // other columns 0, as for a row without one): one invocation per output, one fma chain over
 // k ascending, so a row's values depend on its own input and adapter only.
+@group(0) @binding(SLOT_ROWS) var<storage, read> ROWS: array<u32>;
 @group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;
 @group(0) @binding(SLOT_T) var<storage, read_write> T: array<f32>;
 

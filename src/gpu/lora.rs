@@ -2,7 +2,8 @@
 //! batch names the slot of its adapter (or [`NO_LORA`]), and a target's delta
 //! `scale · B (A x)` is added to the base linear's output row by row. Each output is one fma
 //! chain in a fixed order over the row's own adapter, so a row's bits never depend on the other
-//! rows' adapters or on the batch.
+//! rows' adapters or on the batch. Batches whose shrunk rows fit a uniform buffer (decodes) take
+//! an expand that reads each adapter's `B` once for all of that adapter's rows.
 
 use super::bind_cache::Binding;
 use super::shader::KernelVariant;
@@ -13,6 +14,20 @@ use super::{GpuContext, GpuError};
 
 /// The slot value of a row without an adapter.
 pub const NO_LORA: u32 = u32::MAX;
+
+/// Shrunk values the uniform scratch holds (`lora_expand_rows.wgsl`'s `T`, 64 KiB: the least
+/// uniform binding every WebGPU device takes).
+const LORA_UNIFORM_FLOATS: usize = 16384;
+/// Rows the uniform scratch holds (`lora_expand_rows.wgsl`'s `ROWS`, 16 KiB).
+const LORA_UNIFORM_ROWS: usize = 4096;
+
+/// Output columns an invocation of `lora_expand_rows.wgsl` computes (its `COLS`).
+const LORA_EXPAND_COLS: usize = 4;
+
+/// Whether `t` lies in a buffer made by [`GpuContext::lora_uniform_scratch`] of `len` values.
+fn in_uniform_scratch(t: &Tensor, len: usize) -> bool {
+    t.buffer.usage().contains(wgpu::BufferUsages::UNIFORM) && t.buffer.size() == 4 * len as u64
+}
 
 /// Adapters' `A` and `B` matrices resident on the GPU for one group of targets (a layer's
 /// projections): `slots` adapters, each with `targets` table entries of four words (the
@@ -119,6 +134,24 @@ impl GpuContext {
         let table = self.tensor(Elem::U32, &[slots * targets * 4])?;
         Ok(LoraBank { data, table, slots, targets, slot_floats, max_rank })
     }
+
+    /// The row slots `u32 [4096]` and shrunk rows `f32 [rows, max_rank]` (as many rows as 16384
+    /// values hold: 64 KiB, the least uniform binding every WebGPU device takes) of steps small
+    /// enough for [`Step::lora_expand`] to read them as uniforms; the shrink writes them as
+    /// storage.
+    pub fn lora_uniform_scratch(&self, max_rank: usize) -> Result<(Tensor, Tensor), GpuError> {
+        let usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::UNIFORM
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST;
+        let rows = self.create_buffer("lora rows", 4 * LORA_UNIFORM_ROWS as u64, usage)?;
+        let shrunk = self.create_buffer("lora shrunk", 4 * LORA_UNIFORM_FLOATS as u64, usage)?;
+        let shrunk_rows = LORA_UNIFORM_FLOATS / max_rank.max(1);
+        Ok((
+            Tensor::from_buffer(rows, &[LORA_UNIFORM_ROWS], Elem::U32),
+            Tensor::from_buffer(shrunk, &[shrunk_rows, max_rank], Elem::F32),
+        ))
+    }
 }
 
 /// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]`, the target.
@@ -159,6 +192,9 @@ impl Step<'_> {
 
     /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` for `c < n` and the adapter of each row
     /// `r` touching the target (other rows untouched); `t: f32 [M, max_rank]`, `y: f32 [M, W]`.
+    /// Where `t` and the rows lie in [`GpuContext::lora_uniform_scratch`], one invocation adds
+    /// a column into every row of its adapter (`lora_expand_rows.wgsl`), else one an output;
+    /// the same bits either way.
     pub fn lora_expand(
         &mut self,
         site: LoraSite<'_>,
@@ -183,10 +219,19 @@ impl Step<'_> {
             Binding::tensor("TABLE", &site.bank.table),
             Binding::tensor("ROWS", site.rows),
         ];
-        let grid = self.grid_1d(KernelVariant::LoraExpand, m * n);
         if m == 0 || n == 0 {
             return Ok(());
         }
+        let max_groups = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
+        let columns = n.div_ceil(LORA_EXPAND_COLS * KernelVariant::LoraExpandRows.workgroup_size() as usize);
+        if in_uniform_scratch(t, LORA_UNIFORM_FLOATS)
+            && in_uniform_scratch(site.rows, LORA_UNIFORM_ROWS)
+            && columns.max(site.bank.slots) <= max_groups
+        {
+            let grid = [columns as u32, site.bank.slots as u32, 1];
+            return self.dispatch(KernelVariant::LoraExpandRows, &params, bindings, grid);
+        }
+        let grid = self.grid_1d(KernelVariant::LoraExpand, m * n);
         self.dispatch(KernelVariant::LoraExpand, &params, bindings, grid)
     }
 

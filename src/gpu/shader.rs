@@ -188,6 +188,9 @@ pub enum KernelVariant {
     /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
     /// (`lora_expand.wgsl`).
     LoraExpand,
+    /// [`Self::LoraExpand`] over each adapter's rows at once, the shrunk rows and row slots
+    /// read as uniforms (`lora_expand_rows.wgsl`: batches that fit them, as decodes do).
+    LoraExpandRows,
     /// Gemma's sandwich between two linears: `x += rms_norm(o) * post`, then
     /// `h = rms_norm(x) * pre` (`rms_norm_sandwich.wgsl`: `src/gpu/norm_sandwich.rs`).
     RmsNormSandwich,
@@ -288,7 +291,7 @@ impl KernelVariant {
             | Self::MoeCombine
             | Self::SwigluClamped => &elementwise::Elementwise,
             Self::TopK => &top_k::TopK,
-            Self::LoraShrink | Self::LoraExpand => &lora::Lora,
+            Self::LoraShrink | Self::LoraExpand | Self::LoraExpandRows => &lora::Lora,
             Self::Linear { .. } => &linear::Linear,
             Self::RopeCache { .. } => &rope::RopeCache,
             Self::Attention { .. } | Self::FlashRope { .. } => &attention::Attention,

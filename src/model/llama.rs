@@ -948,12 +948,12 @@ impl<'a> LoraRows<'a> {
                 self.rows.len()
             )));
         }
-        let rows = self.slots.rows.rows(t)?;
+        let (rows, shrunk) = self.slots.scratch(t)?;
         step.write_u32(&rows, self.rows)?;
         let mut used: Vec<u32> = self.rows.iter().copied().filter(|&s| s != NO_LORA).collect();
         used.sort_unstable();
         used.dedup();
-        Ok(StepLora { slots: self.slots, rows, shrunk: self.slots.shrunk.rows(t)?, used })
+        Ok(StepLora { slots: self.slots, rows, shrunk, used })
     }
 }
 

@@ -40,6 +40,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::SwigluClamped,
         KernelVariant::LoraShrink,
         KernelVariant::LoraExpand,
+        KernelVariant::LoraExpandRows,
         KernelVariant::TopK,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];

@@ -11,9 +11,13 @@ use crate::model::architecture::{ModelConfig, interleave_rope_rows};
 pub struct LoraSlots {
     layers: Vec<LoraBank>,
     /// `u32 [max_tokens]`: each row's slot.
-    pub(crate) rows: Tensor,
+    rows: Tensor,
     /// `f32 [max_tokens, max_rank]`: the shrunk rows.
-    pub(crate) shrunk: Tensor,
+    shrunk: Tensor,
+    /// The row slots and shrunk rows of steps that fit the uniform scratch
+    /// ([`GpuContext::lora_uniform_scratch`]: decodes), whose expand reads each adapter's `B`
+    /// once for all its rows.
+    uniform: (Tensor, Tensor),
     max_rank: usize,
     /// Whether the model's Q and K rows are in interleaved RoPE order.
     qk_interleaved: bool,
@@ -46,6 +50,7 @@ impl LoraSlots {
             layers,
             rows: ctx.tensor(Elem::U32, &[max_tokens])?,
             shrunk: ctx.tensor(Elem::F32, &[max_tokens, max_rank])?,
+            uniform: ctx.lora_uniform_scratch(max_rank)?,
             max_rank,
             qk_interleaved,
             touched: std::sync::Mutex::new(vec![vec![0; config.num_hidden_layers]; max_loras]),
@@ -60,6 +65,16 @@ impl LoraSlots {
     /// The largest rank a slot holds (`--max-lora-rank`).
     pub fn max_rank(&self) -> usize {
         self.max_rank
+    }
+
+    /// The row slots `u32 [t]` and shrunk rows `f32 [t, max_rank]` of a step of `t` rows: the
+    /// uniform scratch where they fit, else the buffers for `max_tokens` rows.
+    pub(crate) fn scratch(&self, t: usize) -> Result<(Tensor, Tensor), GpuError> {
+        let (rows, shrunk) = &self.uniform;
+        if t <= rows.len() && t <= shrunk.shape()[0] {
+            return Ok((rows.rows(t)?, shrunk.rows(t)?));
+        }
+        Ok((self.rows.rows(t)?, self.shrunk.rows(t)?))
     }
 
     /// Layer `layer`'s bank.
