@@ -225,8 +225,8 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 15 single kernels (the
-    /// LoRA shrink and expand, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
+    /// How many variants the portability and contract tests build: 16 single kernels (the
+    /// LoRA shrink and its two expands, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
     /// the token-id copy and Gemma's sandwich among them), 2 embeddings for each of the 16 weight types, the linear
     /// structures (30 on the five sequential paths: 3 row tiles x 2 weight sources; 20 on the
     /// K-split path: the GEMV of 1 and of 8 rows with each of the 2 activation loads and 3
@@ -241,7 +241,7 @@ mod tests {
     /// new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 15 + 16 * 2 + 15 * 50 + 50 * 25 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
+        assert_eq!(all_variants().len(), 16 + 16 * 2 + 15 * 50 + 50 * 25 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure
