@@ -15,6 +15,7 @@ const COLS: u32 = 4u;
 @group(0) @binding(SLOT_ROWS) var<uniform> ROWS: array<vec4<u32>, 1024>;
 @group(0) @binding(SLOT_T) var<uniform> T: array<vec4<f32>, 4096>;
 @group(0) @binding(SLOT_Y) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(SLOT_AB) var<storage, read> AB: array<f32>;
 
 // Up to 16 values of a rank, in registers.
 struct Rank16 {

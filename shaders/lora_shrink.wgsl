@@ -4,6 +4,7 @@
 @group(0) @binding(SLOT_ROWS) var<storage, read> ROWS: array<u32>;
 @group(0) @binding(SLOT_X) var<storage, read> X: array<f32>;
 @group(0) @binding(SLOT_T) var<storage, read_write> T: array<f32>;
+@group(0) @binding(SLOT_AB) var<storage, read> AB: array<f32>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

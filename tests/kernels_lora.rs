@@ -3,7 +3,9 @@
 //! and rows without one gets the same bits from the expand that reads each adapter's `B` once
 //! for its rows (the uniform scratch, as decodes take it) and from the one-output-an-invocation
 //! expand (the storage buffers of larger steps), each row the bits it has alone, the values
-//! those of a CPU reference, and the rows and columns a product does not touch left as they are.
+//! those of a CPU reference, and the rows and columns a product does not touch left as they are;
+//! for inputs of 40 features (the shrink over groups of an adapter's rows, 16-byte loads) and of
+//! 42 (one output an invocation).
 
 mod kernels_support;
 
@@ -11,7 +13,8 @@ use kernels_support::{Rng, bits};
 use pagoda::engine::engine_config::gpu_options_from_env;
 use pagoda::gpu::*;
 
-const K: usize = 40;
+/// Input features: a multiple of 4 (the grouped shrink) and not.
+const KS: [usize; 2] = [40, 42];
 const MAX_RANK: usize = 20;
 /// Target 0 writes columns 5..75 (more than one workgroup of columns, the last ragged), target
 /// 1 columns 0..5, of rows 80 wide.
@@ -19,14 +22,15 @@ const TARGETS: [(usize, usize); 2] = [(5, 70), (0, 5)];
 const WIDTH: usize = 80;
 /// Slot 1 leaves target 1 alone.
 const RANKS: [[usize; 2]; 4] = [[4, 4], [16, 0], [5, 3], [20, 20]];
-const ROWS: [u32; 11] = [0, 1, NO_LORA, 2, 3, 1, 1, 0, 3, NO_LORA, 2];
+/// Slot 1's five rows take two of the shrink's groups of four.
+const ROWS: [u32; 14] = [0, 1, NO_LORA, 2, 3, 1, 1, 0, 3, NO_LORA, 2, 1, 1, 0];
 
 struct Adapter {
     /// Per target: A `[rank, K]`, B `[n, rank]`, rank, scale.
     targets: Vec<(Vec<f32>, Vec<f32>, usize, f32)>,
 }
 
-fn adapters(rng: &mut Rng) -> Vec<Adapter> {
+fn adapters(rng: &mut Rng, k: usize) -> Vec<Adapter> {
     RANKS
         .iter()
         .enumerate()
@@ -34,7 +38,7 @@ fn adapters(rng: &mut Rng) -> Vec<Adapter> {
             targets: TARGETS
                 .iter()
                 .zip(ranks)
-                .map(|(&(_, n), &r)| (rng.vec(r * K), rng.vec(n * r), r, 0.5 + slot as f32 * 0.25))
+                .map(|(&(_, n), &r)| (rng.vec(r * k), rng.vec(n * r), r, 0.5 + slot as f32 * 0.25))
                 .collect(),
         })
         .collect()
@@ -43,18 +47,22 @@ fn adapters(rng: &mut Rng) -> Vec<Adapter> {
 /// `y` after both targets' products for the rows `slots`, the scratch the uniform kind or not.
 fn run(ctx: &GpuContext, bank: &LoraBank, slots: &[u32], x: &[f32], y: &[f32], uniform: bool) -> Vec<f32> {
     let m = slots.len();
+    let k = x.len() / m;
     let (rows, shrunk) = if uniform {
         let (rows, shrunk) = ctx.lora_uniform_scratch(MAX_RANK).unwrap();
         (rows.rows(m).unwrap(), shrunk.rows(m).unwrap())
     } else {
         (ctx.tensor(Elem::U32, &[m]).unwrap(), ctx.tensor(Elem::F32, &[m, MAX_RANK]).unwrap())
     };
-    let x = ctx.upload_f32(&[m, K], x).unwrap();
+    let x = ctx.upload_f32(&[m, k], x).unwrap();
     let y = ctx.upload_f32(&[m, WIDTH], y).unwrap();
+    let group_rows = lora_row_groups(slots);
+    let groups = ctx.tensor(Elem::U32, &[group_rows.len(), LORA_GROUP_ROWS]).unwrap();
     let mut step = ctx.step();
     step.write_u32(&rows, slots).unwrap();
+    step.write_u32(&groups, &group_rows.concat()).unwrap();
     for (target, &(col0, n)) in TARGETS.iter().enumerate() {
-        let site = LoraSite { bank, rows: &rows, target };
+        let site = LoraSite { bank, rows: &rows, groups: &groups, target };
         step.lora_shrink(site, &x, &shrunk).unwrap();
         step.lora_expand(site, &shrunk, &y, col0, n).unwrap();
     }
@@ -66,9 +74,16 @@ fn run(ctx: &GpuContext, bank: &LoraBank, slots: &[u32], x: &[f32], y: &[f32], u
 fn both_expands_give_each_row_its_bits_alone_and_the_reference_values() {
     let ctx = GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
         .expect("a wgpu adapter (lavapipe in CI)");
+    for k in KS {
+        check(&ctx, k);
+    }
+}
+
+/// The test over inputs of `k` features.
+fn check(ctx: &GpuContext, k: usize) {
     let mut rng = Rng::new(54);
-    let adapters = adapters(&mut rng);
-    let slot_floats = TARGETS.iter().map(|&(_, n)| MAX_RANK * (n + K)).sum();
+    let adapters = adapters(&mut rng, k);
+    let slot_floats = TARGETS.iter().map(|&(_, n)| MAX_RANK * (n + k)).sum();
     let bank = ctx.lora_bank(RANKS.len(), TARGETS.len(), slot_floats, MAX_RANK).unwrap();
     for (slot, adapter) in adapters.iter().enumerate() {
         let targets: Vec<_> = adapter
@@ -78,25 +93,28 @@ fn both_expands_give_each_row_its_bits_alone_and_the_reference_values() {
                 (*rank > 0).then_some(LoraMatrices { a, b, rank: *rank, scale: *scale })
             })
             .collect();
-        bank.write_slot(&ctx, slot, &targets).unwrap();
+        bank.write_slot(ctx, slot, &targets).unwrap();
     }
     let m = ROWS.len();
-    let x = rng.vec(m * K);
+    let x = rng.vec(m * k);
     let y = rng.vec(m * WIDTH);
-    let batched = run(&ctx, &bank, &ROWS, &x, &y, true);
-    let plain = run(&ctx, &bank, &ROWS, &x, &y, false);
-    assert!(bits(&batched) == bits(&plain), "the per-adapter expand changed bits");
+    let batched = run(ctx, &bank, &ROWS, &x, &y, true);
+    let plain = run(ctx, &bank, &ROWS, &x, &y, false);
+    assert!(bits(&batched) == bits(&plain), "K {k}: the per-adapter expand changed bits");
     for (r, &slot) in ROWS.iter().enumerate() {
         let row = |v: &[f32]| bits(&v[r * WIDTH..(r + 1) * WIDTH]);
-        let (xr, yr) = (&x[r * K..(r + 1) * K], &y[r * WIDTH..(r + 1) * WIDTH]);
-        let alone = run(&ctx, &bank, &[slot], xr, yr, true);
-        assert!(bits(&alone) == row(&batched), "row {r} (slot {slot:#x}) alone differs from the batch");
+        let (xr, yr) = (&x[r * k..(r + 1) * k], &y[r * WIDTH..(r + 1) * WIDTH]);
+        let alone = run(ctx, &bank, &[slot], xr, yr, true);
+        assert!(
+            bits(&alone) == row(&batched),
+            "K {k}: row {r} (slot {slot:#x}) alone differs from the batch"
+        );
         // The CPU reference: the same fma chains, the delta's scale and add rounded apart.
         let mut want = yr.to_vec();
         if let Some(adapter) = adapters.get(slot as usize) {
             for (&(col0, n), (a, b, rank, scale)) in TARGETS.iter().zip(&adapter.targets) {
                 let t: Vec<f32> = (0..*rank)
-                    .map(|j| (0..K).fold(0.0f32, |acc, k| xr[k].mul_add(a[j * K + k], acc)))
+                    .map(|j| (0..k).fold(0.0f32, |acc, i| xr[i].mul_add(a[j * k + i], acc)))
                     .collect();
                 for c in 0..n {
                     let acc = (0..*rank).fold(0.0f32, |acc, j| t[j].mul_add(b[c * rank + j], acc));
@@ -107,9 +125,12 @@ fn both_expands_give_each_row_its_bits_alone_and_the_reference_values() {
         for (c, (&got, &want)) in batched[r * WIDTH..(r + 1) * WIDTH].iter().zip(&want).enumerate() {
             let untouched = slot == NO_LORA || c >= 75 || (c < 5 && RANKS[slot as usize][1] == 0);
             if untouched {
-                assert_eq!(got.to_bits(), yr[c].to_bits(), "row {r} column {c} changed");
+                assert_eq!(got.to_bits(), yr[c].to_bits(), "K {k}: row {r} column {c} changed");
             }
-            assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "row {r} column {c}: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "K {k}: row {r} column {c}: {got} vs {want}"
+            );
         }
     }
 }

@@ -3,7 +3,9 @@
 //! `scale · B (A x)` is added to the base linear's output row by row. Each output is one fma
 //! chain in a fixed order over the row's own adapter, so a row's bits never depend on the other
 //! rows' adapters or on the batch. Batches whose shrunk rows fit a uniform buffer (decodes) take
-//! an expand that reads each adapter's `B` once for all of that adapter's rows.
+//! an expand that reads each adapter's `B` once for all of that adapter's rows; where `K` is a
+//! multiple of 4 the shrink takes each adapter's rows four at a time ([`lora_row_groups`]), so
+//! one load of `A` serves four rows.
 
 use super::bind_cache::Binding;
 use super::shader::KernelVariant;
@@ -24,6 +26,41 @@ const LORA_UNIFORM_ROWS: usize = 4096;
 /// Output columns an invocation of `lora_expand_rows.wgsl` computes (its `COLS`).
 const LORA_EXPAND_COLS: usize = 4;
 
+/// Rows a group of [`lora_row_groups`] holds (`lora_shrink_groups.wgsl`'s `vec4<u32>`).
+pub const LORA_GROUP_ROWS: usize = 4;
+
+/// A group's entry past its last row.
+const NO_ROW: u32 = u32::MAX;
+
+/// The rows of a batch whose slots are `slots` in groups of up to [`LORA_GROUP_ROWS`] of one
+/// slot (the rows without an adapter a slot of their own), each group's rows ascending, the
+/// groups by slot; [`NO_ROW`] fills a group past its last row. At most
+/// [`lora_group_capacity`] groups. The grouped shrink reads them (`groups` of [`LoraSite`]).
+pub fn lora_row_groups(slots: &[u32]) -> Vec<[u32; LORA_GROUP_ROWS]> {
+    let mut order: Vec<u32> = (0..slots.len() as u32).collect();
+    order.sort_by_key(|&r| slots[r as usize]);
+    let mut groups: Vec<[u32; LORA_GROUP_ROWS]> = Vec::new();
+    let mut filled = LORA_GROUP_ROWS;
+    for (i, &row) in order.iter().enumerate() {
+        let new_slot = i > 0 && slots[order[i - 1] as usize] != slots[row as usize];
+        if filled == LORA_GROUP_ROWS || new_slot {
+            groups.push([NO_ROW; LORA_GROUP_ROWS]);
+            filled = 0;
+        }
+        if let Some(group) = groups.last_mut() {
+            group[filled] = row;
+        }
+        filled += 1;
+    }
+    groups
+}
+
+/// The most groups [`lora_row_groups`] makes of `rows` rows over `slots` slots (and rows
+/// without an adapter).
+pub fn lora_group_capacity(rows: usize, slots: usize) -> usize {
+    rows.div_ceil(LORA_GROUP_ROWS) + slots + 1
+}
+
 /// Whether `t` lies in a buffer made by [`GpuContext::lora_uniform_scratch`] of `len` values.
 fn in_uniform_scratch(t: &Tensor, len: usize) -> bool {
     t.buffer.usage().contains(wgpu::BufferUsages::UNIFORM) && t.buffer.size() == 4 * len as u64
@@ -32,7 +69,8 @@ fn in_uniform_scratch(t: &Tensor, len: usize) -> bool {
 /// Adapters' `A` and `B` matrices resident on the GPU for one group of targets (a layer's
 /// projections): `slots` adapters, each with `targets` table entries of four words (the
 /// offsets of its `A` `[rank, k]` and `B` `[n, rank]` in the data, its rank, 0 where the
-/// adapter leaves the target alone, and the bits of its scale).
+/// adapter leaves the target alone, and the bits of its scale). Every `A` starts on a 16-byte
+/// unit (its offset a multiple of 4), for the grouped shrink's loads.
 #[derive(Debug)]
 pub struct LoraBank {
     data: Tensor,
@@ -83,7 +121,7 @@ impl LoraBank {
             )));
         }
         let base = slot * self.slot_floats;
-        let mut data = Vec::with_capacity(self.slot_floats);
+        let mut data: Vec<f32> = Vec::with_capacity(self.slot_floats);
         let mut table = Vec::with_capacity(4 * self.targets);
         for m in targets {
             match m {
@@ -94,6 +132,7 @@ impl LoraBank {
                             m.rank, self.max_rank
                         )));
                     }
+                    data.resize(data.len().next_multiple_of(4), 0.0);
                     table.extend([(base + data.len()) as u32, (base + data.len() + m.a.len()) as u32]);
                     table.extend([m.rank as u32, m.scale.to_bits()]);
                     data.extend_from_slice(m.a);
@@ -130,6 +169,8 @@ impl GpuContext {
         slot_floats: usize,
         max_rank: usize,
     ) -> Result<LoraBank, GpuError> {
+        // Room to start each `A` on a unit, and each slot.
+        let slot_floats = (slot_floats + 3 * targets).next_multiple_of(4);
         let data = self.tensor(Elem::F32, &[slots * slot_floats])?;
         let table = self.tensor(Elem::U32, &[slots * targets * 4])?;
         Ok(LoraBank { data, table, slots, targets, slot_floats, max_rank })
@@ -154,20 +195,27 @@ impl GpuContext {
     }
 }
 
-/// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]`, the target.
+/// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]` and their groups,
+/// the target.
 #[derive(Debug, Clone, Copy)]
 pub struct LoraSite<'a> {
     /// The adapters.
     pub bank: &'a LoraBank,
     /// Each row's slot, or [`NO_LORA`].
     pub rows: &'a Tensor,
+    /// The rows' [`lora_row_groups`], `u32 [groups, LORA_GROUP_ROWS]` (the shrink's where `K`
+    /// is a multiple of 4).
+    pub groups: &'a Tensor,
     /// Which of the bank's targets.
     pub target: usize,
 }
 
 impl Step<'_> {
     /// `t[r, j] = Σ_k x[r, k] · A[j, k]` for the adapter of each row `r` (0 for `j` past its
-    /// rank and for rows without one); `x: f32 [M, K]`, `t: f32 [M, max_rank]`.
+    /// rank and for rows without one); `x: f32 [M, K]`, `t: f32 [M, max_rank]`. Each output
+    /// one fma chain, `k` ascending: over the rows' groups four rows and four columns an
+    /// invocation where `K` is a multiple of 4 (`lora_shrink_groups.wgsl`), else one output an
+    /// invocation; the same bits either way.
     pub fn lora_shrink(&mut self, site: LoraSite<'_>, x: &Tensor, t: &Tensor) -> Result<(), GpuError> {
         let (m, k) = match *x.shape() {
             [m, k] => (m, k),
@@ -175,7 +223,32 @@ impl Step<'_> {
         };
         let r = site.bank.max_rank;
         t.expect("lora_shrink t", Elem::F32, &[m, r])?;
-        let params = self.lora_params(site, m, k, 0, 0, 0)?;
+        let groups = match *site.groups.shape() {
+            [g, LORA_GROUP_ROWS] if g <= lora_group_capacity(m, site.bank.slots) => g,
+            _ => {
+                return Err(GpuError::Shape(format!(
+                    "lora_shrink groups: {:?} for {m} rows",
+                    site.groups.shape()
+                )));
+            }
+        };
+        let mut params = self.lora_params(site, m, k, 0, 0, 0)?;
+        if m == 0 {
+            return Ok(());
+        }
+        if k % 4 == 0 {
+            params.groups = groups as u32;
+            let bindings = [
+                Binding::tensor("X4", x),
+                Binding::tensor("T", t),
+                Binding::tensor("AB", &site.bank.data),
+                Binding::tensor("TABLE", &site.bank.table),
+                Binding::tensor("ROWS", site.rows),
+                Binding::tensor("GROUPS", site.groups),
+            ];
+            let grid = self.grid_1d(KernelVariant::LoraShrinkGroups, groups * r.div_ceil(4));
+            return self.dispatch(KernelVariant::LoraShrinkGroups, &params, bindings, grid);
+        }
         let bindings = [
             Binding::tensor("X", x),
             Binding::tensor("T", t),
@@ -184,9 +257,6 @@ impl Step<'_> {
             Binding::tensor("ROWS", site.rows),
         ];
         let grid = self.grid_1d(KernelVariant::LoraShrink, m * r);
-        if m == 0 {
-            return Ok(());
-        }
         self.dispatch(KernelVariant::LoraShrink, &params, bindings, grid)
     }
 
@@ -261,6 +331,22 @@ impl Step<'_> {
             y0: u(y0),
             which: u(site.target),
             targets: u(site.bank.targets),
+            groups: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NO_LORA, NO_ROW, lora_group_capacity, lora_row_groups};
+
+    #[test]
+    fn row_groups_hold_up_to_four_rows_of_one_slot_by_slot() {
+        let slots = [2, NO_LORA, 0, 2, 2, 0, 2, 2, NO_LORA];
+        let groups = lora_row_groups(&slots);
+        let none = NO_ROW;
+        assert_eq!(groups, [[2, 5, none, none], [0, 3, 4, 6], [7, none, none, none], [1, 8, none, none]]);
+        assert!(groups.len() <= lora_group_capacity(slots.len(), 3));
+        assert_eq!(lora_row_groups(&[]), Vec::<[u32; 4]>::new());
     }
 }

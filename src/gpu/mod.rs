@@ -98,7 +98,9 @@ pub use kernels::{
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use kv_transfer::KvStore;
 pub use linear_coop::{CoopElem, CoopShape, CoopTile};
-pub use lora::{LoraBank, LoraMatrices, LoraSite, NO_LORA};
+pub use lora::{
+    LORA_GROUP_ROWS, LoraBank, LoraMatrices, LoraSite, NO_LORA, lora_group_capacity, lora_row_groups,
+};
 pub use options::{
     AttentionStrategy, BackendChoice, FeatureMask, Fusion, GemmRows, GemvRows, GpuOptions, LinearStrategy,
     SubmitStrategy,

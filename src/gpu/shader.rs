@@ -185,6 +185,10 @@ pub enum KernelVariant {
     MoeCombine,
     /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
     LoraShrink,
+    /// [`Self::LoraShrink`] over groups of up to four rows of one adapter and four columns an
+    /// invocation, `x` and `A` read as 16-byte units (`lora_shrink_groups.wgsl`: `K` a multiple
+    /// of 4).
+    LoraShrinkGroups,
     /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
     /// (`lora_expand.wgsl`).
     LoraExpand,
@@ -291,7 +295,9 @@ impl KernelVariant {
             | Self::MoeCombine
             | Self::SwigluClamped => &elementwise::Elementwise,
             Self::TopK => &top_k::TopK,
-            Self::LoraShrink | Self::LoraExpand | Self::LoraExpandRows => &lora::Lora,
+            Self::LoraShrink | Self::LoraShrinkGroups | Self::LoraExpand | Self::LoraExpandRows => {
+                &lora::Lora
+            }
             Self::Linear { .. } => &linear::Linear,
             Self::RopeCache { .. } => &rope::RopeCache,
             Self::Attention { .. } | Self::FlashRope { .. } => &attention::Attention,

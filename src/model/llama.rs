@@ -934,6 +934,8 @@ struct StepLora<'a> {
     slots: &'a LoraSlots,
     rows: Tensor,
     shrunk: Tensor,
+    /// The rows' groups for the shrink.
+    groups: Tensor,
     /// The distinct slots the step's rows use.
     used: Vec<u32>,
 }
@@ -950,10 +952,12 @@ impl<'a> LoraRows<'a> {
         }
         let (rows, shrunk) = self.slots.scratch(t)?;
         step.write_u32(&rows, self.rows)?;
+        let (group_rows, groups) = self.slots.groups(self.rows)?;
+        step.write_u32(&groups, &group_rows)?;
         let mut used: Vec<u32> = self.rows.iter().copied().filter(|&s| s != NO_LORA).collect();
         used.sort_unstable();
         used.dedup();
-        Ok(StepLora { slots: self.slots, rows, shrunk, used })
+        Ok(StepLora { slots: self.slots, rows, shrunk, groups, used })
     }
 }
 
@@ -963,6 +967,7 @@ impl StepLora<'_> {
             bank: self.slots.layer(layer),
             rows: &self.rows,
             shrunk: &self.shrunk,
+            groups: &self.groups,
             touched: self.slots.touched(self.used.iter().copied(), layer),
         }
     }
@@ -974,6 +979,7 @@ struct LayerLora<'a> {
     bank: &'a LoraBank,
     rows: &'a Tensor,
     shrunk: &'a Tensor,
+    groups: &'a Tensor,
     /// The targets the step's adapters touch in this layer: the others take no dispatch.
     touched: u8,
 }
@@ -992,7 +998,7 @@ impl LayerLora<'_> {
         if self.touched & 1 << target.index() == 0 {
             return Ok(());
         }
-        let site = LoraSite { bank: self.bank, rows: self.rows, target: target.index() };
+        let site = LoraSite { bank: self.bank, rows: self.rows, groups: self.groups, target: target.index() };
         step.lora_shrink(site, x, self.shrunk)?;
         step.lora_expand(site, self.shrunk, y, col0, n)?;
         Ok(())

@@ -6,8 +6,8 @@ use super::KernelVariant;
 use super::family::{Family, ShaderFile, shader_file};
 use super::params::{KernelParams, LoraParams, ParamsLayout};
 
-/// The family of [`KernelVariant::LoraShrink`], [`KernelVariant::LoraExpand`] and
-/// [`KernelVariant::LoraExpandRows`].
+/// The family of [`KernelVariant::LoraShrink`], [`KernelVariant::LoraShrinkGroups`],
+/// [`KernelVariant::LoraExpand`] and [`KernelVariant::LoraExpandRows`].
 pub(super) struct Lora;
 
 impl Family for Lora {
@@ -15,6 +15,7 @@ impl Family for Lora {
         match variant {
             KernelVariant::LoraExpand => "lora_expand".into(),
             KernelVariant::LoraExpandRows => "lora_expand_rows".into(),
+            KernelVariant::LoraShrinkGroups => "lora_shrink_groups".into(),
             _ => "lora_shrink".into(),
         }
     }
@@ -27,6 +28,7 @@ impl Family for Lora {
         let body = match variant {
             KernelVariant::LoraExpand => shader_file!("lora_expand.wgsl"),
             KernelVariant::LoraExpandRows => shader_file!("lora_expand_rows.wgsl"),
+            KernelVariant::LoraShrinkGroups => shader_file!("lora_shrink_groups.wgsl"),
             _ => shader_file!("lora_shrink.wgsl"),
         };
         vec![shader_file!("lora_common.wgsl"), body]

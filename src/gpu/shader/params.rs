@@ -147,6 +147,9 @@ kernel_params! {
         which: u32,
         /// Targets per slot in the table.
         targets: u32,
+        /// Groups of rows of one adapter the grouped shrink computes (`lora_shrink_groups.wgsl`;
+        /// 0 for the other kernels).
+        groups: u32,
     }
 }
 

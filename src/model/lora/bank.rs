@@ -2,7 +2,10 @@
 //! [`LoraBank`] a layer), the per-row slot list of a step and the shrunk rows' scratch.
 
 use super::{LoraAdapter, LoraError, LoraTarget, QkRows};
-use crate::gpu::{Elem, GpuContext, GpuError, LoraBank, LoraMatrices, Tensor};
+use crate::gpu::{
+    Elem, GpuContext, GpuError, LORA_GROUP_ROWS, LoraBank, LoraMatrices, Tensor, lora_group_capacity,
+    lora_row_groups,
+};
 use crate::model::architecture::{ModelConfig, interleave_rope_rows};
 
 /// GPU slots for up to `max_loras` adapters of rank up to `max_rank`, for batches of up to
@@ -14,6 +17,8 @@ pub struct LoraSlots {
     rows: Tensor,
     /// `f32 [max_tokens, max_rank]`: the shrunk rows.
     shrunk: Tensor,
+    /// `u32 [groups, LORA_GROUP_ROWS]`: the rows' groups for the shrink (`lora_row_groups`).
+    groups: Tensor,
     /// The row slots and shrunk rows of steps that fit the uniform scratch
     /// ([`GpuContext::lora_uniform_scratch`]: decodes), whose expand reads each adapter's `B`
     /// once for all its rows.
@@ -50,6 +55,7 @@ impl LoraSlots {
             layers,
             rows: ctx.tensor(Elem::U32, &[max_tokens])?,
             shrunk: ctx.tensor(Elem::F32, &[max_tokens, max_rank])?,
+            groups: ctx.tensor(Elem::U32, &[lora_group_capacity(max_tokens, max_loras), LORA_GROUP_ROWS])?,
             uniform: ctx.lora_uniform_scratch(max_rank)?,
             max_rank,
             qk_interleaved,
@@ -75,6 +81,14 @@ impl LoraSlots {
             return Ok((rows.rows(t)?, shrunk.rows(t)?));
         }
         Ok((self.rows.rows(t)?, self.shrunk.rows(t)?))
+    }
+
+    /// The groups of a step's rows whose slots are `rows` ([`lora_row_groups`]), flat, and the
+    /// view of the groups' buffer they fill.
+    pub(crate) fn groups(&self, rows: &[u32]) -> Result<(Vec<u32>, Tensor), GpuError> {
+        let groups = lora_row_groups(rows);
+        let view = self.groups.rows(groups.len())?;
+        Ok((groups.concat(), view))
     }
 
     /// Layer `layer`'s bank.
