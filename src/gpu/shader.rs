@@ -26,8 +26,9 @@
 //!   or one it declares and the kernel leaves out, is a [`GpuError::Binding`](crate::gpu::GpuError).
 //! - **Workgroup size.** [`KernelVariant::workgroup_size`] (one of [`WORKGROUP_SIZE`],
 //!   [`TOP_K_WG`], [`LINEAR_WG`], [`LINEAR_GEMM_WG`], [`LINEAR_SEQ_WG`],
-//!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`], [`LINEAR_COOP_WG`]) is injected as `WG`, which the shader
-//!   uses in `@workgroup_size(WG)`, and the dispatch sizes its grid with the same constant.
+//!   [`ATTENTION_SPLIT_WG`], [`ATTENTION_DOT_LANES`], [`LINEAR_COOP_WG`], [`LORA_GROUPS_WG`]) is
+//!   injected as `WG`, which the shader uses in `@workgroup_size(WG)`, and the dispatch sizes
+//!   its grid with the same constant.
 //! - **Specialisation.** `HD`, `MAX_BS`, `CHUNK`, `DOT_LANES` and `GH` (attention), `PART_KEYS`
 //!   (split-KV's largest partition), `TM`, `TN`, `GATES`, `BANDS` and `TILE`
 //!   (linear), `MT`, `NT`, `KT` and `CS` (the cooperative-matrix linear's tile and matrix
@@ -135,6 +136,7 @@ pub use linear::{
     LinearPrologue, XLoad,
 };
 pub use linear_epilogue::LinearEpilogue;
+pub use lora::LORA_GROUPS_WG;
 pub use top_k::TOP_K_WG;
 pub use tree::{TREE_LANES, Tree};
 pub use weights::{WEIGHT_DTYPES, WEIGHT_TEXELS, WeightSource};

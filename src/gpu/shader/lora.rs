@@ -6,6 +6,11 @@ use super::KernelVariant;
 use super::family::{Family, ShaderFile, shader_file};
 use super::params::{KernelParams, LoraParams, ParamsLayout};
 
+/// Invocations per workgroup of [`KernelVariant::LoraShrinkGroups`]: a decode's shrink has
+/// few (32 rows over 4 adapters of rank 16: 32), so small groups let CPU drivers spread them
+/// over their threads.
+pub const LORA_GROUPS_WG: u32 = 16;
+
 /// The family of [`KernelVariant::LoraShrink`], [`KernelVariant::LoraShrinkGroups`],
 /// [`KernelVariant::LoraExpand`] and [`KernelVariant::LoraExpandRows`].
 pub(super) struct Lora;
@@ -17,6 +22,13 @@ impl Family for Lora {
             KernelVariant::LoraExpandRows => "lora_expand_rows".into(),
             KernelVariant::LoraShrinkGroups => "lora_shrink_groups".into(),
             _ => "lora_shrink".into(),
+        }
+    }
+
+    fn workgroup(&self, variant: &KernelVariant) -> (u32, &'static str) {
+        match variant {
+            KernelVariant::LoraShrinkGroups => (LORA_GROUPS_WG, "LORA_GROUPS_WG"),
+            _ => (super::WORKGROUP_SIZE, "WORKGROUP_SIZE"),
         }
     }
 
