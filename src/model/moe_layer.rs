@@ -1,5 +1,6 @@
-//! A mixture-of-experts layer on the GPU. The router's logits are computed on the device and
-//! read back (the step is submitted there), the host groups the batch's tokens by expert
+//! A mixture-of-experts layer on the GPU. The router's logits and each token's choice of
+//! experts and their weights are computed on the device (`Step::moe_route`) and read back (the
+//! step is submitted there), the host groups the batch's tokens by expert from them
 //! ([`group_by_expert`]), and a new step runs each chosen expert once over the rows that chose
 //! it — gathered (unless every row of the batch chose it, as a lone decoding token's experts
 //! are: then the rows themselves), the gated MLP (the GEMV for one row, the GEMM for more, every row with the
@@ -10,8 +11,9 @@
 //! slots are added in its own routing's order.
 //!
 //! A shared expert (Qwen2-MoE) runs over every row as one more slot, after the routed ones:
-//! its gate's logit is read back with the router's, and its output rows are weighted by the
-//! gate's sigmoid as a routed expert's are by the router. So a token's MLP output is
+//! its gate's logit is written beside the router's, the routing kernel takes its sigmoid
+//! after the routed weights, and its output rows are weighted by it as a routed expert's are
+//! by the router. So a token's MLP output is
 //! `((e_1 + e_2 + ...) + shared)` in that order, whatever its batch.
 
 use super::gated_mlp::{GateUp, GatedMlp, record_biased_expert, record_gate_up};
@@ -42,13 +44,15 @@ pub(super) struct SharedExpert {
     pub(super) gate: Weight,
 }
 
-/// The workspace's buffers of a mixture-of-experts model: each token's router logits, its
-/// shared expert's gate logit, and its weighted expert outputs (slot-major: one block of `T`
-/// rows per routed expert a token takes, then the shared expert's).
+/// The workspace's buffers of a mixture-of-experts model: each token's router logits (then
+/// its shared expert's gate logit), the experts chosen and their weights (then the shared
+/// expert's), and its weighted expert outputs (slot-major: one block of `T` rows per routed
+/// expert a token takes, then the shared expert's).
 #[derive(Debug)]
 pub(super) struct MoeBuffers {
     logits: Tensor,
-    shared_gate: Option<Tensor>,
+    ids: Tensor,
+    weights: Tensor,
     slots: Tensor,
     slots_per_token: usize,
 }
@@ -61,11 +65,12 @@ impl MoeBuffers {
         hidden: usize,
         max_tokens: usize,
     ) -> Result<Self, GpuError> {
-        let shared = moe.shared_expert_intermediate_size.is_some();
-        let slots_per_token = moe.experts_per_token + usize::from(shared);
+        let routing = moe.routing();
+        let slots_per_token = routing.weights_width();
         Ok(Self {
-            logits: ctx.tensor(Elem::F32, &[max_tokens, moe.num_experts])?,
-            shared_gate: shared.then(|| ctx.tensor(Elem::F32, &[max_tokens, 1])).transpose()?,
+            logits: ctx.tensor(Elem::F32, &[max_tokens, routing.logits_width()])?,
+            ids: ctx.tensor(Elem::U32, &[max_tokens, routing.k])?,
+            weights: ctx.tensor(Elem::F32, &[max_tokens, slots_per_token])?,
             slots: ctx.tensor(Elem::F32, &[slots_per_token * max_tokens, hidden])?,
             slots_per_token,
         })
@@ -75,7 +80,8 @@ impl MoeBuffers {
     pub(super) fn rows(&self, t: usize) -> Result<Self, GpuError> {
         Ok(Self {
             logits: self.logits.rows(t)?,
-            shared_gate: self.shared_gate.as_ref().map(|g| g.rows(t)).transpose()?,
+            ids: self.ids.rows(t)?,
+            weights: self.weights.rows(t)?,
             slots: self.slots.rows(self.slots_per_token * t)?,
             slots_per_token: self.slots_per_token,
         })
@@ -102,28 +108,21 @@ impl MoeLayer {
         buffers: &MoeBuffers,
         act: GateActivation,
     ) -> Result<Step<'c>, GpuError> {
-        match &self.router_bias {
-            Some(bias) => step.linear_into(h, &self.router, Some(bias), &buffers.logits, 0)?,
-            None => step.linear(h, &self.router, &buffers.logits)?,
+        let routing = self.moe.routing();
+        if buffers.logits.shape()[1] != routing.logits_width() {
+            return Err(GpuError::Shape("a workspace made for another model's experts".into()));
         }
-        let gate_read = match (&self.shared, &buffers.shared_gate) {
-            (Some(shared), Some(gate)) => {
-                step.linear(h, &shared.gate, gate)?;
-                Some(step.read(gate))
-            }
-            (None, _) => None,
-            (Some(_), None) => {
-                return Err(GpuError::Shape(
-                    "a workspace made for another model: no shared expert's gate buffer".into(),
-                ));
-            }
-        };
-        let read = step.read(&buffers.logits);
+        step.linear_into(h, &self.router, self.router_bias.as_ref(), &buffers.logits, 0)?;
+        if let Some(shared) = &self.shared {
+            step.linear_into(h, &shared.gate, None, &buffers.logits, routing.experts)?;
+        }
+        step.moe_route(&buffers.logits, routing, &buffers.ids, &buffers.weights)?;
+        let (ids_read, weights_read) = (step.read(&buffers.ids), step.read(&buffers.weights));
         let ctx = step.ctx;
         let mut out = step.submit()?;
-        let logits = out.f32s(read);
-        let groups = group_by_expert(&self.moe, &logits);
-        let t = logits.len() / self.moe.num_experts;
+        let (ids, weights) = (out.u32s(ids_read), out.f32s(weights_read));
+        let groups = group_by_expert(routing.experts, routing.k, &ids, &weights);
+        let t = ids.len() / routing.k;
         let mut step = ctx.step();
         // the step's inputs first, then its dispatches
         let mut chosen = Vec::new();
@@ -150,13 +149,14 @@ impl MoeLayer {
             chosen.push(inputs);
         }
         // the shared expert's rows: every token's, to the last slot, weighted by its gate
-        let shared_inputs = match gate_read {
-            Some(read) => {
+        let shared_inputs = match self.shared {
+            Some(_) => {
                 let first = self.moe.experts_per_token * t;
                 let outputs = step.scratch(Elem::U32, &[t])?;
                 let scales = step.scratch(Elem::U32, &[t])?;
                 step.write_u32(&outputs, &(first..first + t).map(|r| r as u32).collect::<Vec<_>>())?;
-                let bits: Vec<u32> = out.f32s(read).iter().map(|&g| sigmoid(g).to_bits()).collect();
+                let bits: Vec<u32> =
+                    weights.chunks_exact(routing.k + 1).map(|w| w[routing.k].to_bits()).collect();
                 step.write_u32(&scales, &bits)?;
                 Some((outputs, scales))
             }
@@ -211,9 +211,4 @@ impl MoeLayer {
         step.moe_combine(x, &buffers.slots, buffers.slots_per_token)?;
         Ok(step)
     }
-}
-
-/// `1 / (1 + e^-x)` in f32: the shared expert's weight from its gate's logit.
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }

@@ -42,6 +42,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::LoraExpand,
         KernelVariant::LoraExpandRows,
         KernelVariant::TopK,
+        KernelVariant::MoeRoute,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];
     paths.extend(SUBGROUP_SIZES.iter().map(|&sg| LinearPath::Sequential { subgroup: Some(sg) }));
@@ -241,7 +242,7 @@ mod tests {
     /// new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 16 + 16 * 2 + 15 * 50 + 50 * 25 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
+        assert_eq!(all_variants().len(), 17 + 16 * 2 + 15 * 50 + 50 * 25 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure

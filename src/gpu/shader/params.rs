@@ -163,6 +163,25 @@ kernel_params! {
 }
 
 kernel_params! {
+    /// `shaders/moe_route.wgsl`.
+    MoeRouteParams {
+        /// Tokens (rows of logits).
+        rows: u32,
+        /// Routed experts (the router's logits per row).
+        experts: u32,
+        /// Experts each token takes.
+        k: u32,
+        /// Row stride of the logits (`experts`, plus the shared expert's gate logit).
+        stride: u32,
+        /// The router's rule: 0 softmax then top k, 1 the same renormalised, 2 top k then
+        /// softmax.
+        rule: u32,
+        /// 1 when the row ends with the shared expert's gate logit (`shared` is a WGSL keyword).
+        gate: u32,
+    }
+}
+
+kernel_params! {
     /// `shaders/linear_common.wgsl`: `y = x · wᵀ` for one part of a row-split weight.
     LinearParams {
         /// Rows of x.

@@ -1,0 +1,117 @@
+//! The mixture-of-experts kernels: the device's routing (`Step::moe_route`) against the
+//! router's rule on the host (`MoeConfig::route`): the same experts in the same order, weights
+//! within 1e-6, for each rule, with ties and a shared expert's gate; and a token's routing
+//! the same bits whatever rows are routed beside it.
+
+mod kernels_support;
+
+use kernels_support::{Rng, bits};
+
+use pagoda::engine::engine_config::gpu_options_from_env;
+use pagoda::gpu::*;
+use pagoda::model::moe::{MoeConfig, RouterRule};
+
+fn ctx() -> GpuContext {
+    GpuContext::new(&gpu_options_from_env(&GpuOptions::default()).unwrap())
+        .expect("a wgpu adapter (lavapipe in CI)")
+}
+
+/// Routes `logits` (`[rows, experts]`, a shared gate logit appended per row when `shared`) on
+/// the device and asserts each row's ids equal `route`'s and its weights lie within 1e-6.
+fn assert_routes_as_the_host(c: &GpuContext, moe: &MoeConfig, logits: &[f32], gates: Option<&[f32]>) {
+    let e = moe.num_experts;
+    let rows = logits.len() / e;
+    let routing = moe.routing();
+    assert_eq!(routing.shared, gates.is_some());
+    let width = routing.logits_width();
+    let mut packed = Vec::with_capacity(rows * width);
+    for (r, row) in logits.chunks_exact(e).enumerate() {
+        packed.extend_from_slice(row);
+        packed.extend(gates.map(|g| g[r]));
+    }
+    let lt = c.upload_f32(&[rows, width], &packed).unwrap();
+    let ids = c.tensor(Elem::U32, &[rows, routing.k]).unwrap();
+    let weights = c.tensor(Elem::F32, &[rows, routing.weights_width()]).unwrap();
+    let mut step = c.step();
+    step.moe_route(&lt, routing, &ids, &weights).unwrap();
+    let bad = c.tensor(Elem::U32, &[rows, routing.k + 1]).unwrap();
+    assert!(matches!(step.moe_route(&lt, routing, &bad, &weights), Err(GpuError::Shape(_))));
+    let (ir, wr) = (step.read(&ids), step.read(&weights));
+    let mut res = step.submit().unwrap();
+    let (got_ids, got_w) = (res.u32s(ir), res.f32s(wr));
+    let ww = routing.weights_width();
+    for (r, row) in logits.chunks_exact(e).enumerate() {
+        let want = moe.route(row);
+        let got: Vec<u32> = got_ids[r * routing.k..(r + 1) * routing.k].to_vec();
+        assert_eq!(got, want.iter().map(|w| w.0 as u32).collect::<Vec<_>>(), "row {r} of {:?}", moe.rule);
+        for (slot, &(_, w)) in want.iter().enumerate() {
+            let g = got_w[r * ww + slot];
+            assert!((g - w).abs() <= 1e-6, "row {r} slot {slot} {:?}: {g} vs {w}", moe.rule);
+        }
+        if let Some(gates) = gates {
+            let want = 1.0 / (1.0 + (-gates[r]).exp());
+            let g = got_w[r * ww + routing.k];
+            assert!((g - want).abs() <= 1e-6, "row {r} shared gate: {g} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn the_device_routes_as_the_host_rule_for_every_rule_with_ties() {
+    let c = ctx();
+    let (rows, e) = (37, 16);
+    let mut logits: Vec<f32> = Rng::new(3).vec(rows * e).iter().map(|v| v * 4.0).collect();
+    // ties: to the lower expert, inside the top k and across its edge
+    logits[3] = 9.0;
+    logits[5] = 9.0;
+    for x in &mut logits[e..2 * e] {
+        *x = 0.5;
+    }
+    logits[2 * e + 7] = 1.0;
+    logits[2 * e + 2] = 1.0;
+    logits[2 * e + 11] = 1.0;
+    let gates: Vec<f32> = Rng::new(4).vec(rows).iter().map(|v| v * 6.0).collect();
+    for rule in [
+        RouterRule::SoftmaxTopK { renormalize: false },
+        RouterRule::SoftmaxTopK { renormalize: true },
+        RouterRule::TopKSoftmax,
+    ] {
+        for (k, shared) in [(1, false), (2, false), (4, true), (16, false)] {
+            let moe = MoeConfig {
+                num_experts: e,
+                experts_per_token: k,
+                expert_intermediate_size: 8,
+                rule,
+                shared_expert_intermediate_size: shared.then_some(8),
+            };
+            assert_routes_as_the_host(&c, &moe, &logits, shared.then_some(gates.as_slice()));
+        }
+    }
+}
+
+/// Routes `rows` rows of `logits` on the device: each row's ids and weights.
+fn route_gpu(c: &GpuContext, routing: MoeRouting, logits: &[f32]) -> (Vec<u32>, Vec<f32>) {
+    let rows = logits.len() / routing.logits_width();
+    let lt = c.upload_f32(&[rows, routing.logits_width()], logits).unwrap();
+    let ids = c.tensor(Elem::U32, &[rows, routing.k]).unwrap();
+    let weights = c.tensor(Elem::F32, &[rows, routing.weights_width()]).unwrap();
+    let mut step = c.step();
+    step.moe_route(&lt, routing, &ids, &weights).unwrap();
+    let (ir, wr) = (step.read(&ids), step.read(&weights));
+    let mut res = step.submit().unwrap();
+    (res.u32s(ir), res.f32s(wr))
+}
+
+#[test]
+fn a_tokens_routing_has_the_same_bits_whatever_rows_beside_it() {
+    let c = ctx();
+    let routing = MoeRouting { experts: 12, k: 3, rule: RouteRule::SoftmaxTopKRenormalized, shared: true };
+    let (rows, lw, ww) = (70, routing.logits_width(), routing.weights_width());
+    let logits: Vec<f32> = Rng::new(9).vec(rows * lw).iter().map(|v| v * 5.0).collect();
+    let (all_ids, all_w) = route_gpu(&c, routing, &logits);
+    for range in [5..6, 64..70, 0..3] {
+        let (ids, w) = route_gpu(&c, routing, &logits[range.start * lw..range.end * lw]);
+        assert_eq!(ids, all_ids[range.start * routing.k..range.end * routing.k], "rows {range:?}");
+        assert_eq!(bits(&w), bits(&all_w[range.start * ww..range.end * ww]), "rows {range:?}");
+    }
+}
