@@ -99,7 +99,7 @@ struct ExpertInputs {
 
 impl MoeLayer {
     /// Records `x += moe(h)` for the normed rows `h` (`[T, hidden]`): submits `step` with the
-    /// router's logits and returns the step that runs the experts (and what follows).
+    /// router's choices (each token's experts and weights, picked on the device) and returns the step that runs the experts (and what follows).
     pub(super) fn record<'c>(
         &self,
         mut step: Step<'c>,
