@@ -9,7 +9,9 @@
 // functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as
 // stored (xin_plain.wgsl), RMS-normed on the way in (xin_rms_norm.wgsl), or Gemma's sandwich
 // before that (xin_sandwich.wgsl). `row_scales(m0, lead, lanes)` is called by every invocation
-// with `lead` true in exactly one workgroup of each row tile (its first column tile).
+// with `lead` true in exactly one workgroup of each row tile (its first column tile). The
+// weight's rows start at word w0 of the binding (a view of one expert's rows of a stacked
+// weight; 0 for every other weight).
 struct LinearParams {
     m: u32,
     n_part: u32,
@@ -22,6 +24,7 @@ struct LinearParams {
     heads: u32,
     kv_heads: u32,
     hd: u32,
+    w0: u32,
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;

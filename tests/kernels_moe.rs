@@ -115,3 +115,53 @@ fn a_tokens_routing_has_the_same_bits_whatever_rows_beside_it() {
         assert_eq!(bits(&w), bits(&all_w[range.start * ww..range.end * ww]), "rows {range:?}");
     }
 }
+
+/// `y = x · wᵀ` (or the gated product, SiLU) for `m` rows of `x`.
+fn linear_gpu(c: &GpuContext, w: &Weight, x: &[f32], m: usize) -> Vec<f32> {
+    let xt = c.upload_f32(&[m, w.cols()], x).unwrap();
+    let out = c.tensor(Elem::F32, &[m, w.rows()]).unwrap();
+    let mut step = c.step();
+    match w.is_gated() {
+        true => step.linear_gated(&xt, w, GateActivation::Silu, &out).unwrap(),
+        false => step.linear(&xt, w, &out).unwrap(),
+    }
+    let id = step.read(&out);
+    step.submit().unwrap().f32s(id)
+}
+
+/// Each expert's view of a stacked weight (plain and gated) gives the bits of that expert's
+/// weight uploaded alone, in the GEMV (one row) and the GEMM (more), for a few weight types.
+#[test]
+fn an_experts_view_of_a_stacked_weight_has_the_bits_of_its_own_weight() {
+    use pagoda::dtype::{DType, quantize};
+    let c = ctx();
+    let (experts, rows, cols) = (3, 24, 256);
+    for dtype in [DType::F16, DType::Q4K, DType::Q8_0] {
+        let quant = |seed| quantize(dtype, &Rng::new(seed).vec(experts * rows * cols));
+        let (gate, up) = (quant(11), quant(12));
+        let bytes = gate.len() / experts;
+        let plain = c.upload_stacked_weight("plain", dtype, experts, rows, cols, &[&gate]).unwrap().unwrap();
+        let gated =
+            c.upload_stacked_weight("gated", dtype, experts, rows, cols, &[&gate, &up]).unwrap().unwrap();
+        assert_eq!((plain.len(), gated.len()), (experts, experts));
+        for e in 0..experts {
+            let (g, u) = (&gate[e * bytes..(e + 1) * bytes], &up[e * bytes..(e + 1) * bytes]);
+            let alone = c.upload_weight("alone", dtype, rows, cols, g).unwrap();
+            let alone_gated = c.upload_gated_weight("alone_gated", dtype, rows, cols, g, u).unwrap();
+            for m in [1, 9] {
+                let x = Rng::new(20 + m as u64).vec(m * cols);
+                let what = format!("{dtype:?} expert {e} of {m} rows");
+                assert_eq!(
+                    bits(&linear_gpu(&c, &plain[e], &x, m)),
+                    bits(&linear_gpu(&c, &alone, &x, m)),
+                    "{what}"
+                );
+                assert_eq!(
+                    bits(&linear_gpu(&c, &gated[e], &x, m)),
+                    bits(&linear_gpu(&c, &alone_gated, &x, m)),
+                    "{what}, gated"
+                );
+            }
+        }
+    }
+}

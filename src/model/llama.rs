@@ -1121,11 +1121,7 @@ impl Loader<'_> {
                         .map(|b| self.vectors(&b.shape, &[b], 0.0))
                         .transpose()?,
                     swiglu_limit: self.config.swiglu_limit,
-                    experts: experts
-                        .iter()
-                        .enumerate()
-                        .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
-                        .collect::<Result<_, _>>()?,
+                    experts: self.experts(l, experts)?,
                     shared: match shared {
                         Some(s) => Some(Box::new(SharedExpert {
                             mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp)?,
@@ -1139,6 +1135,72 @@ impl Loader<'_> {
                 }),
             },
         })
+    }
+
+    /// A mixture's experts: each projection of every expert stacked in one binding, each expert's
+    /// weights views of its rows ([`GpuContext::upload_stacked_weight`]); where the experts
+    /// differ in type or shape, or a stack would pass the binding limit, each expert's own.
+    fn experts(&self, l: usize, experts: &[ExpertWeights<'_>]) -> Result<Vec<GatedMlp>, LlamaError> {
+        if let Some(stacked) = self.stacked_experts(l, experts)? {
+            return Ok(stacked);
+        }
+        experts
+            .iter()
+            .enumerate()
+            .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
+            .collect()
+    }
+
+    /// The experts as views of stacked weights, `None` where they cannot be stacked.
+    fn stacked_experts(
+        &self,
+        l: usize,
+        experts: &[ExpertWeights<'_>],
+    ) -> Result<Option<Vec<GatedMlp>>, LlamaError> {
+        type Pick = for<'e, 'a> fn(&'e ExpertWeights<'a>) -> &'e TensorView<'a>;
+        let (gate, up, down): (Pick, Pick, Pick) = (|e| &e.gate_proj, |e| &e.up_proj, |e| &e.down_proj);
+        let Some(first) = experts.first() else { return Ok(None) };
+        let alike =
+            |f: Pick| experts.iter().all(|e| f(e).dtype == f(first).dtype && f(e).shape == f(first).shape);
+        if !(alike(gate) && alike(up) && alike(down)) {
+            return Ok(None);
+        }
+        let stack = |f: Pick| -> Vec<u8> { experts.iter().flat_map(|e| f(e).data.iter().copied()).collect() };
+        let n = experts.len();
+        let upload =
+            |part: &str, t: &TensorView<'_>, groups: &[&[u8]]| -> Result<Option<Vec<Weight>>, LlamaError> {
+                let name = format!("layers.{l}.experts.{part}");
+                let (rows, cols) = matrix_dims(&name, t)?;
+                Ok(self.ctx.upload_stacked_weight(&name, t.dtype, n, rows, cols, groups)?)
+            };
+        // as `gate_up` fuses them: a biased expert (gpt-oss) keeps its gate and up apart
+        let fused = !self.split_mlp
+            && first.biases.is_none()
+            && first.gate_proj.dtype == first.up_proj.dtype
+            && first.gate_proj.shape == first.up_proj.shape;
+        let (gates, ups) = (stack(gate), stack(up));
+        let gate_ups: Vec<GateUp> = if fused {
+            let Some(views) = upload("gate_up_proj", &first.gate_proj, &[&gates, &ups])? else {
+                return Ok(None);
+            };
+            views.into_iter().map(GateUp::Gated).collect()
+        } else {
+            let Some(g) = upload("gate_proj", &first.gate_proj, &[&gates])? else { return Ok(None) };
+            let Some(u) = upload("up_proj", &first.up_proj, &[&ups])? else { return Ok(None) };
+            g.into_iter().zip(u).map(|(gate, up)| GateUp::Split { gate, up }).collect()
+        };
+        let Some(downs) = upload("down_proj", &first.down_proj, &[&stack(down)])? else { return Ok(None) };
+        self.bar.inc(3 * n as u64);
+        let bias = |t: &TensorView<'_>| self.vectors(&t.shape, &[t], 0.0);
+        let mut out = Vec::with_capacity(n);
+        for ((gate_up, down_proj), w) in gate_ups.into_iter().zip(downs).zip(experts) {
+            let biases = match &w.biases {
+                Some([g, u, d]) => Some(Box::new([bias(g)?, bias(u)?, bias(d)?])),
+                None => None,
+            };
+            out.push(GatedMlp { gate_up, down_proj, biases });
+        }
+        Ok(Some(out))
     }
 
     /// A gated MLP (a layer's, or one expert's), its weights named after `prefix`.

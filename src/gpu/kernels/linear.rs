@@ -453,6 +453,7 @@ impl Step<'_> {
                 heads: u(epi.heads),
                 kv_heads: u(epi.kv_heads),
                 hd: u(epi.head_dim),
+                w0: u(w.word0()),
             };
             let bindings =
                 [Binding::tensor("X", x), Binding::new("W", &part.words), Binding::tensor("Y", out)]

@@ -209,6 +209,9 @@ kernel_params! {
         kv_heads: u32,
         /// Head dimension of that row; 0 otherwise.
         hd: u32,
+        /// First word of the weight's rows in the part's binding: one expert's rows of a
+        /// stacked weight ([`Weight`](crate::gpu::Weight)'s views); 0 otherwise.
+        w0: u32,
     }
 }
 
