@@ -1,10 +1,10 @@
 // A mixture-of-experts router's choice per token (src/model/moe.rs, `RouterRule`): from row t
 // of logits [rows, stride] (the router's `experts` logits, then the shared expert's gate logit
 // at column `experts` where `gate` is 1), the `k` largest logits, largest first with ties to
-// the lower expert (NaN counts as the lowest f32), into IDS [rows, k], and their weights into WEIGHTS
-// [rows, k + gate] in the same order, the shared expert's sigmoid gate after them. One
-// invocation a row, everything in index then slot order, so a token's values depend on its
-// own row alone. rule 0: softmax over every expert, then the top k; 1: the same, renormalised
+// the lower expert (NaN counts as the lowest f32), into IDS and their weights into WEIGHTS in
+// the same order, both slot-major (slot s of token t at s * rows + t: the order of the experts'
+// output slots), and the shared expert's sigmoid gate into GATES[t]. One invocation a row,
+// everything in index then slot order, so a token's values depend on its own row alone. rule 0: softmax over every expert, then the top k; 1: the same, renormalised
 // by the chosen weights' sum; 2: the top k logits, then a softmax over those k (gpt-oss).
 struct MoeRouteParams {
     rows: u32,
@@ -22,6 +22,7 @@ const LOWEST: f32 = -3.40282347e38;
 @group(0) @binding(SLOT_LOGITS) var<storage, read> LOGITS: array<f32>;
 @group(0) @binding(SLOT_IDS) var<storage, read_write> IDS: array<u32>;
 @group(0) @binding(SLOT_WEIGHTS) var<storage, read_write> WEIGHTS: array<f32>;
+@group(0) @binding(SLOT_GATES) var<storage, read_write> GATES: array<f32>;
 
 // Logit `e` of the row at `base`, NaN as the lowest f32.
 fn logit(base: u32, e: u32) -> f32 {
@@ -36,8 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let base = row * P.stride;
-    let ids = row * P.k;
-    let out = row * (P.k + P.gate);
+    // slot r of this row: IDS[r * P.rows + row], WEIGHTS likewise
     // round r: the best logit ordered after round r - 1's pick (pv, pi)
     var pv = 0.0;
     var pi = NONE;
@@ -52,20 +52,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 bi = e;
             }
         }
-        IDS[ids + r] = bi;
-        WEIGHTS[out + r] = bv;
+        IDS[r * P.rows + row] = bi;
+        WEIGHTS[r * P.rows + row] = bv;
         pv = bv;
         pi = bi;
     }
     if (P.rule == 2u) {
         // softmax over the chosen: the first is the largest
-        let top = WEIGHTS[out];
+        let top = WEIGHTS[row];
         var sum = 0.0;
         for (var r = 0u; r < P.k; r++) {
-            sum += exp(WEIGHTS[out + r] - top);
+            sum += exp(WEIGHTS[r * P.rows + row] - top);
         }
         for (var r = 0u; r < P.k; r++) {
-            WEIGHTS[out + r] = exp(WEIGHTS[out + r] - top) / sum;
+            WEIGHTS[r * P.rows + row] = exp(WEIGHTS[r * P.rows + row] - top) / sum;
         }
     } else {
         var top = LOWEST;
@@ -78,17 +78,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         var chosen = 0.0;
         for (var r = 0u; r < P.k; r++) {
-            let p = exp(WEIGHTS[out + r] - top) / sum;
-            WEIGHTS[out + r] = p;
+            let p = exp(WEIGHTS[r * P.rows + row] - top) / sum;
+            WEIGHTS[r * P.rows + row] = p;
             chosen += p;
         }
         if (P.rule == 1u) {
             for (var r = 0u; r < P.k; r++) {
-                WEIGHTS[out + r] = WEIGHTS[out + r] / chosen;
+                WEIGHTS[r * P.rows + row] = WEIGHTS[r * P.rows + row] / chosen;
             }
         }
     }
     if (P.gate == 1u) {
-        WEIGHTS[out + P.k] = 1.0 / (1.0 + exp(-LOGITS[base + P.experts]));
+        GATES[row] = 1.0 / (1.0 + exp(-LOGITS[base + P.experts]));
     }
 }

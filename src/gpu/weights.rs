@@ -44,6 +44,8 @@ pub struct Weight {
     /// First word of its rows in its one part's binding: a view of one expert's rows of a
     /// stacked weight ([`GpuContext::upload_stacked_weight`]); 0 otherwise.
     word0: usize,
+    /// Words between two experts' rows of its stack; `None` for a weight of its own.
+    expert_words: Option<usize>,
 }
 
 impl Weight {
@@ -80,6 +82,12 @@ impl Weight {
     /// First word of its rows in its part's binding (nonzero for a view of a stacked weight).
     pub(crate) fn word0(&self) -> usize {
         self.word0
+    }
+
+    /// Words between two experts' rows of the stack it is a view of (`None`: a weight of its
+    /// own), which [`LinearInput::ExpertRows`](super::LinearInput::ExpertRows) reads by id.
+    pub fn expert_words(&self) -> Option<usize> {
+        self.expert_words
     }
 
     /// Where the kernels read its words from.
@@ -254,7 +262,16 @@ impl GpuContext {
             }
             parts.push(WeightPart { words: self.upload_words(name, source, data)?, row0, rows: n });
         }
-        Ok(Weight { name: name.to_string(), dtype, rows, cols, gated: groups.len() == 2, parts, word0: 0 })
+        Ok(Weight {
+            name: name.to_string(),
+            dtype,
+            rows,
+            cols,
+            gated: groups.len() == 2,
+            parts,
+            word0: 0,
+            expert_words: None,
+        })
     }
 
     /// Uploads `experts` stacked weights of `[rows, cols]` each as one binding (a mixture of
@@ -314,6 +331,7 @@ impl GpuContext {
                 gated: groups.len() == 2,
                 parts: vec![WeightPart { words: words.clone(), row0: 0, rows }],
                 word0: e * expert_words,
+                expert_words: Some(expert_words),
             })
             .collect();
         Ok(Some(views))

@@ -24,7 +24,7 @@ use super::files::ModelFiles;
 use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::lora::LoraTarget;
 use super::lora::bank::LoraSlots;
-use super::moe_layer::{MoeBuffers, MoeLayer, SharedExpert};
+use super::moe_layer::{ID_ROUTED_TOKENS, MoeBuffers, MoeLayer, SharedExpert};
 use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use super::yarn::yarn_inv_freq;
@@ -215,6 +215,22 @@ impl LlamaModel {
         &self.config
     }
 
+    /// The most tokens a step may have and still run on `ctx` without a read-back in its
+    /// middle: any number for a dense model; for a mixture of experts, the steps its layers
+    /// route by id on the device ([`ID_ROUTED_TOKENS`]), and `None` where they route none
+    /// (experts not stacked in one binding or with biases, as gpt-oss's, or a path without
+    /// one-row linear kernels): every step reads the router's choices back.
+    pub fn whole_step_tokens(&self, ctx: &GpuContext) -> Option<usize> {
+        let mut experts = self.layers.iter().filter_map(|l| match &l.mlp {
+            GpuMlp::Experts(moe) => Some(moe),
+            GpuMlp::Dense(_) => None,
+        });
+        match self.config.moe {
+            None => Some(usize::MAX),
+            Some(_) => experts.all(|moe| moe.stacked_by_id(ctx)).then_some(ID_ROUTED_TOKENS),
+        }
+    }
+
     /// True when its Q and K rows are stored in interleaved RoPE order (a LoRA adapter's `B`
     /// rows of Q and K must be too).
     pub fn qk_interleaved(&self) -> bool {
@@ -240,8 +256,9 @@ impl LlamaModel {
     /// [`Self::forward`] submitted without waiting for the device: the step runs while the
     /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `launch.feed`
     /// names are copied on the device from its sampled ids (the step launched before this one
-    /// left its rows' argmaxes there), and this step leaves its own there. Not for a
-    /// mixture-of-experts model, whose steps read the router's choices back mid-step.
+    /// left its rows' argmaxes there), and this step leaves its own there. A mixture of
+    /// experts' step of more than [`Self::whole_step_tokens`] reads the router's choices back
+    /// in its middle (so waits for the steps before it there).
     pub fn forward_launch(
         &self,
         ctx: &GpuContext,
@@ -257,7 +274,8 @@ impl LlamaModel {
     /// [`Self::forward_launch`] recorded and encoded but not submitted: the host writes the
     /// sampled ids the step reads that the device does not hold (tokens sampled on the host,
     /// [`GpuContext::write_u32`]) and then submits it with [`ForwardHeld::submit`]. Until
-    /// then no other step can be recorded.
+    /// then no other step can be recorded. Not for a step of more than
+    /// [`Self::whole_step_tokens`], which is submitted in its middle.
     pub fn forward_hold(
         &self,
         ctx: &GpuContext,
@@ -280,8 +298,12 @@ impl LlamaModel {
         launch: Launch<'_>,
         held: bool,
     ) -> Result<(Step<'c>, HeadReads), LlamaError> {
-        if self.config.moe.is_some() {
-            return Err(LlamaError::Unsupported("a mixture-of-experts step is read back as it runs".into()));
+        let t = batch.input_ids.len();
+        if self.whole_step_tokens(ctx).is_none_or(|most| held && t > most) {
+            return Err(LlamaError::Unsupported(
+                "a mixture-of-experts step that reads its router's choices back cannot be launched held"
+                    .into(),
+            ));
         }
         let Launch { top_k, full_logits, feed, lora } = launch;
         let readback = Readback { top_k, full_logits, feed: Some(feed), whole: held };

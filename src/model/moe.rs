@@ -268,23 +268,23 @@ pub struct ExpertRows {
     pub tokens: Vec<u32>,
     /// Output row of each: `slot * T + token`.
     pub outputs: Vec<u32>,
-    /// Router weight of each.
-    pub weights: Vec<f32>,
+    /// Router weight of each (f32 bits).
+    pub weights: Vec<u32>,
 }
 
-/// A batch's tokens grouped by the experts the device chose for them: `ids` (`u32 [T, k]`)
-/// and `weights` (`f32 [T, width]`, the first `k` of a row the chosen experts' in the same
-/// order) as `Step::moe_route` writes them; one [`ExpertRows`] per expert of `num_experts`.
-pub fn group_by_expert(num_experts: usize, k: usize, ids: &[u32], weights: &[f32]) -> Vec<ExpertRows> {
+/// A batch's tokens grouped by the experts the device chose for them: `ids` and `weights`
+/// (f32 bits) slot-major, `k` slots of `T` tokens, as `Step::moe_route` writes them; one
+/// [`ExpertRows`] per expert of `num_experts`, tokens ascending.
+pub fn group_by_expert(num_experts: usize, k: usize, ids: &[u32], weights: &[u32]) -> Vec<ExpertRows> {
     let tokens = ids.len() / k;
-    let width = weights.len() / tokens.max(1);
     let mut groups = vec![ExpertRows::default(); num_experts];
-    for (t, (row, w)) in ids.chunks_exact(k).zip(weights.chunks_exact(width.max(1))).enumerate() {
-        for (slot, (&expert, &weight)) in row.iter().zip(w).enumerate() {
-            let g = &mut groups[expert as usize];
+    for t in 0..tokens {
+        for slot in 0..k {
+            let i = slot * tokens + t;
+            let g = &mut groups[ids[i] as usize];
             g.tokens.push(t as u32);
-            g.outputs.push((slot * tokens + t) as u32);
-            g.weights.push(weight);
+            g.outputs.push(i as u32);
+            g.weights.push(weights[i]);
         }
     }
     groups
@@ -335,13 +335,12 @@ mod tests {
 
     #[test]
     fn rows_are_grouped_by_expert_with_slot_major_outputs() {
-        // token 0 takes experts 1 then 2, token 1 experts 0 then 3; a third column (a shared
-        // expert's gate) is not a slot
-        let ids = [1, 2, /* token 1 */ 0, 3];
-        let weights = [0.75, 0.25, 0.5, /* token 1 */ 0.5, 0.5, 0.5];
+        // token 0 takes experts 1 then 2, token 1 experts 0 then 3 (slot-major)
+        let ids = [1, 0, /* slot 1 */ 2, 3];
+        let weights = [7, 8, /* slot 1 */ 9, 10];
         let groups = group_by_expert(4, 2, &ids, &weights);
-        assert_eq!(groups[1].weights, [0.75]);
-        assert_eq!(groups[2].weights, [0.25]);
+        assert_eq!(groups[1].weights, [7]);
+        assert_eq!(groups[2].weights, [9]);
         assert_eq!(groups[0].tokens, [1]);
         assert_eq!(groups[0].outputs, [1]); // slot 0 of token 1
         assert_eq!(groups[1].tokens, [0]);

@@ -40,25 +40,23 @@ impl MoeRouting {
     pub fn logits_width(&self) -> usize {
         self.experts + usize::from(self.shared)
     }
-
-    /// Weights per row: the chosen experts', then the shared expert's gate.
-    pub fn weights_width(&self) -> usize {
-        self.k + usize::from(self.shared)
-    }
 }
 
 impl Step<'_> {
     /// Each token's experts from its row of `logits: f32 [T, routing.logits_width()]`: the `k`
     /// largest router logits, largest first with ties to the lower expert (NaN as the lowest
-    /// f32), into `ids: u32 [T, k]`, their weights by the rule into `weights: f32 [T,
-    /// routing.weights_width()]` in the same order, then `sigmoid` of the shared expert's gate
-    /// logit. A row's values depend on that row alone.
+    /// f32), into `ids: u32 [k * T]` and their weights by the rule into `weights: u32 [k * T]`
+    /// (f32 bits, as [`Self::scatter_rows`] takes its scales), both slot-major (slot `s` of
+    /// token `t` at `s * T + t`, where its expert's output goes among the slots), and `sigmoid`
+    /// of the shared expert's gate logit into `gates: u32 [T]` (f32 bits; not written without
+    /// one). A row's values depend on that row alone.
     pub fn moe_route(
         &mut self,
         logits: &Tensor,
         routing: MoeRouting,
         ids: &Tensor,
         weights: &Tensor,
+        gates: &Tensor,
     ) -> Result<(), GpuError> {
         let (rows, width) = dims2(logits, "moe_route logits")?;
         let MoeRouting { experts, k, rule, shared } = routing;
@@ -69,8 +67,9 @@ impl Step<'_> {
                 logits.shape()
             )));
         }
-        ids.expect("moe_route ids", Elem::U32, &[rows, k])?;
-        weights.expect("moe_route weights", Elem::F32, &[rows, routing.weights_width()])?;
+        ids.expect("moe_route ids", Elem::U32, &[k * rows])?;
+        weights.expect("moe_route weights", Elem::U32, &[k * rows])?;
+        gates.expect("moe_route gates", Elem::U32, &[rows])?;
         if rows == 0 {
             return Ok(());
         }
@@ -92,6 +91,7 @@ impl Step<'_> {
             Binding::tensor("LOGITS", logits),
             Binding::tensor("IDS", ids),
             Binding::tensor("WEIGHTS", weights),
+            Binding::tensor("GATES", gates),
         ];
         self.dispatch(variant, &params, bindings, grid)
     }

@@ -65,6 +65,23 @@ pub fn all_variants() -> Vec<KernelVariant> {
             }
         }
     }
+    // The experts' rows by id (mixture-of-experts decode): every type on the one-row kernels of
+    // both paths, plain on the sequential one and gated on the K-split one.
+    for dtype in WEIGHT_DTYPES {
+        let paths = [
+            (
+                LinearPath::Sequential { subgroup: None },
+                LinearKernel::Sequential { rows: 1 },
+                LinearEpilogue::Store,
+            ),
+            (LinearPath::KSplit, LinearKernel::Gemv { rows: 1 }, LinearEpilogue::Gated(GateActivation::Silu)),
+        ];
+        for (path, kernel, epilogue) in paths {
+            let (source, x_load, tree) = (WeightSource::Buffer, path.x_loads()[0], path.trees(kernel)[0]);
+            let prologue = LinearPrologue::ExpertRows;
+            out.push(KernelVariant::Linear { dtype, source, path, kernel, x_load, tree, prologue, epilogue });
+        }
+    }
     for kv in [KvFormat::F32, KvFormat::F16Packed, KvFormat::F16Native] {
         out.push(KernelVariant::RopeCache { kv, qk_norm: false });
         out.push(KernelVariant::RopeCache { kv, qk_norm: true });
@@ -242,7 +259,10 @@ mod tests {
     /// new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 17 + 16 * 2 + 15 * 50 + 50 * 25 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
+        assert_eq!(
+            all_variants().len(),
+            17 + 16 * 2 + 15 * 50 + 50 * 25 + 16 * 2 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7)
+        );
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure

@@ -9,7 +9,7 @@
 
 /// Bytes each dispatch reserves for its parameter block in the step's uniform ring (before
 /// rounding up to the device's uniform offset alignment). Every params struct fits in it.
-pub(crate) const PARAMS_BYTES: u64 = 48;
+pub(crate) const PARAMS_BYTES: u64 = 64;
 
 /// One field of a parameter block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +212,9 @@ kernel_params! {
         /// First word of the weight's rows in the part's binding: one expert's rows of a
         /// stacked weight ([`Weight`](crate::gpu::Weight)'s views); 0 otherwise.
         w0: u32,
+        /// Words between two experts' rows of a stacked weight, for a variant whose rows of x
+        /// each name their expert ([`LinearPrologue::ExpertRows`](super::LinearPrologue::ExpertRows)); 0 otherwise.
+        w_stride: u32,
     }
 }
 
