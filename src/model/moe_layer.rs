@@ -192,11 +192,9 @@ impl MoeLayer {
             return Ok(step);
         }
         let (ids_read, weights_read) = (step.read(&buffers.ids), step.read(&buffers.weights));
-        let ctx = step.ctx;
-        let mut out = step.submit()?;
+        let (mut out, mut step) = step.submit_and_continue()?;
         let (ids, weights) = (out.u32s(ids_read), out.u32s(weights_read));
         let groups = group_by_expert(routing.experts, routing.k, &ids, &weights);
-        let mut step = ctx.step();
         // the step's inputs first, then its dispatches
         let mut chosen = Vec::new();
         for (expert, rows) in groups.iter().enumerate().filter(|(_, g)| !g.tokens.is_empty()) {
