@@ -229,7 +229,7 @@ fn is_sampled(kernel: LinearKernel, x_load: XLoad, tree: Tree) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{KernelVariant, LinearPath, Tree, all_variants};
+    use super::{KernelVariant, LinearPath, LinearPrologue, Tree, all_variants};
 
     /// The sequential kernel's subgroup lane and its subgroups' norm come from its tree's file,
     /// so every variant over subgroups of `sg` lanes is built with the tree of `sg` lanes.
@@ -266,16 +266,27 @@ mod tests {
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure
-    /// meets every pair (with f32 at least).
+    /// meets every pair (with f32 at least); every type is read by expert ids.
     #[test]
     fn the_sampled_linears_cover_every_type_pair_and_structure_pair() {
         use super::WEIGHT_DTYPES;
         use std::collections::HashSet;
         let mut type_pairs = HashSet::new();
         let mut structure_pairs = HashSet::new();
+        let mut by_ids = HashSet::new();
         for variant in all_variants() {
-            if let KernelVariant::Linear { dtype, source, path, kernel, x_load, tree, prologue, epilogue } =
-                variant
+            if let KernelVariant::Linear { dtype, prologue: LinearPrologue::ExpertRows, .. } = variant {
+                by_ids.insert(dtype);
+            } else if let KernelVariant::Linear {
+                dtype,
+                source,
+                path,
+                kernel,
+                x_load,
+                tree,
+                prologue,
+                epilogue,
+            } = variant
             {
                 type_pairs.insert((dtype, prologue, epilogue));
                 structure_pairs.insert((
@@ -289,5 +300,6 @@ mod tests {
         assert_eq!(pairs, 25);
         assert_eq!(type_pairs.len(), WEIGHT_DTYPES.len() * pairs);
         assert_eq!(structure_pairs.len(), 50 * pairs);
+        assert_eq!(by_ids.len(), WEIGHT_DTYPES.len());
     }
 }
