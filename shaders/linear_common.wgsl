@@ -9,7 +9,10 @@
 // functions composed after this file (`row_scales`, `row_scale`, `input8`, `input1`): x as
 // stored (xin_plain.wgsl), RMS-normed on the way in (xin_rms_norm.wgsl), or Gemma's sandwich
 // before that (xin_sandwich.wgsl). `row_scales(m0, lead, lanes)` is called by every invocation
-// with `lead` true in exactly one workgroup of each row tile (its first column tile).
+// with `lead` true in exactly one workgroup of each row tile (its first column tile). The
+// weight's rows start at word `w_first(m0)` of the binding (wfirst_weight.wgsl: w0, 0 but for a
+// view of one expert's rows of a stacked weight; wfirst_ids.wgsl: the rows of the expert each
+// row of x names, w_stride words an expert).
 struct LinearParams {
     m: u32,
     n_part: u32,
@@ -22,6 +25,8 @@ struct LinearParams {
     heads: u32,
     kv_heads: u32,
     hd: u32,
+    w0: u32,
+    w_stride: u32,
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;

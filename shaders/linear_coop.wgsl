@@ -87,7 +87,7 @@ fn stage_w(n0: u32, k0: u32, row_words: u32, t: u32) {
         let n = n0 + j % OUTS;
         var w = W8(vec4<f32>(0.0), vec4<f32>(0.0));
         if (n < P.n_part) {
-            let rb = (n + j / OUTS * P.n_part) * row_words;
+            let rb = P.w0 + (n + j / OUTS * P.n_part) * row_words;
             w = w_eight(rb, k0 + kg);
         }
         let at = j * KT + kg;

@@ -28,7 +28,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
     let m0 = wid.y * BANDS * TM;
     let row_words = w_row_words(P.k);
     row_scales(m0, n == 0u, lanes);
-    COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
+    COLS let rb_C = w_first(m0) + min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     ROWS let xr_R = x_row(m0 + band * TM, RRu);
     ROWS let s_R = row_scale(band * TM + RRu);

@@ -20,7 +20,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, lanes: Lanes) {
     let n = (wid.z * P.nx + wid.x) * TN;
     let m0 = wid.y * TM;
     let row_words = w_row_words(P.k);
-    COLS let rb_C = min(n + CCu, P.n_part - 1u) * row_words;
+    COLS let rb_C = w_first(m0) + min(n + CCu, P.n_part - 1u) * row_words;
     GATED COLS let ru_C = rb_C + P.n_part * row_words;
     ROWS let xr_R = x_row(m0, RRu);
     row_scales(m0, n == 0u, lanes);

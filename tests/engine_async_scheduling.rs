@@ -2,7 +2,8 @@
 //! loop's outputs token for token and bit for bit (tokens, text, logprobs, finish reasons):
 //! greedy and seeded sampling, preemption on a tiny pool, prefix-cache hits, a stop string
 //! and an abort mid-batch, and a constrained request in the batch; on the default model and
-//! on two tiny families. Steps whose tokens the host samples are recorded ahead and held for
+//! on two tiny families, and on two mixtures of experts (their decode steps routed on the
+//! device). Steps whose tokens the host samples are recorded ahead and held for
 //! them; LoRA steps pipeline too, adapters swapped in and out of one GPU slot.
 
 use std::collections::BTreeMap;
@@ -280,4 +281,37 @@ fn lora_steps_pipeline_with_adapters_swapped_in_one_slot_and_match_the_serial_lo
     // Greedy LoRA steps are fed on the device and submitted while the one before runs.
     assert!(ahead.idle_gaps < ahead.steps, "{ahead:?}");
     assert!(ahead.held_steps > 0, "{ahead:?}");
+}
+
+#[test]
+fn moe_decode_steps_route_on_the_device_pipeline_and_match_the_serial_loop_bit_for_bit() {
+    // Plain greedy picks on a pool that preempts (9 usable blocks of 4 tokens for four
+    // requests of up to 16): prompts of more than 8 tokens read the router's choices back
+    // and wait for the steps before them; decode steps of up to 8 tokens route on the device.
+    let requests = [
+        ("hello there", SamplingParams::greedy(16)),
+        ("abc abc abc", SamplingParams::greedy(16)),
+        ("one two", SamplingParams::greedy(14)),
+        ("hello there friend", SamplingParams::greedy(16)),
+    ];
+    for name in ["qwen3-moe", "qwen2-moe"] {
+        let (serial, preemptions, [_, ahead]) = both_loops(family(name), 10, &base(&requests), None);
+        assert!(preemptions.iter().all(|&n| n > 0), "{name}: {preemptions:?}");
+        assert_eq!(serial[&0].tokens.len(), 16, "{name}: {serial:?}");
+        // most decode steps are submitted while the one before runs
+        assert!(ahead.idle_gaps * 2 < ahead.steps, "{name}: {ahead:?}");
+    }
+    // Tokens the host samples (seeded, logprobs): the MoE step after them is recorded whole
+    // and held for them.
+    let seeded =
+        SamplingParams { temperature: 0.9, seed: Some(5), logprobs: Some(1), ..SamplingParams::greedy(10) };
+    let greedy = SamplingParams { logprobs: Some(2), ..SamplingParams::greedy(10) };
+    let requests = [("hello there", seeded), ("abc abc abc", greedy)];
+    let (_, _, [_, ahead]) = both_loops(family("qwen2-moe"), 24, &base(&requests), None);
+    assert!(ahead.held_steps > 0, "{ahead:?}");
+    // gpt-oss's experts carry biases and route on the host: every step reads its router's
+    // choices back, so each waits for the one before it.
+    let requests = [("hello there", SamplingParams::greedy(6)), ("abc abc abc", SamplingParams::greedy(6))];
+    let (_, _, [_, ahead]) = both_loops(family("gpt-oss"), 24, &base(&requests), None);
+    assert_eq!(ahead.idle_gaps, ahead.steps, "{ahead:?}");
 }

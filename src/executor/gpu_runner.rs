@@ -320,9 +320,12 @@ impl WgpuExecutor {
             pipeline: None,
         };
         let pipelined = pipeline::GpuPipeline::fits(&executor);
+        let whole = executor.model.whole_step_tokens(&executor.ctx).unwrap_or(0);
         let executor = Self {
             host: (cache.kv_offloading_size > 0.0).then(|| HostKv::new(executor.cache.block_bytes())),
-            pipeline: pipelined.then(|| pipeline::GpuPipeline::new(&executor.ctx, limits)).transpose()?,
+            pipeline: pipelined
+                .then(|| pipeline::GpuPipeline::new(&executor.ctx, limits, whole))
+                .transpose()?,
             ..executor
         };
         executor.warm_up()?;

@@ -92,8 +92,8 @@ pub use context::GpuContext;
 pub use counters::GpuCounters;
 pub use kernel_timer::{KernelTime, KernelTimes};
 pub use kernels::{
-    AttentionBatch, AttentionSpec, LinearInput, RopeCacheArgs, RopeMode, SandwichInput, linear_variant_of,
-    linear_warm_up_rows,
+    AttentionBatch, AttentionSpec, LinearInput, MoeRouting, RopeCacheArgs, RopeMode, RouteRule,
+    SandwichInput, linear_variant_of, linear_warm_up_rows,
 };
 pub use kv_cache::{KvCache, KvCacheShape};
 pub use kv_transfer::KvStore;

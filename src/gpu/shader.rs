@@ -9,8 +9,8 @@
 //! Each kernel family's module says what its variants are made of, in one place (the
 //! `Family` it implements, `shader/family.rs`: label, workgroup size, parameter block, files and
 //! injected constants, as ggml-webgpu's `get_*_pipeline` does): `linear` (with the epilogues in
-//! `linear_epilogue`), `attention`, `rope`, `norm`, `embed`, `elementwise`, `lora` and
-//! `top_k`; the weight formats' files are in `weights`, the reduction trees' in `tree`, and
+//! `linear_epilogue`), `attention`, `rope`, `norm`, `embed`, `elementwise`, `lora`,
+//! `top_k` and `moe_route`; the weight formats' files are in `weights`, the reduction trees' in `tree`, and
 //! the variants the tests build in `catalog`. `KernelVariant::family` names each variant's.
 //!
 //! # The contract between a kernel and its caller
@@ -113,6 +113,7 @@ mod family;
 mod linear;
 mod linear_epilogue;
 mod lora;
+mod moe_route;
 mod norm;
 pub mod params;
 pub mod reflect;
@@ -202,6 +203,9 @@ pub enum KernelVariant {
     RmsNormSandwich,
     /// Top-k (and argmax as k = 1) per row.
     TopK,
+    /// A mixture-of-experts router's choice per token: its experts and their weights
+    /// (`moe_route.wgsl`).
+    MoeRoute,
     /// `y = x · Wᵀ`.
     Linear {
         /// Weight element type.
@@ -297,6 +301,7 @@ impl KernelVariant {
             | Self::MoeCombine
             | Self::SwigluClamped => &elementwise::Elementwise,
             Self::TopK => &top_k::TopK,
+            Self::MoeRoute => &moe_route::MoeRoute,
             Self::LoraShrink | Self::LoraShrinkGroups | Self::LoraExpand | Self::LoraExpandRows => {
                 &lora::Lora
             }

@@ -158,6 +158,21 @@ impl GpuContext {
     }
 }
 
+impl<'c> Step<'c> {
+    /// [`Self::submit`] in the middle of a step's work (a mixture of experts' read-back of its
+    /// router's choices), returning a new step that goes on with it: this step's scratch
+    /// tensors stay out of the pool until that one is submitted, so what the rest of the work
+    /// reads from them (index lists written before this step's first dispatch) is kept.
+    pub fn submit_and_continue(mut self) -> Result<(StepOutput, Step<'c>), GpuError> {
+        let kept = std::mem::take(&mut self.scratch);
+        let ctx = self.ctx;
+        let out = self.submit()?;
+        let mut next = ctx.step();
+        next.scratch = kept;
+        Ok((out, next))
+    }
+}
+
 impl Step<'_> {
     /// Records one dispatch of `variant` with its parameter block `params` (the shader's `P`)
     /// and `bindings` at the slots of their names (a [`GpuError::Binding`] for a name the shader

@@ -41,6 +41,11 @@ pub struct Weight {
     cols: usize,
     gated: bool,
     pub(crate) parts: Vec<WeightPart>,
+    /// First word of its rows in its one part's binding: a view of one expert's rows of a
+    /// stacked weight ([`GpuContext::upload_stacked_weight`]); 0 otherwise.
+    word0: usize,
+    /// Words between two experts' rows of its stack; `None` for a weight of its own.
+    expert_words: Option<usize>,
 }
 
 impl Weight {
@@ -72,6 +77,17 @@ impl Weight {
     /// Number of buffers (or textures) the rows are split across.
     pub fn num_parts(&self) -> usize {
         self.parts.len()
+    }
+
+    /// First word of its rows in its part's binding (nonzero for a view of a stacked weight).
+    pub(crate) fn word0(&self) -> usize {
+        self.word0
+    }
+
+    /// Words between two experts' rows of the stack it is a view of (`None`: a weight of its
+    /// own), which [`LinearInput::ExpertRows`](super::LinearInput::ExpertRows) reads by id.
+    pub fn expert_words(&self) -> Option<usize> {
+        self.expert_words
     }
 
     /// Where the kernels read its words from.
@@ -246,7 +262,79 @@ impl GpuContext {
             }
             parts.push(WeightPart { words: self.upload_words(name, source, data)?, row0, rows: n });
         }
-        Ok(Weight { name: name.to_string(), dtype, rows, cols, gated: groups.len() == 2, parts })
+        Ok(Weight {
+            name: name.to_string(),
+            dtype,
+            rows,
+            cols,
+            gated: groups.len() == 2,
+            parts,
+            word0: 0,
+            expert_words: None,
+        })
+    }
+
+    /// Uploads `experts` stacked weights of `[rows, cols]` each as one binding (a mixture of
+    /// experts' projection: `groups` each `[experts * rows, cols]`, expert `e`'s rows at `e *
+    /// rows`; two groups make gated weights, gate then up) and returns one view a weight,
+    /// expert `e`'s rows (gate rows, then its up rows) at `e * rows * groups` stored rows of the
+    /// one buffer or texture: every kernel reads a view as it reads a weight uploaded alone, with
+    /// the same bits. `Ok(None)` when the stack would not fit one binding.
+    pub fn upload_stacked_weight(
+        &self,
+        name: &str,
+        dtype: DType,
+        experts: usize,
+        rows: usize,
+        cols: usize,
+        groups: &[&[u8]],
+    ) -> Result<Option<Vec<Weight>>, GpuError> {
+        let row_bytes = dtype.bytes_for(cols).ok_or_else(|| {
+            GpuError::Shape(format!(
+                "{name}: {cols} columns is not a whole number of {} blocks",
+                dtype.name()
+            ))
+        })?;
+        if !WEIGHT_DTYPES.contains(&dtype) || !(1..=2).contains(&groups.len()) {
+            return Err(GpuError::Unsupported(format!("{name}: no stacked {} weight", dtype.name())));
+        }
+        for bytes in groups {
+            if rows == 0 || experts == 0 || bytes.len() != experts * rows * row_bytes {
+                return Err(GpuError::Shape(format!(
+                    "{name}: {} bytes for {experts} [{rows}, {cols}] {} weights",
+                    bytes.len(),
+                    dtype.name()
+                )));
+            }
+        }
+        let expert_words = row_words(dtype, cols) * rows * groups.len();
+        let source = self.capabilities().weight_source();
+        if (4 * expert_words * experts) as u64 > self.max_part_bytes(source) {
+            return Ok(None);
+        }
+        let mut data = Vec::with_capacity(4 * expert_words * experts);
+        for e in 0..experts {
+            for bytes in groups {
+                let expert = &bytes[e * rows * row_bytes..(e + 1) * rows * row_bytes];
+                for row in expert.chunks_exact(row_bytes) {
+                    repack_row(dtype, row, &mut data);
+                }
+            }
+        }
+        let words = self.upload_words(name, source, data)?;
+        let views = (0..experts)
+            .map(|e| Weight {
+                name: format!("{name}.{e}"),
+                dtype,
+                rows,
+                cols,
+                gated: groups.len() == 2,
+                parts: vec![WeightPart { words: words.clone(), row0: 0, rows }],
+                word0: e * expert_words,
+                expert_words: Some(expert_words),
+            })
+            .collect();
+        Ok(Some(views))
     }
 }
 

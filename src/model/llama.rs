@@ -24,7 +24,7 @@ use super::files::ModelFiles;
 use super::gated_mlp::{GateUp, GatedMlp, record_gate_up};
 use super::lora::LoraTarget;
 use super::lora::bank::LoraSlots;
-use super::moe_layer::{MoeBuffers, MoeLayer, SharedExpert};
+use super::moe_layer::{ID_ROUTED_TOKENS, MoeBuffers, MoeLayer, SharedExpert};
 use super::tensor::TensorView;
 use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, WeightError, WeightFile};
 use super::yarn::yarn_inv_freq;
@@ -215,6 +215,22 @@ impl LlamaModel {
         &self.config
     }
 
+    /// The most tokens a step may have and still run on `ctx` without a read-back in its
+    /// middle: any number for a dense model; for a mixture of experts, the steps its layers
+    /// route by id on the device ([`ID_ROUTED_TOKENS`]), and `None` where they route none
+    /// (experts not stacked in one binding or with biases, as gpt-oss's, or a path without
+    /// one-row linear kernels): every step reads the router's choices back.
+    pub fn whole_step_tokens(&self, ctx: &GpuContext) -> Option<usize> {
+        let mut experts = self.layers.iter().filter_map(|l| match &l.mlp {
+            GpuMlp::Experts(moe) => Some(moe),
+            GpuMlp::Dense(_) => None,
+        });
+        match self.config.moe {
+            None => Some(usize::MAX),
+            Some(_) => experts.all(|moe| moe.stacked_by_id(ctx)).then_some(ID_ROUTED_TOKENS),
+        }
+    }
+
     /// True when its Q and K rows are stored in interleaved RoPE order (a LoRA adapter's `B`
     /// rows of Q and K must be too).
     pub fn qk_interleaved(&self) -> bool {
@@ -240,8 +256,9 @@ impl LlamaModel {
     /// [`Self::forward`] submitted without waiting for the device: the step runs while the
     /// host goes on, and [`ForwardInFlight::wait`] reads it back. The input ids `launch.feed`
     /// names are copied on the device from its sampled ids (the step launched before this one
-    /// left its rows' argmaxes there), and this step leaves its own there. Not for a
-    /// mixture-of-experts model, whose steps read the router's choices back mid-step.
+    /// left its rows' argmaxes there), and this step leaves its own there. A mixture of
+    /// experts' step of more than [`Self::whole_step_tokens`] reads the router's choices back
+    /// in its middle (so waits for the steps before it there).
     pub fn forward_launch(
         &self,
         ctx: &GpuContext,
@@ -257,7 +274,8 @@ impl LlamaModel {
     /// [`Self::forward_launch`] recorded and encoded but not submitted: the host writes the
     /// sampled ids the step reads that the device does not hold (tokens sampled on the host,
     /// [`GpuContext::write_u32`]) and then submits it with [`ForwardHeld::submit`]. Until
-    /// then no other step can be recorded.
+    /// then no other step can be recorded. Not for a step of more than
+    /// [`Self::whole_step_tokens`], which is submitted in its middle.
     pub fn forward_hold(
         &self,
         ctx: &GpuContext,
@@ -280,8 +298,12 @@ impl LlamaModel {
         launch: Launch<'_>,
         held: bool,
     ) -> Result<(Step<'c>, HeadReads), LlamaError> {
-        if self.config.moe.is_some() {
-            return Err(LlamaError::Unsupported("a mixture-of-experts step is read back as it runs".into()));
+        let t = batch.input_ids.len();
+        if self.whole_step_tokens(ctx).is_none_or(|most| held && t > most) {
+            return Err(LlamaError::Unsupported(
+                "a mixture-of-experts step that reads its router's choices back cannot be launched held"
+                    .into(),
+            ));
         }
         let Launch { top_k, full_logits, feed, lora } = launch;
         let readback = Readback { top_k, full_logits, feed: Some(feed), whole: held };
@@ -1127,11 +1149,7 @@ impl Loader<'_> {
                         .map(|b| self.vectors(&b.shape, &[b], 0.0))
                         .transpose()?,
                     swiglu_limit: self.config.swiglu_limit,
-                    experts: experts
-                        .iter()
-                        .enumerate()
-                        .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
-                        .collect::<Result<_, _>>()?,
+                    experts: self.experts(l, experts)?,
                     shared: match shared {
                         Some(s) => Some(Box::new(SharedExpert {
                             mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp)?,
@@ -1145,6 +1163,72 @@ impl Loader<'_> {
                 }),
             },
         })
+    }
+
+    /// A mixture's experts: each projection of every expert stacked in one binding, each expert's
+    /// weights views of its rows ([`GpuContext::upload_stacked_weight`]); where the experts
+    /// differ in type or shape, or a stack would pass the binding limit, each expert's own.
+    fn experts(&self, l: usize, experts: &[ExpertWeights<'_>]) -> Result<Vec<GatedMlp>, LlamaError> {
+        if let Some(stacked) = self.stacked_experts(l, experts)? {
+            return Ok(stacked);
+        }
+        experts
+            .iter()
+            .enumerate()
+            .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
+            .collect()
+    }
+
+    /// The experts as views of stacked weights, `None` where they cannot be stacked.
+    fn stacked_experts(
+        &self,
+        l: usize,
+        experts: &[ExpertWeights<'_>],
+    ) -> Result<Option<Vec<GatedMlp>>, LlamaError> {
+        type Pick = for<'e, 'a> fn(&'e ExpertWeights<'a>) -> &'e TensorView<'a>;
+        let (gate, up, down): (Pick, Pick, Pick) = (|e| &e.gate_proj, |e| &e.up_proj, |e| &e.down_proj);
+        let Some(first) = experts.first() else { return Ok(None) };
+        let alike =
+            |f: Pick| experts.iter().all(|e| f(e).dtype == f(first).dtype && f(e).shape == f(first).shape);
+        if !(alike(gate) && alike(up) && alike(down)) {
+            return Ok(None);
+        }
+        let stack = |f: Pick| -> Vec<u8> { experts.iter().flat_map(|e| f(e).data.iter().copied()).collect() };
+        let n = experts.len();
+        let upload =
+            |part: &str, t: &TensorView<'_>, groups: &[&[u8]]| -> Result<Option<Vec<Weight>>, LlamaError> {
+                let name = format!("layers.{l}.experts.{part}");
+                let (rows, cols) = matrix_dims(&name, t)?;
+                Ok(self.ctx.upload_stacked_weight(&name, t.dtype, n, rows, cols, groups)?)
+            };
+        // as `gate_up` fuses them: a biased expert (gpt-oss) keeps its gate and up apart
+        let fused = !self.split_mlp
+            && first.biases.is_none()
+            && first.gate_proj.dtype == first.up_proj.dtype
+            && first.gate_proj.shape == first.up_proj.shape;
+        let (gates, ups) = (stack(gate), stack(up));
+        let gate_ups: Vec<GateUp> = if fused {
+            let Some(views) = upload("gate_up_proj", &first.gate_proj, &[&gates, &ups])? else {
+                return Ok(None);
+            };
+            views.into_iter().map(GateUp::Gated).collect()
+        } else {
+            let Some(g) = upload("gate_proj", &first.gate_proj, &[&gates])? else { return Ok(None) };
+            let Some(u) = upload("up_proj", &first.up_proj, &[&ups])? else { return Ok(None) };
+            g.into_iter().zip(u).map(|(gate, up)| GateUp::Split { gate, up }).collect()
+        };
+        let Some(downs) = upload("down_proj", &first.down_proj, &[&stack(down)])? else { return Ok(None) };
+        self.bar.inc(3 * n as u64);
+        let bias = |t: &TensorView<'_>| self.vectors(&t.shape, &[t], 0.0);
+        let mut out = Vec::with_capacity(n);
+        for ((gate_up, down_proj), w) in gate_ups.into_iter().zip(downs).zip(experts) {
+            let biases = match &w.biases {
+                Some([g, u, d]) => Some(Box::new([bias(g)?, bias(u)?, bias(d)?])),
+                None => None,
+            };
+            out.push(GatedMlp { gate_up, down_proj, biases });
+        }
+        Ok(Some(out))
     }
 
     /// A gated MLP (a layer's, or one expert's), its weights named after `prefix`.

@@ -2,12 +2,15 @@
 //! token of a batch goes to with what weight (the router's rule applied to its logits).
 //!
 //! The router's logits come from the GPU (a plain linear, so a token's logits do not depend on
-//! its batch); the choice is made here on the host, a row at a time, so a token's experts and
-//! weights depend on its own logits alone.
+//! its batch) and so does the choice (`shaders/moe_route.wgsl`, a row at a time, so a token's
+//! experts and weights depend on its own logits alone); [`MoeConfig::route`] is the rule on the
+//! host, which the kernel's tests hold it to, and [`group_by_expert`] groups a batch by the
+//! device's choices.
 
 use serde_json::Value;
 
 use super::gguf::{GgufError, GgufFile};
+use crate::gpu::{MoeRouting, RouteRule};
 
 /// Why a config's experts were refused; `ConfigError` takes each case as its own.
 #[derive(Debug, thiserror::Error)]
@@ -157,9 +160,25 @@ impl MoeConfig {
         Ok(self)
     }
 
+    /// The device routing of this config (`Step::moe_route`): its rule, and the shared
+    /// expert's gate logit after the router's where there is one.
+    pub fn routing(&self) -> MoeRouting {
+        MoeRouting {
+            experts: self.num_experts,
+            k: self.experts_per_token,
+            rule: match self.rule {
+                RouterRule::SoftmaxTopK { renormalize: false } => RouteRule::SoftmaxTopK,
+                RouterRule::SoftmaxTopK { renormalize: true } => RouteRule::SoftmaxTopKRenormalized,
+                RouterRule::TopKSoftmax => RouteRule::TopKSoftmax,
+            },
+            shared: self.shared_expert_intermediate_size.is_some(),
+        }
+    }
+
     /// One token's experts and weights, from its router logits (`num_experts` of them): the
     /// `experts_per_token` chosen, largest first (ties to the lower expert), each with its
-    /// weight. In f32, in one fixed order.
+    /// weight. In f32, in one fixed order: the rule the device's routing kernel follows (its
+    /// `exp` may differ in the last bits), which its tests compare it against.
     pub fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
         let k = self.experts_per_token;
         let by_logit = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
@@ -249,21 +268,23 @@ pub struct ExpertRows {
     pub tokens: Vec<u32>,
     /// Output row of each: `slot * T + token`.
     pub outputs: Vec<u32>,
-    /// Router weight of each.
-    pub weights: Vec<f32>,
+    /// Router weight of each (f32 bits).
+    pub weights: Vec<u32>,
 }
 
-/// Routes every row of `logits` (`[T, num_experts]`): one [`ExpertRows`] per expert.
-pub fn group_by_expert(moe: &MoeConfig, logits: &[f32]) -> Vec<ExpertRows> {
-    let e = moe.num_experts;
-    let tokens = logits.len() / e;
-    let mut groups = vec![ExpertRows::default(); e];
-    for (t, row) in logits.chunks_exact(e).enumerate() {
-        for (slot, (expert, weight)) in moe.route(row).into_iter().enumerate() {
-            let g = &mut groups[expert];
+/// A batch's tokens grouped by the experts the device chose for them: `ids` and `weights`
+/// (f32 bits) slot-major, `k` slots of `T` tokens, as `Step::moe_route` writes them; one
+/// [`ExpertRows`] per expert of `num_experts`, tokens ascending.
+pub fn group_by_expert(num_experts: usize, k: usize, ids: &[u32], weights: &[u32]) -> Vec<ExpertRows> {
+    let tokens = ids.len() / k;
+    let mut groups = vec![ExpertRows::default(); num_experts];
+    for t in 0..tokens {
+        for slot in 0..k {
+            let i = slot * tokens + t;
+            let g = &mut groups[ids[i] as usize];
             g.tokens.push(t as u32);
-            g.outputs.push((slot * tokens + t) as u32);
-            g.weights.push(weight);
+            g.outputs.push(i as u32);
+            g.weights.push(weights[i]);
         }
     }
     groups
@@ -314,8 +335,12 @@ mod tests {
 
     #[test]
     fn rows_are_grouped_by_expert_with_slot_major_outputs() {
-        let logits = [0.0, 2.0, 1.0, -1.0, /* token 1 */ 5.0, 0.0, 0.0, 4.0];
-        let groups = group_by_expert(&moe(RouterRule::TopKSoftmax), &logits);
+        // token 0 takes experts 1 then 2, token 1 experts 0 then 3 (slot-major)
+        let ids = [1, 0, /* slot 1 */ 2, 3];
+        let weights = [7, 8, /* slot 1 */ 9, 10];
+        let groups = group_by_expert(4, 2, &ids, &weights);
+        assert_eq!(groups[1].weights, [7]);
+        assert_eq!(groups[2].weights, [9]);
         assert_eq!(groups[0].tokens, [1]);
         assert_eq!(groups[0].outputs, [1]); // slot 0 of token 1
         assert_eq!(groups[1].tokens, [0]);

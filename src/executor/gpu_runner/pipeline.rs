@@ -12,8 +12,9 @@
 //! the held step is submitted, so only that write stands between the two submits. A step that
 //! cannot run behind the one in flight (prompt logprobs, whose rows are scored after the step
 //! from the activations the next step would overwrite; host KV copies; a request resumed or
-//! reading a token another way) collects the steps in flight first, and is recorded from
-//! known tokens as in the serial loop.
+//! reading a token another way; a mixture of experts' step too big to route by id on the
+//! device, which reads the router's choices back mid-step) collects the steps in flight first,
+//! and is recorded from known tokens as in the serial loop.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -76,11 +77,15 @@ pub(super) struct GpuPipeline {
     /// `u32 [max_logits_rows]`: the argmax of each logits row of the last step launched.
     sampled: Tensor,
     slots: VecDeque<Slot>,
+    /// The most tokens a step runs behind others with (a mixture of experts' bigger steps
+    /// read the router's choices back mid-step: `LlamaModel::whole_step_tokens`).
+    whole_step_tokens: usize,
 }
 
 impl GpuPipeline {
-    /// True when `executor` can run steps ahead: not a mixture-of-experts model (its steps
-    /// read the router's choices back mid-step), no draft model (it proposes from each step
+    /// True when `executor` can run steps ahead: not a mixture-of-experts model whose steps
+    /// all read the router's choices back mid-step (its experts not routed by id on the
+    /// device: `LlamaModel::whole_step_tokens`), no draft model (it proposes from each step
     /// read back, with steps of its own) and no kernel timing (its queries are read per
     /// step), unless `PAGODA_PIPELINE=off` keeps the serial step (for A/B runs). LoRA adapters
     /// ride along (a slot loaded for the next step is written in queue order, after the step
@@ -88,17 +93,22 @@ impl GpuPipeline {
     /// tokens only).
     pub(super) fn fits(executor: &WgpuExecutor) -> bool {
         let off = std::env::var("PAGODA_PIPELINE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"));
-        !off && executor.model.config().moe.is_none()
+        !off && executor.model.whole_step_tokens(&executor.ctx).is_some()
             && executor.draft.is_none()
             && executor.ctx.kernel_times().is_none()
     }
 
-    /// An empty pipeline with sampled ids for `limits.max_logits_rows` rows.
-    pub(super) fn new(ctx: &GpuContext, limits: WorkspaceLimits) -> Result<Self, ExecutorError> {
+    /// An empty pipeline with sampled ids for `limits.max_logits_rows` rows, running steps of
+    /// at most `whole_step_tokens` tokens behind others.
+    pub(super) fn new(
+        ctx: &GpuContext,
+        limits: WorkspaceLimits,
+        whole_step_tokens: usize,
+    ) -> Result<Self, ExecutorError> {
         let sampled = ctx
             .tensor(Elem::U32, &[limits.max_logits_rows])
             .map_err(|e| device(e, "allocating the sampled ids"))?;
-        Ok(Self { sampled, slots: VecDeque::new() })
+        Ok(Self { sampled, slots: VecDeque::new(), whole_step_tokens })
     }
 
     /// The last step launched that is still running.
@@ -117,7 +127,9 @@ impl GpuPipeline {
     }
 
     /// True when `next` cannot be recorded behind the steps in flight: a step is held (its
-    /// parameters wait for its submit), it copies KV blocks to or from the host, a step in
+    /// parameters wait for its submit), it is a mixture of experts' step that reads the
+    /// router's choices back mid-step (more than `whole_step_tokens`), it copies KV blocks to
+    /// or from the host, a step in
     /// flight scores prompt rows (after it runs, from the activations the next step would
     /// overwrite), or one of its requests reads a token a step in flight samples other than
     /// exactly as its next input of the last step launched.
@@ -126,6 +138,7 @@ impl GpuPipeline {
             return false;
         };
         if self.flights().any(|f| matches!(f.forward, Launched::Held(_)))
+            || next.total_num_scheduled_tokens > self.whole_step_tokens
             || !next.kv_transfers.is_empty()
             || self.flights().any(|f| !f.forwarded.scored.rows.is_empty())
         {

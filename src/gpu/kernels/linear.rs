@@ -11,8 +11,8 @@ use crate::gpu::options::GemvRows;
 use crate::gpu::resource::DeviceBuffer;
 use crate::gpu::shader::params::LinearParams;
 use crate::gpu::shader::{
-    GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearPath, LinearPrologue,
-    WeightSource, XLoad,
+    GateActivation, KernelVariant, LINEAR_SEQ_ROW_TILES, LinearEpilogue, LinearKernel, LinearPath,
+    LinearPrologue, WeightSource, XLoad,
 };
 use crate::gpu::step::Step;
 use crate::gpu::tensor::{Elem, Tensor};
@@ -65,6 +65,16 @@ pub enum LinearInput<'a> {
     /// the bits of [`Step::rms_norm_add`] then [`Self::RmsNormed`]. See
     /// [`Step::sandwich_input`](crate::gpu::Step::sandwich_input).
     Sandwich(SandwichInput<'a>),
+    /// `x` as stored, row `i` through the rows of expert `ids[i]` of the stacked weight the
+    /// linear's weight is a view of ([`Weight::expert_words`]): llama.cpp's `mul_mat_id`, a
+    /// token's pair with one of its experts a row, with the bits that row has through that
+    /// expert's own view. One-row kernels, the stored or gated epilogue.
+    ExpertRows {
+        /// The rows, f32 `[M, K]`.
+        x: &'a Tensor,
+        /// Each row's expert, u32 `[M]`.
+        ids: &'a Tensor,
+    },
 }
 
 /// The tensors of [`LinearInput::Sandwich`].
@@ -92,7 +102,10 @@ impl<'a> LinearInput<'a> {
 
     fn x(self) -> &'a Tensor {
         match self {
-            Self::Plain(x) | Self::RmsNormed { x, .. } | Self::Sandwich(SandwichInput { x, .. }) => x,
+            Self::Plain(x)
+            | Self::RmsNormed { x, .. }
+            | Self::Sandwich(SandwichInput { x, .. })
+            | Self::ExpertRows { x, .. } => x,
         }
     }
 }
@@ -144,7 +157,10 @@ fn linear_variant(
         LinearInput::Plain(_) => LinearPrologue::Plain,
         LinearInput::RmsNormed { .. } => LinearPrologue::RmsNorm,
         LinearInput::Sandwich(_) => LinearPrologue::SandwichNorm,
+        LinearInput::ExpertRows { .. } => LinearPrologue::ExpertRows,
     };
+    // each row its own expert's weight rows: a tile of one row
+    let m = if prologue == LinearPrologue::ExpertRows { 1 } else { m };
     linear_variant_of(caps, w.dtype(), w.source(), w.cols(), m, prologue, epilogue)
 }
 
@@ -209,6 +225,31 @@ fn splits_pairs(w: &Weight, col0: usize) -> bool {
 /// Checks a linear layer's shapes, `x: [M, K]` through `w` into columns `col0..` of
 /// `out: f32 [M, width]` with `epilogue` (gated weights for the gated epilogues only); returns
 /// `(M, K, width)`.
+/// Checks a linear by ids ([`LinearInput::ExpertRows`]): `ids` names one expert of `w`'s stack
+/// a row, the variant takes one row a tile, the epilogue stores or gates. Returns the ids and
+/// the words between two experts.
+fn check_expert_rows<'a>(
+    ids: &'a Tensor,
+    w: &Weight,
+    m: usize,
+    epilogue: LinearEpilogue,
+    variant: &KernelVariant,
+) -> Result<(&'a Tensor, usize), GpuError> {
+    ids.expect("linear expert ids", Elem::U32, &[m])?;
+    let stride = w.expert_words().ok_or_else(|| {
+        GpuError::Shape(format!("linear by expert ids: {} is not a view of a stacked weight", w.name()))
+    })?;
+    if !matches!(epilogue, LinearEpilogue::Store | LinearEpilogue::Gated(_)) {
+        return Err(GpuError::Shape(format!("linear by expert ids: no {epilogue:?} epilogue")));
+    }
+    if variant.rows_per_workgroup() != 1
+        || matches!(variant, KernelVariant::Linear { kernel: LinearKernel::Coop(_), .. })
+    {
+        return Err(GpuError::Unsupported("linear by expert ids: no one-row kernel on this path".into()));
+    }
+    Ok((ids, stride))
+}
+
 fn check_linear_shapes(
     x: &Tensor,
     w: &Weight,
@@ -415,7 +456,7 @@ impl Step<'_> {
         let (m, k, width) = check_linear_shapes(x, w, out, col0, epilogue)?;
         let epi = EpilogueBindings::of(epi, w, m, width, col0)?;
         let (norm, eps) = match input {
-            LinearInput::Plain(_) => (None, 0.0),
+            LinearInput::Plain(_) | LinearInput::ExpertRows { .. } => (None, 0.0),
             LinearInput::RmsNormed { weight, eps, .. } => {
                 weight.expect("linear norm weight", Elem::F32, &[k])?;
                 (Some(weight), eps)
@@ -434,6 +475,10 @@ impl Step<'_> {
         }
         let caps = self.ctx.capabilities();
         let variant = linear_variant(caps, input, w, m, epilogue);
+        let by_ids = match input {
+            LinearInput::ExpertRows { ids, .. } => Some(check_expert_rows(ids, w, m, epilogue, &variant)?),
+            _ => None,
+        };
         let row_groups = m.div_ceil(variant.rows_per_workgroup() as usize);
         let max_dim = caps.limits.max_compute_workgroups_per_dimension as usize;
         if row_groups > max_dim {
@@ -453,12 +498,15 @@ impl Step<'_> {
                 heads: u(epi.heads),
                 kv_heads: u(epi.kv_heads),
                 hd: u(epi.head_dim),
+                w0: u(if by_ids.is_some() { 0 } else { w.word0() }),
+                w_stride: u(by_ids.map_or(0, |(_, stride)| stride)),
             };
             let bindings =
                 [Binding::tensor("X", x), Binding::new("W", &part.words), Binding::tensor("Y", out)]
                     .into_iter()
                     .chain(epi.bindings.iter().flatten().cloned())
                     .chain(norm.map(|g| Binding::tensor("NORM", g)))
+                    .chain(by_ids.map(|(ids, _)| Binding::tensor("IDS", ids)))
                     .chain(sandwich.iter().flatten().cloned());
             self.dispatch(variant, &params, bindings, grid)?;
         }

@@ -3,13 +3,14 @@
 //!
 //! One module a kernel family, each with its shapes' checks, the variant it picks, its grid and
 //! its bindings: [`linear`], [`attention`], [`norm`], [`rope`], [`embed`], [`elementwise`],
-//! [`top_k`] (flash attention's own in [`crate::gpu::attention_flash`], the LoRA kernels' in
+//! [`top_k`], [`moe_route`] (flash attention's own in [`crate::gpu::attention_flash`], the LoRA kernels' in
 //! [`crate::gpu::lora`], the token-id copy in [`crate::gpu::copy_ids`]).
 
 mod attention;
 mod elementwise;
 mod embed;
 mod linear;
+mod moe_route;
 mod norm;
 mod rope;
 mod top_k;
@@ -17,6 +18,7 @@ mod top_k;
 pub use attention::{AttentionBatch, AttentionSpec};
 pub(crate) use attention::{attention_bindings, attention_params};
 pub use linear::{LinearInput, SandwichInput, linear_variant_of, linear_warm_up_rows};
+pub use moe_route::{MoeRouting, RouteRule};
 pub use rope::{RopeCacheArgs, RopeMode};
 
 use crate::gpu::GpuError;

@@ -43,6 +43,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::LoraExpand,
         KernelVariant::LoraExpandRows,
         KernelVariant::TopK,
+        KernelVariant::MoeRoute,
     ];
     let mut paths = vec![LinearPath::Sequential { subgroup: None }, LinearPath::KSplit];
     paths.extend(SUBGROUP_SIZES.iter().map(|&sg| LinearPath::Sequential { subgroup: Some(sg) }));
@@ -63,6 +64,23 @@ pub fn all_variants() -> Vec<KernelVariant> {
                     turn += 1;
                 }
             }
+        }
+    }
+    // The experts' rows by id (mixture-of-experts decode): every type on the one-row kernels of
+    // both paths, plain on the sequential one and gated on the K-split one.
+    for dtype in WEIGHT_DTYPES {
+        let paths = [
+            (
+                LinearPath::Sequential { subgroup: None },
+                LinearKernel::Sequential { rows: 1 },
+                LinearEpilogue::Store,
+            ),
+            (LinearPath::KSplit, LinearKernel::Gemv { rows: 1 }, LinearEpilogue::Gated(GateActivation::Silu)),
+        ];
+        for (path, kernel, epilogue) in paths {
+            let (source, x_load, tree) = (WeightSource::Buffer, path.x_loads()[0], path.trees(kernel)[0]);
+            let prologue = LinearPrologue::ExpertRows;
+            out.push(KernelVariant::Linear { dtype, source, path, kernel, x_load, tree, prologue, epilogue });
         }
     }
     for kv in [KvFormat::F32, KvFormat::F16Packed, KvFormat::F16Native] {
@@ -212,7 +230,7 @@ fn is_sampled(kernel: LinearKernel, x_load: XLoad, tree: Tree) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{KernelVariant, LinearPath, Tree, all_variants};
+    use super::{KernelVariant, LinearPath, LinearPrologue, Tree, all_variants};
 
     /// The sequential kernel's subgroup lane and its subgroups' norm come from its tree's file,
     /// so every variant over subgroups of `sg` lanes is built with the tree of `sg` lanes.
@@ -242,20 +260,34 @@ mod tests {
     /// new dimension should come with a reason.
     #[test]
     fn all_variants_counts_what_the_tests_build() {
-        assert_eq!(all_variants().len(), 17 + 16 * 2 + 15 * 50 + 50 * 25 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7));
+        assert_eq!(
+            all_variants().len(),
+            18 + 16 * 2 + 15 * 50 + 50 * 25 + 16 * 2 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7)
+        );
     }
 
     /// Every weight type meets every prologue and epilogue pair, and every linear structure
-    /// meets every pair (with f32 at least).
+    /// meets every pair (with f32 at least); every type is read by expert ids.
     #[test]
     fn the_sampled_linears_cover_every_type_pair_and_structure_pair() {
         use super::WEIGHT_DTYPES;
         use std::collections::HashSet;
         let mut type_pairs = HashSet::new();
         let mut structure_pairs = HashSet::new();
+        let mut by_ids = HashSet::new();
         for variant in all_variants() {
-            if let KernelVariant::Linear { dtype, source, path, kernel, x_load, tree, prologue, epilogue } =
-                variant
+            if let KernelVariant::Linear { dtype, prologue: LinearPrologue::ExpertRows, .. } = variant {
+                by_ids.insert(dtype);
+            } else if let KernelVariant::Linear {
+                dtype,
+                source,
+                path,
+                kernel,
+                x_load,
+                tree,
+                prologue,
+                epilogue,
+            } = variant
             {
                 type_pairs.insert((dtype, prologue, epilogue));
                 structure_pairs.insert((
@@ -269,5 +301,6 @@ mod tests {
         assert_eq!(pairs, 25);
         assert_eq!(type_pairs.len(), WEIGHT_DTYPES.len() * pairs);
         assert_eq!(structure_pairs.len(), 50 * pairs);
+        assert_eq!(by_ids.len(), WEIGHT_DTYPES.len());
     }
 }

@@ -234,10 +234,14 @@ pub enum LinearPrologue {
     /// of each row tile, with the bits of the rms_norm kernel's add and then [`Self::RmsNorm`]
     /// (`shaders/xin_sandwich.wgsl`).
     SandwichNorm,
+    /// Reads x as stored, each row through the rows of the expert its id names of a stacked
+    /// weight (`shaders/wfirst_ids.wgsl`, llama.cpp's `mul_mat_id`): kernels of one row a tile.
+    ExpertRows,
 }
 
 impl LinearPrologue {
-    /// Every prologue.
+    /// The prologues every linear structure is built with ([`Self::ExpertRows`] runs on the
+    /// one-row kernels only).
     pub const ALL: [LinearPrologue; 3] = [Self::Plain, Self::RmsNorm, Self::SandwichNorm];
 
     /// What a variant's label says of the prologue.
@@ -246,14 +250,24 @@ impl LinearPrologue {
             Self::Plain => "",
             Self::RmsNorm => "rms-",
             Self::SandwichNorm => "sandwich-",
+            Self::ExpertRows => "ids-",
         }
     }
 
     /// The files of the input's loads (`xin`): a fused norm's scales (each subgroup's own with
-    /// `norm_in_lanes`) and its weight, loaded as `x_load` loads the activations.
+    /// `norm_in_lanes`) and its weight, loaded as `x_load` loads the activations; then where
+    /// the weight's rows start (`wfirst`).
     pub(super) fn files(self, x_load: XLoad, norm_in_lanes: bool) -> Vec<ShaderFile> {
+        let first = match self {
+            Self::ExpertRows => shader_file!("wfirst_ids.wgsl"),
+            _ => shader_file!("wfirst_weight.wgsl"),
+        };
+        [self.input_files(x_load, norm_in_lanes), vec![first]].concat()
+    }
+
+    fn input_files(self, x_load: XLoad, norm_in_lanes: bool) -> Vec<ShaderFile> {
         let input = match self {
-            Self::Plain => return vec![shader_file!("xin_plain.wgsl")],
+            Self::Plain | Self::ExpertRows => return vec![shader_file!("xin_plain.wgsl")],
             Self::RmsNorm => shader_file!("xin_rms_norm.wgsl"),
             Self::SandwichNorm => shader_file!("xin_sandwich.wgsl"),
         };
@@ -278,7 +292,7 @@ impl LinearPrologue {
     /// The constants of a fused norm's scales over `rows` rows of x.
     pub(super) fn constants(self, rows: u32) -> Vec<Injected> {
         match self {
-            Self::Plain => Vec::new(),
+            Self::Plain | Self::ExpertRows => Vec::new(),
             Self::RmsNorm | Self::SandwichNorm => scale_constants(rows),
         }
     }

@@ -9,7 +9,7 @@
 
 /// Bytes each dispatch reserves for its parameter block in the step's uniform ring (before
 /// rounding up to the device's uniform offset alignment). Every params struct fits in it.
-pub(crate) const PARAMS_BYTES: u64 = 48;
+pub(crate) const PARAMS_BYTES: u64 = 64;
 
 /// One field of a parameter block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +166,25 @@ kernel_params! {
 }
 
 kernel_params! {
+    /// `shaders/moe_route.wgsl`.
+    MoeRouteParams {
+        /// Tokens (rows of logits).
+        rows: u32,
+        /// Routed experts (the router's logits per row).
+        experts: u32,
+        /// Experts each token takes.
+        k: u32,
+        /// Row stride of the logits (`experts`, plus the shared expert's gate logit).
+        stride: u32,
+        /// The router's rule: 0 softmax then top k, 1 the same renormalised, 2 top k then
+        /// softmax.
+        rule: u32,
+        /// 1 when the row ends with the shared expert's gate logit (`shared` is a WGSL keyword).
+        gate: u32,
+    }
+}
+
+kernel_params! {
     /// `shaders/linear_common.wgsl`: `y = x · wᵀ` for one part of a row-split weight.
     LinearParams {
         /// Rows of x.
@@ -193,6 +212,12 @@ kernel_params! {
         kv_heads: u32,
         /// Head dimension of that row; 0 otherwise.
         hd: u32,
+        /// First word of the weight's rows in the part's binding: one expert's rows of a
+        /// stacked weight ([`Weight`](crate::gpu::Weight)'s views); 0 otherwise.
+        w0: u32,
+        /// Words between two experts' rows of a stacked weight, for a variant whose rows of x
+        /// each name their expert ([`LinearPrologue::ExpertRows`](super::LinearPrologue::ExpertRows)); 0 otherwise.
+        w_stride: u32,
     }
 }
 

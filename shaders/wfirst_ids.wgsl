@@ -1,0 +1,9 @@
+// Where the weight's rows start for row m0 of x (mixture-of-experts decode, llama.cpp's
+// mul_mat_id): at the rows of the expert IDS[m0] names of a stacked weight, w_stride words an
+// expert (src/gpu/weights.rs), so each row of x (a token's pair with one of its experts) is
+// multiplied by its own expert's rows. Only kernels of one row of x a tile read it.
+@group(0) @binding(SLOT_IDS) var<storage, read> IDS: array<u32>;
+
+fn w_first(m0: u32) -> u32 {
+    return P.w0 + IDS[min(m0, P.m - 1u)] * P.w_stride;
+}
