@@ -12,7 +12,8 @@
 // with `lead` true in exactly one workgroup of each row tile (its first column tile). The
 // weight's rows start at word `w_first(m0)` of the binding (wfirst_weight.wgsl: w0, 0 but for a
 // view of one expert's rows of a stacked weight; wfirst_ids.wgsl: the rows of the expert each
-// row of x names, w_stride words an expert).
+// row of x names, w_stride words an expert), and the bias epilogue's at `bias_first(m)` of its
+// binding (b0, 0 but for one expert's row of stacked biases; by ids, b_stride values an expert).
 struct LinearParams {
     m: u32,
     n_part: u32,
@@ -27,6 +28,8 @@ struct LinearParams {
     hd: u32,
     w0: u32,
     w_stride: u32,
+    b0: u32,
+    b_stride: u32,
 }
 
 @group(0) @binding(SLOT_P) var<uniform> P: LinearParams;

@@ -198,3 +198,82 @@ fn an_experts_view_of_a_stacked_weight_has_the_bits_of_its_own_weight() {
         assert!(matches!(refused, Err(GpuError::Shape(_))), "a weight of its own has no experts to pick");
     }
 }
+
+/// `y = x · wᵀ + bias` for `m` rows of `x` (row `i` through expert `ids[i]`'s rows of the
+/// stack `w` is a view of, and its row of stacked biases, when `ids` is given).
+fn linear_bias_gpu(
+    c: &GpuContext,
+    w: &Weight,
+    bias: &Tensor,
+    x: &[f32],
+    m: usize,
+    ids: Option<&[u32]>,
+) -> Vec<f32> {
+    let xt = c.upload_f32(&[m, w.cols()], x).unwrap();
+    let out = c.tensor(Elem::F32, &[m, w.rows()]).unwrap();
+    let it = ids.map(|ids| c.upload_u32(&[m], ids).unwrap());
+    let input = match &it {
+        Some(ids) => LinearInput::ExpertRows { x: &xt, ids },
+        None => LinearInput::Plain(&xt),
+    };
+    let mut step = c.step();
+    step.linear_into(input, w, Some(bias), &out, 0).unwrap();
+    let id = step.read(&out);
+    step.submit().unwrap().f32s(id)
+}
+
+/// gpt-oss's biased experts: an expert's view with the experts' stacked `[E, N]` biases adds
+/// its own row (the bits of its weight uploaded alone with that row as its own bias, and of
+/// the product plus that row added on the host), in the GEMV and the GEMM; by ids each row
+/// adds its expert's row; stacked biases for a weight of its own, or of another width, are
+/// refused.
+#[test]
+fn a_biased_expert_adds_its_row_of_the_stacked_biases_by_view_and_by_id() {
+    use pagoda::dtype::{DType, quantize};
+    let c = ctx();
+    let (experts, rows, cols) = (3, 24, 256);
+    let biases = Rng::new(40).vec(experts * rows);
+    let stacked_bias = c.upload_f32(&[experts, rows], &biases).unwrap();
+    for dtype in [DType::F32, DType::MXFP4, DType::Q8_0] {
+        let gate = quantize(dtype, &Rng::new(41).vec(experts * rows * cols));
+        let bytes = gate.len() / experts;
+        let stack = c.upload_stacked_weight("stack", dtype, experts, rows, cols, &[&gate]).unwrap().unwrap();
+        for (e, view) in stack.iter().enumerate() {
+            let own_bias = c.upload_f32(&[rows], &biases[e * rows..(e + 1) * rows]).unwrap();
+            let alone =
+                c.upload_weight("alone", dtype, rows, cols, &gate[e * bytes..(e + 1) * bytes]).unwrap();
+            for m in [1, 9] {
+                let x = Rng::new(50 + m as u64).vec(m * cols);
+                let what = format!("{dtype:?} expert {e} of {m} rows");
+                let by_view = linear_bias_gpu(&c, view, &stacked_bias, &x, m, None);
+                assert_eq!(
+                    bits(&by_view),
+                    bits(&linear_bias_gpu(&c, &alone, &own_bias, &x, m, None)),
+                    "{what}"
+                );
+                let added: Vec<f32> = linear_gpu(&c, &alone, &x, m)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, y)| y + biases[e * rows + i % rows])
+                    .collect();
+                assert_eq!(bits(&by_view), bits(&added), "{what}: the product plus its row");
+            }
+        }
+        let ids = [2, 0, 0, 1, 2, 1, 0];
+        let x = Rng::new(60).vec(ids.len() * cols);
+        let by_id = linear_bias_gpu(&c, &stack[1], &stacked_bias, &x, ids.len(), Some(&ids));
+        for (i, &e) in ids.iter().enumerate() {
+            let row = &x[i * cols..(i + 1) * cols];
+            let alone = linear_bias_gpu(&c, &stack[e as usize], &stacked_bias, row, 1, None);
+            assert_eq!(bits(&by_id[i * rows..(i + 1) * rows]), bits(&alone), "{dtype:?} row {i} by id");
+        }
+        let own = c.upload_weight("own", dtype, rows, cols, &gate[..bytes]).unwrap();
+        let xt = c.upload_f32(&[1, cols], &x[..cols]).unwrap();
+        let out = c.tensor(Elem::F32, &[1, rows]).unwrap();
+        let refused = c.step().linear_into(&xt, &own, Some(&stacked_bias), &out, 0);
+        assert!(matches!(refused, Err(GpuError::Shape(_))), "a weight of its own has no row of the experts'");
+        let narrow = c.upload_f32(&[experts, rows - 1], &biases[..experts * (rows - 1)]).unwrap();
+        let refused = c.step().linear_into(&xt, &stack[0], Some(&narrow), &out, 0);
+        assert!(matches!(refused, Err(GpuError::Shape(_))), "biases of another width");
+    }
+}

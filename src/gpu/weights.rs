@@ -90,6 +90,12 @@ impl Weight {
         self.expert_words
     }
 
+    /// Which expert of its stack it is a view of (`None`: a weight of its own): the row of
+    /// stacked `[experts, rows]` biases a linear through it adds.
+    pub fn expert(&self) -> Option<usize> {
+        self.expert_words.map(|words| self.word0 / words)
+    }
+
     /// Where the kernels read its words from.
     pub fn source(&self) -> WeightSource {
         match self.parts.first().map(|p| &p.words) {

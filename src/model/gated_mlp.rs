@@ -8,7 +8,9 @@ use crate::gpu::{GateActivation, GpuError, LinearInput, Step, Tensor, Weight};
 pub(crate) struct GatedMlp {
     pub(crate) gate_up: GateUp,
     pub(crate) down_proj: Weight,
-    /// The gate's, up's and down's biases (gpt-oss's experts, kept as [`GateUp::Split`]).
+    /// The gate's, up's and down's biases (gpt-oss's experts, kept as [`GateUp::Split`]): its
+    /// own `[ff]`, `[ff]` and `[hidden]`, or, for a view of stacked experts, the stack's `[E,
+    /// ff]`, `[E, ff]` and `[E, hidden]` (one copy the views share; a linear adds its row).
     pub(crate) biases: Option<Box<[Tensor; 3]>>,
 }
 
@@ -21,11 +23,14 @@ pub(crate) enum GateUp {
 
 /// gpt-oss's expert over `rows` (`[n, hidden]`): `out = down(swiglu_clamped(gate(rows) + b_g,
 /// up(rows) + b_u)) + b_d`, through `act` (`[n, ff]`) and the gate's and up's outputs `split`.
+/// Its biases are its own or its row of the experts' stacked ones; `rows` comes with each row's
+/// expert id when routed by id ([`LinearInput::ExpertRows`]): each row then goes through its
+/// expert's weights and biases.
 pub(crate) fn record_biased_expert(
     step: &mut Step<'_>,
     mlp: &GatedMlp,
     limit: f32,
-    rows: &Tensor,
+    (rows, ids): (&Tensor, Option<&Tensor>),
     act: &Tensor,
     split: &[Tensor; 2],
     out: &Tensor,
@@ -36,10 +41,14 @@ pub(crate) fn record_biased_expert(
         return Err(GpuError::Shape("a biased expert needs its gate and up apart, with biases".into()));
     };
     let [gate_out, up_out] = split;
-    step.linear_into(rows, gate, Some(gate_bias), gate_out, 0)?;
-    step.linear_into(rows, up, Some(up_bias), up_out, 0)?;
+    let input = |x| match ids {
+        Some(ids) => LinearInput::ExpertRows { x, ids },
+        None => LinearInput::Plain(x),
+    };
+    step.linear_into(input(rows), gate, Some(gate_bias), gate_out, 0)?;
+    step.linear_into(input(rows), up, Some(up_bias), up_out, 0)?;
     step.swiglu_clamped(limit, gate_out, up_out, act)?;
-    step.linear_into(act, &mlp.down_proj, Some(down_bias), out, 0)?;
+    step.linear_into(input(act), &mlp.down_proj, Some(down_bias), out, 0)?;
     Ok(())
 }
 

@@ -218,8 +218,7 @@ impl LlamaModel {
     /// The most tokens a step may have and still run on `ctx` without a read-back in its
     /// middle: any number for a dense model; for a mixture of experts, the steps its layers
     /// route by id on the device ([`ID_ROUTED_TOKENS`]), and `None` where they route none
-    /// (experts not stacked in one binding or with biases, as gpt-oss's, or a path without
-    /// one-row linear kernels): every step reads the router's choices back.
+    /// (experts not stacked in one binding, or a path without one-row linear kernels): every step reads the router's choices back.
     pub fn whole_step_tokens(&self, ctx: &GpuContext) -> Option<usize> {
         let mut experts = self.layers.iter().filter_map(|l| match &l.mlp {
             GpuMlp::Experts(moe) => Some(moe),
@@ -1219,16 +1218,34 @@ impl Loader<'_> {
         };
         let Some(downs) = upload("down_proj", &first.down_proj, &[&stack(down)])? else { return Ok(None) };
         self.bar.inc(3 * n as u64);
-        let bias = |t: &TensorView<'_>| self.vectors(&t.shape, &[t], 0.0);
-        let mut out = Vec::with_capacity(n);
-        for ((gate_up, down_proj), w) in gate_ups.into_iter().zip(downs).zip(experts) {
-            let biases = match &w.biases {
-                Some([g, u, d]) => Some(Box::new([bias(g)?, bias(u)?, bias(d)?])),
-                None => None,
-            };
-            out.push(GatedMlp { gate_up, down_proj, biases });
-        }
+        let biases = self.stacked_biases(experts)?;
+        let out = gate_ups
+            .into_iter()
+            .zip(downs)
+            .map(|(gate_up, down_proj)| GatedMlp { gate_up, down_proj, biases: biases.clone() })
+            .collect();
         Ok(Some(out))
+    }
+
+    /// The experts' gate, up and down biases (gpt-oss's) stacked per projection, `[E, ff]`,
+    /// `[E, ff]` and `[E, hidden]`, one copy every expert's view shares: a linear through an
+    /// expert's view adds its row, one by ids each row's expert's.
+    fn stacked_biases(&self, experts: &[ExpertWeights<'_>]) -> Result<Option<Box<[Tensor; 3]>>, LlamaError> {
+        let Some(first) = experts.first().and_then(|e| e.biases.as_ref()) else { return Ok(None) };
+        let stack = |i: usize| -> Result<Tensor, LlamaError> {
+            let one = &first[i];
+            let views =
+                experts
+                    .iter()
+                    .map(|e| {
+                        e.biases.as_ref().map(|b| &b[i]).filter(|b| b.shape == one.shape).ok_or_else(|| {
+                            LlamaError::Unsupported("experts whose biases differ in shape".into())
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+            self.vectors(&[experts.len(), one.shape.iter().product()], &views, 0.0)
+        };
+        Ok(Some(Box::new([stack(0)?, stack(1)?, stack(2)?])))
     }
 
     /// A gated MLP (a layer's, or one expert's), its weights named after `prefix`.

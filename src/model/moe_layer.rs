@@ -3,7 +3,8 @@
 //! [`ID_ROUTED_TOKENS`] tokens then runs on the device alone (llama.cpp's `mul_mat_id`): each
 //! token's pair with each of its experts is a row, gathered from its token's, through the rows
 //! its expert's id names of the stacked weights (`LinearInput::ExpertRows`: the gated MLP,
-//! then the down projection, one-row kernels), weighted and put at its slot; nothing is read
+//! then the down projection, one-row kernels; gpt-oss's biased experts add their expert's row
+//! of the stacked biases before the clamped SwiGLU and after the down projection), weighted and put at its slot; nothing is read
 //! back, so such a step is recorded whole and can run behind the one before it. A bigger step
 //! reads the choices back (the step is submitted there), the host groups the batch's tokens by
 //! expert ([`group_by_expert`]), and a new step runs each chosen expert once over the rows that
@@ -147,8 +148,8 @@ struct ExpertInputs {
 
 impl MoeLayer {
     /// True when a step of `t` tokens routes by id on the device (and so is recorded whole):
-    /// at most [`ID_ROUTED_TOKENS`] of them, the experts stacked and without biases (gpt-oss's
-    /// take the grouped path), and a path with one-row linear kernels (not the cooperative
+    /// at most [`ID_ROUTED_TOKENS`] of them, the experts stacked (and their biases, gpt-oss's,
+    /// a row an expert), and a path with one-row linear kernels (not the cooperative
     /// matrices').
     pub(super) fn routes_by_id(&self, ctx: &GpuContext, t: usize) -> bool {
         t <= ID_ROUTED_TOKENS && self.stacked_by_id(ctx)
@@ -161,8 +162,12 @@ impl MoeLayer {
             GateUp::Gated(w) => stacked(w),
             GateUp::Split { gate, up } => stacked(gate) && stacked(up),
         };
-        self.swiglu_limit.is_none()
-            && self.experts.iter().all(|mlp| mlp.biases.is_none() && gate_up(mlp) && stacked(&mlp.down_proj))
+        // biases (gpt-oss's) stacked `[E, n]`, a row an expert
+        let biases = |mlp: &GatedMlp| match mlp.biases.as_deref() {
+            None => self.swiglu_limit.is_none(),
+            Some(biases) => biases.iter().all(|b| b.shape().len() == 2),
+        };
+        self.experts.iter().all(|mlp| biases(mlp) && gate_up(mlp) && stacked(&mlp.down_proj))
             && !matches!(ctx.capabilities().linear_path(), LinearPath::Coop { .. })
     }
 
@@ -237,7 +242,7 @@ impl MoeLayer {
             let out = step.scratch(Elem::F32, &[n, hidden])?;
             match (self.swiglu_limit, &split) {
                 (Some(limit), Some(split)) => {
-                    record_biased_expert(&mut step, mlp, limit, rows, &act_out, split, &out)?
+                    record_biased_expert(&mut step, mlp, limit, (rows, None), &act_out, split, &out)?
                 }
                 _ => {
                     record_gate_up(&mut step, &mlp.gate_up, act, rows.into(), &act_out, split.as_ref())?;
@@ -274,10 +279,18 @@ impl MoeLayer {
         let mlp = &self.experts[0];
         let act_out = step.scratch(Elem::F32, &[pairs, ff])?;
         let split = split_outputs(step, mlp, pairs, ff)?;
-        let by_id = LinearInput::ExpertRows { x: &rows, ids: &buffers.ids };
-        record_gate_up(step, &mlp.gate_up, act, by_id, &act_out, split.as_ref())?;
         let out = step.scratch(Elem::F32, &[pairs, hidden])?;
-        step.linear(LinearInput::ExpertRows { x: &act_out, ids: &buffers.ids }, &mlp.down_proj, &out)?;
+        match (self.swiglu_limit, &split) {
+            (Some(limit), Some(split)) => {
+                record_biased_expert(step, mlp, limit, (&rows, Some(&buffers.ids)), &act_out, split, &out)?
+            }
+            _ => {
+                let by_id = LinearInput::ExpertRows { x: &rows, ids: &buffers.ids };
+                record_gate_up(step, &mlp.gate_up, act, by_id, &act_out, split.as_ref())?;
+                let by_id = LinearInput::ExpertRows { x: &act_out, ids: &buffers.ids };
+                step.linear(by_id, &mlp.down_proj, &out)?;
+            }
+        }
         step.scatter_rows(&out, &lists.outputs, &buffers.weights, &buffers.slots)?;
         let shared_outputs = self.shared.as_ref().map(|_| &lists.shared_outputs);
         self.record_shared(step, h, buffers, act, shared_outputs)?;

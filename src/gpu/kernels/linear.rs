@@ -68,7 +68,8 @@ pub enum LinearInput<'a> {
     /// `x` as stored, row `i` through the rows of expert `ids[i]` of the stacked weight the
     /// linear's weight is a view of ([`Weight::expert_words`]): llama.cpp's `mul_mat_id`, a
     /// token's pair with one of its experts a row, with the bits that row has through that
-    /// expert's own view. One-row kernels, the stored or gated epilogue.
+    /// expert's own view. One-row kernels, the stored, bias or gated epilogue: stacked `[E, N]`
+    /// biases add each row's expert's row.
     ExpertRows {
         /// The rows, f32 `[M, K]`.
         x: &'a Tensor,
@@ -226,7 +227,7 @@ fn splits_pairs(w: &Weight, col0: usize) -> bool {
 /// `out: f32 [M, width]` with `epilogue` (gated weights for the gated epilogues only); returns
 /// `(M, K, width)`.
 /// Checks a linear by ids ([`LinearInput::ExpertRows`]): `ids` names one expert of `w`'s stack
-/// a row, the variant takes one row a tile, the epilogue stores or gates. Returns the ids and
+/// a row, the variant takes one row a tile, the epilogue stores, adds a bias or gates. Returns the ids and
 /// the words between two experts.
 fn check_expert_rows<'a>(
     ids: &'a Tensor,
@@ -239,7 +240,7 @@ fn check_expert_rows<'a>(
     let stride = w.expert_words().ok_or_else(|| {
         GpuError::Shape(format!("linear by expert ids: {} is not a view of a stacked weight", w.name()))
     })?;
-    if !matches!(epilogue, LinearEpilogue::Store | LinearEpilogue::Gated(_)) {
+    if !matches!(epilogue, LinearEpilogue::Store | LinearEpilogue::Bias | LinearEpilogue::Gated(_)) {
         return Err(GpuError::Shape(format!("linear by expert ids: no {epilogue:?} epilogue")));
     }
     if variant.rows_per_workgroup() != 1
@@ -281,20 +282,35 @@ fn check_linear_shapes(
 }
 
 /// What a linear layer's epilogue binds beyond x, the weights and the output (a bias first,
-/// then the rotary epilogue's tensors and pools), and the head counts its parameters carry.
+/// then the rotary epilogue's tensors and pools), the head counts its parameters carry, and
+/// where the bias epilogue's row starts (`b0`) and the values between two experts' rows by id.
 struct EpilogueBindings {
     bindings: [Option<Binding>; 6],
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+    b0: usize,
+    b_stride: usize,
 }
 
 impl EpilogueBindings {
     /// Checks and collects `epi`'s tensors for `m` rows through `w` into columns `col0..` of
-    /// a `width`-wide output.
-    fn of(epi: Epilogue<'_>, w: &Weight, m: usize, width: usize, col0: usize) -> Result<Self, GpuError> {
-        let mut out = Self { bindings: Default::default(), heads: 0, kv_heads: 0, head_dim: 0 };
-        if let Epilogue::Bias(bias) | Epilogue::RopeCache(_, Some(bias)) = epi {
+    /// a `width`-wide output, its rows by expert id when `by_ids`.
+    fn of(
+        epi: Epilogue<'_>,
+        w: &Weight,
+        m: usize,
+        width: usize,
+        col0: usize,
+        by_ids: bool,
+    ) -> Result<Self, GpuError> {
+        let mut out =
+            Self { bindings: Default::default(), heads: 0, kv_heads: 0, head_dim: 0, b0: 0, b_stride: 0 };
+        if let Epilogue::Bias(bias) = epi {
+            (out.b0, out.b_stride) = bias_rows(bias, w, by_ids)?;
+            out.bindings[0] = Some(Binding::tensor("BIAS", bias));
+        }
+        if let Epilogue::RopeCache(_, Some(bias)) = epi {
             bias.expect("linear bias", Elem::F32, &[w.rows()])?;
             out.bindings[0] = Some(Binding::tensor("BIAS", bias));
         }
@@ -313,6 +329,26 @@ impl EpilogueBindings {
             .map(Some);
         }
         Ok(out)
+    }
+}
+
+/// Checks the bias epilogue's `bias` for `w`: `[N]` of its own, or stacked `[E, N]` biases of
+/// the experts `w`'s stack holds (gpt-oss's), whose row the weight's expert names (by ids: the
+/// row each row of x names). Returns the first value of its row and the values between two
+/// experts' rows by id.
+fn bias_rows(bias: &Tensor, w: &Weight, by_ids: bool) -> Result<(usize, usize), GpuError> {
+    let n = w.rows();
+    let [experts, len] = *bias.shape() else {
+        return bias.expect("linear bias", Elem::F32, &[n]).map(|()| (0, 0));
+    };
+    bias.expect("linear bias", Elem::F32, &[experts, n])?;
+    match (w.expert(), by_ids) {
+        (Some(_), true) => Ok((0, n)),
+        (Some(e), false) if e < experts => Ok((e * n, 0)),
+        _ => Err(GpuError::Shape(format!(
+            "linear bias: {experts} experts' biases of {len} for {}, which is not one of theirs",
+            w.name()
+        ))),
     }
 }
 
@@ -363,7 +399,9 @@ impl Step<'_> {
     }
 
     /// `out[:, col0..col0 + N] = x · wᵀ (+ bias)` for `out: f32 [M, W]` and `bias: f32 [N]`: a
-    /// projection writing its slice of a wider output (Q, K and V into one row).
+    /// projection writing its slice of a wider output (Q, K and V into one row). For `w` a view
+    /// of one expert of a stack, `bias` may be the stack's `f32 [E, N]` biases: the expert's row
+    /// is added (by ids, [`LinearInput::ExpertRows`], each row's expert's row).
     pub fn linear_into<'a>(
         &mut self,
         x: impl Into<LinearInput<'a>>,
@@ -454,7 +492,8 @@ impl Step<'_> {
         let epilogue = epi.kind();
         let x = input.x();
         let (m, k, width) = check_linear_shapes(x, w, out, col0, epilogue)?;
-        let epi = EpilogueBindings::of(epi, w, m, width, col0)?;
+        let by_id_rows = matches!(input, LinearInput::ExpertRows { .. });
+        let epi = EpilogueBindings::of(epi, w, m, width, col0, by_id_rows)?;
         let (norm, eps) = match input {
             LinearInput::Plain(_) | LinearInput::ExpertRows { .. } => (None, 0.0),
             LinearInput::RmsNormed { weight, eps, .. } => {
@@ -500,6 +539,8 @@ impl Step<'_> {
                 hd: u(epi.head_dim),
                 w0: u(if by_ids.is_some() { 0 } else { w.word0() }),
                 w_stride: u(by_ids.map_or(0, |(_, stride)| stride)),
+                b0: u(epi.b0),
+                b_stride: u(epi.b_stride),
             };
             let bindings =
                 [Binding::tensor("X", x), Binding::new("W", &part.words), Binding::tensor("Y", out)]

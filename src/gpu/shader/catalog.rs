@@ -67,15 +67,18 @@ pub fn all_variants() -> Vec<KernelVariant> {
         }
     }
     // The experts' rows by id (mixture-of-experts decode): every type on the one-row kernels of
-    // both paths, plain on the sequential one and gated on the K-split one.
-    for dtype in WEIGHT_DTYPES {
+    // both paths, plain on the sequential one and gated on the K-split one, and with each row's
+    // expert's bias (gpt-oss's) on one path, the two paths in turn.
+    for (index, dtype) in WEIGHT_DTYPES.into_iter().enumerate() {
+        let (seq, ksplit) = (
+            (LinearPath::Sequential { subgroup: None }, LinearKernel::Sequential { rows: 1 }),
+            (LinearPath::KSplit, LinearKernel::Gemv { rows: 1 }),
+        );
+        let biased = if index % 2 == 0 { seq } else { ksplit };
         let paths = [
-            (
-                LinearPath::Sequential { subgroup: None },
-                LinearKernel::Sequential { rows: 1 },
-                LinearEpilogue::Store,
-            ),
-            (LinearPath::KSplit, LinearKernel::Gemv { rows: 1 }, LinearEpilogue::Gated(GateActivation::Silu)),
+            (seq.0, seq.1, LinearEpilogue::Store),
+            (ksplit.0, ksplit.1, LinearEpilogue::Gated(GateActivation::Silu)),
+            (biased.0, biased.1, LinearEpilogue::Bias),
         ];
         for (path, kernel, epilogue) in paths {
             let (source, x_load, tree) = (WeightSource::Buffer, path.x_loads()[0], path.trees(kernel)[0]);
@@ -244,13 +247,15 @@ mod tests {
         }
     }
 
-    /// How many variants the portability and contract tests build: 16 single kernels (the
-    /// LoRA shrink and its two expands, the experts' scatter and combine, gpt-oss's clamped SwiGLU and
+    /// How many variants the portability and contract tests build: 18 single kernels (the
+    /// LoRA shrink (scalar and over row groups) and its two expands, the experts' routing,
+    /// scatter and combine, gpt-oss's clamped SwiGLU and
     /// the token-id copy and Gemma's sandwich among them), 2 embeddings for each of the 16 weight types, the linear
     /// structures (30 on the five sequential paths: 3 row tiles x 2 weight sources; 20 on the
     /// K-split path: the GEMV of 1 and of 8 rows with each of the 2 activation loads and 3
     /// trees, of 2 and of 4 rows with one, and the GEMM's 3 tiles with each load) once for 15
-    /// types and with all 25 prologue and epilogue pairs for f32, and 91 RoPE and attention
+    /// types and with all 25 prologue and epilogue pairs for f32, 3 linears by expert ids for
+    /// each of the 16 types (stored, gated, with each row's expert's bias), and 91 RoPE and attention
     /// variants for each of the 3 KV formats (2 RoPE; for each of the 6 head dimensions 1
     /// per-query, 3 split-KV and 4 subgroup ones, again with sinks at gpt-oss's head dimension
     /// 64 only; 31 flash ones, a group of each size up to `flash_max_group` (8, 6, 6, 5, 4 and 2
@@ -262,7 +267,7 @@ mod tests {
     fn all_variants_counts_what_the_tests_build() {
         assert_eq!(
             all_variants().len(),
-            18 + 16 * 2 + 15 * 50 + 50 * 25 + 16 * 2 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7)
+            18 + 16 * 2 + 15 * 50 + 50 * 25 + 16 * 3 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7)
         );
     }
 

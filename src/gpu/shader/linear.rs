@@ -235,7 +235,8 @@ pub enum LinearPrologue {
     /// (`shaders/xin_sandwich.wgsl`).
     SandwichNorm,
     /// Reads x as stored, each row through the rows of the expert its id names of a stacked
-    /// weight (`shaders/wfirst_ids.wgsl`, llama.cpp's `mul_mat_id`): kernels of one row a tile.
+    /// weight (`shaders/wfirst_ids.wgsl`, llama.cpp's `mul_mat_id`), and the bias epilogue
+    /// through that expert's row of stacked biases: kernels of one row a tile.
     ExpertRows,
 }
 

@@ -15,7 +15,8 @@ pub enum LinearEpilogue {
     Store,
     /// `y += acc`: the residual add fused into the projection before it.
     Accumulate,
-    /// `y = acc + bias[n]`: Q/K/V biases.
+    /// `y = acc + bias[n]`: Q/K/V biases; gpt-oss's experts' from their row of the stacked
+    /// biases (`bias_first` of the `wfirst` file: a view's expert's row, or by ids each row's).
     Bias,
     /// `y = act(gate) * up` over a gated weight, whose parts hold their gate rows and then as
     /// many up rows: the gated MLP's two projections and its activation in one dispatch.

@@ -218,6 +218,12 @@ kernel_params! {
         /// Words between two experts' rows of a stacked weight, for a variant whose rows of x
         /// each name their expert ([`LinearPrologue::ExpertRows`](super::LinearPrologue::ExpertRows)); 0 otherwise.
         w_stride: u32,
+        /// First value of the bias epilogue's row in its binding: one expert's row `e · N` of
+        /// stacked `[E, N]` biases, the expert the weight is a view of; 0 otherwise.
+        b0: u32,
+        /// Values between two experts' rows of stacked biases, for a variant whose rows of x each
+        /// name their expert (and so their bias row); 0 otherwise.
+        b_stride: u32,
     }
 }
 
