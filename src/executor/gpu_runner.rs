@@ -320,7 +320,7 @@ impl WgpuExecutor {
             pipeline: None,
         };
         let pipelined = pipeline::GpuPipeline::fits(&executor);
-        let whole = executor.model.whole_step_tokens(&executor.ctx).unwrap_or(0);
+        let whole = executor.model.whole_step_tokens().unwrap_or(0);
         let executor = Self {
             host: (cache.kv_offloading_size > 0.0).then(|| HostKv::new(executor.cache.block_bytes())),
             pipeline: pipelined

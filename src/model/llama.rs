@@ -215,18 +215,18 @@ impl LlamaModel {
         &self.config
     }
 
-    /// The most tokens a step may have and still run on `ctx` without a read-back in its
+    /// The most tokens a step may have and still run without a read-back in its
     /// middle: any number for a dense model; for a mixture of experts, the steps its layers
     /// route by id on the device ([`ID_ROUTED_TOKENS`]), and `None` where they route none
     /// (experts not stacked in one binding, or a path without one-row linear kernels): every step reads the router's choices back.
-    pub fn whole_step_tokens(&self, ctx: &GpuContext) -> Option<usize> {
+    pub fn whole_step_tokens(&self) -> Option<usize> {
         let mut experts = self.layers.iter().filter_map(|l| match &l.mlp {
             GpuMlp::Experts(moe) => Some(moe),
             GpuMlp::Dense(_) => None,
         });
         match self.config.moe {
             None => Some(usize::MAX),
-            Some(_) => experts.all(|moe| moe.stacked_by_id(ctx)).then_some(ID_ROUTED_TOKENS),
+            Some(_) => experts.all(|moe| moe.by_id).then_some(ID_ROUTED_TOKENS),
         }
     }
 
@@ -298,7 +298,7 @@ impl LlamaModel {
         held: bool,
     ) -> Result<(Step<'c>, HeadReads), LlamaError> {
         let t = batch.input_ids.len();
-        if self.whole_step_tokens(ctx).is_none_or(|most| held && t > most) {
+        if self.whole_step_tokens().is_none_or(|most| held && t > most) {
             return Err(LlamaError::Unsupported(
                 "a mixture-of-experts step that reads its router's choices back cannot be launched held"
                     .into(),
@@ -1141,25 +1141,29 @@ impl Loader<'_> {
             post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| self.norm(ffn)).transpose()?,
             mlp: match &w.mlp {
                 MlpWeights::Dense(mlp) => GpuMlp::Dense(self.gated_mlp(&format!("layers.{l}"), mlp)?),
-                MlpWeights::Experts { router, router_bias, experts, shared } => GpuMlp::Experts(MoeLayer {
-                    router: self.matrix(&format!("layers.{l}.router"), router)?,
-                    router_bias: router_bias
-                        .as_ref()
-                        .map(|b| self.vectors(&b.shape, &[b], 0.0))
-                        .transpose()?,
-                    swiglu_limit: self.config.swiglu_limit,
-                    experts: self.experts(l, experts)?,
-                    shared: match shared {
-                        Some(s) => Some(Box::new(SharedExpert {
-                            mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp)?,
-                            gate: self.matrix(&format!("layers.{l}.shared_expert_gate"), &s.gate)?,
-                        })),
-                        None => None,
-                    },
-                    moe: self.config.moe.ok_or_else(|| {
-                        LlamaError::Unsupported("expert weights in a model without experts".into())
-                    })?,
-                }),
+                MlpWeights::Experts { router, router_bias, experts, shared } => GpuMlp::Experts(
+                    MoeLayer {
+                        router: self.matrix(&format!("layers.{l}.router"), router)?,
+                        router_bias: router_bias
+                            .as_ref()
+                            .map(|b| self.vectors(&b.shape, &[b], 0.0))
+                            .transpose()?,
+                        swiglu_limit: self.config.swiglu_limit,
+                        experts: self.experts(l, experts)?,
+                        shared: match shared {
+                            Some(s) => Some(Box::new(SharedExpert {
+                                mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp)?,
+                                gate: self.matrix(&format!("layers.{l}.shared_expert_gate"), &s.gate)?,
+                            })),
+                            None => None,
+                        },
+                        moe: self.config.moe.ok_or_else(|| {
+                            LlamaError::Unsupported("expert weights in a model without experts".into())
+                        })?,
+                        by_id: false,
+                    }
+                    .on_context(self.ctx),
+                ),
             },
         })
     }

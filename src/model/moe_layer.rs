@@ -41,6 +41,9 @@ pub(super) struct MoeLayer {
     pub(super) shared: Option<Box<SharedExpert>>,
     /// Its shape and routing rule.
     pub(super) moe: MoeConfig,
+    /// True when its steps of at most [`ID_ROUTED_TOKENS`] route by id on the device: decided
+    /// once at load ([`Self::on_context`]).
+    pub(super) by_id: bool,
 }
 
 /// A shared expert on the GPU: its gated MLP and its gate, `[1, hidden]`.
@@ -151,12 +154,18 @@ impl MoeLayer {
     /// at most [`ID_ROUTED_TOKENS`] of them, the experts stacked (and their biases, gpt-oss's,
     /// a row an expert), and a path with one-row linear kernels (not the cooperative
     /// matrices').
-    pub(super) fn routes_by_id(&self, ctx: &GpuContext, t: usize) -> bool {
-        t <= ID_ROUTED_TOKENS && self.stacked_by_id(ctx)
+    pub(super) fn routes_by_id(&self, t: usize) -> bool {
+        t <= ID_ROUTED_TOKENS && self.by_id
     }
 
-    /// True when this layer's experts can be read by id on `ctx` at all.
-    pub(super) fn stacked_by_id(&self, ctx: &GpuContext) -> bool {
+    /// The layer loaded on `ctx`, with [`Self::by_id`] set: whether its experts can be read
+    /// by id there at all.
+    pub(super) fn on_context(self, ctx: &GpuContext) -> Self {
+        let by_id = self.can_route_by_id(ctx);
+        Self { by_id, ..self }
+    }
+
+    fn can_route_by_id(&self, ctx: &GpuContext) -> bool {
         let stacked = |w: &Weight| w.expert_words().is_some();
         let gate_up = |mlp: &GatedMlp| match &mlp.gate_up {
             GateUp::Gated(w) => stacked(w),
@@ -192,7 +201,7 @@ impl MoeLayer {
         }
         step.moe_route(&buffers.logits, routing, &buffers.ids, &buffers.weights, &buffers.gates)?;
         let t = h.shape()[0];
-        if self.routes_by_id(step.ctx, t) {
+        if self.routes_by_id(t) {
             self.record_by_id(&mut step, x, h, buffers, act)?;
             return Ok(step);
         }

@@ -93,7 +93,7 @@ impl GpuPipeline {
     /// tokens only).
     pub(super) fn fits(executor: &WgpuExecutor) -> bool {
         let off = std::env::var("PAGODA_PIPELINE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("off"));
-        !off && executor.model.whole_step_tokens(&executor.ctx).is_some()
+        !off && executor.model.whole_step_tokens().is_some()
             && executor.draft.is_none()
             && executor.ctx.kernel_times().is_none()
     }
