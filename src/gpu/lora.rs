@@ -39,20 +39,15 @@ const NO_ROW: u32 = u32::MAX;
 pub fn lora_row_groups(slots: &[u32]) -> Vec<[u32; LORA_GROUP_ROWS]> {
     let mut order: Vec<u32> = (0..slots.len() as u32).collect();
     order.sort_by_key(|&r| slots[r as usize]);
-    let mut groups: Vec<[u32; LORA_GROUP_ROWS]> = Vec::new();
-    let mut filled = LORA_GROUP_ROWS;
-    for (i, &row) in order.iter().enumerate() {
-        let new_slot = i > 0 && slots[order[i - 1] as usize] != slots[row as usize];
-        if filled == LORA_GROUP_ROWS || new_slot {
-            groups.push([NO_ROW; LORA_GROUP_ROWS]);
-            filled = 0;
-        }
-        if let Some(group) = groups.last_mut() {
-            group[filled] = row;
-        }
-        filled += 1;
-    }
-    groups
+    order
+        .chunk_by(|&a, &b| slots[a as usize] == slots[b as usize])
+        .flat_map(|run| run.chunks(LORA_GROUP_ROWS))
+        .map(|rows| {
+            let mut group = [NO_ROW; LORA_GROUP_ROWS];
+            group[..rows.len()].copy_from_slice(rows);
+            group
+        })
+        .collect()
 }
 
 /// The most groups [`lora_row_groups`] makes of `rows` rows over `slots` slots (and rows
