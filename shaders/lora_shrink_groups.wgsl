@@ -1,56 +1,40 @@
 // LoRA shrink over groups of rows of one adapter, for K a multiple of 4 (every A starts on a
-// 16-byte unit of the bank, src/gpu/lora.rs): one invocation per group of up to four rows
-// (GROUPS, made on the host by `lora_row_groups`: each adapter's rows, NO_ROW past the last)
-// and four columns j0..j0+3, X and A read as 16-byte units. Per k-unit it loads the four rows'
-// X and the four columns' A (eight loads for 64 products; CPU drivers walk the lanes for each
-// storage load). Each output T[row, j] is lora_shrink.wgsl's fma chain (k ascending from 0), so
-// either kernel gives a row the same bits whatever the group holds; columns past the rank and
-// rows without an adapter get 0.
+// 16-byte unit of the bank, src/gpu/lora.rs): one invocation per group, target of the run and
+// four columns j0..j0+3, X, A and T as 16-byte units. Per k-unit it loads the four rows' X and
+// the four columns' A (eight loads for 64 products; CPU drivers walk the lanes for each storage
+// load). Each output T[row, t·width + j] is lora_shrink.wgsl's fma chain (k ascending from 0),
+// so either kernel gives a row the same bits whatever the group holds; columns past the rank
+// and rows without an adapter get 0.
 @group(0) @binding(SLOT_ROWS) var<storage, read> ROWS: array<u32>;
 @group(0) @binding(SLOT_GROUPS) var<storage, read> GROUPS: array<vec4<u32>>;
 @group(0) @binding(SLOT_X4) var<storage, read> X4: array<vec4<f32>>;
 @group(0) @binding(SLOT_AB) var<storage, read> AB: array<vec4<f32>>;
-@group(0) @binding(SLOT_T) var<storage, read_write> T: array<f32>;
+@group(0) @binding(SLOT_T4) var<storage, read_write> T4: array<vec4<f32>>;
 
-const NO_ROW: u32 = 0xffffffffu;
-
-// `acc` carried through the fma chain of x and a's four terms in order.
-fn chain4(acc: f32, x: vec4<f32>, a: vec4<f32>) -> f32 {
-    return fma(x.w, a.w, fma(x.z, a.z, fma(x.y, a.y, fma(x.x, a.x, acc))));
-}
-
-// One row's four outputs after the unit x, against the columns' units a0..a3.
-fn chain_row(acc: vec4<f32>, x: vec4<f32>, a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>) -> vec4<f32> {
-    return vec4(chain4(acc.x, x, a0), chain4(acc.y, x, a1), chain4(acc.z, x, a2), chain4(acc.w, x, a3));
-}
-
-// Writes `row`'s outputs j0..j0+3 (those below max_rank), 0 past the rank.
-fn store(row: u32, j0: u32, rank: u32, acc: vec4<f32>) {
-    if (row == NO_ROW) {
-        return;
-    }
-    for (var c = 0u; c < 4u; c++) {
-        let j = j0 + c;
-        if (j < P.max_rank) {
-            T[row * P.max_rank + j] = select(0.0, acc[c], j < rank);
-        }
+// Writes `row`'s outputs j0..j0+3 of the block at column `t0` (T's row stride, `t0` and `j0`
+// are multiples of 4), 0 past the rank.
+fn store(row: u32, t0: u32, j0: u32, rank: u32, acc: vec4<f32>) {
+    if (row != NO_ROW) {
+        let past = vec4(j0) + vec4(0u, 1u, 2u, 3u) >= vec4(rank);
+        T4[(row * P.ldt + t0 + j0) / 4u] = select(acc, vec4(0.0), past);
     }
 }
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
-    let quads = (P.max_rank + 3u) / 4u;
-    if (i >= P.groups * quads) {
+    let quads = P.width / 4u;
+    if (i >= P.groups * P.run * quads) {
         return;
     }
-    let rows = GROUPS[i / quads];
+    let rows = GROUPS[i / (P.run * quads)];
+    let target_in_run = i / quads % P.run;
     let j0 = (i % quads) * 4u;
     let slot = ROWS[rows.x];
     var rank = 0u;
     var a = 0u;
     if (slot != NO_SLOT) {
-        let e = entry(slot);
+        let e = entry(slot, P.which + target_in_run);
         rank = TABLE[e + 2u];
         a = TABLE[e] / 4u;
     }
@@ -62,10 +46,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let k4 = P.k / 4u;
         // Rows past the group's last and columns past the rank repeat the first row and the
         // last column (computed, never written).
+        let more = or_first(rows);
         let x0 = rows.x * k4;
-        let x1 = select(rows.y, rows.x, rows.y == NO_ROW) * k4;
-        let x2 = select(rows.z, rows.x, rows.z == NO_ROW) * k4;
-        let x3 = select(rows.w, rows.x, rows.w == NO_ROW) * k4;
+        let x1 = more.x * k4;
+        let x2 = more.y * k4;
+        let x3 = more.z * k4;
         let a0 = a + j0 * k4;
         let a1 = a + min(j0 + 1u, rank - 1u) * k4;
         let a2 = a + min(j0 + 2u, rank - 1u) * k4;
@@ -81,8 +66,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             acc3 = chain_row(acc3, X4[x3 + kk], c0, c1, c2, c3);
         }
     }
-    store(rows.x, j0, rank, acc0);
-    store(rows.y, j0, rank, acc1);
-    store(rows.z, j0, rank, acc2);
-    store(rows.w, j0, rank, acc3);
+    let t0 = target_in_run * P.width;
+    store(rows.x, t0, j0, rank, acc0);
+    store(rows.y, t0, j0, rank, acc1);
+    store(rows.z, t0, j0, rank, acc2);
+    store(rows.w, t0, j0, rank, acc3);
 }

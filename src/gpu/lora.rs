@@ -2,10 +2,9 @@
 //! batch names the slot of its adapter (or [`NO_LORA`]), and a target's delta
 //! `scale · B (A x)` is added to the base linear's output row by row. Each output is one fma
 //! chain in a fixed order over the row's own adapter, so a row's bits never depend on the other
-//! rows' adapters or on the batch. Batches whose shrunk rows fit a uniform buffer (decodes) take
-//! an expand that reads each adapter's `B` once for all of that adapter's rows; where `K` is a
-//! multiple of 4 the shrink takes each adapter's rows four at a time ([`lora_row_groups`]), so
-//! one load of `A` serves four rows.
+//! rows' adapters or on the batch. Both products take each adapter's rows four at a time
+//! ([`lora_row_groups`]) and four columns an invocation, so one load of `A` or `B` serves four
+//! rows; one shrink serves a run of targets that read the same input (Q, K and V; gate and up).
 
 use super::bind_cache::Binding;
 use super::shader::KernelVariant;
@@ -16,15 +15,6 @@ use super::{GpuContext, GpuError};
 
 /// The slot value of a row without an adapter.
 pub const NO_LORA: u32 = u32::MAX;
-
-/// Shrunk values the uniform scratch holds (`lora_expand_rows.wgsl`'s `T`, 64 KiB: the least
-/// uniform binding every WebGPU device takes).
-const LORA_UNIFORM_FLOATS: usize = 16384;
-/// Rows the uniform scratch holds (`lora_expand_rows.wgsl`'s `ROWS`, 16 KiB).
-const LORA_UNIFORM_ROWS: usize = 4096;
-
-/// Output columns an invocation of `lora_expand_rows.wgsl` computes (its `COLS`).
-const LORA_EXPAND_COLS: usize = 4;
 
 /// Rows a group of [`lora_row_groups`] holds (`lora_shrink_groups.wgsl`'s `vec4<u32>`).
 pub const LORA_GROUP_ROWS: usize = 4;
@@ -56,16 +46,12 @@ pub fn lora_group_capacity(rows: usize, slots: usize) -> usize {
     rows.div_ceil(LORA_GROUP_ROWS) + slots + 1
 }
 
-/// Whether `t` lies in a buffer made by [`GpuContext::lora_uniform_scratch`] of `len` values.
-fn in_uniform_scratch(t: &Tensor, len: usize) -> bool {
-    t.buffer.usage().contains(wgpu::BufferUsages::UNIFORM) && t.buffer.size() == 4 * len as u64
-}
-
 /// Adapters' `A` and `B` matrices resident on the GPU for one group of targets (a layer's
 /// projections): `slots` adapters, each with `targets` table entries of four words (the
-/// offsets of its `A` `[rank, k]` and `B` `[n, rank]` in the data, its rank, 0 where the
-/// adapter leaves the target alone, and the bits of its scale). Every `A` starts on a 16-byte
-/// unit (its offset a multiple of 4), for the grouped shrink's loads.
+/// offsets of its `A` `[rank, k]` and `B` `[n, rank rounded up to 4]` in the data, its rank, 0
+/// where the adapter leaves the target alone, and the bits of its scale). Every `A` and `B`
+/// starts on a 16-byte unit (its offset a multiple of 4) and `B`'s columns past the rank are 0,
+/// for the grouped kernels' loads.
 #[derive(Debug)]
 pub struct LoraBank {
     data: Tensor,
@@ -90,14 +76,24 @@ pub struct LoraMatrices<'a> {
 }
 
 impl LoraBank {
-    /// The largest rank any slot may hold: the width of the shrunk rows.
+    /// The largest rank any slot may hold.
     pub fn max_rank(&self) -> usize {
         self.max_rank
+    }
+
+    /// Values a target's shrunk row holds: the largest rank rounded up to 4.
+    pub fn width(&self) -> usize {
+        self.max_rank.next_multiple_of(4)
     }
 
     /// Number of adapter slots.
     pub fn slots(&self) -> usize {
         self.slots
+    }
+
+    /// Number of targets each slot has.
+    pub fn targets(&self) -> usize {
+        self.targets
     }
 
     /// Writes `slot`'s matrices, one entry per target (`None`: the adapter leaves it alone).
@@ -121,17 +117,25 @@ impl LoraBank {
         for m in targets {
             match m {
                 Some(m) if m.rank > 0 => {
-                    if m.rank > self.max_rank {
+                    if m.rank > self.max_rank || m.b.len() % m.rank != 0 {
                         return Err(GpuError::Shape(format!(
-                            "LoRA rank {} above the bank's {}",
-                            m.rank, self.max_rank
+                            "LoRA rank {} (B of {} values), the bank's up to {}",
+                            m.rank,
+                            m.b.len(),
+                            self.max_rank
                         )));
                     }
-                    data.resize(data.len().next_multiple_of(4), 0.0);
-                    table.extend([(base + data.len()) as u32, (base + data.len() + m.a.len()) as u32]);
-                    table.extend([m.rank as u32, m.scale.to_bits()]);
+                    let rank4 = m.rank.next_multiple_of(4);
+                    let a = data.len().next_multiple_of(4);
+                    let b = (a + m.a.len()).next_multiple_of(4);
+                    table.extend([(base + a) as u32, (base + b) as u32, m.rank as u32, m.scale.to_bits()]);
+                    data.resize(a, 0.0);
                     data.extend_from_slice(m.a);
-                    data.extend_from_slice(m.b);
+                    data.resize(b, 0.0);
+                    for column in m.b.chunks(m.rank) {
+                        data.extend_from_slice(column);
+                        data.resize(data.len() + rank4 - m.rank, 0.0);
+                    }
                 }
                 _ => table.extend([0, 0, 0, 0]),
             }
@@ -155,8 +159,9 @@ impl LoraBank {
 }
 
 impl GpuContext {
-    /// An empty bank of `slots` adapters over `targets` targets, each slot up to `slot_floats`
-    /// values of `A` and `B` and ranks up to `max_rank`.
+    /// An empty bank of `slots` adapters over `targets` targets whose `A` and `B` together hold
+    /// up to `slot_floats` values a slot at rank `max_rank` (more where ranks round up to 4),
+    /// ranks up to `max_rank`.
     pub fn lora_bank(
         &self,
         slots: usize,
@@ -164,106 +169,95 @@ impl GpuContext {
         slot_floats: usize,
         max_rank: usize,
     ) -> Result<LoraBank, GpuError> {
-        // Room to start each `A` on a unit, and each slot.
-        let slot_floats = (slot_floats + 3 * targets).next_multiple_of(4);
+        // `B` rounded up to 4 columns (at most 3 · slot_floats / max_rank more values), and room
+        // to start each `A` and `B` on a unit, and each slot.
+        let padding = 3 * slot_floats.div_ceil(max_rank.max(1));
+        let slot_floats = (slot_floats + padding + 6 * targets).next_multiple_of(4);
         let data = self.tensor(Elem::F32, &[slots * slot_floats])?;
         let table = self.tensor(Elem::U32, &[slots * targets * 4])?;
         Ok(LoraBank { data, table, slots, targets, slot_floats, max_rank })
     }
-
-    /// The row slots `u32 [4096]` and shrunk rows `f32 [rows, max_rank]` (as many rows as 16384
-    /// values hold: 64 KiB, the least uniform binding every WebGPU device takes) of steps small
-    /// enough for [`Step::lora_expand`] to read them as uniforms; the shrink writes them as
-    /// storage.
-    pub fn lora_uniform_scratch(&self, max_rank: usize) -> Result<(Tensor, Tensor), GpuError> {
-        let usage = wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::UNIFORM
-            | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST;
-        let rows = self.create_buffer("lora rows", 4 * LORA_UNIFORM_ROWS as u64, usage)?;
-        let shrunk = self.create_buffer("lora shrunk", 4 * LORA_UNIFORM_FLOATS as u64, usage)?;
-        let shrunk_rows = LORA_UNIFORM_FLOATS / max_rank.max(1);
-        Ok((
-            Tensor::from_buffer(rows, &[LORA_UNIFORM_ROWS], Elem::U32),
-            Tensor::from_buffer(shrunk, &[shrunk_rows, max_rank], Elem::F32),
-        ))
-    }
 }
 
-/// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]` and their groups,
-/// the target.
+/// Where a LoRA product reads and writes: the bank, the row slots `u32 [M]` and their groups.
 #[derive(Debug, Clone, Copy)]
 pub struct LoraSite<'a> {
     /// The adapters.
     pub bank: &'a LoraBank,
     /// Each row's slot, or [`NO_LORA`].
     pub rows: &'a Tensor,
-    /// The rows' [`lora_row_groups`], `u32 [groups, LORA_GROUP_ROWS]` (the shrink's where `K`
-    /// is a multiple of 4).
+    /// The rows' [`lora_row_groups`], `u32 [groups, LORA_GROUP_ROWS]`.
     pub groups: &'a Tensor,
-    /// Which of the bank's targets.
-    pub target: usize,
+}
+
+/// Rows shrunk for a run of the bank's targets: `t: f32 [M, W]` holds target `targets.start +
+/// i`'s values in columns `i · width .. (i + 1) · width` ([`LoraBank::width`]), `W` at least
+/// `targets.len() · width` and a multiple of 4.
+#[derive(Debug, Clone)]
+pub struct LoraShrunk<'a> {
+    /// The shrunk rows.
+    pub t: &'a Tensor,
+    /// The bank's targets the run holds, consecutive.
+    pub targets: std::ops::Range<usize>,
 }
 
 impl Step<'_> {
-    /// `t[r, j] = Σ_k x[r, k] · A[j, k]` for the adapter of each row `r` (0 for `j` past its
-    /// rank and for rows without one); `x: f32 [M, K]`, `t: f32 [M, max_rank]`. Each output
-    /// one fma chain, `k` ascending: over the rows' groups four rows and four columns an
-    /// invocation where `K` is a multiple of 4 (`lora_shrink_groups.wgsl`), else one output an
-    /// invocation; the same bits either way.
-    pub fn lora_shrink(&mut self, site: LoraSite<'_>, x: &Tensor, t: &Tensor) -> Result<(), GpuError> {
+    /// `t[r, i · width + j] = Σ_k x[r, k] · A_i[j, k]` for each target `i` of the run and the
+    /// adapter of each row `r` (0 for `j` past its rank and for rows without one); `x: f32 [M,
+    /// K]`. Each output one fma chain, `k` ascending: four rows and four columns an invocation
+    /// where `K` is a multiple of 4 (`lora_shrink_groups.wgsl`), else one output an invocation;
+    /// the same bits either way.
+    pub fn lora_shrink(
+        &mut self,
+        site: LoraSite<'_>,
+        x: &Tensor,
+        shrunk: &LoraShrunk<'_>,
+    ) -> Result<(), GpuError> {
         let (m, k) = match *x.shape() {
             [m, k] => (m, k),
             _ => return Err(GpuError::Shape(format!("lora_shrink x: {:?} is not 2-D", x.shape()))),
         };
-        let r = site.bank.max_rank;
-        t.expect("lora_shrink t", Elem::F32, &[m, r])?;
-        let groups = match *site.groups.shape() {
-            [g, LORA_GROUP_ROWS] if g <= lora_group_capacity(m, site.bank.slots) => g,
-            _ => {
-                return Err(GpuError::Shape(format!(
-                    "lora_shrink groups: {:?} for {m} rows",
-                    site.groups.shape()
-                )));
-            }
-        };
-        let mut params = self.lora_params(site, m, k, 0, 0, 0)?;
-        if m == 0 {
+        let mut params = self.lora_params(site, m, shrunk, shrunk.targets.start)?;
+        params.k = k as u32;
+        params.run = shrunk.targets.len() as u32;
+        if m == 0 || shrunk.targets.is_empty() {
             return Ok(());
         }
+        let invocations = params.run as usize * site.bank.width();
         if k % 4 == 0 {
-            params.groups = groups as u32;
             let bindings = [
                 Binding::tensor("X4", x),
-                Binding::tensor("T", t),
+                Binding::tensor("T4", shrunk.t),
                 Binding::tensor("AB", &site.bank.data),
                 Binding::tensor("TABLE", &site.bank.table),
                 Binding::tensor("ROWS", site.rows),
                 Binding::tensor("GROUPS", site.groups),
             ];
-            let grid = self.grid_1d(KernelVariant::LoraShrinkGroups, groups * r.div_ceil(4));
+            let grid =
+                self.grid_1d(KernelVariant::LoraShrinkGroups, params.groups as usize * invocations / 4);
             return self.dispatch(KernelVariant::LoraShrinkGroups, &params, bindings, grid);
         }
         let bindings = [
             Binding::tensor("X", x),
-            Binding::tensor("T", t),
+            Binding::tensor("T", shrunk.t),
             Binding::tensor("AB", &site.bank.data),
             Binding::tensor("TABLE", &site.bank.table),
             Binding::tensor("ROWS", site.rows),
         ];
-        let grid = self.grid_1d(KernelVariant::LoraShrink, m * r);
+        let grid = self.grid_1d(KernelVariant::LoraShrink, m * invocations);
         self.dispatch(KernelVariant::LoraShrink, &params, bindings, grid)
     }
 
-    /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` for `c < n` and the adapter of each row
-    /// `r` touching the target (other rows untouched); `t: f32 [M, max_rank]`, `y: f32 [M, W]`.
-    /// Where `t` and the rows lie in [`GpuContext::lora_uniform_scratch`], one invocation adds
-    /// a column into every row of its adapter (`lora_expand_rows.wgsl`), else one an output;
-    /// the same bits either way.
+    /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` for `c < n`, `t` the row's values for
+    /// `target` in `shrunk`, and the adapter of each row `r` touching the target (other rows
+    /// untouched); `y: f32 [M, W]`. Four rows of an adapter and four columns an invocation
+    /// (`lora_expand_groups.wgsl`), each output one fma chain, `j` ascending, the scale applied
+    /// last.
     pub fn lora_expand(
         &mut self,
         site: LoraSite<'_>,
-        t: &Tensor,
+        shrunk: &LoraShrunk<'_>,
+        target: usize,
         y: &Tensor,
         col0: usize,
         n: usize,
@@ -272,61 +266,82 @@ impl Step<'_> {
             [m, w] => (m, w),
             _ => return Err(GpuError::Shape(format!("lora_expand y: {:?} is not 2-D", y.shape()))),
         };
-        if col0 + n > width {
-            return Err(GpuError::Shape(format!("lora_expand: columns {col0}..{} of {width}", col0 + n)));
+        if col0 + n > width || !shrunk.targets.contains(&target) {
+            return Err(GpuError::Shape(format!(
+                "lora_expand: columns {col0}..{} of {width}, target {target} of the shrunk {:?}",
+                col0 + n,
+                shrunk.targets
+            )));
         }
-        t.expect("lora_expand t", Elem::F32, &[m, site.bank.max_rank])?;
-        let params = self.lora_params(site, m, 0, n, width, col0)?;
+        let mut params = self.lora_params(site, m, shrunk, target)?;
+        params.n = n as u32;
+        params.t0 = ((target - shrunk.targets.start) * site.bank.width()) as u32;
+        params.ldy = width as u32;
+        params.y0 = col0 as u32;
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
         let bindings = [
-            Binding::tensor("T", t),
+            Binding::tensor("T4", shrunk.t),
             Binding::tensor("Y", y),
             Binding::tensor("AB", &site.bank.data),
             Binding::tensor("TABLE", &site.bank.table),
             Binding::tensor("ROWS", site.rows),
+            Binding::tensor("GROUPS", site.groups),
         ];
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
-        let max_groups = self.ctx.capabilities().limits.max_compute_workgroups_per_dimension as usize;
-        let columns = n.div_ceil(LORA_EXPAND_COLS * KernelVariant::LoraExpandRows.workgroup_size() as usize);
-        if in_uniform_scratch(t, LORA_UNIFORM_FLOATS)
-            && in_uniform_scratch(site.rows, LORA_UNIFORM_ROWS)
-            && columns.max(site.bank.slots) <= max_groups
-        {
-            let grid = [columns as u32, site.bank.slots as u32, 1];
-            return self.dispatch(KernelVariant::LoraExpandRows, &params, bindings, grid);
-        }
-        let grid = self.grid_1d(KernelVariant::LoraExpand, m * n);
-        self.dispatch(KernelVariant::LoraExpand, &params, bindings, grid)
+        let grid = self.grid_1d(KernelVariant::LoraExpandGroups, params.groups as usize * n.div_ceil(4));
+        self.dispatch(KernelVariant::LoraExpandGroups, &params, bindings, grid)
     }
 
+    /// The parameters both products share, `which` the first target, after checking the
+    /// shapes of the rows, their groups and the shrunk rows.
     fn lora_params(
         &self,
         site: LoraSite<'_>,
         m: usize,
-        k: usize,
-        n: usize,
-        ldy: usize,
-        y0: usize,
+        shrunk: &LoraShrunk<'_>,
+        which: usize,
     ) -> Result<LoraParams, GpuError> {
+        let bank = site.bank;
         site.rows.expect("lora rows", Elem::U32, &[m])?;
-        if site.target >= site.bank.targets {
+        let groups = match *site.groups.shape() {
+            [g, LORA_GROUP_ROWS] if g <= lora_group_capacity(m, bank.slots) => g,
+            _ => {
+                return Err(GpuError::Shape(format!("lora groups: {:?} for {m} rows", site.groups.shape())));
+            }
+        };
+        let ldt = match *shrunk.t.shape() {
+            [rows, ldt] if rows == m && ldt % 4 == 0 && shrunk.targets.len() * bank.width() <= ldt => ldt,
+            _ => {
+                return Err(GpuError::Shape(format!(
+                    "lora shrunk rows: {:?} for {m} rows of {} targets of {} values",
+                    shrunk.t.shape(),
+                    shrunk.targets.len(),
+                    bank.width()
+                )));
+            }
+        };
+        shrunk.t.expect("lora shrunk rows", Elem::F32, &[m, ldt])?;
+        if shrunk.targets.end > bank.targets {
             return Err(GpuError::Shape(format!(
-                "LoRA target {} of a bank of {}",
-                site.target, site.bank.targets
+                "LoRA targets {:?} of a bank of {}",
+                shrunk.targets, bank.targets
             )));
         }
         let u = |v: usize| v as u32;
         Ok(LoraParams {
             m: u(m),
-            k: u(k),
-            n: u(n),
-            max_rank: u(site.bank.max_rank),
-            ldy: u(ldy),
-            y0: u(y0),
-            which: u(site.target),
-            targets: u(site.bank.targets),
-            groups: 0,
+            k: 0,
+            n: 0,
+            width: u(bank.width()),
+            ldt: u(ldt),
+            t0: 0,
+            ldy: 0,
+            y0: 0,
+            which: u(which),
+            run: 1,
+            targets: u(bank.targets),
+            groups: u(groups),
         })
     }
 }

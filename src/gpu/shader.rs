@@ -186,18 +186,17 @@ pub enum KernelVariant {
     CopyIds,
     /// `x += Σ_j y_j` over a token's expert slots, in slot order.
     MoeCombine,
-    /// Batched LoRA shrink: each row times its adapter's `A` (`lora_shrink.wgsl`).
+    /// Batched LoRA shrink: each row times its adapter's `A` for a run of targets
+    /// (`lora_shrink.wgsl`).
     LoraShrink,
     /// [`Self::LoraShrink`] over groups of up to four rows of one adapter and four columns an
     /// invocation, `x` and `A` read as 16-byte units (`lora_shrink_groups.wgsl`: `K` a multiple
     /// of 4).
     LoraShrinkGroups,
-    /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added
-    /// (`lora_expand.wgsl`).
-    LoraExpand,
-    /// [`Self::LoraExpand`] over each adapter's rows at once, the shrunk rows and row slots
-    /// read as uniforms (`lora_expand_rows.wgsl`: batches that fit them, as decodes do).
-    LoraExpandRows,
+    /// Batched LoRA expand: each row's shrunk values times its adapter's `B`, scaled and added,
+    /// over groups of up to four rows of one adapter and four columns an invocation
+    /// (`lora_expand_groups.wgsl`).
+    LoraExpandGroups,
     /// Gemma's sandwich between two linears: `x += rms_norm(o) * post`, then
     /// `h = rms_norm(x) * pre` (`rms_norm_sandwich.wgsl`: `src/gpu/norm_sandwich.rs`).
     RmsNormSandwich,
@@ -302,9 +301,7 @@ impl KernelVariant {
             | Self::SwigluClamped => &elementwise::Elementwise,
             Self::TopK => &top_k::TopK,
             Self::MoeRoute => &moe_route::MoeRoute,
-            Self::LoraShrink | Self::LoraShrinkGroups | Self::LoraExpand | Self::LoraExpandRows => {
-                &lora::Lora
-            }
+            Self::LoraShrink | Self::LoraShrinkGroups | Self::LoraExpandGroups => &lora::Lora,
             Self::Linear { .. } => &linear::Linear,
             Self::RopeCache { .. } => &rope::RopeCache,
             Self::Attention { .. } | Self::FlashRope { .. } => &attention::Attention,

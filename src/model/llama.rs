@@ -30,8 +30,8 @@ use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, Weig
 use super::yarn::yarn_inv_freq;
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, HeldStep, KvCache,
-    LinearInput, Llama3RopeScaling, LoraBank, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs, RopeMode, Step,
-    StepInFlight, StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    LinearInput, Llama3RopeScaling, LoraBank, LoraShrunk, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs,
+    RopeMode, Step, StepInFlight, StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -783,13 +783,15 @@ impl GpuLayer {
             step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
         }
         let (q, kv) = (c.q_size(), c.kv_size());
+        let qkv = lora.shrink(step, &[LoraTarget::Q, LoraTarget::K, LoraTarget::V], &a.h)?;
         for (target, col0, n) in [(LoraTarget::Q, 0, q), (LoraTarget::K, q, kv), (LoraTarget::V, q + kv, kv)]
         {
-            lora.add(step, target, &a.h, &a.qkv, col0, n)?;
+            lora.expand(step, &qkv, target, &a.qkv, col0, n)?;
         }
         self.attention_after_qkv(step, model, a, inputs, KvLayer { cache, index })?;
         step.linear_into(&a.att, &self.o_proj, self.o_bias.as_ref(), &a.o, 0)?;
-        lora.add(step, LoraTarget::O, &a.att, &a.o, 0, c.hidden_size)?;
+        let o = lora.shrink(step, &[LoraTarget::O], &a.att)?;
+        lora.expand(step, &o, LoraTarget::O, &a.o, 0, c.hidden_size)?;
         self.add_residual(step, a, x, self.post_attn_norm.as_ref(), eps)?;
         step.rms_norm(x, &self.ffn_norm, eps, &a.h)?;
         let GpuMlp::Dense(mlp) = &self.mlp else {
@@ -805,12 +807,14 @@ impl GpuLayer {
         };
         let ff = c.intermediate_size;
         step.linear(&a.h, gate, gate_out)?;
-        lora.add(step, LoraTarget::Gate, &a.h, gate_out, 0, ff)?;
         step.linear(&a.h, up, up_out)?;
-        lora.add(step, LoraTarget::Up, &a.h, up_out, 0, ff)?;
+        let gate_up = lora.shrink(step, &[LoraTarget::Gate, LoraTarget::Up], &a.h)?;
+        lora.expand(step, &gate_up, LoraTarget::Gate, gate_out, 0, ff)?;
+        lora.expand(step, &gate_up, LoraTarget::Up, up_out, 0, ff)?;
         step.gated_mul(activation(c), gate_out, up_out, &a.act)?;
         step.linear(&a.act, &mlp.down_proj, &a.o)?;
-        lora.add(step, LoraTarget::Down, &a.act, &a.o, 0, c.hidden_size)?;
+        let down = lora.shrink(step, &[LoraTarget::Down], &a.act)?;
+        lora.expand(step, &down, LoraTarget::Down, &a.o, 0, c.hidden_size)?;
         self.add_residual(step, a, x, self.post_ffn_norm.as_ref(), eps)?;
         Ok(())
     }
@@ -1005,24 +1009,50 @@ struct LayerLora<'a> {
     touched: u8,
 }
 
-impl LayerLora<'_> {
-    /// `y[:, col0..col0 + n] += scale · B (A x)` of each row's adapter for `target`.
-    fn add(
+impl<'a> LayerLora<'a> {
+    /// Shrinks `x` for `targets` (consecutive in bank order, read from the same input) in one
+    /// dispatch, or none where the step's adapters touch none of them.
+    fn shrink(
         &self,
         step: &mut Step<'_>,
-        target: LoraTarget,
+        targets: &[LoraTarget],
         x: &Tensor,
+    ) -> Result<LoraShrunk<'a>, LlamaError> {
+        let first = targets.first().map_or(0, |t| t.index());
+        debug_assert!(
+            targets.iter().zip(first..).all(|(t, i)| t.index() == i),
+            "{targets:?} not in bank order"
+        );
+        let shrunk = LoraShrunk { t: self.shrunk, targets: first..first + targets.len() };
+        if targets.iter().any(|t| self.touches(*t)) {
+            step.lora_shrink(self.site(), x, &shrunk)?;
+        }
+        Ok(shrunk)
+    }
+
+    /// `y[:, col0..col0 + n] += scale · B t` of each row's adapter for `target`, its shrunk rows
+    /// `t` in `shrunk`.
+    fn expand(
+        &self,
+        step: &mut Step<'_>,
+        shrunk: &LoraShrunk<'_>,
+        target: LoraTarget,
         y: &Tensor,
         col0: usize,
         n: usize,
     ) -> Result<(), LlamaError> {
-        if self.touched & 1 << target.index() == 0 {
-            return Ok(());
+        if self.touches(target) {
+            step.lora_expand(self.site(), shrunk, target.index(), y, col0, n)?;
         }
-        let site = LoraSite { bank: self.bank, rows: self.rows, groups: self.groups, target: target.index() };
-        step.lora_shrink(site, x, self.shrunk)?;
-        step.lora_expand(site, self.shrunk, y, col0, n)?;
         Ok(())
+    }
+
+    fn touches(&self, target: LoraTarget) -> bool {
+        self.touched & 1 << target.index() != 0
+    }
+
+    fn site(&self) -> LoraSite<'a> {
+        LoraSite { bank: self.bank, rows: self.rows, groups: self.groups }
     }
 }
 

@@ -40,8 +40,7 @@ pub fn all_variants() -> Vec<KernelVariant> {
         KernelVariant::SwigluClamped,
         KernelVariant::LoraShrink,
         KernelVariant::LoraShrinkGroups,
-        KernelVariant::LoraExpand,
-        KernelVariant::LoraExpandRows,
+        KernelVariant::LoraExpandGroups,
         KernelVariant::TopK,
         KernelVariant::MoeRoute,
     ];
@@ -267,7 +266,7 @@ mod tests {
     fn all_variants_counts_what_the_tests_build() {
         assert_eq!(
             all_variants().len(),
-            18 + 16 * 2 + 15 * 50 + 50 * 25 + 16 * 3 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7)
+            17 + 16 * 2 + 15 * 50 + 50 * 25 + 16 * 3 + 3 * (2 + 6 * 8 + 8 + 31 + 2 + 7)
         );
     }
 

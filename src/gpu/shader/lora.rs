@@ -1,6 +1,6 @@
 //! The batched LoRA family (`shaders/lora_common.wgsl` and its shrink and expand kernels): each
-//! row times its adapter's `A`, then the shrunk values times its `B`, scaled and added (one
-//! output an invocation, or each adapter's rows at once).
+//! row times its adapter's `A`, then the shrunk values times its `B`, scaled and added (four
+//! rows of an adapter and four columns an invocation, or one output for inputs of other widths).
 
 use super::KernelVariant;
 use super::family::{Family, ShaderFile, shader_file};
@@ -11,15 +11,14 @@ use super::params::{KernelParams, LoraParams, ParamsLayout};
 /// over their threads.
 pub const LORA_GROUPS_WG: u32 = 16;
 
-/// The family of [`KernelVariant::LoraShrink`], [`KernelVariant::LoraShrinkGroups`],
-/// [`KernelVariant::LoraExpand`] and [`KernelVariant::LoraExpandRows`].
+/// The family of [`KernelVariant::LoraShrink`], [`KernelVariant::LoraShrinkGroups`] and
+/// [`KernelVariant::LoraExpandGroups`].
 pub(super) struct Lora;
 
 impl Family for Lora {
     fn label(&self, variant: &KernelVariant) -> String {
         match variant {
-            KernelVariant::LoraExpand => "lora_expand".into(),
-            KernelVariant::LoraExpandRows => "lora_expand_rows".into(),
+            KernelVariant::LoraExpandGroups => "lora_expand_groups".into(),
             KernelVariant::LoraShrinkGroups => "lora_shrink_groups".into(),
             _ => "lora_shrink".into(),
         }
@@ -38,8 +37,7 @@ impl Family for Lora {
 
     fn files(&self, variant: &KernelVariant) -> Vec<ShaderFile> {
         let body = match variant {
-            KernelVariant::LoraExpand => shader_file!("lora_expand.wgsl"),
-            KernelVariant::LoraExpandRows => shader_file!("lora_expand_rows.wgsl"),
+            KernelVariant::LoraExpandGroups => shader_file!("lora_expand_groups.wgsl"),
             KernelVariant::LoraShrinkGroups => shader_file!("lora_shrink_groups.wgsl"),
             _ => shader_file!("lora_shrink.wgsl"),
         };

@@ -133,22 +133,27 @@ kernel_params! {
     LoraParams {
         /// Rows of the batch.
         m: u32,
-        /// Input features of the target (columns of `A`).
+        /// Input features of the targets (columns of `A`; the shrink's).
         k: u32,
-        /// Output features of the target (rows of `B`).
+        /// Output features of the target (rows of `B`; the expand's).
         n: u32,
-        /// Width of the shrunk rows (the largest rank a slot holds).
-        max_rank: u32,
-        /// Row stride of the output.
+        /// Values a target's shrunk row holds (the largest rank rounded up to 4).
+        width: u32,
+        /// Row stride of the shrunk rows.
+        ldt: u32,
+        /// First column of the shrunk rows the expand reads (its target's block).
+        t0: u32,
+        /// Row stride of the output (the expand's).
         ldy: u32,
-        /// First output column the target writes.
+        /// First output column the target writes (the expand's).
         y0: u32,
-        /// Which target of the table (`target` is a WGSL keyword).
+        /// The (first) target of the table (`target` is a WGSL keyword).
         which: u32,
+        /// Targets the shrink computes, from `which` (1 for the expand).
+        run: u32,
         /// Targets per slot in the table.
         targets: u32,
-        /// Groups of rows of one adapter the grouped shrink computes (`lora_shrink_groups.wgsl`;
-        /// 0 for the other kernels).
+        /// Groups of rows of one adapter (`lora_row_groups`) the grouped kernels take.
         groups: u32,
     }
 }

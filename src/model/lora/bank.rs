@@ -8,6 +8,9 @@ use crate::gpu::{
 };
 use crate::model::architecture::{ModelConfig, interleave_rope_rows};
 
+/// The most targets one shrink computes (Q, K and V, which read the same input).
+const SHRUNK_TARGETS: usize = 3;
+
 /// GPU slots for up to `max_loras` adapters of rank up to `max_rank`, for batches of up to
 /// `max_tokens` rows.
 #[derive(Debug)]
@@ -15,14 +18,10 @@ pub struct LoraSlots {
     layers: Vec<LoraBank>,
     /// `u32 [max_tokens]`: each row's slot.
     rows: Tensor,
-    /// `f32 [max_tokens, max_rank]`: the shrunk rows.
+    /// `f32 [max_tokens, SHRUNK_TARGETS · width]`: the shrunk rows of up to three targets.
     shrunk: Tensor,
-    /// `u32 [groups, LORA_GROUP_ROWS]`: the rows' groups for the shrink (`lora_row_groups`).
+    /// `u32 [groups, LORA_GROUP_ROWS]`: the rows' groups (`lora_row_groups`).
     groups: Tensor,
-    /// The row slots and shrunk rows of steps that fit the uniform scratch
-    /// ([`GpuContext::lora_uniform_scratch`]: decodes), whose expand reads each adapter's `B`
-    /// once for all its rows.
-    uniform: (Tensor, Tensor),
     max_rank: usize,
     /// Whether the model's Q and K rows are in interleaved RoPE order.
     qk_interleaved: bool,
@@ -54,9 +53,8 @@ impl LoraSlots {
         Ok(Self {
             layers,
             rows: ctx.tensor(Elem::U32, &[max_tokens])?,
-            shrunk: ctx.tensor(Elem::F32, &[max_tokens, max_rank])?,
+            shrunk: ctx.tensor(Elem::F32, &[max_tokens, SHRUNK_TARGETS * max_rank.next_multiple_of(4)])?,
             groups: ctx.tensor(Elem::U32, &[lora_group_capacity(max_tokens, max_loras), LORA_GROUP_ROWS])?,
-            uniform: ctx.lora_uniform_scratch(max_rank)?,
             max_rank,
             qk_interleaved,
             touched: std::sync::Mutex::new(vec![vec![0; config.num_hidden_layers]; max_loras]),
@@ -73,13 +71,8 @@ impl LoraSlots {
         self.max_rank
     }
 
-    /// The row slots `u32 [t]` and shrunk rows `f32 [t, max_rank]` of a step of `t` rows: the
-    /// uniform scratch where they fit, else the buffers for `max_tokens` rows.
+    /// The row slots `u32 [t]` and shrunk rows of a step of `t` rows.
     pub(crate) fn scratch(&self, t: usize) -> Result<(Tensor, Tensor), GpuError> {
-        let (rows, shrunk) = &self.uniform;
-        if t <= rows.len() && t <= shrunk.shape()[0] {
-            return Ok((rows.rows(t)?, shrunk.rows(t)?));
-        }
         Ok((self.rows.rows(t)?, self.shrunk.rows(t)?))
     }
 
