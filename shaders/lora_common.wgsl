@@ -11,6 +11,7 @@ struct LoraParams {
     m: u32,
     k: u32,
     n: u32,
+    n_rest: u32,
     width: u32,
     ldt: u32,
     t0: u32,

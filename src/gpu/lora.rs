@@ -201,6 +201,25 @@ pub struct LoraShrunk<'a> {
     pub targets: std::ops::Range<usize>,
 }
 
+/// Where [`Step::lora_expand`] adds a run of targets' products: side by side in the output
+/// from column `col0`, the first target `first` columns wide and each other `rest`.
+#[derive(Debug, Clone, Copy)]
+pub struct LoraColumns {
+    /// The first target's first column.
+    pub col0: usize,
+    /// The first target's columns.
+    pub first: usize,
+    /// Each other target's columns.
+    pub rest: usize,
+}
+
+impl LoraColumns {
+    /// One target's `n` columns from `col0`.
+    pub fn one(col0: usize, n: usize) -> Self {
+        Self { col0, first: n, rest: 0 }
+    }
+}
+
 impl Step<'_> {
     /// `t[r, i · width + j] = Σ_k x[r, k] · A_i[j, k]` for each target `i` of the run and the
     /// adapter of each row `r` (0 for `j` past its rank and for rows without one); `x: f32 [M,
@@ -248,37 +267,42 @@ impl Step<'_> {
         self.dispatch(KernelVariant::LoraShrink, &params, bindings, grid)
     }
 
-    /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` for `c < n`, `t` the row's values for
-    /// `target` in `shrunk`, and the adapter of each row `r` touching the target (other rows
-    /// untouched); `y: f32 [M, W]`. Four rows of an adapter and four columns an invocation
-    /// (`lora_expand_groups.wgsl`), each output one fma chain, `j` ascending, the scale applied
-    /// last.
+    /// `y[r, col0 + c] += scale · Σ_j t[r, j] · B[c, j]` for each target of `targets` (a run
+    /// within `shrunk`'s), its columns `c` and values `t` of the row's in `shrunk`, and the
+    /// adapter of each row `r` touching it (other rows untouched); `y: f32 [M, W]`, the targets'
+    /// columns side by side as `columns` says. Four rows of an adapter and four columns an
+    /// invocation (`lora_expand_groups.wgsl`), each output one fma chain, `j` ascending, the
+    /// scale applied last.
     pub fn lora_expand(
         &mut self,
         site: LoraSite<'_>,
         shrunk: &LoraShrunk<'_>,
-        target: usize,
+        targets: std::ops::Range<usize>,
         y: &Tensor,
-        col0: usize,
-        n: usize,
+        columns: LoraColumns,
     ) -> Result<(), GpuError> {
         let (m, width) = match *y.shape() {
             [m, w] => (m, w),
             _ => return Err(GpuError::Shape(format!("lora_expand y: {:?} is not 2-D", y.shape()))),
         };
-        if col0 + n > width || !shrunk.targets.contains(&target) {
+        let LoraColumns { col0, first, rest } = columns;
+        let end = col0 + first + rest * targets.len().saturating_sub(1);
+        let inside = targets.start >= shrunk.targets.start && targets.end <= shrunk.targets.end;
+        if end > width || targets.is_empty() || !inside {
             return Err(GpuError::Shape(format!(
-                "lora_expand: columns {col0}..{} of {width}, target {target} of the shrunk {:?}",
-                col0 + n,
+                "lora_expand: columns {col0}..{end} of {width}, targets {targets:?} of the shrunk {:?}",
                 shrunk.targets
             )));
         }
-        let mut params = self.lora_params(site, m, shrunk, target)?;
-        params.n = n as u32;
-        params.t0 = ((target - shrunk.targets.start) * site.bank.width()) as u32;
+        let mut params = self.lora_params(site, m, shrunk, targets.start)?;
+        params.n = first as u32;
+        params.n_rest = rest as u32;
+        params.run = targets.len() as u32;
+        params.t0 = ((targets.start - shrunk.targets.start) * site.bank.width()) as u32;
         params.ldy = width as u32;
         params.y0 = col0 as u32;
-        if m == 0 || n == 0 {
+        let quads = first.div_ceil(4) + (targets.len() - 1) * rest.div_ceil(4);
+        if m == 0 || quads == 0 {
             return Ok(());
         }
         let bindings = [
@@ -289,7 +313,7 @@ impl Step<'_> {
             Binding::tensor("ROWS", site.rows),
             Binding::tensor("GROUPS", site.groups),
         ];
-        let grid = self.grid_1d(KernelVariant::LoraExpandGroups, params.groups as usize * n.div_ceil(4));
+        let grid = self.grid_1d(KernelVariant::LoraExpandGroups, params.groups as usize * quads);
         self.dispatch(KernelVariant::LoraExpandGroups, &params, bindings, grid)
     }
 
@@ -333,6 +357,7 @@ impl Step<'_> {
             m: u(m),
             k: 0,
             n: 0,
+            n_rest: 0,
             width: u(bank.width()),
             ldt: u(ldt),
             t0: 0,

@@ -99,7 +99,7 @@ pub use kv_cache::{KvCache, KvCacheShape};
 pub use kv_transfer::KvStore;
 pub use linear_coop::{CoopElem, CoopShape, CoopTile};
 pub use lora::{
-    LORA_GROUP_ROWS, LoraBank, LoraMatrices, LoraShrunk, LoraSite, NO_LORA, lora_group_capacity,
+    LORA_GROUP_ROWS, LoraBank, LoraColumns, LoraMatrices, LoraShrunk, LoraSite, NO_LORA, lora_group_capacity,
     lora_row_groups,
 };
 pub use options::{

@@ -30,8 +30,9 @@ use super::weights::{ExpertWeights, LayerWeights, LlamaWeights, MlpWeights, Weig
 use super::yarn::yarn_inv_freq;
 use crate::gpu::{
     AttentionBatch, AttentionSpec, Elem, GateActivation, GpuContext, GpuError, HeldStep, KvCache,
-    LinearInput, Llama3RopeScaling, LoraBank, LoraShrunk, LoraSite, NO_LORA, ReadbackId, RopeCacheArgs,
-    RopeMode, Step, StepInFlight, StepOutput, Tensor, Weight, llama3_freq_factors, rope_inv_freq,
+    LinearInput, Llama3RopeScaling, LoraBank, LoraColumns, LoraShrunk, LoraSite, NO_LORA, ReadbackId,
+    RopeCacheArgs, RopeMode, Step, StepInFlight, StepOutput, Tensor, Weight, llama3_freq_factors,
+    rope_inv_freq,
 };
 
 /// Why the model could not be loaded or run.
@@ -783,16 +784,12 @@ impl GpuLayer {
             step.linear_into(&a.h, &p.weight, p.bias.as_ref(), &a.qkv, p.col0)?;
         }
         let (q, kv) = (c.q_size(), c.kv_size());
-        let qkv = lora.shrink(step, &[LoraTarget::Q, LoraTarget::K, LoraTarget::V], &a.h)?;
-        for (target, col0, n) in [(LoraTarget::Q, 0, q), (LoraTarget::K, q, kv), (LoraTarget::V, q + kv, kv)]
-        {
-            lora.expand(step, &qkv, target, &a.qkv, col0, n)?;
-        }
+        let qkv_targets = [LoraTarget::Q, LoraTarget::K, LoraTarget::V];
+        let qkv = lora.shrink(step, &qkv_targets, &a.h)?;
+        lora.expand(step, &qkv, &qkv_targets, &a.qkv, LoraColumns { col0: 0, first: q, rest: kv })?;
         self.attention_after_qkv(step, model, a, inputs, KvLayer { cache, index })?;
-        step.linear_into(&a.att, &self.o_proj, self.o_bias.as_ref(), &a.o, 0)?;
-        let o = lora.shrink(step, &[LoraTarget::O], &a.att)?;
-        lora.expand(step, &o, LoraTarget::O, &a.o, 0, c.hidden_size)?;
-        self.add_residual(step, a, x, self.post_attn_norm.as_ref(), eps)?;
+        let o = Projection { weight: &self.o_proj, bias: self.o_bias.as_ref() };
+        lora.add_projection(step, a, x, (&a.att, o), self.post_attn_norm.as_ref(), eps, LoraTarget::O)?;
         step.rms_norm(x, &self.ffn_norm, eps, &a.h)?;
         let GpuMlp::Dense(mlp) = &self.mlp else {
             return Err(LlamaError::InvalidBatch(
@@ -809,30 +806,11 @@ impl GpuLayer {
         step.linear(&a.h, gate, gate_out)?;
         step.linear(&a.h, up, up_out)?;
         let gate_up = lora.shrink(step, &[LoraTarget::Gate, LoraTarget::Up], &a.h)?;
-        lora.expand(step, &gate_up, LoraTarget::Gate, gate_out, 0, ff)?;
-        lora.expand(step, &gate_up, LoraTarget::Up, up_out, 0, ff)?;
+        lora.expand(step, &gate_up, &[LoraTarget::Gate], gate_out, LoraColumns::one(0, ff))?;
+        lora.expand(step, &gate_up, &[LoraTarget::Up], up_out, LoraColumns::one(0, ff))?;
         step.gated_mul(activation(c), gate_out, up_out, &a.act)?;
-        step.linear(&a.act, &mlp.down_proj, &a.o)?;
-        let down = lora.shrink(step, &[LoraTarget::Down], &a.act)?;
-        lora.expand(step, &down, LoraTarget::Down, &a.o, 0, c.hidden_size)?;
-        self.add_residual(step, a, x, self.post_ffn_norm.as_ref(), eps)?;
-        Ok(())
-    }
-
-    /// `x += o`, or with Gemma's sandwich `x += post_norm(o)`: the bits of [`add_projection`]
-    /// from a projection already in `o`.
-    fn add_residual(
-        &self,
-        step: &mut Step<'_>,
-        a: &Activations,
-        x: &Tensor,
-        post_norm: Option<&Tensor>,
-        eps: f32,
-    ) -> Result<(), LlamaError> {
-        match post_norm {
-            Some(norm) => step.rms_norm_add(&a.o, norm, eps, x)?,
-            None => step.add_in_place(x, &a.o)?,
-        }
+        let down = Projection { weight: &mlp.down_proj, bias: None };
+        lora.add_projection(step, a, x, (&a.act, down), self.post_ffn_norm.as_ref(), eps, LoraTarget::Down)?;
         Ok(())
     }
 
@@ -1018,31 +996,56 @@ impl<'a> LayerLora<'a> {
         targets: &[LoraTarget],
         x: &Tensor,
     ) -> Result<LoraShrunk<'a>, LlamaError> {
-        let first = targets.first().map_or(0, |t| t.index());
-        debug_assert!(
-            targets.iter().zip(first..).all(|(t, i)| t.index() == i),
-            "{targets:?} not in bank order"
-        );
-        let shrunk = LoraShrunk { t: self.shrunk, targets: first..first + targets.len() };
+        let shrunk = LoraShrunk { t: self.shrunk, targets: bank_range(targets) };
         if targets.iter().any(|t| self.touches(*t)) {
             step.lora_shrink(self.site(), x, &shrunk)?;
         }
         Ok(shrunk)
     }
 
-    /// `y[:, col0..col0 + n] += scale · B t` of each row's adapter for `target`, its shrunk rows
-    /// `t` in `shrunk`.
+    /// `y += scale · B t` of each row's adapter for `targets` (a run in bank order, their
+    /// columns of `y` as `columns` says), their shrunk rows `t` in `shrunk`.
     fn expand(
         &self,
         step: &mut Step<'_>,
         shrunk: &LoraShrunk<'_>,
-        target: LoraTarget,
+        targets: &[LoraTarget],
         y: &Tensor,
-        col0: usize,
-        n: usize,
+        columns: LoraColumns,
     ) -> Result<(), LlamaError> {
-        if self.touches(target) {
-            step.lora_expand(self.site(), shrunk, target.index(), y, col0, n)?;
+        if targets.iter().any(|t| self.touches(*t)) {
+            step.lora_expand(self.site(), shrunk, bank_range(targets), y, columns)?;
+        }
+        Ok(())
+    }
+
+    /// `x += proj(input)`, or with Gemma's sandwich `x += post_norm(proj(input))`, with each
+    /// row's adapter's product for `target` added to the projection. Where nothing comes
+    /// between the projection and the residual stream, the product is added into `x` after the
+    /// projection's fused add ([`add_projection`]'s, so rows without an adapter get its bits);
+    /// else into `o` before the add.
+    #[allow(clippy::too_many_arguments)]
+    fn add_projection(
+        &self,
+        step: &mut Step<'_>,
+        a: &Activations,
+        x: &Tensor,
+        (input, proj): (&Tensor, Projection<'_>),
+        post_norm: Option<&Tensor>,
+        eps: f32,
+        target: LoraTarget,
+    ) -> Result<(), LlamaError> {
+        let shrunk = self.shrink(step, &[target], input)?;
+        let n = x.shape()[1];
+        if post_norm.is_none() && proj.bias.is_none() {
+            add_projection(step, a, x, input, proj, None, eps)?;
+            return self.expand(step, &shrunk, &[target], x, LoraColumns::one(0, n));
+        }
+        step.linear_into(input, proj.weight, proj.bias, &a.o, 0)?;
+        self.expand(step, &shrunk, &[target], &a.o, LoraColumns::one(0, n))?;
+        match post_norm {
+            Some(norm) => step.rms_norm_add(&a.o, norm, eps, x)?,
+            None => step.add_in_place(x, &a.o)?,
         }
         Ok(())
     }
@@ -1054,6 +1057,13 @@ impl<'a> LayerLora<'a> {
     fn site(&self) -> LoraSite<'a> {
         LoraSite { bank: self.bank, rows: self.rows, groups: self.groups }
     }
+}
+
+/// The bank's entries of `targets`, a run in bank order.
+fn bank_range(targets: &[LoraTarget]) -> std::ops::Range<usize> {
+    let first = targets.first().map_or(0, |t| t.index());
+    debug_assert!(targets.iter().zip(first..).all(|(t, i)| t.index() == i), "{targets:?} not in bank order");
+    first..first + targets.len()
 }
 
 /// One layer of the paged KV cache.

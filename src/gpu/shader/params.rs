@@ -135,8 +135,10 @@ kernel_params! {
         m: u32,
         /// Input features of the targets (columns of `A`; the shrink's).
         k: u32,
-        /// Output features of the target (rows of `B`; the expand's).
+        /// Output features of the (first) target (rows of `B`; the expand's).
         n: u32,
+        /// Output features of each other target of the expand's run.
+        n_rest: u32,
         /// Values a target's shrunk row holds (the largest rank rounded up to 4).
         width: u32,
         /// Row stride of the shrunk rows.
@@ -149,7 +151,7 @@ kernel_params! {
         y0: u32,
         /// The (first) target of the table (`target` is a WGSL keyword).
         which: u32,
-        /// Targets the shrink computes, from `which` (1 for the expand).
+        /// Targets the kernel computes, from `which`.
         run: u32,
         /// Targets per slot in the table.
         targets: u32,
