@@ -4,7 +4,10 @@
 //! target: LoRA at ≥ 0.8× the base.
 //!
 //! `cargo bench --bench lora` measures the default model (env `PAGODA_MODEL_GGUF` or the
-//! cache); `PAGODA_BENCH_DECODE` (tokens per request, default 32) sizes it. Without `--bench`
+//! cache) in `PAGODA_BENCH_ROUNDS` rounds (default 3) of a base run then a LoRA run, and reports
+//! each round and the median of the rounds' ratios: a loaded or shared machine's speed drifts by
+//! tens of percent over a minute, more than the two runs of one round differ.
+//! `PAGODA_BENCH_DECODE` (tokens per request, default 32) sizes each run. Without `--bench`
 //! (as `cargo test --all-targets` runs it) it does one quick pass on the tiny Llama of
 //! `PAGODA_FAMILIES_DIR` instead, so the code path stays tested.
 
@@ -155,25 +158,56 @@ fn main() {
     for (i, path) in paths.iter().enumerate() {
         write_adapter(path, &files.config, rank, i as u64 + 1);
     }
-    let base = decode_rate(&model, None, requests, decode, rank);
-    let lora = decode_rate(&model, Some(&paths), requests, decode, rank);
+    let rounds = if bench {
+        std::env::var("PAGODA_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1)
+    } else {
+        1
+    };
+    let runs: Vec<(Rate, Rate)> = (0..rounds)
+        .map(|_| {
+            let base = decode_rate(&model, None, requests, decode, rank);
+            (base, decode_rate(&model, Some(&paths), requests, decode, rank))
+        })
+        .collect();
     std::fs::remove_dir_all(&tmp).ok();
     let cpu = |r: &Rate| r.cpu.map_or("-".to_string(), |c| format!("{c:.1}"));
-    println!("{:<44} {:>12} {:>14}", "run", "decode tok/s", "tok/CPU-s");
-    println!("{:<44} {:>12.1} {:>14}", format!("base, {requests} requests"), base.wall, cpu(&base));
+    let lora_run = format!("{ADAPTERS} rank-{rank} adapters (7 linears)");
     println!(
-        "{:<44} {:>12.1} {:>14}",
-        format!("{ADAPTERS} rank-{rank} adapters (7 linears), {requests} requests"),
-        lora.wall,
-        cpu(&lora)
+        "{:<6} {:<36} {:>12} {:>14}",
+        "round",
+        format!("run ({requests} requests)"),
+        "decode tok/s",
+        "tok/CPU-s"
     );
-    let cpu_ratio = base.cpu.zip(lora.cpu).map(|(b, l)| l / b);
-    let shown = cpu_ratio.map_or("-".to_string(), |r| format!("{r:.3}"));
-    println!("ratio {:.3} wall, {shown} by CPU time (target >= 0.8)", lora.wall / base.wall);
+    for (round, (base, lora)) in runs.iter().enumerate() {
+        println!("{:<6} {:<36} {:>12.1} {:>14}", round + 1, "base", base.wall, cpu(base));
+        println!("{:<6} {:<36} {:>12.1} {:>14}", round + 1, lora_run, lora.wall, cpu(lora));
+    }
+    let wall: Vec<f64> = runs.iter().map(|(b, l)| l.wall / b.wall).collect();
+    let by_cpu: Option<Vec<f64>> = runs.iter().map(|(b, l)| b.cpu.zip(l.cpu).map(|(b, l)| l / b)).collect();
+    let shown = |ratios: &[f64]| ratios.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", ");
+    let cpu_ratio = by_cpu.as_deref().map(median);
+    println!(
+        "ratio (median of {rounds}) {:.3} wall [{}], {} by CPU time [{}] (target >= 0.8)",
+        median(&wall),
+        shown(&wall),
+        cpu_ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
+        by_cpu.as_deref().map_or("-".to_string(), shown),
+    );
     println!(
         "{}",
         serde_json::json!({"bench": "lora", "requests": requests, "decode": decode, "rank": rank,
-            "base_tok_s": base.wall, "lora_tok_s": lora.wall, "ratio": lora.wall / base.wall,
-            "base_tok_cpu_s": base.cpu, "lora_tok_cpu_s": lora.cpu, "cpu_ratio": cpu_ratio})
+            "rounds": rounds, "ratio": median(&wall), "ratios": wall, "cpu_ratio": cpu_ratio,
+            "cpu_ratios": by_cpu,
+            "base_tok_s": runs.iter().map(|(b, _)| b.wall).collect::<Vec<_>>(),
+            "lora_tok_s": runs.iter().map(|(_, l)| l.wall).collect::<Vec<_>>()})
     );
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2.0 }
 }

@@ -3,8 +3,9 @@
 //! the tiny family models (`PAGODA_FAMILIES_DIR`), in PEFT's format and as llama.cpp's LoRA
 //! GGUF, match the reference logits at every prompt position on the GPU's batched LoRA
 //! product; a row's bits do not depend on the other rows' adapters (alone = in a batch mixing
-//! four adapters and the base = decoded after its prompt was cached); mismatched or unsupported
-//! adapters are refused by name.
+//! four adapters and the base = decoded after its prompt was cached), and a row without one has
+//! the bits of the model loaded without LoRA; mismatched or unsupported adapters are refused by
+//! name.
 
 use std::path::{Path, PathBuf};
 
@@ -47,8 +48,10 @@ struct Seq<'a> {
     slot: u32,
 }
 
-/// A model with its workspace, f32 cache and LoRA slots.
+/// A model with its workspace, f32 cache and LoRA slots (`lora`: loaded for LoRA serving, else
+/// as plain and run without LoRA rows).
 struct Runner {
+    lora: bool,
     ctx: GpuContext,
     model: LlamaModel,
     ws: Workspace,
@@ -59,9 +62,17 @@ struct Runner {
 
 impl Runner {
     fn new(path: &Path) -> Self {
+        Self::with(path, true)
+    }
+
+    fn with(path: &Path, lora: bool) -> Self {
         let ctx = ctx();
         let files = ModelFiles::open(path).unwrap();
-        let model = LlamaModel::load_for_lora(&ctx, &files, 4096, false).unwrap();
+        let model = if lora {
+            LlamaModel::load_for_lora(&ctx, &files, 4096, false).unwrap()
+        } else {
+            LlamaModel::load_for_context(&ctx, &files, 4096, false).unwrap()
+        };
         let c = model.config();
         let (max_tokens, blocks_per_seq) = (256, 4);
         let limits = WorkspaceLimits {
@@ -80,7 +91,7 @@ impl Runner {
         };
         let cache = ctx.kv_cache(shape, KvPrecision::F32).unwrap();
         let slots = LoraSlots::new(&ctx, c, model.qk_interleaved(), 4, 8, max_tokens).unwrap();
-        Self { ctx, model, ws, cache, slots, blocks_per_seq }
+        Self { lora, ctx, model, ws, cache, slots, blocks_per_seq }
     }
 
     fn load(&self, slot: usize, path: &Path) {
@@ -107,9 +118,13 @@ impl Runner {
             table.resize(self.blocks_per_seq, 0);
             batch.block_table.extend(table);
         }
-        let lora = LoraRows { slots: &self.slots, rows: &rows };
-        let out =
-            self.model.forward_with_lora(&self.ctx, &self.ws, &self.cache, &batch, lora, 1, true).unwrap();
+        let out = if self.lora {
+            let lora = LoraRows { slots: &self.slots, rows: &rows };
+            self.model.forward_with_lora(&self.ctx, &self.ws, &self.cache, &batch, lora, 1, true)
+        } else {
+            self.model.forward(&self.ctx, &self.ws, &self.cache, &batch, 1, true)
+        };
+        let out = out.unwrap();
         let vocab = self.model.config().vocab_size;
         let mut logits =
             out.logits.unwrap().chunks(vocab).map(<[f32]>::to_vec).collect::<Vec<_>>().into_iter();
@@ -255,6 +270,26 @@ fn rows_do_not_depend_on_other_rows_adapters() {
             "sequence {i}: decoded after caching differs from its prefill"
         );
     }
+}
+
+/// A model loaded for LoRA serving (the linears unfused, the MLP's gate and up one stacked
+/// weight) gives a row without an adapter the bits of the model loaded without LoRA, alone and
+/// beside an adapter's row.
+#[test]
+fn rows_without_an_adapter_have_the_plain_models_bits() {
+    let fx = fixture("llama");
+    let dir = family_dir("llama");
+    let (served, plain) = (Runner::new(&dir), Runner::with(&dir, false));
+    served.load(0, &dir.join("lora").join(ADAPTERS[0]));
+    let prompts: Vec<Vec<u32>> =
+        fx["adapters"]["sql"]["prompts"].as_array().unwrap().iter().map(|p| ids(&p["ids"])).collect();
+    let base = Seq { tokens: &prompts[0], past: 0, blocks: seq_blocks(0), slot: NO_LORA };
+    let want = plain.step(&[Seq { slot: NO_LORA, blocks: seq_blocks(0), ..base }]).remove(0);
+    let alone = served.step(&[Seq { blocks: seq_blocks(0), ..base }]).remove(0);
+    assert!(alone == want, "a base row alone differs from the plain model");
+    let adapted = Seq { tokens: &prompts[1 % prompts.len()], past: 0, blocks: seq_blocks(1), slot: 0 };
+    let beside = served.step(&[adapted, Seq { blocks: seq_blocks(2), ..base }]).remove(1);
+    assert!(beside == want, "a base row beside an adapter's differs from the plain model");
 }
 
 /// Adapters made for another base, or with fields pagoda does not implement, are refused by name.

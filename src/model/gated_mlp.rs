@@ -14,11 +14,15 @@ pub(crate) struct GatedMlp {
     pub(crate) biases: Option<Box<[Tensor; 3]>>,
 }
 
-/// The MLP's gate and up projections: one gated weight when they share a type, else two.
+/// The MLP's gate and up projections: one gated weight when they share a type, else two; a
+/// dense layer loaded for LoRA serving, whose adapters add to each before the activation,
+/// stacks them as one plain weight instead (`Stacked`: the gate's rows, then the up's, both
+/// outputs in one dispatch).
 #[derive(Debug)]
 pub(crate) enum GateUp {
     Gated(Weight),
     Split { gate: Weight, up: Weight },
+    Stacked(Weight),
 }
 
 /// gpt-oss's expert over `rows` (`[n, hidden]`): `out = down(swiglu_clamped(gate(rows) + b_g,
@@ -53,25 +57,30 @@ pub(crate) fn record_biased_expert(
 }
 
 /// `out = act(gate_proj(h)) * up_proj(h)`; `split` holds the gate's and the up projection's
-/// outputs when they are two weights.
+/// outputs when they are two weights, `stacked` both side by side (`[M, 2 · ff]`) when they
+/// are one stacked weight.
 pub(crate) fn record_gate_up(
     step: &mut Step<'_>,
     gate_up: &GateUp,
     act: GateActivation,
     h: LinearInput<'_>,
     out: &Tensor,
-    split: Option<&[Tensor; 2]>,
+    (split, stacked): (Option<&[Tensor; 2]>, Option<&Tensor>),
 ) -> Result<(), GpuError> {
-    match (gate_up, split) {
-        (GateUp::Gated(w), _) => step.linear_gated(h, w, act, out)?,
-        (GateUp::Split { gate, up }, Some([gate_out, up_out])) => {
+    match (gate_up, split, stacked) {
+        (GateUp::Gated(w), ..) => step.linear_gated(h, w, act, out)?,
+        (GateUp::Split { gate, up }, Some([gate_out, up_out]), _) => {
             step.linear(h, gate, gate_out)?;
             step.linear(h, up, up_out)?;
             step.gated_mul(act, gate_out, up_out, out)?;
         }
-        (GateUp::Split { .. }, None) => {
+        (GateUp::Stacked(w), _, Some(both)) => {
+            step.linear(h, w, both)?;
+            step.gated_mul_halves(act, both, out)?;
+        }
+        (GateUp::Split { .. } | GateUp::Stacked(_), ..) => {
             return Err(GpuError::Shape(
-                "a workspace made for another model: no gate/up buffers for this split MLP".into(),
+                "a workspace made for another model: no gate/up buffers for this MLP".into(),
             ));
         }
     }

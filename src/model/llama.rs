@@ -623,22 +623,28 @@ struct Activations {
     att: Tensor,
     act: Tensor,
     gate_up: Option<[Tensor; 2]>,
+    /// The gate's and up's outputs side by side, `[T, 2 · ff]`, for a stacked gate and up.
+    gate_up_stacked: Option<Tensor>,
     /// A mixture-of-experts model's router logits and weighted expert outputs.
     moe: Option<MoeBuffers>,
 }
 
 impl Activations {
     /// The buffers for `max_tokens` tokens of `model` (gate and up outputs only when a layer
-    /// keeps its gate and up projections apart).
+    /// keeps its gate and up projections apart or stacked).
     fn new(ctx: &GpuContext, model: &LlamaModel, max_tokens: usize) -> Result<Self, GpuError> {
         let config = &model.config;
         let f = |width: usize| ctx.tensor(Elem::F32, &[max_tokens, width]);
         let (hd, q, kv, ff) =
             (config.hidden_size, config.q_size(), config.kv_size(), config.intermediate_size);
-        let split_mlp = model
-            .layers
-            .iter()
-            .any(|l| matches!(&l.mlp, GpuMlp::Dense(GatedMlp { gate_up: GateUp::Split { .. }, .. })));
+        let dense = |keep: fn(&GateUp) -> bool| {
+            model
+                .layers
+                .iter()
+                .any(|l| matches!(&l.mlp, GpuMlp::Dense(GatedMlp { gate_up, .. }) if keep(gate_up)))
+        };
+        let split_mlp = dense(|g| matches!(g, GateUp::Split { .. }));
+        let stacked_mlp = dense(|g| matches!(g, GateUp::Stacked(_)));
         Ok(Self {
             x: f(hd)?,
             x2: if config.sandwich_norms { Some(f(hd)?) } else { None },
@@ -648,6 +654,7 @@ impl Activations {
             att: f(q)?,
             act: f(ff)?,
             gate_up: if split_mlp { Some([f(ff)?, f(ff)?]) } else { None },
+            gate_up_stacked: if stacked_mlp { Some(f(2 * ff)?) } else { None },
             moe: config.moe.as_ref().map(|moe| MoeBuffers::new(ctx, moe, hd, max_tokens)).transpose()?,
         })
     }
@@ -672,6 +679,7 @@ impl Activations {
                 Some([g, u]) => Some([g.rows(t)?, u.rows(t)?]),
                 None => None,
             },
+            gate_up_stacked: self.gate_up_stacked.as_ref().map(|g| g.rows(t)).transpose()?,
             moe: self.moe.as_ref().map(|m| m.rows(t)).transpose()?,
         })
     }
@@ -735,8 +743,8 @@ impl GpuLayer {
                         step.rms_norm_input(x, &self.ffn_norm, eps, &a.h)?
                     }
                 };
-                let split = a.gate_up.as_ref();
-                record_gate_up(&mut step, &mlp.gate_up, activation(&model.config), h, &a.act, split)?;
+                let outputs = (a.gate_up.as_ref(), a.gate_up_stacked.as_ref());
+                record_gate_up(&mut step, &mlp.gate_up, activation(&model.config), h, &a.act, outputs)?;
                 match &self.post_ffn_norm {
                     Some(post) => {
                         step.linear_into(&a.act, &mlp.down_proj, None, &a.o, 0)?;
@@ -796,19 +804,30 @@ impl GpuLayer {
                 "LoRA adapters on a mixture-of-experts layer are not supported".into(),
             ));
         };
-        let (GateUp::Split { gate, up }, Some([gate_out, up_out])) = (&mlp.gate_up, &a.gate_up) else {
-            return Err(LlamaError::InvalidBatch(
-                "LoRA rows need the gate and up projections apart: load with LlamaModel::load_for_lora"
-                    .into(),
-            ));
-        };
         let ff = c.intermediate_size;
-        step.linear(&a.h, gate, gate_out)?;
-        step.linear(&a.h, up, up_out)?;
-        let gate_up = lora.shrink(step, &[LoraTarget::Gate, LoraTarget::Up], &a.h)?;
-        lora.expand(step, &gate_up, &[LoraTarget::Gate], gate_out, LoraColumns::one(0, ff))?;
-        lora.expand(step, &gate_up, &[LoraTarget::Up], up_out, LoraColumns::one(0, ff))?;
-        step.gated_mul(activation(c), gate_out, up_out, &a.act)?;
+        let gate_up = [LoraTarget::Gate, LoraTarget::Up];
+        match (&mlp.gate_up, &a.gate_up_stacked, &a.gate_up) {
+            (GateUp::Stacked(w), Some(both), _) => {
+                step.linear(&a.h, w, both)?;
+                let shrunk = lora.shrink(step, &gate_up, &a.h)?;
+                lora.expand(step, &shrunk, &gate_up, both, LoraColumns { col0: 0, first: ff, rest: ff })?;
+                step.gated_mul_halves(activation(c), both, &a.act)?;
+            }
+            (GateUp::Split { gate, up }, _, Some([gate_out, up_out])) => {
+                step.linear(&a.h, gate, gate_out)?;
+                step.linear(&a.h, up, up_out)?;
+                let shrunk = lora.shrink(step, &gate_up, &a.h)?;
+                lora.expand(step, &shrunk, &[LoraTarget::Gate], gate_out, LoraColumns::one(0, ff))?;
+                lora.expand(step, &shrunk, &[LoraTarget::Up], up_out, LoraColumns::one(0, ff))?;
+                step.gated_mul(activation(c), gate_out, up_out, &a.act)?;
+            }
+            _ => {
+                return Err(LlamaError::InvalidBatch(
+                    "LoRA rows need the gate and up projections apart: load with LlamaModel::load_for_lora"
+                        .into(),
+                ));
+            }
+        }
         let down = Projection { weight: &mlp.down_proj, bias: None };
         lora.add_projection(step, a, x, (&a.act, down), self.post_ffn_norm.as_ref(), eps, LoraTarget::Down)?;
         Ok(())
@@ -1180,7 +1199,7 @@ impl Loader<'_> {
             post_attn_norm: w.post_norms.as_ref().map(|[attn, _]| self.norm(attn)).transpose()?,
             post_ffn_norm: w.post_norms.as_ref().map(|[_, ffn]| self.norm(ffn)).transpose()?,
             mlp: match &w.mlp {
-                MlpWeights::Dense(mlp) => GpuMlp::Dense(self.gated_mlp(&format!("layers.{l}"), mlp)?),
+                MlpWeights::Dense(mlp) => GpuMlp::Dense(self.gated_mlp(&format!("layers.{l}"), mlp, true)?),
                 MlpWeights::Experts { router, router_bias, experts, shared } => GpuMlp::Experts(
                     MoeLayer {
                         router: self.matrix(&format!("layers.{l}.router"), router)?,
@@ -1192,7 +1211,7 @@ impl Loader<'_> {
                         experts: self.experts(l, experts)?,
                         shared: match shared {
                             Some(s) => Some(Box::new(SharedExpert {
-                                mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp)?,
+                                mlp: self.gated_mlp(&format!("layers.{l}.shared_expert"), &s.mlp, false)?,
                                 gate: self.matrix(&format!("layers.{l}.shared_expert_gate"), &s.gate)?,
                             })),
                             None => None,
@@ -1218,7 +1237,7 @@ impl Loader<'_> {
         experts
             .iter()
             .enumerate()
-            .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp))
+            .map(|(e, mlp)| self.gated_mlp(&format!("layers.{l}.experts.{e}"), mlp, false))
             .collect()
     }
 
@@ -1292,15 +1311,15 @@ impl Loader<'_> {
         Ok(Some(Box::new([stack(0)?, stack(1)?, stack(2)?])))
     }
 
-    /// A gated MLP (a layer's, or one expert's), its weights named after `prefix`.
-    fn gated_mlp(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GatedMlp, LlamaError> {
+    /// A gated MLP (a `dense` layer's, or one expert's), its weights named after `prefix`.
+    fn gated_mlp(&self, prefix: &str, w: &ExpertWeights<'_>, dense: bool) -> Result<GatedMlp, LlamaError> {
         let bias = |t: &TensorView<'_>| self.vectors(&t.shape, &[t], 0.0);
         let biases = match &w.biases {
             Some([g, u, d]) => Some(Box::new([bias(g)?, bias(u)?, bias(d)?])),
             None => None,
         };
         Ok(GatedMlp {
-            gate_up: self.gate_up(prefix, w)?,
+            gate_up: self.gate_up(prefix, w, dense)?,
             down_proj: self.matrix(&format!("{prefix}.down_proj"), &w.down_proj)?,
             biases,
         })
@@ -1348,12 +1367,22 @@ impl Loader<'_> {
         Ok(out)
     }
 
-    /// The gate and up projections as one gated weight when they share a type, else two.
-    fn gate_up(&self, prefix: &str, w: &ExpertWeights<'_>) -> Result<GateUp, LlamaError> {
+    /// The gate and up projections as one gated weight when they share a type, else two; for
+    /// LoRA serving, a `dense` layer's as one stacked weight when they share a type.
+    fn gate_up(&self, prefix: &str, w: &ExpertWeights<'_>, dense: bool) -> Result<GateUp, LlamaError> {
+        let alike = w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape;
+        if self.split_mlp && dense && alike && w.biases.is_none() {
+            let name = format!("{prefix}.gate_up_proj");
+            let (rows, cols) = matrix_dims(&name, &w.gate_proj)?;
+            let both = [w.gate_proj.data, w.up_proj.data].concat();
+            let weight = self.ctx.upload_weight(&name, w.gate_proj.dtype, 2 * rows, cols, &both)?;
+            self.bar.inc(2);
+            return Ok(GateUp::Stacked(weight));
+        }
         // a biased expert (gpt-oss) keeps its gate and up apart: its biases come before the
         // clamped SwiGLU, which is no gated epilogue
         let fused = !self.split_mlp && w.biases.is_none();
-        if fused && w.gate_proj.dtype == w.up_proj.dtype && w.gate_proj.shape == w.up_proj.shape {
+        if fused && alike {
             let name = format!("{prefix}.gate_up_proj");
             let (rows, cols) = matrix_dims(&name, &w.gate_proj)?;
             let weight = self.ctx.upload_gated_weight(

@@ -170,6 +170,7 @@ impl MoeLayer {
         let gate_up = |mlp: &GatedMlp| match &mlp.gate_up {
             GateUp::Gated(w) => stacked(w),
             GateUp::Split { gate, up } => stacked(gate) && stacked(up),
+            GateUp::Stacked(_) => false,
         };
         // biases (gpt-oss's) stacked `[E, n]`, a row an expert
         let biases = |mlp: &GatedMlp| match mlp.biases.as_deref() {
@@ -254,7 +255,14 @@ impl MoeLayer {
                     record_biased_expert(&mut step, mlp, limit, (rows, None), &act_out, split, &out)?
                 }
                 _ => {
-                    record_gate_up(&mut step, &mlp.gate_up, act, rows.into(), &act_out, split.as_ref())?;
+                    record_gate_up(
+                        &mut step,
+                        &mlp.gate_up,
+                        act,
+                        rows.into(),
+                        &act_out,
+                        (split.as_ref(), None),
+                    )?;
                     step.linear(&act_out, &mlp.down_proj, &out)?;
                 }
             }
@@ -295,7 +303,7 @@ impl MoeLayer {
             }
             _ => {
                 let by_id = LinearInput::ExpertRows { x: &rows, ids: &buffers.ids };
-                record_gate_up(step, &mlp.gate_up, act, by_id, &act_out, split.as_ref())?;
+                record_gate_up(step, &mlp.gate_up, act, by_id, &act_out, (split.as_ref(), None))?;
                 let by_id = LinearInput::ExpertRows { x: &act_out, ids: &buffers.ids };
                 step.linear(by_id, &mlp.down_proj, &out)?;
             }
@@ -335,7 +343,7 @@ impl MoeLayer {
         let act_out = step.scratch(Elem::F32, &[n, ff])?;
         let split = split_outputs(step, &shared.mlp, n, ff)?;
         let out = step.scratch(Elem::F32, &[n, hidden])?;
-        record_gate_up(step, &shared.mlp.gate_up, act, h.into(), &act_out, split.as_ref())?;
+        record_gate_up(step, &shared.mlp.gate_up, act, h.into(), &act_out, (split.as_ref(), None))?;
         step.linear(&act_out, &shared.mlp.down_proj, &out)?;
         step.scatter_rows(&out, outputs, &buffers.gates, &buffers.slots)
     }
@@ -352,6 +360,6 @@ fn split_outputs(
         GateUp::Split { .. } => {
             Ok(Some([step.scratch(Elem::F32, &[n, ff])?, step.scratch(Elem::F32, &[n, ff])?]))
         }
-        GateUp::Gated(_) => Ok(None),
+        GateUp::Gated(_) | GateUp::Stacked(_) => Ok(None),
     }
 }

@@ -40,7 +40,22 @@ impl Step<'_> {
         out.expect("gated mul out", Elem::F32, gate.shape())?;
         let bindings =
             [Binding::tensor("GATE", gate), Binding::tensor("UP", up), Binding::tensor("OUT", out)];
-        self.elementwise(variant, gate.len(), 1, 0.0, bindings)
+        self.elementwise(variant, gate.len(), 0, 0.0, bindings)
+    }
+
+    /// [`Self::gated_mul`] of the halves of each row of `gate_up: f32 [M, 2N]` (N gate values,
+    /// then N up values: a stacked gate and up projection's output) into `out: f32 [M, N]`.
+    pub fn gated_mul_halves(
+        &mut self,
+        act: GateActivation,
+        gate_up: &Tensor,
+        out: &Tensor,
+    ) -> Result<(), GpuError> {
+        let (m, n) = dims2(out, "gated mul out")?;
+        gate_up.expect("gated mul gate and up", Elem::F32, &[m, 2 * n])?;
+        let bindings =
+            [Binding::tensor("GATE", gate_up), Binding::tensor("UP", gate_up), Binding::tensor("OUT", out)];
+        self.elementwise(KernelVariant::GatedMul { act }, m * n, n, 0.0, bindings)
     }
 
     /// gpt-oss's clamped SwiGLU elementwise: `out = (clamp(up, ±limit) + 1) · g · σ(1.702 g)`

@@ -120,8 +120,9 @@ kernel_params! {
     ElementwiseParams {
         /// Values to compute.
         n: u32,
-        /// Row length (gather_rows, scatter_rows), or blocks of `n` values summed
-        /// (moe_combine); 1 where rows do not matter.
+        /// Row length (gather_rows, scatter_rows; gated_mul reading the halves of rows of 2d
+        /// values, 0 for two tensors), or blocks of `n` values summed (moe_combine); 1 where
+        /// rows do not matter.
         d: u32,
         /// The scalar of scale (the factor) and softcap (the cap); 0 elsewhere.
         value: f32,
