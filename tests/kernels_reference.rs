@@ -667,13 +667,20 @@ fn elementwise_kernels_match() {
     let out = c.tensor(Elem::F32, &[10, 100]).unwrap();
     let idx = c.upload_u32(&[4], &[9, 0, 9, 4]).unwrap();
     let gathered = c.tensor(Elem::F32, &[4, 100]).unwrap();
+    // The same gate and up values side by side in each row, as a stacked projection writes them.
+    let side_by_side: Vec<f32> =
+        a.chunks(100).zip(b.chunks(100)).flat_map(|(g, u)| [g, u].concat()).collect();
+    let both = c.upload_f32(&[10, 200], &side_by_side).unwrap();
+    let halves = c.tensor(Elem::F32, &[10, 100]).unwrap();
     let mut step = c.step();
     step.gated_mul(GateActivation::Silu, &at, &bt, &out).unwrap();
+    step.gated_mul_halves(GateActivation::Silu, &both, &halves).unwrap();
     step.gather_rows(&bt, &idx, &gathered).unwrap();
     step.add_in_place(&at, &bt).unwrap();
-    let (o, s, g) = (step.read(&out), step.read(&at), step.read(&gathered));
+    let (o, s, g, h) = (step.read(&out), step.read(&at), step.read(&gathered), step.read(&halves));
     let mut res = step.submit().unwrap();
-    let (o, s, g) = (res.f32s(o), res.f32s(s), res.f32s(g));
+    let (o, s, g, h) = (res.f32s(o), res.f32s(s), res.f32s(g), res.f32s(h));
+    assert_eq!(bits(&h), bits(&o), "gated_mul over the halves of rows differs from two tensors");
     for i in 0..n {
         let (x, y) = (f64::from(a[i]), f64::from(b[i]));
         let silu = x / (1.0 + (-x).exp()) * y;
