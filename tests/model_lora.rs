@@ -101,6 +101,12 @@ impl Runner {
 
     /// Full logits of every row of one step over `seqs`, sequence by sequence.
     fn step(&self, seqs: &[Seq<'_>]) -> Vec<Vec<Vec<f32>>> {
+        self.step_with(seqs, self.lora)
+    }
+
+    /// [`Self::step`] with the rows' adapters (`with_rows`), or as a step without any: the
+    /// plain forward an engine runs where no row has an adapter.
+    fn step_with(&self, seqs: &[Seq<'_>], with_rows: bool) -> Vec<Vec<Vec<f32>>> {
         let mut batch = ForwardBatch { query_start_loc: vec![0], ..Default::default() };
         let mut rows = Vec::new();
         for s in seqs {
@@ -118,7 +124,7 @@ impl Runner {
             table.resize(self.blocks_per_seq, 0);
             batch.block_table.extend(table);
         }
-        let out = if self.lora {
+        let out = if with_rows {
             let lora = LoraRows { slots: &self.slots, rows: &rows };
             self.model.forward_with_lora(&self.ctx, &self.ws, &self.cache, &batch, lora, 1, true)
         } else {
@@ -273,8 +279,9 @@ fn rows_do_not_depend_on_other_rows_adapters() {
 }
 
 /// A model loaded for LoRA serving (the linears unfused, the MLP's gate and up one stacked
-/// weight) gives a row without an adapter the bits of the model loaded without LoRA, alone and
-/// beside an adapter's row.
+/// weight) gives a row without an adapter the bits of the model loaded without LoRA, alone,
+/// beside an adapter's row and in a step without adapter rows (the plain forward, its norms
+/// fused where the base model's are).
 #[test]
 fn rows_without_an_adapter_have_the_plain_models_bits() {
     let fx = fixture("llama");
@@ -285,11 +292,17 @@ fn rows_without_an_adapter_have_the_plain_models_bits() {
         fx["adapters"]["sql"]["prompts"].as_array().unwrap().iter().map(|p| ids(&p["ids"])).collect();
     let base = Seq { tokens: &prompts[0], past: 0, blocks: seq_blocks(0), slot: NO_LORA };
     let want = plain.step(&[Seq { slot: NO_LORA, blocks: seq_blocks(0), ..base }]).remove(0);
+    let logit_bits = |rows: &[Vec<f32>]| {
+        rows.iter().map(|r| r.iter().map(|v| v.to_bits()).collect()).collect::<Vec<Vec<u32>>>()
+    };
+    let want = logit_bits(&want);
     let alone = served.step(&[Seq { blocks: seq_blocks(0), ..base }]).remove(0);
-    assert!(alone == want, "a base row alone differs from the plain model");
+    assert!(logit_bits(&alone) == want, "a base row alone differs from the plain model");
+    let plain_step = served.step_with(&[Seq { blocks: seq_blocks(3), ..base }], false).remove(0);
+    assert!(logit_bits(&plain_step) == want, "a step without adapter rows differs from the plain model");
     let adapted = Seq { tokens: &prompts[1 % prompts.len()], past: 0, blocks: seq_blocks(1), slot: 0 };
     let beside = served.step(&[adapted, Seq { blocks: seq_blocks(2), ..base }]).remove(1);
-    assert!(beside == want, "a base row beside an adapter's differs from the plain model");
+    assert!(logit_bits(&beside) == want, "a base row beside an adapter's differs from the plain model");
 }
 
 /// Adapters made for another base, or with fields pagoda does not implement, are refused by name.

@@ -16,7 +16,7 @@ use super::{GpuContext, GpuError};
 /// The slot value of a row without an adapter.
 pub const NO_LORA: u32 = u32::MAX;
 
-/// Rows a group of [`lora_row_groups`] holds (`lora_shrink_groups.wgsl`'s `vec4<u32>`).
+/// Rows a group of [`lora_row_groups`] holds (the grouped kernels' `vec4<u32>`).
 pub const LORA_GROUP_ROWS: usize = 4;
 
 /// A group's entry past its last row.
@@ -25,7 +25,7 @@ const NO_ROW: u32 = u32::MAX;
 /// The rows of a batch whose slots are `slots` in groups of up to [`LORA_GROUP_ROWS`] of one
 /// slot (the rows without an adapter a slot of their own), each group's rows ascending, the
 /// groups by slot; [`NO_ROW`] fills a group past its last row. At most
-/// [`lora_group_capacity`] groups. The grouped shrink reads them (`groups` of [`LoraSite`]).
+/// [`lora_group_capacity`] groups. The grouped kernels read them (`groups` of [`LoraSite`]).
 pub fn lora_row_groups(slots: &[u32]) -> Vec<[u32; LORA_GROUP_ROWS]> {
     let mut order: Vec<u32> = (0..slots.len() as u32).collect();
     order.sort_by_key(|&r| slots[r as usize]);
@@ -76,11 +76,6 @@ pub struct LoraMatrices<'a> {
 }
 
 impl LoraBank {
-    /// The largest rank any slot may hold.
-    pub fn max_rank(&self) -> usize {
-        self.max_rank
-    }
-
     /// Values a target's shrunk row holds: the largest rank rounded up to 4.
     pub fn width(&self) -> usize {
         self.max_rank.next_multiple_of(4)
@@ -169,9 +164,10 @@ impl GpuContext {
         slot_floats: usize,
         max_rank: usize,
     ) -> Result<LoraBank, GpuError> {
-        // `B` rounded up to 4 columns (at most 3 · slot_floats / max_rank more values), and room
-        // to start each `A` and `B` on a unit, and each slot.
-        let padding = 3 * slot_floats.div_ceil(max_rank.max(1));
+        // `B`'s columns rounded up to 4: a rank r ≤ max_rank pads at most
+        // (max_rank rounded up - max_rank) columns of each target's `n` rows, and slot_floats
+        // holds max_rank · n for each; then room to start each `A` and `B` on a unit.
+        let padding = (max_rank.next_multiple_of(4) - max_rank) * slot_floats.div_ceil(max_rank.max(1));
         let slot_floats = (slot_floats + padding + 6 * targets).next_multiple_of(4);
         let data = self.tensor(Elem::F32, &[slots * slot_floats])?;
         let table = self.tensor(Elem::U32, &[slots * targets * 4])?;
@@ -288,9 +284,12 @@ impl Step<'_> {
         let LoraColumns { col0, first, rest } = columns;
         let end = col0 + first + rest * targets.len().saturating_sub(1);
         let inside = targets.start >= shrunk.targets.start && targets.end <= shrunk.targets.end;
-        if end > width || targets.is_empty() || !inside {
+        // a run's later targets each need columns: a run with none would drop their products
+        let widths = targets.len() == 1 || (first > 0 && rest > 0);
+        if end > width || targets.is_empty() || !inside || !widths {
             return Err(GpuError::Shape(format!(
-                "lora_expand: columns {col0}..{end} of {width}, targets {targets:?} of the shrunk {:?}",
+                "lora_expand: columns {col0}..{end} of {width} ({first}, then {rest} a target), targets \
+                 {targets:?} of the shrunk {:?}",
                 shrunk.targets
             )));
         }

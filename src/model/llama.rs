@@ -122,9 +122,10 @@ impl LlamaModel {
         Self::load_with(ctx, files, max_model_len, progress, false)
     }
 
-    /// [`Self::load_for_context`] for serving LoRA adapters: the MLP's gate and up projections
-    /// kept apart (the same bits as the gated weight, [`Step::linear_gated`]'s promise), so a
-    /// row's adapter can add to each before the activation.
+    /// [`Self::load_for_context`] for serving LoRA adapters: a dense MLP's gate and up
+    /// projections one stacked weight (both outputs side by side before the activation, the
+    /// same bits as the gated weight: each output one linear's, [`Step::linear_gated`]'s
+    /// promise), or apart where their types differ, so a row's adapter can add to each.
     pub fn load_for_lora(
         ctx: &GpuContext,
         files: &ModelFiles,
@@ -823,7 +824,7 @@ impl GpuLayer {
             }
             _ => {
                 return Err(LlamaError::InvalidBatch(
-                    "LoRA rows need the gate and up projections apart: load with LlamaModel::load_for_lora"
+                    "LoRA rows need the gate and up projections unfused: load with LlamaModel::load_for_lora"
                         .into(),
                 ));
             }
@@ -956,7 +957,7 @@ struct StepLora<'a> {
     slots: &'a LoraSlots,
     rows: Tensor,
     shrunk: Tensor,
-    /// The rows' groups for the shrink.
+    /// The rows' groups for the shrink and the expand.
     groups: Tensor,
     /// The distinct slots the step's rows use.
     used: Vec<u32>,
@@ -1132,7 +1133,8 @@ struct Loader<'a> {
     bar: &'a ProgressBar,
     /// Q's and K's rows go in interleaved RoPE order (a half-split model without Q/K norms).
     interleave_qk: bool,
-    /// Keep the gate and up projections apart even when they share a type (LoRA serving).
+    /// Never fuse the gate and up projections into a gated weight: stack a dense layer's when
+    /// they share a type, else keep them apart (LoRA serving).
     split_mlp: bool,
 }
 

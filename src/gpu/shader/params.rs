@@ -148,7 +148,7 @@ kernel_params! {
         t0: u32,
         /// Row stride of the output (the expand's).
         ldy: u32,
-        /// First output column the target writes (the expand's).
+        /// First output column the (first) target writes (the expand's).
         y0: u32,
         /// The (first) target of the table (`target` is a WGSL keyword).
         which: u32,
