@@ -334,17 +334,24 @@ impl Step<'_> {
             }
         };
         let ldt = match *shrunk.t.shape() {
-            [rows, ldt] if rows == m && ldt % 4 == 0 && shrunk.targets.len() * bank.width() <= ldt => ldt,
+            [rows, ldt]
+                if shrunk.t.elem() == Elem::F32
+                    && rows == m
+                    && ldt % 4 == 0
+                    && shrunk.targets.len() * bank.width() <= ldt =>
+            {
+                ldt
+            }
             _ => {
                 return Err(GpuError::Shape(format!(
-                    "lora shrunk rows: {:?} for {m} rows of {} targets of {} values",
+                    "lora shrunk rows: {:?} {:?} for {m} rows of {} targets of {} f32 values",
+                    shrunk.t.elem(),
                     shrunk.t.shape(),
                     shrunk.targets.len(),
                     bank.width()
                 )));
             }
         };
-        shrunk.t.expect("lora shrunk rows", Elem::F32, &[m, ldt])?;
         if shrunk.targets.end > bank.targets {
             return Err(GpuError::Shape(format!(
                 "LoRA targets {:?} of a bank of {}",
